@@ -1,0 +1,233 @@
+/* keel.h: the public C API of keel, a runtime that executes ONNX models,
+ * control flow included, and keeps memory steady.
+ *
+ * Life cycle:   keel_session_create*  ->  keel_run (any number, any thread)
+ *               ->  keel_value_release (outputs)  ->  keel_session_destroy
+ *
+ * Conventions
+ *  - Every fallible function returns a keel_status: KEEL_OK (0) or a negative
+ *    error code. The detailed message ("model.onnx: node 'Conv_12' (Conv):
+ *    input X has rank 3, expected 4") is kept per thread and read with
+ *    keel_last_error(). It is per thread, not per session, because one
+ *    session may be run by many threads at once.
+ *  - Out-parameters are written only on success.
+ *  - Handles are opaque. `*_destroy` and `*_release` accept NULL.
+ *  - Values (tensors, sequences, optionals) are reference counted. A value
+ *    returned to you is owned by you and freed with keel_value_release.
+ *    Values you pass to keel_run are borrowed: keel takes its own references
+ *    for the duration of the run and never modifies them.
+ *  - Memory for tensors comes from the session's caching allocator; its
+ *    statistics are in keel_stats.h.
+ */
+#ifndef KEEL_H
+#define KEEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KEEL_VERSION_MAJOR 0
+#define KEEL_VERSION_MINOR 1
+#define KEEL_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum keel_status {
+  KEEL_OK = 0,
+  KEEL_ERR_INVALID_ARG = -1,     /* a caller passed something unusable      */
+  KEEL_ERR_INVALID_MODEL = -2,   /* malformed, truncated or inconsistent file */
+  KEEL_ERR_UNSUPPORTED = -3,     /* op/domain/opset or type keel cannot run  */
+  KEEL_ERR_OUT_OF_MEMORY = -4,   /* system OOM or the session's memory cap   */
+  KEEL_ERR_SHAPE = -5,           /* shapes or types do not fit an operator   */
+  KEEL_ERR_IO = -6,              /* a file could not be opened or read       */
+  KEEL_ERR_STALE = -7,           /* a cached handle outlived its target      */
+  KEEL_ERR_RUNTIME = -8,         /* a value is out of range at run time      */
+  KEEL_ERR_INTERNAL = -9         /* an invariant broke: a keel bug           */
+} keel_status;
+
+/* Short fixed text for a status code ("invalid model"). Never NULL. */
+const char *keel_status_str(keel_status s);
+
+/* The detailed message of the last error raised on the calling thread.
+ * Never NULL; "" when no error was raised yet. Valid until the next keel
+ * call on this thread. */
+const char *keel_last_error(void);
+
+/* ------------------------------------------------------------ data types */
+
+/* Element types, numbered as in ONNX's TensorProto.DataType. */
+typedef enum keel_dtype {
+  KEEL_UNDEFINED = 0,
+  KEEL_FLOAT = 1,
+  KEEL_UINT8 = 2,
+  KEEL_INT8 = 3,
+  KEEL_UINT16 = 4,
+  KEEL_INT16 = 5,
+  KEEL_INT32 = 6,
+  KEEL_INT64 = 7,
+  KEEL_STRING = 8,
+  KEEL_BOOL = 9,
+  KEEL_FLOAT16 = 10,
+  KEEL_DOUBLE = 11,
+  KEEL_UINT32 = 12,
+  KEEL_UINT64 = 13,
+  KEEL_COMPLEX64 = 14,
+  KEEL_COMPLEX128 = 15,
+  KEEL_BFLOAT16 = 16
+} keel_dtype;
+
+/* "float32", "int64", ... ; "undefined" for unknown codes. */
+const char *keel_dtype_name(keel_dtype t);
+/* Bytes per element; 0 for UNDEFINED, sizeof(keel_string) for STRING. */
+size_t keel_dtype_size(keel_dtype t);
+
+/* The highest tensor rank keel handles. */
+#define KEEL_MAX_RANK 12
+
+/* One element of a STRING tensor: bytes (not necessarily NUL-free) plus a
+ * terminating NUL that is not counted in len. */
+typedef struct keel_string {
+  char *data;
+  size_t len;
+} keel_string;
+
+/* ---------------------------------------------------------------- values */
+
+typedef struct keel_session_s keel_session_t;
+typedef struct keel_value_s keel_value_t;
+
+typedef enum keel_value_kind {
+  KEEL_KIND_TENSOR = 1,
+  KEEL_KIND_SEQUENCE = 2,   /* an ordered list of tensors                 */
+  KEEL_KIND_NONE = 3        /* an empty optional                          */
+} keel_value_kind;
+
+/* Create a tensor owned by the caller, with a copy of `data` (may be NULL:
+ * zero-filled). The bytes come from the session's allocator. For STRING,
+ * `data` points to `numel` keel_string entries whose bytes are copied. */
+keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
+                               const int64_t *shape, const void *data,
+                               keel_value_t **out);
+
+/* Create a tensor over caller memory, without copying. The memory must stay
+ * valid and unchanged until every value that refers to it is released;
+ * `on_release(ud)` (may be NULL) is called then. Not for STRING. */
+keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
+                             const int64_t *shape, void *data,
+                             void (*on_release)(void *ud), void *ud,
+                             keel_value_t **out);
+
+/* Sequences and optionals for models that take them as inputs. `items` are
+ * borrowed (keel takes its own references). elem_dtype may be UNDEFINED for
+ * an empty sequence. */
+keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
+                                 keel_value_t *const *items, size_t n,
+                                 keel_value_t **out);
+keel_status keel_none_create(keel_session_t *s, keel_value_t **out);
+
+/* Read a serialized ONNX TensorProto, SequenceProto or OptionalProto (as in
+ * the backend test data sets). `kind_hint` says which message the bytes hold:
+ * KEEL_KIND_TENSOR, KEEL_KIND_SEQUENCE or KEEL_KIND_NONE (OptionalProto). */
+keel_status keel_value_from_pb(keel_session_t *s, const void *bytes,
+                               size_t len, keel_value_kind kind_hint,
+                               keel_value_t **out);
+/* Serialize a value as a TensorProto / SequenceProto / OptionalProto named
+ * `name`. The buffer is malloc'ed; free it with keel_free. */
+keel_status keel_value_to_pb(const keel_value_t *v, const char *name,
+                             void **bytes, size_t *len);
+
+void keel_value_release(keel_value_t *v);
+/* Another reference to the same value (cheap; no data copy). */
+keel_value_t *keel_value_retain(keel_value_t *v);
+
+keel_value_kind keel_value_kind_of(const keel_value_t *v);
+keel_dtype keel_value_dtype(const keel_value_t *v);   /* elem type for seqs */
+int keel_value_rank(const keel_value_t *v);           /* -1 if not a tensor */
+const int64_t *keel_value_shape(const keel_value_t *v);
+int64_t keel_value_numel(const keel_value_t *v);
+/* Element data of a tensor (keel_string* for STRING); NULL if empty. */
+const void *keel_value_data(const keel_value_t *v);
+/* Element i of a numeric or bool tensor as a double (float16 and bfloat16
+ * widened); NaN when out of range or not numeric. */
+double keel_value_at(const keel_value_t *v, int64_t i);
+size_t keel_sequence_length(const keel_value_t *v);
+/* Borrowed: valid while `v` is alive. */
+const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i);
+
+/* Free memory keel returned with malloc (keel_value_to_pb, keel_info_json). */
+void keel_free(void *p);
+
+/* -------------------------------------------------------------- sessions */
+
+typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
+
+typedef struct keel_options {
+  size_t size;           /* sizeof(keel_options): lets the struct grow      */
+  size_t mem_limit;      /* cap on reserved bytes; 0 = no cap               */
+  keel_log_fn log;       /* optional sink for warnings; the library never prints */
+  void *log_ud;
+  /* Called after each iteration of every Loop and Scan with the session's
+   * allocated bytes at that point (depth = nesting depth of the loop). */
+  void (*on_iteration)(void *ud, const char *loop_node, int64_t iteration,
+                       size_t allocated_bytes);
+  void *iteration_ud;
+} keel_options;
+
+/* Load a model from a file, mapped into memory: initializer bytes are not
+ * copied. `opts` may be NULL. */
+keel_status keel_session_create(const char *path, const keel_options *opts,
+                                keel_session_t **out);
+/* Load a model from bytes in memory. The bytes are copied; the caller may
+ * free them after the call. External data is resolved against `base_dir`
+ * (may be NULL: external data is then an error). */
+keel_status keel_session_create_from_memory(const void *bytes, size_t len,
+                                            const char *base_dir,
+                                            const keel_options *opts,
+                                            keel_session_t **out);
+/* Values created from the session stay valid after destroy; the allocator
+ * lives until the last of them is released. */
+void keel_session_destroy(keel_session_t *s);
+
+/* Description of a graph input or output. Strings are borrowed from the
+ * session. dims[i] < 0 means unknown; dim_params[i] is its symbolic name or
+ * NULL. rank < 0: unknown rank. For sequences and optionals, dtype/rank/dims
+ * describe the element tensor. */
+typedef struct keel_io_info {
+  const char *name;
+  keel_value_kind kind;
+  int optional;          /* 1 for optional(...) types                      */
+  int has_default;       /* input with an initializer: may be omitted      */
+  keel_dtype dtype;
+  int rank;
+  const int64_t *dims;
+  const char *const *dim_params;
+} keel_io_info;
+
+size_t keel_session_input_count(const keel_session_t *s);
+size_t keel_session_output_count(const keel_session_t *s);
+keel_status keel_session_input(const keel_session_t *s, size_t i,
+                               keel_io_info *info);
+keel_status keel_session_output(const keel_session_t *s, size_t i,
+                                keel_io_info *info);
+
+/* Run the model. `names[i]` names the graph input fed by `inputs[i]`.
+ * Inputs that have an initializer may be omitted. On success, `outputs` (an
+ * array of keel_session_output_count() slots) receives one owned value per
+ * graph output. Thread-safe: many threads may run one session at once. */
+keel_status keel_run(keel_session_t *s, const char *const *names,
+                     keel_value_t *const *inputs, size_t n_inputs,
+                     keel_value_t **outputs);
+
+/* A description of the model: producer, IR version, opsets, inputs and
+ * outputs, node counts by op type, the control-flow tree (which node holds
+ * which sub-graph, at what depth) and weight bytes; as text (json = 0) or
+ * as a JSON object (json = 1). Free *out with keel_free. */
+keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KEEL_H */

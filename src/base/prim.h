@@ -1,0 +1,34 @@
+/* prim.h: the contract between keel and the operating system. One .c per OS
+ * implements it (prim_posix.c). Nothing else in keel calls the OS directly. */
+#ifndef KEEL_PRIM_H
+#define KEEL_PRIM_H
+
+#include "common.h"
+
+/* A read-only mapping of a whole file. An empty file maps to addr == NULL,
+ * size == 0. Returns KEEL_ERR_IO with the path and the OS reason. */
+typedef struct keel_mapping {
+  const uint8_t *addr;
+  size_t size;
+} keel_mapping;
+KEEL_INTERNAL keel_status keel_prim_map_file(const char *path, keel_mapping *m);
+KEEL_INTERNAL void keel_prim_unmap(keel_mapping *m);
+
+/* Pages for allocator segments (zeroed). NULL on failure. Sizes are exact:
+ * keel_prim_pages_free gets the size passed to keel_prim_pages_alloc. */
+KEEL_INTERNAL void *keel_prim_pages_alloc(size_t size);
+KEEL_INTERNAL void keel_prim_pages_free(void *p, size_t size);
+
+/* Monotonic clock in nanoseconds. */
+KEEL_INTERNAL uint64_t keel_prim_now_ns(void);
+
+/* A plain mutex. The struct is opaque storage sized for pthread_mutex_t. */
+typedef struct keel_mutex {
+  _Alignas(16) unsigned char opaque[64];
+} keel_mutex;
+KEEL_INTERNAL void keel_mutex_init(keel_mutex *m);
+KEEL_INTERNAL void keel_mutex_destroy(keel_mutex *m);
+KEEL_INTERNAL void keel_mutex_lock(keel_mutex *m);
+KEEL_INTERNAL void keel_mutex_unlock(keel_mutex *m);
+
+#endif /* KEEL_PRIM_H */

@@ -1,0 +1,80 @@
+/* prim_posix.c: prim.h for POSIX systems (Linux, macOS). */
+#define _GNU_SOURCE
+#include "prim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "status.h"
+
+_Static_assert(sizeof(pthread_mutex_t) <= sizeof(((keel_mutex *)0)->opaque),
+               "keel_mutex too small for pthread_mutex_t");
+
+keel_status keel_prim_map_file(const char *path, keel_mapping *m) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return keel_err(KEEL_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return keel_err(KEEL_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return keel_err(KEEL_ERR_IO, "%s: not a regular file", path);
+  }
+  m->addr = NULL;
+  m->size = (size_t)st.st_size;
+  if (m->size > 0) {
+    void *p = mmap(NULL, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      close(fd);
+      return keel_err(KEEL_ERR_IO, "%s: cannot map: %s", path, strerror(e));
+    }
+    m->addr = p;
+  }
+  close(fd);
+  return KEEL_OK;
+}
+
+void keel_prim_unmap(keel_mapping *m) {
+  if (m->addr) munmap((void *)m->addr, m->size);
+  m->addr = NULL;
+  m->size = 0;
+}
+
+void *keel_prim_pages_alloc(size_t size) {
+  void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void keel_prim_pages_free(void *p, size_t size) {
+  if (p) munmap(p, size);
+}
+
+uint64_t keel_prim_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void keel_mutex_init(keel_mutex *m) {
+  pthread_mutex_init((pthread_mutex_t *)(void *)m->opaque, NULL);
+}
+void keel_mutex_destroy(keel_mutex *m) {
+  pthread_mutex_destroy((pthread_mutex_t *)(void *)m->opaque);
+}
+void keel_mutex_lock(keel_mutex *m) {
+  pthread_mutex_lock((pthread_mutex_t *)(void *)m->opaque);
+}
+void keel_mutex_unlock(keel_mutex *m) {
+  pthread_mutex_unlock((pthread_mutex_t *)(void *)m->opaque);
+}

@@ -1,0 +1,62 @@
+/* cli.h: helpers shared by the `keel` subcommands. The command may exit on
+ * usage errors (status 2); everything else goes through the library. */
+#ifndef KEEL_CLI_H
+#define KEEL_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "keel.h"
+#include "keel_stats.h"
+
+#define KEEL_CLI_MAX_INPUTS 256
+
+int cmd_run(int argc, char **argv);
+int cmd_test(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_memcheck(int argc, char **argv);
+
+/* Prints the usage text (of one command, or all when cmd is NULL) to
+ * stderr and returns 2. */
+int cli_usage(const char *cmd, const char *problem);
+
+/* Reads a whole file into malloc'ed memory; NULL with *err set. */
+void *cli_read_file(const char *path, size_t *len, const char **err);
+bool cli_is_dir(const char *path);
+bool cli_is_file(const char *path);
+
+/* Parses "123", "64K", "512M", "2G" into bytes; false when malformed. */
+bool cli_parse_size(const char *s, size_t *out);
+
+/* A set of named inputs for one run. */
+typedef struct cli_inputs {
+  size_t n;
+  const char *names[KEEL_CLI_MAX_INPUTS];
+  keel_value_t *values[KEEL_CLI_MAX_INPUTS];
+  char *owned_names[KEEL_CLI_MAX_INPUTS];
+} cli_inputs;
+
+/* Loads input_K.pb files of a data-set folder, matched in order to the
+ * model's inputs that have no initializer. */
+keel_status cli_load_data_dir(keel_session_t *s, const char *dir, cli_inputs *in);
+/* Loads one NAME=FILE.pb pair. */
+keel_status cli_load_named(keel_session_t *s, const char *spec, cli_inputs *in);
+/* Fills every input not yet given with deterministic values (symbolic and
+ * unknown dimensions become 1); writes a note per input to `note`. */
+keel_status cli_generate_missing(keel_session_t *s, cli_inputs *in, FILE *note);
+void cli_inputs_free(cli_inputs *in);
+
+/* Loads output_K.pb of a data set as expected values, kinds from the model. */
+keel_status cli_load_expected(keel_session_t *s, const char *dir, keel_value_t **out,
+                              size_t n_out, size_t *n_found);
+
+/* One-line summary of a value: type, shape and a few numbers. */
+void cli_describe(const keel_value_t *v, char *buf, size_t cap);
+/* Stats printer for keel_stats_print. */
+void cli_print_line(void *arg, const char *line);
+
+/* Median of n doubles (sorts in place). */
+double cli_median(double *x, size_t n);
+double cli_now(void);
+
+#endif

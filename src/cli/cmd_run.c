@@ -1,0 +1,129 @@
+/* cmd_run.c: `keel run`: load, run (N times), print outputs and memory. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+typedef struct run_args {
+  const char *model, *data, *out_dir;
+  const char *inputs[KEEL_CLI_MAX_INPUTS];
+  size_t n_inputs;
+  long iters;
+  size_t mem_limit;
+} run_args;
+
+static int parse(int argc, char **argv, run_args *a) {
+  memset(a, 0, sizeof *a);
+  a->iters = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *s = argv[i];
+    bool has_val = i + 1 < argc;
+    if (!strcmp(s, "--data") && has_val) a->data = argv[++i];
+    else if (!strcmp(s, "--out") && has_val) a->out_dir = argv[++i];
+    else if (!strcmp(s, "--input") && has_val && a->n_inputs < KEEL_CLI_MAX_INPUTS)
+      a->inputs[a->n_inputs++] = argv[++i];
+    else if (!strcmp(s, "--iters") && has_val) {
+      char *end;
+      a->iters = strtol(argv[++i], &end, 10);
+      if (*end || a->iters < 1) return cli_usage("run", "--iters needs a positive number");
+    } else if (!strcmp(s, "--mem-limit") && has_val) {
+      if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("run", "bad --mem-limit");
+    } else if (s[0] == '-') {
+      char msg[256];
+      snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
+      return cli_usage("run", msg);
+    } else if (!a->model) a->model = s;
+    else return cli_usage("run", "more than one model given");
+  }
+  if (!a->model) return cli_usage("run", "no model given");
+  if (!cli_is_file(a->model)) {
+    char msg[4200];
+    snprintf(msg, sizeof msg, "%s: no such file", a->model);
+    return cli_usage("run", msg);
+  }
+  if (a->data && !cli_is_dir(a->data)) return cli_usage("run", "--data is not a folder");
+  return 0;
+}
+
+static int fail(const char *what, keel_status st) {
+  fprintf(stderr, "keel: %s: %s: %s\n", what, keel_status_str(st), keel_last_error());
+  return 1;
+}
+
+static int write_outputs(keel_session_t *s, keel_value_t **outs, const char *dir) {
+  mkdir(dir, 0755);
+  for (size_t i = 0; i < keel_session_output_count(s); i++) {
+    keel_io_info io;
+    keel_session_output(s, i, &io);
+    void *bytes;
+    size_t len;
+    keel_status st = keel_value_to_pb(outs[i], io.name, &bytes, &len);
+    if (st) return fail("writing outputs", st);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/output_%zu.pb", dir, i);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(bytes, 1, len, f) == len;
+    if (f) ok = fclose(f) == 0 && ok;
+    keel_free(bytes);
+    if (!ok) {
+      fprintf(stderr, "keel: cannot write %s\n", path);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
+  size_t nout = keel_session_output_count(s);
+  keel_value_t **outs = calloc(nout + 1, sizeof *outs);
+  double *times = calloc((size_t)a->iters, sizeof(double));
+  int rc = 0;
+  for (long it = 0; it < a->iters && !rc; it++) {
+    for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]), outs[i] = NULL;
+    double t0 = cli_now();
+    keel_status st = keel_run(s, in->names, in->values, in->n, outs);
+    times[it] = cli_now() - t0;
+    if (st) rc = fail("run", st);
+  }
+  if (!rc) {
+    for (size_t i = 0; i < nout; i++) {
+      keel_io_info io;
+      keel_session_output(s, i, &io);
+      char desc[512];
+      cli_describe(outs[i], desc, sizeof desc);
+      printf("output %s: %s\n", io.name, desc);
+    }
+    double med = cli_median(times, (size_t)a->iters);
+    printf("time   %.3f ms median over %ld run(s)\n", med * 1e3, a->iters);
+    if (a->out_dir) rc = write_outputs(s, outs, a->out_dir);
+  }
+  for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]);
+  free(outs);
+  free(times);
+  return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+  run_args a;
+  int rc = parse(argc, argv, &a);
+  if (rc) return rc;
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit};
+  keel_session_t *s;
+  keel_status st = keel_session_create(a.model, &opts, &s);
+  if (st) return fail("load", st);
+  cli_inputs in = {0};
+  if (a.data) st = cli_load_data_dir(s, a.data, &in);
+  for (size_t i = 0; i < a.n_inputs && !st; i++) st = cli_load_named(s, a.inputs[i], &in);
+  if (!st) st = cli_generate_missing(s, &in, stdout);
+  if (st) rc = fail("inputs", st);
+  else rc = run_loop(s, &a, &in);
+  cli_inputs_free(&in);
+  printf("memory after the last run:\n");
+  keel_stats_print(s, cli_print_line, stdout);
+  keel_session_destroy(s);
+  uint64_t left = keel_process_bytes();
+  printf("after destroy: keel holds %llu bytes\n", (unsigned long long)left);
+  if (left && !rc) rc = 1;
+  return rc;
+}

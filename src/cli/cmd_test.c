@@ -1,0 +1,343 @@
+/* cmd_test.c: `keel test`: the ONNX backend test-suite runner.
+ *
+ * A test is a folder with model.onnx and test_data_set_N folders holding
+ * input_K.pb and output_K.pb. Each data set is run and compared: shapes and
+ * types exactly; floats within |a-b| <= 1e-5 + 1e-3*|b| (NaN matches NaN);
+ * integers, bools and strings exactly. After each test the session is
+ * destroyed and keel must hold zero bytes: anything left is a failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <dirent.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define ATOL 1e-5
+#define RTOL 1e-3
+
+typedef enum { R_PASS, R_FAIL, R_ERROR, R_UNSUPPORTED, R_SKIP } result_kind;
+static const char *kind_name[] = {"PASS", "FAIL", "ERROR", "UNSUPPORTED", "SKIP"};
+
+typedef struct result {
+  char *name;
+  result_kind kind;
+  char *detail;
+} result;
+
+typedef struct results {
+  result *r;
+  size_t n, cap;
+} results;
+
+/* ======================================================== comparing */
+
+static bool is_float(keel_dtype t) {
+  return t == KEEL_FLOAT || t == KEEL_DOUBLE || t == KEEL_FLOAT16 || t == KEEL_BFLOAT16;
+}
+
+static void shape_text(const keel_value_t *v, char *buf, size_t cap) {
+  size_t at = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < keel_value_rank(v) && at < cap; i++)
+    at += (size_t)snprintf(buf + at, cap - at, i ? ",%lld" : "%lld",
+                           (long long)keel_value_shape(v)[i]);
+  if (at < cap) snprintf(buf + at, cap - at, "]");
+}
+
+/* Compares two tensors; on mismatch writes why (the worst element). */
+static bool compare_tensor(const keel_value_t *got, const keel_value_t *want, char *why,
+                           size_t cap) {
+  keel_dtype dg = keel_value_dtype(got), dw = keel_value_dtype(want);
+  char sg[128], sw[128];
+  shape_text(got, sg, sizeof sg);
+  shape_text(want, sw, sizeof sw);
+  if (dg != dw) {
+    snprintf(why, cap, "type %s, expected %s", keel_dtype_name(dg), keel_dtype_name(dw));
+    return false;
+  }
+  if (strcmp(sg, sw)) {
+    snprintf(why, cap, "shape %s, expected %s", sg, sw);
+    return false;
+  }
+  int64_t n = keel_value_numel(want);
+  if (dw == KEEL_STRING) {
+    const keel_string *a = keel_value_data(got), *b = keel_value_data(want);
+    for (int64_t i = 0; i < n; i++)
+      if (a[i].len != b[i].len || memcmp(a[i].data, b[i].data, a[i].len)) {
+        snprintf(why, cap, "element %lld: \"%.60s\", expected \"%.60s\"", (long long)i,
+                 a[i].data, b[i].data);
+        return false;
+      }
+    return true;
+  }
+  int64_t worst = -1;
+  double worst_excess = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = keel_value_at(got, i), b = keel_value_at(want, i);
+    if (isnan(a) && isnan(b)) continue;
+    double excess;
+    if (is_float(dw)) {
+      if (isinf(a) || isinf(b)) excess = a == b ? 0 : INFINITY;
+      else excess = fabs(a - b) - (ATOL + RTOL * fabs(b));
+      if (isnan(excess)) excess = INFINITY;
+    } else {
+      excess = a == b ? 0 : fabs(a - b) + 1;
+    }
+    if (excess > 0 && (worst < 0 || excess > worst_excess)) worst = i, worst_excess = excess;
+  }
+  if (worst < 0) return true;
+  snprintf(why, cap, "shape %s, element %lld: got %.9g, expected %.9g", sw, (long long)worst,
+           keel_value_at(got, worst), keel_value_at(want, worst));
+  return false;
+}
+
+static bool compare_value(const keel_value_t *got, const keel_value_t *want, char *why,
+                          size_t cap) {
+  keel_value_kind kg = keel_value_kind_of(got), kw = keel_value_kind_of(want);
+  if (kg != kw) {
+    static const char *names[] = {"?", "tensor", "sequence", "none"};
+    snprintf(why, cap, "a %s, expected a %s", names[kg], names[kw]);
+    return false;
+  }
+  if (kw == KEEL_KIND_NONE) return true;
+  if (kw == KEEL_KIND_TENSOR) return compare_tensor(got, want, why, cap);
+  size_t ng = keel_sequence_length(got), nw = keel_sequence_length(want);
+  if (ng != nw) {
+    snprintf(why, cap, "sequence of %zu, expected %zu", ng, nw);
+    return false;
+  }
+  for (size_t i = 0; i < nw; i++) {
+    char inner[384];
+    if (!compare_tensor(keel_sequence_at(got, i), keel_sequence_at(want, i), inner, sizeof inner)) {
+      snprintf(why, cap, "item %zu: %s", i, inner);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ======================================================== one test */
+
+static void add_result(results *R, const char *name, result_kind kind, const char *detail) {
+  if (R->n == R->cap) {
+    R->cap = R->cap ? R->cap * 2 : 256;
+    R->r = realloc(R->r, R->cap * sizeof *R->r);
+  }
+  R->r[R->n++] = (result){strdup(name), kind, detail ? strdup(detail) : NULL};
+  if (detail && *detail) printf("%s %s: %s\n", kind_name[kind], name, detail);
+  else printf("%s %s\n", kind_name[kind], name);
+  fflush(stdout);
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorted subfolder names of dir starting with prefix (numeric suffix order
+ * for test_data_set_N). */
+static size_t list_dirs(const char *dir, const char *prefix, char ***out) {
+  DIR *d = opendir(dir);
+  size_t n = 0, cap = 0;
+  char **names = NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)) || e->d_name[0] == '.') continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (!cli_is_dir(path)) continue;
+    if (n == cap) names = realloc(names, (cap = cap ? cap * 2 : 64) * sizeof *names);
+    names[n++] = strdup(e->d_name);
+  }
+  if (d) closedir(d);
+  qsort(names, n, sizeof *names, cmp_str);
+  *out = names;
+  return n;
+}
+
+static void free_list(char **names, size_t n) {
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+/* Runs one data set; returns the result kind and writes details. */
+static result_kind run_dataset(keel_session_t *s, const char *dir, char *why, size_t cap) {
+  cli_inputs in = {0};
+  size_t nout = keel_session_output_count(s), nexp = 0;
+  keel_value_t **got = calloc(nout + 1, sizeof *got), **want = calloc(nout + 1, sizeof *want);
+  result_kind rk = R_PASS;
+  keel_status st = cli_load_data_dir(s, dir, &in);
+  if (!st) st = cli_load_expected(s, dir, want, nout, &nexp);
+  if (st) {
+    snprintf(why, cap, "reading test data: %s", keel_last_error());
+    rk = R_ERROR;
+  } else if ((st = keel_run(s, in.names, in.values, in.n, got))) {
+    snprintf(why, cap, "%s", keel_last_error());
+    rk = st == KEEL_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_ERROR;
+  } else {
+    for (size_t i = 0; i < nexp && rk == R_PASS; i++) {
+      char inner[512];
+      keel_io_info io;
+      keel_session_output(s, i, &io);
+      if (!compare_value(got[i], want[i], inner, sizeof inner)) {
+        snprintf(why, cap, "output '%s': %s", io.name, inner);
+        rk = R_FAIL;
+      }
+    }
+  }
+  for (size_t i = 0; i < nout; i++) keel_value_release(got[i]), keel_value_release(want[i]);
+  free(got);
+  free(want);
+  cli_inputs_free(&in);
+  return rk;
+}
+
+static void run_test(const char *dir, const char *name, const keel_options *opts, results *R) {
+  char path[4096], why[1024] = "";
+  snprintf(path, sizeof path, "%s/model.onnx", dir);
+  uint64_t before = keel_process_bytes();
+  keel_session_t *s;
+  keel_status st = keel_session_create(path, opts, &s);
+  if (st) {
+    add_result(R, name, st == KEEL_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_ERROR, keel_last_error());
+    return;
+  }
+  char **sets;
+  size_t nsets = list_dirs(dir, "test_data_set_", &sets);
+  result_kind rk = R_PASS;
+  for (size_t i = 0; i < nsets && rk == R_PASS; i++) {
+    char sd[4096];
+    snprintf(sd, sizeof sd, "%s/%s", dir, sets[i]);
+    char inner[900] = "";
+    rk = run_dataset(s, sd, inner, sizeof inner);
+    if (rk != R_PASS) snprintf(why, sizeof why, "%s: %s", sets[i], inner);
+  }
+  free_list(sets, nsets);
+  keel_session_destroy(s);
+  uint64_t after = keel_process_bytes();
+  if (rk == R_PASS && after != before) {
+    snprintf(why, sizeof why, "keel still holds %llu bytes after the test",
+             (unsigned long long)(after - before));
+    rk = R_FAIL;
+  }
+  add_result(R, name, rk, why);
+}
+
+static void run_path(const char *path, const keel_options *opts, results *R) {
+  char model[4096];
+  snprintf(model, sizeof model, "%s/model.onnx", path);
+  const char *base = strrchr(path, '/');
+  base = base && base[1] ? base + 1 : path;
+  if (cli_is_file(model)) {
+    run_test(path, base, opts, R);
+    return;
+  }
+  char **subs;
+  size_t n = list_dirs(path, "", &subs);
+  for (size_t i = 0; i < n; i++) {
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/%s", path, subs[i]);
+    snprintf(model, sizeof model, "%s/model.onnx", sub);
+    if (cli_is_file(model)) run_test(sub, subs[i], opts, R);
+    else add_result(R, subs[i], R_SKIP, "no model.onnx");
+  }
+  free_list(subs, n);
+}
+
+/* ========================================================== reports */
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+    else fputc(*s, f);
+  }
+  fputc('"', f);
+}
+
+static int write_json(const char *path, const results *R, size_t pass, size_t fail, size_t skip) {
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "keel: cannot write %s\n", path);
+    return 1;
+  }
+  fprintf(f, "{\"passed\": %zu, \"failed\": %zu, \"skipped\": %zu, \"tests\": [\n", pass, fail, skip);
+  for (size_t i = 0; i < R->n; i++) {
+    fprintf(f, "  {\"name\": ");
+    json_str(f, R->r[i].name);
+    fprintf(f, ", \"result\": \"%s\", \"detail\": ", kind_name[R->r[i].kind]);
+    json_str(f, R->r[i].detail ? R->r[i].detail : "");
+    fprintf(f, "}%s\n", i + 1 < R->n ? "," : "");
+  }
+  fprintf(f, "]}\n");
+  return fclose(f) ? 1 : 0;
+}
+
+/* Every test named in the list file must have passed. */
+static int check_expected(const char *list, const results *R) {
+  size_t len;
+  const char *err;
+  char *text = cli_read_file(list, &len, &err);
+  if (!text) {
+    fprintf(stderr, "keel: %s: %s\n", list, err);
+    return 1;
+  }
+  text = realloc(text, len + 1);
+  text[len] = 0;
+  int missing = 0, listed = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    if (!*line || *line == '#') continue;
+    listed++;
+    bool ok = false;
+    for (size_t i = 0; i < R->n && !ok; i++) ok = !strcmp(R->r[i].name, line) && R->r[i].kind == R_PASS;
+    if (!ok) {
+      printf("EXPECTED TO PASS: %s\n", line);
+      missing++;
+    }
+  }
+  free(text);
+  printf("%d of %d expected tests pass\n", listed - missing, listed);
+  return missing ? 1 : 0;
+}
+
+int cmd_test(int argc, char **argv) {
+  const char *json = NULL, *expect = NULL, *paths[1024];
+  size_t n_paths = 0, mem_limit = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
+    else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) {
+      if (!cli_parse_size(argv[++i], &mem_limit)) return cli_usage("test", "bad --mem-limit");
+    } else if (argv[i][0] == '-') {
+      char msg[256];
+      snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", argv[i]);
+      return cli_usage("test", msg);
+    } else if (n_paths < 1024) {
+      if (!cli_is_dir(argv[i])) {
+        char msg[4200];
+        snprintf(msg, sizeof msg, "%s: no such folder", argv[i]);
+        return cli_usage("test", msg);
+      }
+      paths[n_paths++] = argv[i];
+    }
+  }
+  if (!n_paths) return cli_usage("test", "no test folder given");
+  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit};
+  results R = {0};
+  for (size_t i = 0; i < n_paths; i++) run_path(paths[i], &opts, &R);
+  size_t pass = 0, fail = 0, skip = 0;
+  for (size_t i = 0; i < R.n; i++) {
+    if (R.r[i].kind == R_PASS) pass++;
+    else if (R.r[i].kind == R_SKIP) skip++;
+    else fail++;
+  }
+  if (skip) printf("%zu passed, %zu failed, %zu skipped\n", pass, fail, skip);
+  else printf("%zu passed, %zu failed\n", pass, fail);
+  int rc = fail ? 1 : 0;
+  if (json && write_json(json, &R, pass, fail, skip)) rc = 1;
+  if (expect) rc = check_expected(expect, &R);
+  for (size_t i = 0; i < R.n; i++) free(R.r[i].name), free(R.r[i].detail);
+  free(R.r);
+  return rc;
+}

@@ -1,0 +1,43 @@
+/* main.c: the `keel` command: run, test, info, memcheck. */
+#include <string.h>
+
+#include "cli.h"
+
+static const char *g_usage[][2] = {
+    {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"
+            "               [--mem-limit SIZE]\n"
+            "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
+            "  memory statistics. Inputs not given are generated (symbolic dims = 1)."},
+    {"test", "keel test PATH... [--json FILE] [--expect LIST] [--mem-limit SIZE]\n"
+             "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
+             "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
+             "  LIST (one per line) does not pass."},
+    {"info", "keel info MODEL [--json]\n"
+             "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
+             "  control-flow tree and weight bytes."},
+    {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--mem-limit SIZE]\n"
+                 "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
+                 "  run; exits 1 if allocated memory grew after the first run."},
+};
+
+int cli_usage(const char *cmd, const char *problem) {
+  if (problem) fprintf(stderr, "keel: %s\n", problem);
+  fprintf(stderr, "usage:\n");
+  for (size_t i = 0; i < sizeof g_usage / sizeof g_usage[0]; i++)
+    if (!cmd || !strcmp(cmd, g_usage[i][0])) fprintf(stderr, "%s\n", g_usage[i][1]);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return cli_usage(NULL, NULL);
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+  if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
+  if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+  if (!strcmp(cmd, "memcheck")) return cmd_memcheck(argc - 2, argv + 2);
+  if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+    cli_usage(NULL, NULL);
+    return 0;
+  }
+  return cli_usage(NULL, "unknown command");
+}

@@ -1,0 +1,101 @@
+/* exec.h: the session (immutable after load), runs, frames.
+ *
+ * A session holds the model IR, its plans, the kernels bound to each node,
+ * the constants, the owner-tag site table and the allocator. It does not
+ * change after creation, so any number of threads may run it at once.
+ *
+ * A run borrows a keel_runctx from the session's pool: one frame per graph of
+ * the model (each graph is active at most once at a time within a run, as
+ * ONNX has no recursion). Frames are reused across loop iterations and
+ * across runs, but a run is used by one thread at a time. Between uses
+ * every slot is empty (DESIGN rule 4). A frame's generation counter moves on
+ * every entry and exit; a child that reads an outer value checks the
+ * generation it saw when it entered, so a stale parent is an error, never a
+ * dangling read.
+ */
+#ifndef KEEL_EXEC_H
+#define KEEL_EXEC_H
+
+#include "../ops/kernel.h"
+#include "keel_stats.h"
+
+typedef struct keel_frame {
+  keel_val *slots;              /* g->n_slots                              */
+  const keel_graph *g;
+  struct keel_frame *parent;    /* set while the frame is active           */
+  uint32_t gen;                 /* bumped on every entry and exit          */
+  uint32_t parent_gen;          /* parent->gen seen at entry               */
+  uint32_t iter;                /* iteration of the loop that runs it      */
+  bool active;
+  /* per-node scratch, sized for the widest node of the graph */
+  const keel_val **in;
+  keel_val **out;
+  keel_val *dropped;            /* targets for omitted outputs             */
+  int32_t max_in, max_out;
+} keel_frame;
+
+typedef struct keel_runctx {
+  struct keel_session_s *s;
+  keel_frame *frames;           /* indexed by graph id                     */
+  struct keel_runctx *next;        /* pool link                               */
+  size_t bytes;                 /* bookkeeping bytes, for freeing           */
+} keel_runctx;
+
+/* Who owns blocks allocated for one site: the value a node output writes. */
+typedef struct keel_site {
+  const keel_graph *g;
+  const keel_node *node;        /* NULL for run inputs / session           */
+  int32_t out;                  /* output index                            */
+} keel_site;
+
+struct keel_session_s {
+  keel_model *m;
+  keel_heap *heap;
+  keel_val *consts;             /* m->n_consts, kind TENSOR (STATIC)       */
+  keel_options opts;
+  keel_mutex pool_lock;
+  keel_runctx *pool;               /* idle runs                               */
+  uint32_t n_sites;
+  keel_site *sites;
+  /* cached descriptions of the main graph's inputs and outputs */
+  keel_io_info *in_info, *out_info;
+  /* test-only: when set, control flow keeps a reference to the results of
+   * every sub-graph it runs (the If-leak of the detector report); used to
+   * prove the steady-state tests catch it */
+  bool debug_leak_branch_results;
+  keel_val *leaked;
+  size_t n_leaked, cap_leaked;
+};
+
+/* Runs graph g in run R with `parent` as the enclosing frame. Inputs are
+ * moved into the frame (each entry is EMPTY afterwards, also on error);
+ * EMPTY entries take the input's default constant, if any. Outputs are
+ * written to `outputs` (g->n_out entries, EMPTY on entry). On error every
+ * slot of the frame is released and `outputs` are left EMPTY. */
+KEEL_INTERNAL keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g,
+                                          keel_frame *parent, keel_val *inputs,
+                                          int32_t n_inputs, keel_val *outputs,
+                                          uint32_t iter);
+
+/* True when every slot of f is EMPTY. */
+KEEL_INTERNAL bool keel_frame_is_empty(const keel_frame *f);
+
+/* Reports a loop iteration to the session's hook (no-op without one). */
+KEEL_INTERNAL void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop,
+                                            int64_t iteration);
+
+/* Test hook: keep a reference to `v` in the session (debug leak switch). */
+KEEL_INTERNAL void keel_exec_debug_leak(keel_runctx *R, const keel_val *v);
+
+/* Run pool. */
+KEEL_INTERNAL keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R);
+KEEL_INTERNAL void keel_run_release(keel_runctx *R);
+KEEL_INTERNAL void keel_run_pool_free(struct keel_session_s *s);
+
+/* Kernel table lookup (ops/registry.c). NULL when nothing matches; then
+ * keel_ops_unsupported() formats the error. */
+KEEL_INTERNAL const keel_opdef *keel_ops_find(const char *domain,
+                                              const char *name, int64_t opset);
+KEEL_INTERNAL keel_status keel_ops_unsupported(const keel_node *n);
+
+#endif /* KEEL_EXEC_H */

@@ -1,0 +1,228 @@
+/* info.c: keel_session_describe: what a model is, as text or JSON. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "exec.h"
+
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+  bool failed;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) KEEL_PRINTF(2, 3);
+static void put(sbuf *b, const char *fmt, ...) {
+  if (b->failed) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = true;
+      return;
+    }
+    if (b->p && (size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 4096;
+    while (cap - b->len <= (size_t)n) cap *= 2;
+    char *q = realloc(b->p, cap);
+    if (!q) {
+      b->failed = true;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+}
+
+static void put_json_str(sbuf *b, const char *s) {
+  put(b, "\"");
+  for (; s && *s; s++) {
+    if (*s == '"' || *s == '\\') put(b, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) put(b, "\\u%04x", *s);
+    else put(b, "%c", *s);
+  }
+  put(b, "\"");
+}
+
+static void put_type(sbuf *b, const keel_type *t) {
+  if (t->kind == KEEL_TYPE_OPTIONAL) {
+    put(b, "optional<");
+    if (t->elem) put_type(b, t->elem);
+    put(b, ">");
+    return;
+  }
+  if (t->kind == KEEL_TYPE_SEQUENCE) {
+    put(b, "sequence<");
+    if (t->elem) put_type(b, t->elem);
+    put(b, ">");
+    return;
+  }
+  put(b, "%s", keel_dtype_name((keel_dtype)t->dtype));
+  if (t->rank < 0) {
+    put(b, " [?]");
+    return;
+  }
+  put(b, " [");
+  for (int32_t i = 0; i < t->rank; i++) {
+    if (t->dim_params[i]) put(b, "%s%s", i ? "," : "", t->dim_params[i]);
+    else if (t->dims[i] < 0) put(b, "%s?", i ? "," : "");
+    else put(b, "%s%lld", i ? "," : "", (long long)t->dims[i]);
+  }
+  put(b, "]");
+}
+
+/* ------------------------------------------------------- op counts */
+
+typedef struct opcount {
+  const char *name;
+  int64_t n;
+} opcount;
+
+static void count_ops(const keel_graph *g, opcount *c, size_t *nc, size_t cap) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const char *op = g->nodes[i].op_type;
+    size_t k = 0;
+    while (k < *nc && strcmp(c[k].name, op)) k++;
+    if (k == *nc && *nc < cap) c[(*nc)++] = (opcount){op, 0};
+    if (k < cap) c[k].n++;
+  }
+}
+
+static int by_count(const void *a, const void *b) {
+  const opcount *x = a, *y = b;
+  return x->n != y->n ? (y->n > x->n ? 1 : -1) : strcmp(x->name, y->name);
+}
+
+/* ---------------------------------------------------------- tree */
+
+static void tree_text(sbuf *b, const keel_graph *g, int indent) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_subs; k++) {
+      const keel_graph *s = n->subs[k];
+      put(b, "%*s%s '%s' %s -> %s (depth %d, %d nodes)\n", indent, "", n->op_type, n->name,
+          s->owner_attr ? s->owner_attr : "", s->path, s->depth, s->n_nodes);
+      tree_text(b, s, indent + 2);
+    }
+  }
+}
+
+static void tree_json(sbuf *b, const keel_graph *g) {
+  put(b, "{\"path\": ");
+  put_json_str(b, g->path);
+  put(b, ", \"depth\": %d, \"nodes\": %d, \"subgraphs\": [", g->depth, g->n_nodes);
+  bool first = true;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_subs; k++) {
+      put(b, "%s{\"node\": ", first ? "" : ", ");
+      put_json_str(b, n->name);
+      put(b, ", \"op\": ");
+      put_json_str(b, n->op_type);
+      put(b, ", \"attribute\": ");
+      put_json_str(b, n->subs[k]->owner_attr);
+      put(b, ", \"graph\": ");
+      tree_json(b, n->subs[k]);
+      put(b, "}");
+      first = false;
+    }
+  }
+  put(b, "]}");
+}
+
+/* ---------------------------------------------------------- whole */
+
+static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
+                          int64_t nodes) {
+  put(b, "model      %s\n", m->path);
+  put(b, "producer   %s %s\n", m->producer_name ? m->producer_name : "(none)",
+      m->producer_version ? m->producer_version : "");
+  put(b, "ir version %lld\nopsets    ", (long long)m->ir_version);
+  for (int32_t i = 0; i < m->n_opsets; i++)
+    put(b, " %s %lld%s", m->opsets[i].domain[0] ? m->opsets[i].domain : "ai.onnx",
+        (long long)m->opsets[i].version, i + 1 < m->n_opsets ? "," : "");
+  const keel_graph *g = m->main;
+  put(b, "\ninputs\n");
+  for (int32_t i = 0; i < g->n_in; i++) {
+    put(b, "  %-24s ", g->in_names[i]);
+    put_type(b, &g->in_types[i]);
+    put(b, "%s\n", g->in_default[i] >= 0 ? "  (has initializer)" : "");
+  }
+  put(b, "outputs\n");
+  for (int32_t i = 0; i < g->n_out; i++) {
+    put(b, "  %-24s ", g->out_names[i]);
+    put_type(b, &g->out_types[i]);
+    put(b, "\n");
+  }
+  put(b, "nodes      %lld in %d graph(s):", (long long)nodes, m->n_graphs);
+  for (size_t i = 0; i < nc; i++) put(b, "%s %s %lld", i ? "," : "", c[i].name, (long long)c[i].n);
+  put(b, "\ncontrol flow\n  main (%d nodes)\n", g->n_nodes);
+  tree_text(b, g, 4);
+  put(b, "weights    %llu bytes in %d constants (%llu bytes copied, the rest mapped)\n",
+      (unsigned long long)m->weight_bytes, m->n_consts, (unsigned long long)m->weight_bytes_copied);
+}
+
+static void describe_json(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
+                          int64_t nodes) {
+  put(b, "{\"model\": ");
+  put_json_str(b, m->path);
+  put(b, ", \"producer\": ");
+  put_json_str(b, m->producer_name);
+  put(b, ", \"producer_version\": ");
+  put_json_str(b, m->producer_version);
+  put(b, ", \"ir_version\": %lld, \"opsets\": {", (long long)m->ir_version);
+  for (int32_t i = 0; i < m->n_opsets; i++) {
+    put_json_str(b, m->opsets[i].domain[0] ? m->opsets[i].domain : "ai.onnx");
+    put(b, ": %lld%s", (long long)m->opsets[i].version, i + 1 < m->n_opsets ? ", " : "");
+  }
+  const keel_graph *g = m->main;
+  for (int io = 0; io < 2; io++) {
+    put(b, io ? "], \"outputs\": [" : "}, \"inputs\": [");
+    int32_t n = io ? g->n_out : g->n_in;
+    for (int32_t i = 0; i < n; i++) {
+      put(b, "%s{\"name\": ", i ? ", " : "");
+      put_json_str(b, io ? g->out_names[i] : g->in_names[i]);
+      put(b, ", \"type\": \"");
+      put_type(b, io ? &g->out_types[i] : &g->in_types[i]);
+      put(b, "\"}");
+    }
+  }
+  put(b, "], \"nodes\": %lld, \"graphs\": %d, \"op_counts\": {", (long long)nodes, m->n_graphs);
+  for (size_t i = 0; i < nc; i++) {
+    put_json_str(b, c[i].name);
+    put(b, ": %lld%s", (long long)c[i].n, i + 1 < nc ? ", " : "");
+  }
+  put(b, "}, \"control_flow\": ");
+  tree_json(b, g);
+  put(b, ", \"weight_bytes\": %llu, \"weight_bytes_copied\": %llu, \"constants\": %d}\n",
+      (unsigned long long)m->weight_bytes, (unsigned long long)m->weight_bytes_copied, m->n_consts);
+}
+
+keel_status keel_session_describe(const keel_session_t *s, int json, char **out) {
+  if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_describe: NULL argument");
+  const keel_model *m = s->m;
+  size_t cap = 512, nc = 0;
+  opcount *c = calloc(cap, sizeof *c);
+  if (!c) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "describe");
+  int64_t nodes = 0;
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    count_ops(m->graphs[i], c, &nc, cap);
+    nodes += m->graphs[i]->n_nodes;
+  }
+  qsort(c, nc, sizeof *c, by_count);
+  sbuf b = {0};
+  if (json) describe_json(&b, m, c, nc, nodes);
+  else describe_text(&b, m, c, nc, nodes);
+  free(c);
+  if (b.failed || !b.p) {
+    free(b.p);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "describe");
+  }
+  *out = b.p;
+  return KEEL_OK;
+}

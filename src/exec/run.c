@@ -1,0 +1,270 @@
+/* run.c: executing a graph in a frame: the per-node loop, input
+ * resolution, release at last use, outputs moved out, and the pool of runs.
+ *
+ * The per-node loop is the hot path. Per node it resolves the input refs to
+ * value pointers (a slot index, a constant index, or a walk of `levels`
+ * parent frames), points the outputs at their slots, calls the kernel,
+ * frees the kernel's scratch and drops the node's release list. No names,
+ * no hashing, no allocation of its own.
+ */
+#include "exec.h"
+
+#include "../mem/sysmem.h"
+
+/* ============================================================== pool */
+
+static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out) {
+  int32_t mi = 1, mo = 1;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    mi = KEEL_MAX(mi, g->nodes[i].n_in);
+    mo = KEEL_MAX(mo, g->nodes[i].n_out);
+  }
+  *max_in = mi;
+  *max_out = mo;
+  return (size_t)g->n_slots * sizeof(keel_val) + (size_t)mi * sizeof(keel_val *) +
+         (size_t)mo * (sizeof(keel_val *) + sizeof(keel_val));
+}
+
+/* One allocation holds the run, its frames and every frame's arrays. */
+static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
+  const keel_model *m = s->m;
+  size_t bytes = sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    int32_t a, b;
+    bytes += frame_bytes(m->graphs[i], &a, &b);
+  }
+  uint8_t *p = keel_sys_calloc(1, bytes);
+  if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
+  keel_runctx *R = (keel_runctx *)(void *)p;
+  R->s = s;
+  R->bytes = bytes;
+  R->frames = (keel_frame *)(void *)(p + sizeof(keel_runctx));
+  uint8_t *at = p + sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    keel_frame *f = &R->frames[i];
+    const keel_graph *g = m->graphs[i];
+    f->g = g;
+    size_t fb = frame_bytes(g, &f->max_in, &f->max_out);
+    f->slots = (keel_val *)(void *)at;
+    f->dropped = f->slots + g->n_slots;
+    f->in = (const keel_val **)(void *)(f->dropped + f->max_out);
+    f->out = (keel_val **)(void *)(f->in + f->max_in);
+    at += fb;
+  }
+  *out = R;
+  return KEEL_OK;
+}
+
+keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
+  keel_mutex_lock(&s->pool_lock);
+  keel_runctx *r = s->pool;
+  if (r) s->pool = r->next;
+  keel_mutex_unlock(&s->pool_lock);
+  if (!r) KEEL_TRY(run_new(s, &r));
+  r->next = NULL;
+  *R = r;
+  return KEEL_OK;
+}
+
+void keel_run_release(keel_runctx *R) {
+  struct keel_session_s *s = R->s;
+  keel_mutex_lock(&s->pool_lock);
+  R->next = s->pool;
+  s->pool = R;
+  keel_mutex_unlock(&s->pool_lock);
+}
+
+void keel_run_pool_free(struct keel_session_s *s) {
+  keel_runctx *r = s->pool;
+  while (r) {
+    keel_runctx *n = r->next;
+    keel_sys_free(r, r->bytes);
+    r = n;
+  }
+  s->pool = NULL;
+}
+
+/* ===================================================== value lookup */
+
+/* The value a ref names, from frame f. NULL (with an error) when a parent
+ * frame has moved on since f entered, or the slot is empty. */
+static const keel_val *resolve(keel_runctx *R, keel_frame *f, keel_ref r,
+                               keel_status *st) {
+  switch (keel_ref_kind(r)) {
+    case KEEL_REF_LOCAL: {
+      const keel_val *v = &f->slots[keel_ref_slot(r)];
+      if (KEEL_LIKELY(v->kind != KEEL_V_EMPTY)) return v;
+      *st = keel_err(KEEL_ERR_INTERNAL, "value '%s' is empty when read",
+                     f->g->slot_names[keel_ref_slot(r)]);
+      return NULL;
+    }
+    case KEEL_REF_CONST: return &R->s->consts[keel_ref_const_index(r)];
+    default: break;
+  }
+  keel_frame *p = f;
+  for (uint32_t l = keel_ref_levels(r); l > 0; l--) {
+    if (!p->parent || !p->parent->active || p->parent->gen != p->parent_gen) {
+      *st = keel_err(KEEL_ERR_STALE,
+                     "graph '%s' reads an outer value through a frame that is "
+                     "no longer the one it entered from",
+                     f->g->path);
+      return NULL;
+    }
+    p = p->parent;
+  }
+  const keel_val *v = &p->slots[keel_ref_slot(r)];
+  if (v->kind != KEEL_V_EMPTY) return v;
+  *st = keel_err(KEEL_ERR_INTERNAL, "outer value '%s' is empty when read",
+                 p->g->slot_names[keel_ref_slot(r)]);
+  return NULL;
+}
+
+/* ========================================================= one node */
+
+static void drop_scratch(keel_kctx *k) {
+  for (int32_t i = 0; i < k->n_scratch; i++) keel_heap_free(k->heap, k->scratch[i]);
+  k->n_scratch = 0;
+}
+
+static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st) {
+  for (int32_t i = 0; i < n->n_out; i++) keel_val_clear(k->out[i]);
+  drop_scratch(k);
+  if (n->name[0]) return keel_err_prefix(st, "node '%s' (%s)", n->name, n->op_type);
+  return keel_err_prefix(st, "node #%d (%s)", n->index, n->op_type);
+}
+
+static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
+  keel_status st = KEEL_OK;
+  for (int32_t i = 0; i < n->n_in; i++) {
+    keel_ref r = n->in[i];
+    f->in[i] = r == KEEL_REF_NONE ? NULL : resolve(R, f, r, &st);
+    if (KEEL_UNLIKELY(st)) return keel_err_prefix(st, "node '%s' (%s)", n->name, n->op_type);
+  }
+  for (int32_t i = 0; i < n->n_out; i++)
+    f->out[i] = n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
+  keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
+                 .n_out = n->n_out, .heap = R->s->heap,
+                 .owner = {n->site, f->iter}, .run = R, .frame = f};
+  st = n->op->fn(&k);
+  if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
+  drop_scratch(&k);
+  for (int32_t i = 0; i < n->n_out; i++) {
+    if (n->out[i] < 0) {
+      keel_val_clear(&f->dropped[i]);
+    } else if (KEEL_UNLIKELY(f->slots[n->out[i]].kind == KEEL_V_EMPTY)) {
+      st = keel_err(KEEL_ERR_INTERNAL, "kernel produced no value for output %d", i);
+      return node_failed(n, &k, st);
+    }
+  }
+  for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
+  return KEEL_OK;
+}
+
+/* ======================================================= one graph */
+
+static void frame_clear(keel_frame *f) {
+  for (int32_t i = 0; i < f->g->n_slots; i++) keel_val_clear(&f->slots[i]);
+}
+
+static void frame_exit(keel_frame *f) {
+  f->gen++;
+  f->active = false;
+  f->parent = NULL;
+}
+
+/* Outputs leave the frame: the last listing of a local slot moves it, any
+ * other listing (and constants, outer values) takes a new reference. */
+static keel_status collect_outputs(keel_runctx *R, keel_frame *f, keel_val *outputs) {
+  const keel_graph *g = f->g;
+  for (int32_t i = 0; i < g->n_out; i++) {
+    keel_ref r = g->out[i];
+    if (keel_ref_kind(r) == KEEL_REF_LOCAL && g->out_move[i]) {
+      keel_val *v = &f->slots[keel_ref_slot(r)];
+      if (v->kind == KEEL_V_EMPTY)
+        return keel_err(KEEL_ERR_INTERNAL, "graph '%s': output '%s' was never produced",
+                        g->path, g->out_names[i]);
+      keel_val_move(&outputs[i], v);
+      continue;
+    }
+    keel_status st = KEEL_OK;
+    const keel_val *v = resolve(R, f, r, &st);
+    if (!v) return st;
+    keel_val_ref(&outputs[i], v);
+  }
+  return KEEL_OK;
+}
+
+static keel_status enter(keel_runctx *R, const keel_graph *g, keel_frame *parent,
+                         keel_val *inputs, int32_t n_inputs, uint32_t iter,
+                         keel_frame **out) {
+  keel_frame *f = &R->frames[g->id];
+  if (f->active) {
+    for (int32_t i = 0; i < n_inputs; i++) keel_val_clear(&inputs[i]);
+    return keel_err(KEEL_ERR_INTERNAL, "graph '%s' entered twice in one run", g->path);
+  }
+  f->active = true;
+  f->gen++;
+  f->parent = parent;
+  f->parent_gen = parent ? parent->gen : 0;
+  f->iter = iter;
+  keel_assert_internal(keel_frame_is_empty(f));
+  for (int32_t i = 0; i < g->n_in; i++) {
+    keel_val *slot = &f->slots[g->in[i]];
+    if (i < n_inputs && inputs[i].kind != KEEL_V_EMPTY) keel_val_move(slot, &inputs[i]);
+    else if (g->in_default[i] >= 0) keel_val_ref(slot, &R->s->consts[g->in_default[i]]);
+  }
+  for (int32_t i = g->n_in; i < n_inputs; i++) keel_val_clear(&inputs[i]);
+  for (int32_t i = 0; i < g->n_drop_in; i++) keel_val_clear(&f->slots[g->drop_in[i]]);
+  *out = f;
+  return KEEL_OK;
+}
+
+bool keel_frame_is_empty(const keel_frame *f) {
+  for (int32_t i = 0; i < f->g->n_slots; i++)
+    if (f->slots[i].kind != KEEL_V_EMPTY) return false;
+  return true;
+}
+
+keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *parent,
+                            keel_val *inputs, int32_t n_inputs, keel_val *outputs,
+                            uint32_t iter) {
+  keel_frame *f;
+  KEEL_TRY(enter(R, g, parent, inputs, n_inputs, iter, &f));
+  keel_status st = KEEL_OK;
+  for (int32_t p = 0; p < g->n_nodes && !st; p++) st = run_node(R, f, &g->nodes[g->order[p]]);
+  if (!st) st = collect_outputs(R, f, outputs);
+  if (st) {
+    for (int32_t i = 0; i < g->n_out; i++) keel_val_clear(&outputs[i]);
+    frame_clear(f);
+  }
+  /* by the plan every slot is empty now; a leftover is a keel bug */
+  keel_assert(keel_frame_is_empty(f));
+  if (!st && !keel_frame_is_empty(f)) frame_clear(f);
+  frame_exit(f);
+  return st;
+}
+
+/* ====================================================== hooks */
+
+void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop, int64_t iteration) {
+  const keel_options *o = &R->s->opts;
+  if (o->on_iteration)
+    o->on_iteration(o->iteration_ud, loop->name, iteration, keel_heap_allocated(R->s->heap));
+}
+
+void keel_exec_debug_leak(keel_runctx *R, const keel_val *v) {
+  struct keel_session_s *s = R->s;
+  keel_mutex_lock(&s->pool_lock);
+  if (s->n_leaked == s->cap_leaked) {
+    size_t nc = s->cap_leaked ? s->cap_leaked * 2 : 16;
+    keel_val *q = keel_sys_realloc(s->leaked, s->cap_leaked * sizeof *q, nc * sizeof *q);
+    if (!q) {
+      keel_mutex_unlock(&s->pool_lock);
+      return;
+    }
+    s->leaked = q;
+    s->cap_leaked = nc;
+  }
+  keel_val_ref(&s->leaked[s->n_leaked++], v);
+  keel_mutex_unlock(&s->pool_lock);
+}

@@ -1,0 +1,311 @@
+/* session.c: creating a session (load -> resolve -> plan -> bind), the
+ * public run entry point, input checks, and the memory-statistics API.
+ *
+ * Binding gives each node its kernel, looked up once by (domain, op_type,
+ * opset); a node keel cannot run makes creation fail with
+ * KEEL_ERR_UNSUPPORTED naming the op, domain and opset, before any run.
+ * It also numbers the owner-tag sites: one per node output, so every block
+ * a node allocates can be traced to the value it became.
+ */
+#include <stdio.h>
+
+#include "../ir/scope.h"
+#include "../mem/sysmem.h"
+#include "../onnx/onnx.h"
+#include "exec.h"
+#include "session.h"
+
+/* ============================================================ binding */
+
+static keel_status bind_graph(keel_session_t *s, const keel_graph *g, uint32_t *site) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    n->op = keel_ops_find(n->domain, n->op_type, n->opset);
+    if (!n->op) return keel_err_prefix(keel_ops_unsupported(n), "graph '%s'", g->path);
+    n->site = *site;
+    for (int32_t k = 0; k < n->n_out; k++) {
+      if (s->sites) s->sites[*site] = (keel_site){g, n, k};
+      (*site)++;
+    }
+    if (n->n_out == 0) {
+      if (s->sites) s->sites[*site] = (keel_site){g, n, -1};
+      (*site)++;
+    }
+  }
+  return KEEL_OK;
+}
+
+static keel_status bind(keel_session_t *s) {
+  const keel_model *m = s->m;
+  uint32_t n = KEEL_SITE_FIRST_NODE;
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(bind_graph(s, m->graphs[i], &n));
+  s->sites = keel_sys_calloc(n, sizeof(keel_site));
+  if (!s->sites) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "site table");
+  s->n_sites = n;
+  n = KEEL_SITE_FIRST_NODE;
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(bind_graph(s, m->graphs[i], &n));
+  return KEEL_OK;
+}
+
+/* ========================================================= io info */
+
+static void type_to_info(const keel_type *t, const char *name, bool has_default,
+                         keel_io_info *io) {
+  memset(io, 0, sizeof *io);
+  io->name = name;
+  io->has_default = has_default;
+  const keel_type *e = t;
+  if (t->kind == KEEL_TYPE_OPTIONAL) {
+    io->optional = 1;
+    e = t->elem ? t->elem : t;
+  }
+  io->kind = e->kind == KEEL_TYPE_SEQUENCE ? KEEL_KIND_SEQUENCE : KEEL_KIND_TENSOR;
+  if (e->kind == KEEL_TYPE_SEQUENCE && e->elem) e = e->elem;
+  io->dtype = (keel_dtype)e->dtype;
+  io->rank = e->rank;
+  io->dims = e->dims;
+  io->dim_params = e->dim_params;
+}
+
+static keel_status build_io(keel_session_t *s) {
+  const keel_graph *g = s->m->main;
+  s->in_info = keel_sys_calloc((size_t)g->n_in + 1, sizeof(keel_io_info));
+  s->out_info = keel_sys_calloc((size_t)g->n_out + 1, sizeof(keel_io_info));
+  if (!s->in_info || !s->out_info) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "io info");
+  for (int32_t i = 0; i < g->n_in; i++)
+    type_to_info(&g->in_types[i], g->in_names[i], g->in_default[i] >= 0, &s->in_info[i]);
+  for (int32_t i = 0; i < g->n_out; i++)
+    type_to_info(&g->out_types[i], g->out_names[i], false, &s->out_info[i]);
+  return KEEL_OK;
+}
+
+/* ========================================================== create */
+
+static keel_status make_consts(keel_session_t *s) {
+  const keel_model *m = s->m;
+  s->consts = keel_sys_calloc((size_t)m->n_consts + 1, sizeof(keel_val));
+  if (!s->consts) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "constants");
+  for (int32_t i = 0; i < m->n_consts; i++) {
+    s->consts[i].kind = KEEL_V_TENSOR;
+    s->consts[i].t = m->consts[i];
+  }
+  return KEEL_OK;
+}
+
+static keel_status finish(keel_model *m, const keel_options *opts, keel_session_t **out) {
+  keel_session_t *s = keel_sys_calloc(1, sizeof *s);
+  if (!s) {
+    keel_onnx_free(m);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "session");
+  }
+  s->m = m;
+  keel_mutex_init(&s->pool_lock);
+  if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
+  s->opts.size = sizeof s->opts;
+  keel_status st = keel_ir_resolve(m);
+  if (!st) st = keel_ir_plan(m);
+  if (!st) st = bind(s);
+  if (!st) st = make_consts(s);
+  if (!st) st = build_io(s);
+  if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
+    st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (st) {
+    keel_err_prefix(st, "%s", m->path);
+    keel_session_destroy(s);
+    return st;
+  }
+  *out = s;
+  return KEEL_OK;
+}
+
+keel_status keel_session_create(const char *path, const keel_options *opts,
+                                keel_session_t **out) {
+  if (!path || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create: NULL argument");
+  keel_err_clear();
+  keel_model *m;
+  KEEL_TRY(keel_onnx_load_file(path, &m));
+  return finish(m, opts, out);
+}
+
+keel_status keel_session_create_from_memory(const void *bytes, size_t len,
+                                            const char *base_dir,
+                                            const keel_options *opts,
+                                            keel_session_t **out) {
+  if ((!bytes && len) || !out)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create_from_memory: NULL argument");
+  keel_err_clear();
+  keel_model *m;
+  KEEL_TRY(keel_onnx_load_memory(bytes, len, base_dir, &m));
+  return finish(m, opts, out);
+}
+
+void keel_session_destroy(keel_session_t *s) {
+  if (!s) return;
+  keel_run_pool_free(s);
+  for (size_t i = 0; i < s->n_leaked; i++) keel_val_clear(&s->leaked[i]);
+  keel_sys_free(s->leaked, s->cap_leaked * sizeof(keel_val));
+  const keel_graph *g = s->m->main;
+  keel_sys_free(s->in_info, ((size_t)g->n_in + 1) * sizeof(keel_io_info));
+  keel_sys_free(s->out_info, ((size_t)g->n_out + 1) * sizeof(keel_io_info));
+  keel_sys_free(s->consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
+  keel_sys_free(s->sites, (size_t)s->n_sites * sizeof(keel_site));
+  keel_onnx_free(s->m);
+  keel_heap_release(s->heap); /* lives on while user values hold it */
+  keel_mutex_destroy(&s->pool_lock);
+  keel_sys_free(s, sizeof *s);
+}
+
+/* ============================================================ io API */
+
+size_t keel_session_input_count(const keel_session_t *s) {
+  return s ? (size_t)s->m->main->n_in : 0;
+}
+size_t keel_session_output_count(const keel_session_t *s) {
+  return s ? (size_t)s->m->main->n_out : 0;
+}
+
+keel_status keel_session_input(const keel_session_t *s, size_t i, keel_io_info *info) {
+  if (!s || !info || i >= (size_t)s->m->main->n_in)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_input: no input %zu", i);
+  *info = s->in_info[i];
+  return KEEL_OK;
+}
+
+keel_status keel_session_output(const keel_session_t *s, size_t i, keel_io_info *info) {
+  if (!s || !info || i >= (size_t)s->m->main->n_out)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_output: no output %zu", i);
+  *info = s->out_info[i];
+  return KEEL_OK;
+}
+
+/* ============================================================== run */
+
+/* The value against the declared type of a graph input. */
+static keel_status check_input(const keel_type *t, const keel_val *v, const char *name) {
+  if (t->kind == KEEL_TYPE_OPTIONAL || t->kind == KEEL_TYPE_UNKNOWN) return KEEL_OK;
+  if (v->kind == KEEL_V_NONE)
+    return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' is not optional", name);
+  if (t->kind == KEEL_TYPE_SEQUENCE) {
+    if (v->kind != KEEL_V_SEQUENCE)
+      return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' must be a sequence", name);
+    return KEEL_OK;
+  }
+  if (v->kind != KEEL_V_TENSOR)
+    return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' must be a tensor", name);
+  if (t->dtype && t->dtype != v->t.dtype)
+    return keel_err(KEEL_ERR_SHAPE, "input '%s' must be %s, got %s", name,
+                    keel_dtype_name((keel_dtype)t->dtype), keel_dtype_name((keel_dtype)v->t.dtype));
+  bool ok = t->rank < 0 || t->rank == v->t.rank;
+  for (int32_t d = 0; ok && t->rank >= 0 && d < t->rank; d++)
+    ok = t->dims[d] < 0 || t->dim_params[d] || t->dims[d] == v->t.shape[d];
+  if (ok) return KEEL_OK;
+  char want[256] = "[", got[256];
+  for (int32_t d = 0; d < t->rank; d++) {
+    char one[64];
+    if (t->dim_params[d]) snprintf(one, sizeof one, "%s%s", d ? "," : "", t->dim_params[d]);
+    else if (t->dims[d] < 0) snprintf(one, sizeof one, "%s?", d ? "," : "");
+    else snprintf(one, sizeof one, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+    strncat(want, one, sizeof want - strlen(want) - 2);
+  }
+  strcat(want, "]");
+  return keel_err(KEEL_ERR_SHAPE, "input '%s' must have shape %s, got %s", name, want,
+                  keel_shape_str(v->t.rank, v->t.shape, got, sizeof got));
+}
+
+static keel_status bind_inputs(keel_session_t *s, const char *const *names,
+                               keel_value_t *const *inputs, size_t n, keel_val *in) {
+  const keel_graph *g = s->m->main;
+  for (size_t i = 0; i < n; i++) {
+    if (!names || !names[i] || !inputs || !inputs[i])
+      return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: input %zu is NULL", i);
+    int32_t k = 0;
+    while (k < g->n_in && strcmp(g->in_names[k], names[i])) k++;
+    if (k == g->n_in) return keel_err(KEEL_ERR_INVALID_ARG, "the model has no input '%s'", names[i]);
+    if (in[k].kind != KEEL_V_EMPTY)
+      return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' is given twice", names[i]);
+    const keel_val *v = keel_value_val(inputs[i]);
+    KEEL_TRY(check_input(&g->in_types[k], v, names[i]));
+    keel_val_ref(&in[k], v);
+  }
+  for (int32_t k = 0; k < g->n_in; k++)
+    if (in[k].kind == KEEL_V_EMPTY && g->in_default[k] < 0) {
+      if (g->in_types[k].kind == KEEL_TYPE_OPTIONAL) in[k].kind = KEEL_V_NONE;
+      else return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' is missing", g->in_names[k]);
+    }
+  return KEEL_OK;
+}
+
+keel_status keel_run(keel_session_t *s, const char *const *names,
+                     keel_value_t *const *inputs, size_t n_inputs,
+                     keel_value_t **outputs) {
+  if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
+  keel_err_clear();
+  const keel_graph *g = s->m->main;
+  size_t nin = (size_t)g->n_in, nout = (size_t)g->n_out;
+  keel_val *in = keel_sys_calloc(nin + nout + 1, sizeof(keel_val));
+  if (!in) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "keel_run");
+  keel_val *out = in + nin;
+  keel_runctx *R = NULL;
+  keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
+  if (!st) st = keel_run_acquire(s, &R);
+  if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, 0);
+  if (R) keel_run_release(R);
+  for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);
+  if (!st) st = keel_values_wrap(s, out, nout, outputs);
+  for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
+  keel_sys_free(in, (nin + nout + 1) * sizeof(keel_val));
+  return st;
+}
+
+/* =========================================================== stats */
+
+keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
+  if (!s || !st || st->size < sizeof(size_t) + sizeof(uint32_t))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get: NULL or unsized struct");
+  keel_stats full = {.size = sizeof full};
+  keel_heap_stats(s->heap, &full);
+  size_t n = KEEL_MIN(st->size, sizeof full);
+  memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
+  return KEEL_OK;
+}
+
+void keel_stats_reset_peaks(keel_session_t *s) {
+  if (s) keel_heap_reset_peaks(s->heap);
+}
+size_t keel_mem_trim(keel_session_t *s) { return s ? keel_heap_trim(s->heap) : 0; }
+void keel_mem_set_limit(keel_session_t *s, size_t limit) {
+  if (s) keel_heap_set_limit(s->heap, limit);
+}
+
+static void human(uint64_t b, char *buf, size_t cap) {
+  if (b >= (1ull << 30)) snprintf(buf, cap, "%.1f GB", (double)b / (1 << 30));
+  else if (b >= (1ull << 20)) snprintf(buf, cap, "%.1f MB", (double)b / (1 << 20));
+  else if (b >= 1024) snprintf(buf, cap, "%.1f KB", (double)b / 1024);
+  else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+}
+
+void keel_stats_print(const keel_session_t *s, void (*out)(void *arg, const char *line),
+                      void *arg) {
+  if (!s || !out) return;
+  keel_stats st = {.size = sizeof st};
+  keel_stats_get(s, &st);
+  char line[256], a[32], b[32];
+  human(st.allocated, a, sizeof a), human(st.allocated_peak, b, sizeof b);
+  snprintf(line, sizeof line, "allocated  %s (peak %s)", a, b);
+  out(arg, line);
+  human(st.reserved, a, sizeof a), human(st.reserved_peak, b, sizeof b);
+  snprintf(line, sizeof line, "reserved   %s (peak %s) in %llu segment(s)", a, b,
+           (unsigned long long)st.n_segments);
+  out(arg, line);
+  snprintf(line, sizeof line,
+           "blocks     %llu allocations, %llu frees, %llu cache hits; %llu segment grows, "
+           "%llu releases",
+           (unsigned long long)st.n_alloc, (unsigned long long)st.n_free,
+           (unsigned long long)st.n_cache_hit, (unsigned long long)st.n_segment_alloc,
+           (unsigned long long)st.n_segment_free);
+  out(arg, line);
+  human(st.active_split, a, sizeof a), human(st.inactive_split, b, sizeof b);
+  snprintf(line, sizeof line, "splits     active %s, inactive %s; fragmentation %.3f", a, b,
+           st.fragmentation);
+  out(arg, line);
+}

@@ -1,0 +1,19 @@
+/* session.h: what the public-API files of exec/ share: value wrappers
+ * (value.c) and site numbering. */
+#ifndef KEEL_SESSION_H
+#define KEEL_SESSION_H
+
+#include "exec.h"
+
+/* Owner-tag sites: 0 = the session itself, 1 = values made through the
+ * public API (run inputs), then one per node output. */
+enum { KEEL_SITE_SESSION = 0, KEEL_SITE_USER = 1, KEEL_SITE_FIRST_NODE = 2 };
+
+/* The internal value behind a public handle (borrowed). */
+KEEL_INTERNAL const keel_val *keel_value_val(const keel_value_t *v);
+/* Public handles for n values (new references) into out[0..n); on error
+ * nothing is written. */
+KEEL_INTERNAL keel_status keel_values_wrap(keel_session_t *s, const keel_val *v,
+                                           size_t n, keel_value_t **out);
+
+#endif

@@ -1,0 +1,242 @@
+/* value.c: public value handles (keel_value_t): tensors, sequences and
+ * empty optionals the caller creates or receives from keel_run.
+ *
+ * A handle holds one reference to its internal value and one to the
+ * session's heap, so a value stays valid after keel_session_destroy; the
+ * heap goes when the last handle does.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "../mem/sysmem.h"
+#include "../onnx/tensorproto.h"
+#include "session.h"
+
+struct keel_value_s {
+  _Atomic int32_t refs;
+  keel_heap *heap;
+  keel_val v;
+  keel_value_t **items;       /* handles for sequence elements, made lazily */
+  size_t n_items;
+};
+
+static keel_status wrap(keel_heap *h, keel_val *v, keel_value_t **out) {
+  keel_value_t *p = keel_heap_meta_realloc(h, NULL, 0, sizeof *p);
+  if (!p) {
+    keel_val_clear(v);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "value handle");
+  }
+  memset(p, 0, sizeof *p);
+  atomic_init(&p->refs, 1);
+  p->heap = h;
+  keel_heap_retain(h);
+  keel_val_move(&p->v, v);
+  *out = p;
+  return KEEL_OK;
+}
+
+const keel_val *keel_value_val(const keel_value_t *v) { return &v->v; }
+
+keel_status keel_values_wrap(keel_session_t *s, const keel_val *v, size_t n,
+                             keel_value_t **out) {
+  for (size_t i = 0; i < n; i++) {
+    keel_val r;
+    keel_val_ref(&r, &v[i]);
+    keel_status st = wrap(s->heap, &r, &out[i]);
+    if (st) { /* all or nothing: out-params only on success */
+      for (size_t k = 0; k < i; k++) keel_value_release(out[k]), out[k] = NULL;
+      return st;
+    }
+  }
+  return KEEL_OK;
+}
+
+/* ============================================================ create */
+
+keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
+                               const int64_t *shape, const void *data,
+                               keel_value_t **out) {
+  if (!s || !out || (rank > 0 && !shape))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_tensor_create: NULL argument");
+  keel_val v = {.kind = KEEL_V_TENSOR};
+  KEEL_TRY(keel_tensor_alloc(s->heap, (int)dtype, rank, shape,
+                             (keel_owner){KEEL_SITE_USER, 0}, &v.t));
+  size_t n = (size_t)keel_tensor_numel(&v.t);
+  if (dtype == KEEL_STRING && data) {
+    const keel_string *src = data;
+    for (size_t i = 0; i < n; i++) {
+      keel_status st = keel_tensor_set_string(&v.t, i, src[i].data ? src[i].data : "",
+                                              src[i].data ? src[i].len : 0);
+      if (st) {
+        keel_val_clear(&v);
+        return st;
+      }
+    }
+  } else if (dtype != KEEL_STRING && v.t.data) {
+    if (data) memcpy(v.t.data, data, keel_tensor_nbytes(&v.t));
+    else memset(v.t.data, 0, keel_tensor_nbytes(&v.t));
+  }
+  return wrap(s->heap, &v, out);
+}
+
+keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
+                             const int64_t *shape, void *data,
+                             void (*on_release)(void *ud), void *ud,
+                             keel_value_t **out) {
+  if (!s || !out || (rank > 0 && !shape))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_tensor_wrap: NULL argument");
+  if (dtype == KEEL_STRING)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_tensor_wrap: STRING tensors must be copied");
+  int64_t numel;
+  KEEL_TRY(keel_shape_check((int)dtype, rank, shape, &numel));
+  if (numel > 0 && !data) return keel_err(KEEL_ERR_INVALID_ARG, "keel_tensor_wrap: NULL data");
+  keel_val v = {.kind = KEEL_V_TENSOR};
+  v.t.dtype = (int32_t)dtype;
+  v.t.rank = rank;
+  memcpy(v.t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  keel_buffer *b = keel_heap_obj_alloc(s->heap);
+  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "tensor header");
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_EXTERNAL;
+  b->nbytes = (size_t)numel * keel_dtype_size(dtype);
+  b->data = data;
+  b->heap = s->heap;
+  b->on_release = on_release;
+  b->ud = ud;
+  v.t.buf = b;
+  v.t.data = data;
+  return wrap(s->heap, &v, out);
+}
+
+keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
+                                 keel_value_t *const *items, size_t n,
+                                 keel_value_t **out) {
+  if (!s || !out || (n && !items))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_sequence_create: NULL argument");
+  for (size_t i = 0; i < n; i++) {
+    if (!items[i] || items[i]->v.kind != KEEL_V_TENSOR)
+      return keel_err(KEEL_ERR_INVALID_ARG, "sequence item %zu is not a tensor", i);
+    if (elem_dtype && items[i]->v.t.dtype != (int32_t)elem_dtype)
+      return keel_err(KEEL_ERR_INVALID_ARG, "sequence item %zu is %s, not %s", i,
+                      keel_dtype_name((keel_dtype)items[i]->v.t.dtype),
+                      keel_dtype_name(elem_dtype));
+  }
+  keel_val v = {.kind = KEEL_V_SEQUENCE};
+  KEEL_TRY(keel_seq_new(s->heap, (int)elem_dtype, n, &v.seq));
+  for (size_t i = 0; i < n; i++) {
+    keel_tensor t;
+    keel_tensor_ref(&items[i]->v.t, &t);
+    keel_seq_insert(v.seq, i, &t); /* capacity reserved: cannot fail */
+  }
+  return wrap(s->heap, &v, out);
+}
+
+keel_status keel_none_create(keel_session_t *s, keel_value_t **out) {
+  if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_none_create: NULL argument");
+  keel_val v = {.kind = KEEL_V_NONE};
+  return wrap(s->heap, &v, out);
+}
+
+keel_status keel_value_from_pb(keel_session_t *s, const void *bytes, size_t len,
+                               keel_value_kind kind_hint, keel_value_t **out) {
+  if (!s || !out || (!bytes && len))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_value_from_pb: NULL argument");
+  keel_val v = {0};
+  KEEL_TRY(keel_pb_read_value(s->heap, bytes, len, (int)kind_hint, &v));
+  return wrap(s->heap, &v, out);
+}
+
+keel_status keel_value_to_pb(const keel_value_t *v, const char *name, void **bytes,
+                             size_t *len) {
+  if (!v || !bytes || !len) return keel_err(KEEL_ERR_INVALID_ARG, "keel_value_to_pb: NULL argument");
+  keel_bytes b = {0};
+  keel_status st = keel_pb_write_value(&v->v, name, &b);
+  if (st) {
+    free(b.p);
+    return st;
+  }
+  *bytes = b.p;
+  *len = b.len;
+  return KEEL_OK;
+}
+
+void keel_free(void *p) { free(p); }
+
+/* =========================================================== access */
+
+void keel_value_release(keel_value_t *v) {
+  if (!v || atomic_fetch_sub(&v->refs, 1) != 1) return;
+  keel_heap *h = v->heap;
+  for (size_t i = 0; i < v->n_items; i++) keel_value_release(v->items[i]);
+  keel_heap_meta_realloc(h, v->items, v->n_items * sizeof *v->items, 0);
+  keel_val_clear(&v->v);
+  keel_heap_meta_realloc(h, v, sizeof *v, 0);
+  keel_heap_release(h);
+}
+
+keel_value_t *keel_value_retain(keel_value_t *v) {
+  if (v) atomic_fetch_add(&v->refs, 1);
+  return v;
+}
+
+keel_value_kind keel_value_kind_of(const keel_value_t *v) {
+  if (!v) return (keel_value_kind)0;
+  if (v->v.kind == KEEL_V_SEQUENCE) return KEEL_KIND_SEQUENCE;
+  if (v->v.kind == KEEL_V_NONE) return KEEL_KIND_NONE;
+  return KEEL_KIND_TENSOR;
+}
+
+keel_dtype keel_value_dtype(const keel_value_t *v) {
+  if (!v) return KEEL_UNDEFINED;
+  if (v->v.kind == KEEL_V_TENSOR) return (keel_dtype)v->v.t.dtype;
+  if (v->v.kind == KEEL_V_SEQUENCE) return (keel_dtype)v->v.seq->elem_dtype;
+  return KEEL_UNDEFINED;
+}
+
+int keel_value_rank(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_TENSOR ? v->v.t.rank : -1;
+}
+
+const int64_t *keel_value_shape(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_TENSOR ? v->v.t.shape : NULL;
+}
+
+int64_t keel_value_numel(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_TENSOR ? keel_tensor_numel(&v->v.t) : 0;
+}
+
+const void *keel_value_data(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_TENSOR ? v->v.t.data : NULL;
+}
+
+double keel_value_at(const keel_value_t *v, int64_t i) {
+  if (!v || v->v.kind != KEEL_V_TENSOR || i < 0 || i >= keel_tensor_numel(&v->v.t))
+    return (double)NAN;
+  return keel_elem_get_f64(v->v.t.dtype, v->v.t.data, (size_t)i);
+}
+
+size_t keel_sequence_length(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_SEQUENCE ? v->v.seq->n : 0;
+}
+
+const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i) {
+  if (!v || v->v.kind != KEEL_V_SEQUENCE || i >= v->v.seq->n) return NULL;
+  keel_value_t *m = (keel_value_t *)v; /* the item cache is not observable state */
+  if (!m->items) {
+    size_t n = v->v.seq->n;
+    m->items = keel_heap_meta_realloc(m->heap, NULL, 0, n * sizeof *m->items);
+    if (!m->items) return NULL;
+    for (size_t k = 0; k < n; k++) {
+      keel_val e = {.kind = KEEL_V_TENSOR};
+      keel_tensor_ref(&v->v.seq->items[k], &e.t);
+      if (wrap(m->heap, &e, &m->items[k])) {
+        for (size_t j = 0; j < k; j++) keel_value_release(m->items[j]);
+        keel_heap_meta_realloc(m->heap, m->items, n * sizeof *m->items, 0);
+        m->items = NULL;
+        return NULL;
+      }
+    }
+    m->n_items = n;
+  }
+  return m->items[i];
+}

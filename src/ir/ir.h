@@ -1,0 +1,198 @@
+/* ir.h: the model as keel holds it after loading: graphs, nodes, attributes,
+ * value references and constants, all in one arena that dies with the model.
+ *
+ * Values are referred to by keel_ref, never by name, once loading is done
+ * (DESIGN rule 1). A ref is one of:
+ *   LOCAL  slot s of the current graph's frame;
+ *   CONST  constant c of the model (an initializer or a folded Constant);
+ *   OUTER  slot s of the frame `levels` graphs up (a sub-graph capture,
+ *          resolved at load time).
+ * Names stay in the IR for messages, reports and `keel info`.
+ *
+ * The plan (ir/plan.c) adds to each graph a topological order and to each
+ * node the list of slots whose last use it is.
+ */
+#ifndef KEEL_IR_H
+#define KEEL_IR_H
+
+#include "../base/arena.h"
+#include "../base/prim.h"
+#include "../tensor/tensor.h"
+
+/* ------------------------------------------------------------- refs */
+
+typedef uint32_t keel_ref;
+#define KEEL_REF_NONE UINT32_MAX
+enum { KEEL_REF_LOCAL = 0, KEEL_REF_CONST = 1, KEEL_REF_OUTER = 2 };
+#define KEEL_REF_MAX_SLOT 0xFFFFFFu
+#define KEEL_REF_MAX_LEVELS 63u
+#define KEEL_REF_MAX_CONST 0x3FFFFFFFu
+
+static inline keel_ref keel_ref_local(uint32_t slot) { return slot; }
+static inline keel_ref keel_ref_const(uint32_t c) { return (1u << 30) | c; }
+static inline keel_ref keel_ref_outer(uint32_t levels, uint32_t slot) {
+  return (2u << 30) | (levels << 24) | slot;
+}
+static inline unsigned keel_ref_kind(keel_ref r) { return r >> 30; }
+static inline uint32_t keel_ref_slot(keel_ref r) { return r & 0xFFFFFFu; }
+static inline uint32_t keel_ref_levels(keel_ref r) { return (r >> 24) & 0x3Fu; }
+static inline uint32_t keel_ref_const_index(keel_ref r) { return r & 0x3FFFFFFFu; }
+
+/* ------------------------------------------------------------- types */
+
+/* A declared type (graph inputs/outputs, value_info). A hint only: keel
+ * never sizes a buffer from it. */
+enum { KEEL_TYPE_UNKNOWN = 0, KEEL_TYPE_TENSOR, KEEL_TYPE_SEQUENCE,
+       KEEL_TYPE_OPTIONAL, KEEL_TYPE_MAP, KEEL_TYPE_SPARSE };
+
+typedef struct keel_type {
+  int32_t kind;
+  int32_t dtype;               /* tensor element type                     */
+  int32_t rank;                /* -1: unknown                             */
+  int64_t *dims;               /* -1: unknown                             */
+  const char **dim_params;     /* symbolic names, NULL when not symbolic  */
+  struct keel_type *elem;      /* sequence / optional element             */
+} keel_type;
+
+/* -------------------------------------------------------- attributes */
+
+/* Numbered as ONNX's AttributeProto.AttributeType. */
+enum { KEEL_ATTR_UNDEFINED = 0, KEEL_ATTR_FLOAT = 1, KEEL_ATTR_INT = 2,
+       KEEL_ATTR_STRING = 3, KEEL_ATTR_TENSOR = 4, KEEL_ATTR_GRAPH = 5,
+       KEEL_ATTR_FLOATS = 6, KEEL_ATTR_INTS = 7, KEEL_ATTR_STRINGS = 8,
+       KEEL_ATTR_TENSORS = 9, KEEL_ATTR_GRAPHS = 10,
+       KEEL_ATTR_SPARSE_TENSOR = 11, KEEL_ATTR_SPARSE_TENSORS = 12,
+       KEEL_ATTR_TYPE_PROTO = 13, KEEL_ATTR_TYPE_PROTOS = 14 };
+
+struct keel_graph;
+
+typedef struct keel_attr {
+  const char *name;
+  int32_t type;
+  int32_t n;                   /* element count of list types             */
+  float f;
+  int64_t i;
+  const char *s;               /* STRING (NUL-terminated; slen bytes)     */
+  size_t slen;
+  keel_tensor *t;              /* TENSOR / SPARSE_TENSOR (densified)      */
+  struct keel_graph *g;        /* GRAPH                                   */
+  float *floats;
+  int64_t *ints;
+  const char **strings;
+  size_t *string_lens;
+  keel_tensor *tensors;
+  struct keel_graph **graphs;
+  keel_type *tp;               /* TYPE_PROTO                              */
+} keel_attr;
+
+/* ------------------------------------------------------------- nodes */
+
+struct keel_opdef; /* ops/registry.h */
+
+typedef struct keel_node {
+  const char *name;            /* never NULL; "" when the file has none   */
+  const char *op_type;
+  const char *domain;          /* "" for ai.onnx                          */
+  int64_t opset;               /* version of its domain in the model      */
+  int32_t index;               /* position in its graph's node array      */
+  struct keel_graph *graph;    /* the graph that holds the node           */
+  int32_t n_in, n_out, n_attr;
+  const char **in_names;       /* "" for an omitted optional input        */
+  const char **out_names;
+  keel_ref *in;                /* KEEL_REF_NONE when omitted              */
+  int32_t *out;                /* local slot; -1 when omitted             */
+  keel_attr *attrs;
+  int32_t n_subs;              /* sub-graphs held in attributes           */
+  struct keel_graph **subs;
+  /* outer values the node's sub-graphs read, at any depth below: they stay
+   * alive until this node is done (local or further-out refs) */
+  int32_t n_implicit;
+  keel_ref *implicit;
+  /* -- bound at session creation */
+  const struct keel_opdef *op;
+  uint32_t site;               /* owner-tag site of output 0; +i for output i */
+  /* -- plan */
+  int32_t n_release;
+  int32_t *release;            /* slots to drop right after the node runs  */
+  uint64_t last_use;           /* bit i: input i (i < 64) dies here, may be
+                                  reused in place when nobody else holds it */
+} keel_node;
+
+/* ------------------------------------------------------------ graphs */
+
+typedef struct keel_graph {
+  const char *name;
+  const char *path;            /* "main/Loop_3/body/If_7/then"            */
+  int32_t id;                  /* index in keel_model.graphs              */
+  int32_t depth;               /* 0 for the main graph                    */
+  struct keel_graph *parent;
+  keel_node *owner;            /* the node whose attribute holds it       */
+  const char *owner_attr;      /* "body", "then_branch", ...              */
+  int32_t n_nodes;
+  keel_node *nodes;
+  int32_t n_slots;
+  const char **slot_names;
+  keel_type **slot_types;      /* value_info hints; NULL when unknown     */
+  int32_t n_in;
+  int32_t *in;                 /* slot of each input                      */
+  const char **in_names;
+  keel_type *in_types;
+  int32_t *in_default;         /* constant index giving a default, or -1  */
+  int32_t n_out;
+  keel_ref *out;               /* may be LOCAL, CONST or OUTER             */
+  const char **out_names;
+  keel_type *out_types;
+  /* -- plan */
+  int32_t *order;              /* node indices in execution order          */
+  uint8_t *out_move;           /* output i moves its slot out (else: ref)  */
+  int32_t n_drop_in;
+  int32_t *drop_in;            /* input slots nobody reads: dropped at entry */
+  /* -- load time: what the scope pass resolves into slots and refs */
+  struct {
+    int32_t n_init;            /* initializers and folded Constants       */
+    const char **init_names;
+    int32_t *init_consts;
+    int32_t n_vinfo;
+    const char **vinfo_names;
+    keel_type *vinfo_types;
+    int32_t n_folded;          /* Constant nodes turned into constants     */
+  } ld;
+} keel_graph;
+
+/* ------------------------------------------------------------- model */
+
+typedef struct keel_opset {
+  const char *domain;          /* "" for ai.onnx                          */
+  int64_t version;
+} keel_opset;
+
+typedef struct keel_model {
+  keel_arena *arena;
+  keel_mapping map;            /* the model file (or a copy of the bytes) */
+  bool map_is_copy;
+  int32_t n_ext;
+  struct keel_ext_file *ext;   /* mapped external-data files              */
+  const char *path;            /* for messages                            */
+  const char *base_dir;
+  int64_t ir_version, model_version;
+  const char *producer_name, *producer_version, *domain, *doc;
+  int32_t n_opsets;
+  keel_opset *opsets;
+  keel_graph *main;
+  int32_t n_graphs;
+  keel_graph **graphs;
+  int32_t n_consts;
+  keel_tensor *consts;         /* STATIC tensors                          */
+  const char **const_names;
+  uint64_t weight_bytes;       /* initializer bytes                       */
+  uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
+} keel_model;
+
+/* Opset version of `domain` in the model; 0 when not imported. */
+KEEL_INTERNAL int64_t keel_model_opset(const keel_model *m, const char *domain);
+
+/* Find an attribute by name, or NULL. */
+KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,
+                                              const char *name);
+
+#endif /* KEEL_IR_H */

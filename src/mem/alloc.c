@@ -1,0 +1,573 @@
+/* alloc.c: the caching allocator (see alloc.h for the policy).
+ *
+ * Layout: a heap has two pools (small, large). A pool has segments and 464
+ * size bins with a bitmap of the non-empty ones. A segment is one system
+ * mapping cut into blocks chained by address (prev/next); a free block sits
+ * in the bin of its size, a live block in the heap's live list (for leak
+ * reports). Block descriptors live outside the segment's bytes, so freed
+ * memory can be poisoned whole and ASan can watch it.
+ */
+#include "alloc.h"
+
+#include <stdatomic.h>
+
+#include "../base/prim.h"
+#include "../base/status.h"
+#include "sysmem.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KEEL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KEEL_ASAN 1
+#endif
+#endif
+#ifdef KEEL_ASAN
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* ------------------------------------------------------------ constants */
+
+#define SMALL_REQUEST (1u << 20)          /* <= 1 MiB: small pool          */
+#define SMALL_SEGMENT (2u << 20)          /* small pool segments: 2 MiB    */
+#define MID_REQUEST (10u << 20)           /* <= 10 MiB: one 20 MiB segment */
+#define MID_SEGMENT (20u << 20)
+#define LARGE_ROUND (2u << 20)            /* larger: rounded to 2 MiB      */
+#define SMALL_MIN_SPLIT 512               /* split only when the rest is   */
+#define LARGE_MIN_SPLIT (1u << 20)        /*   worth a block of its own    */
+#define NBINS 464                         /* (63 - 6 + 1) * 8              */
+#define BITMAP_WORDS ((NBINS + 63) / 64)
+#define DESC_CHUNK 256                    /* block descriptors per chunk   */
+#define OBJ_CHUNK 64                      /* small objects per chunk       */
+
+enum { POOL_SMALL = 0, POOL_LARGE = 1, NPOOLS = 2 };
+
+struct keel_segment {
+  uint8_t *base;
+  size_t size;
+  keel_block *first;
+  keel_segment *prev, *next;
+  int pool;
+};
+
+typedef struct pool {
+  keel_block *bins[NBINS];
+  uint64_t bitmap[BITMAP_WORDS];
+  keel_segment *segments;
+} pool;
+
+typedef struct chunk {
+  struct chunk *next;
+  size_t bytes;
+} chunk;
+
+struct keel_heap {
+  keel_mutex lock;
+  _Atomic int refs;
+  pool pools[NPOOLS];
+  keel_block *live;              /* live blocks, newest first              */
+  keel_block *spare_desc;        /* free block descriptors                 */
+  chunk *desc_chunks;
+  void *spare_obj;               /* free small objects                     */
+  chunk *obj_chunks;
+  uint64_t limit;
+  _Atomic uint64_t allocated;    /* read without the lock by hooks         */
+  uint64_t allocated_peak, reserved, reserved_peak;
+  uint64_t n_alloc, n_free, n_cache_hit, n_seg_alloc, n_seg_free, n_segments;
+  uint64_t n_oom, meta_bytes;
+  uint32_t seq;
+  keel_oom_info last_oom;
+};
+
+/* ------------------------------------------------------------- size bins */
+
+static unsigned bin_of(size_t s) {
+  unsigned fl = 63u - (unsigned)__builtin_clzll((unsigned long long)s);
+  unsigned sl = (unsigned)(s >> (fl - 3)) & 7u;
+  return (fl - 6u) * 8u + sl;
+}
+
+static void bin_insert(pool *p, keel_block *b) {
+  unsigned i = bin_of(b->size);
+  b->bin = (uint16_t)i;
+  b->lprev = NULL;
+  b->lnext = p->bins[i];
+  if (b->lnext) b->lnext->lprev = b;
+  p->bins[i] = b;
+  p->bitmap[i / 64] |= 1ull << (i % 64);
+}
+
+static void bin_remove(pool *p, keel_block *b) {
+  unsigned i = b->bin;
+  if (b->lprev) b->lprev->lnext = b->lnext;
+  else p->bins[i] = b->lnext;
+  if (b->lnext) b->lnext->lprev = b->lprev;
+  if (!p->bins[i]) p->bitmap[i / 64] &= ~(1ull << (i % 64));
+  b->lprev = b->lnext = NULL;
+}
+
+/* First non-empty bin at or after `i`, or NBINS. */
+static unsigned next_bin(const pool *p, unsigned i) {
+  unsigned w = i / 64;
+  uint64_t m = p->bitmap[w] & (~0ull << (i % 64));
+  while (!m) {
+    if (++w == BITMAP_WORDS) return NBINS;
+    m = p->bitmap[w];
+  }
+  return w * 64 + (unsigned)__builtin_ctzll(m);
+}
+
+/* Smallest free block of at least `n` bytes, or NULL. */
+static keel_block *find_fit(pool *p, size_t n) {
+  for (unsigned i = next_bin(p, bin_of(n)); i < NBINS; i = next_bin(p, i + 1)) {
+    keel_block *best = NULL;
+    for (keel_block *b = p->bins[i]; b; b = b->lnext)
+      if (b->size >= n && (!best || b->size < best->size)) best = b;
+    if (best) return best;
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------- block descriptors */
+
+static keel_block *desc_get(keel_heap *h) {
+  if (!h->spare_desc) {
+    size_t bytes = sizeof(chunk) + DESC_CHUNK * sizeof(keel_block);
+    chunk *c = keel_sys_alloc(bytes);
+    if (!c) return NULL;
+    c->bytes = bytes;
+    c->next = h->desc_chunks;
+    h->desc_chunks = c;
+    h->meta_bytes += bytes;
+    keel_block *d = (keel_block *)(c + 1);
+    for (int i = 0; i < DESC_CHUNK; i++) {
+      d[i].lnext = h->spare_desc;
+      h->spare_desc = &d[i];
+    }
+  }
+  keel_block *b = h->spare_desc;
+  h->spare_desc = b->lnext;
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+static void desc_put(keel_heap *h, keel_block *b) {
+  b->lnext = h->spare_desc;
+  h->spare_desc = b;
+}
+
+static void free_chunks(chunk *c) {
+  while (c) {
+    chunk *n = c->next;
+    keel_sys_free(c, c->bytes);
+    c = n;
+  }
+}
+
+/* -------------------------------------------------------------- segments */
+
+static size_t segment_size_for(size_t n) {
+  if (n <= SMALL_REQUEST) return SMALL_SEGMENT;
+  if (n <= MID_REQUEST) return MID_SEGMENT;
+  return keel_align_up(n, LARGE_ROUND);
+}
+
+static void segment_release(keel_heap *h, keel_segment *s) {
+  pool *p = &h->pools[s->pool];
+  keel_block *b = s->first;
+  bin_remove(p, b);
+  desc_put(h, b);
+  if (s->prev) s->prev->next = s->next;
+  else p->segments = s->next;
+  if (s->next) s->next->prev = s->prev;
+  UNPOISON(s->base, s->size);
+  keel_sys_pages_free(s->base, s->size);
+  h->reserved -= s->size;
+  h->n_seg_free++;
+  h->n_segments--;
+  keel_sys_free(s, sizeof *s);
+  h->meta_bytes -= sizeof *s;
+}
+
+static bool segment_is_free(const keel_segment *s) {
+  return s->first->is_free && s->first->size == s->size;
+}
+
+/* Releases every wholly free segment; returns the bytes released. */
+static size_t release_free_segments(keel_heap *h) {
+  size_t released = 0;
+  for (int pi = 0; pi < NPOOLS; pi++) {
+    keel_segment *s = h->pools[pi].segments;
+    while (s) {
+      keel_segment *n = s->next;
+      if (segment_is_free(s)) {
+        released += s->size;
+        segment_release(h, s);
+      }
+      s = n;
+    }
+  }
+  return released;
+}
+
+/* Takes a new segment that can hold `n` bytes and puts its one free block
+ * in the pool's bins. Respects the cap: first by giving back free segments,
+ * then by trying the smallest segment that fits. */
+static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
+  size_t size = segment_size_for(n);
+  if (h->limit && h->reserved + size > h->limit) {
+    release_free_segments(h);
+    if (h->reserved + size > h->limit) size = keel_align_up(n, 4096);
+    if (h->reserved + size > h->limit) {
+      h->last_oom.by_cap = true;
+      return NULL;
+    }
+  }
+  keel_segment *s = keel_sys_alloc(sizeof *s);
+  keel_block *b = s ? desc_get(h) : NULL;
+  uint8_t *base = b ? keel_sys_pages(size) : NULL;
+  if (!base) {
+    if (b) desc_put(h, b);
+    keel_sys_free(s, sizeof *s);
+    h->last_oom.by_cap = false;
+    return NULL;
+  }
+  POISON(base, size);
+  h->meta_bytes += sizeof *s;
+  *s = (keel_segment){.base = base, .size = size, .first = b, .pool = pi};
+  s->next = h->pools[pi].segments;
+  if (s->next) s->next->prev = s;
+  h->pools[pi].segments = s;
+  *b = (keel_block){.ptr = base, .size = size, .seg = s, .is_free = 1,
+                    .pool = (uint8_t)pi};
+  bin_insert(&h->pools[pi], b);
+  h->reserved += size;
+  if (h->reserved > h->reserved_peak) h->reserved_peak = h->reserved;
+  h->n_seg_alloc++;
+  h->n_segments++;
+  return b;
+}
+
+/* ----------------------------------------------------------------- heap */
+
+keel_heap *keel_heap_create(size_t mem_limit) {
+  keel_heap *h = keel_sys_calloc(1, sizeof *h);
+  if (!h) return NULL;
+  keel_mutex_init(&h->lock);
+  atomic_init(&h->refs, 1);
+  atomic_init(&h->allocated, 0);
+  h->limit = mem_limit;
+  return h;
+}
+
+void keel_heap_retain(keel_heap *h) { atomic_fetch_add(&h->refs, 1); }
+
+void keel_heap_release(keel_heap *h) {
+  if (!h || atomic_fetch_sub(&h->refs, 1) != 1) return;
+  /* Live blocks here are a keel bug: every owner holds a heap reference. */
+  keel_assert(h->live == NULL);
+  for (int pi = 0; pi < NPOOLS; pi++) {
+    keel_segment *s = h->pools[pi].segments;
+    while (s) {
+      keel_segment *n = s->next;
+      UNPOISON(s->base, s->size);
+      keel_sys_pages_free(s->base, s->size);
+      keel_sys_free(s, sizeof *s);
+      s = n;
+    }
+  }
+  free_chunks(h->desc_chunks);
+  free_chunks(h->obj_chunks);
+  keel_mutex_destroy(&h->lock);
+  keel_sys_free(h, sizeof *h);
+}
+
+/* Cuts `b` (free, already out of its bin) to `n` bytes when the rest is
+ * worth keeping; the rest goes back to the bins. */
+static void split(keel_heap *h, pool *p, keel_block *b, size_t n) {
+  size_t rest = b->size - n;
+  size_t min = b->pool == POOL_SMALL ? SMALL_MIN_SPLIT : LARGE_MIN_SPLIT;
+  if (rest < min) return;
+  keel_block *r = desc_get(h);
+  if (!r) return; /* no descriptor: hand out the whole block */
+  *r = (keel_block){.ptr = b->ptr + n, .size = rest, .seg = b->seg,
+                    .prev = b, .next = b->next, .is_free = 1, .pool = b->pool};
+  if (b->next) b->next->prev = r;
+  b->next = r;
+  b->size = n;
+  bin_insert(p, r);
+}
+
+keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
+  keel_assert(n > 0);
+  keel_mutex_lock(&h->lock);
+  h->last_oom = (keel_oom_info){0};
+  keel_block *b = NULL;
+  if (n <= SIZE_MAX / 2) {
+    size_t sz = keel_align_up(n, KEEL_ALIGN);
+    int pi = sz <= SMALL_REQUEST ? POOL_SMALL : POOL_LARGE;
+    pool *p = &h->pools[pi];
+    b = find_fit(p, sz);
+    if (b) h->n_cache_hit++;
+    else b = segment_grow(h, pi, sz);
+    if (b) {
+      bin_remove(p, b);
+      split(h, p, b, sz);
+    }
+  }
+  if (!b) {
+    h->n_oom++;
+    h->last_oom.request = n;
+    h->last_oom.allocated = atomic_load(&h->allocated);
+    h->last_oom.reserved = h->reserved;
+    h->last_oom.limit = h->limit;
+    keel_mutex_unlock(&h->lock);
+    return NULL;
+  }
+  b->is_free = 0;
+  b->req = n;
+  b->owner = owner;
+  b->seq = ++h->seq;
+  b->lprev = NULL;
+  b->lnext = h->live;
+  if (h->live) h->live->lprev = b;
+  h->live = b;
+  uint64_t a = atomic_load(&h->allocated) + b->size;
+  atomic_store(&h->allocated, a);
+  if (a > h->allocated_peak) h->allocated_peak = a;
+  h->n_alloc++;
+  keel_mutex_unlock(&h->lock);
+  UNPOISON(b->ptr, n); /* the tail past `n` stays poisoned: overflow guard */
+#if KEEL_DEBUG >= 2
+  memset(b->ptr, 0xCD, n); /* uninitialized reads show as 0xCDCD... */
+#endif
+  return b;
+}
+
+/* Merges free `b` with its free neighbour `nb` (nb directly after b). */
+static void merge_next(keel_heap *h, pool *p, keel_block *b, keel_block *nb) {
+  bin_remove(p, nb);
+  b->size += nb->size;
+  b->next = nb->next;
+  if (nb->next) nb->next->prev = b;
+  desc_put(h, nb);
+}
+
+void keel_heap_free(keel_heap *h, keel_block *b) {
+  if (!b) return;
+#if KEEL_DEBUG >= 2
+  memset(b->ptr, 0xDD, b->req); /* use-after-free reads show as 0xDDDD... */
+#endif
+  POISON(b->ptr, b->size);
+  keel_mutex_lock(&h->lock);
+  keel_assert(!b->is_free);
+  pool *p = &h->pools[b->pool];
+  if (b->lprev) b->lprev->lnext = b->lnext;
+  else h->live = b->lnext;
+  if (b->lnext) b->lnext->lprev = b->lprev;
+  atomic_store(&h->allocated, atomic_load(&h->allocated) - b->size);
+  h->n_free++;
+  b->is_free = 1;
+  b->owner = (keel_owner){0};
+  if (b->next && b->next->is_free) merge_next(h, p, b, b->next);
+  if (b->prev && b->prev->is_free) {
+    keel_block *pb = b->prev;
+    bin_remove(p, pb);
+    b->lprev = b->lnext = NULL;
+    pb->size += b->size;
+    pb->next = b->next;
+    if (b->next) b->next->prev = pb;
+    desc_put(h, b);
+    b = pb;
+  }
+  bin_insert(p, b);
+  keel_mutex_unlock(&h->lock);
+}
+
+/* ------------------------------------------------------- small objects */
+
+void *keel_heap_obj_alloc(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  if (!h->spare_obj) {
+    size_t bytes = sizeof(chunk) + OBJ_CHUNK * (size_t)KEEL_HEAP_OBJ_SIZE;
+    chunk *c = keel_sys_alloc(bytes);
+    if (!c) {
+      keel_mutex_unlock(&h->lock);
+      return NULL;
+    }
+    c->bytes = bytes;
+    c->next = h->obj_chunks;
+    h->obj_chunks = c;
+    h->meta_bytes += bytes;
+    uint8_t *o = (uint8_t *)(c + 1);
+    for (int i = 0; i < OBJ_CHUNK; i++) {
+      void **slot = (void **)(void *)(o + (size_t)i * KEEL_HEAP_OBJ_SIZE);
+      *slot = h->spare_obj;
+      h->spare_obj = slot;
+    }
+  }
+  void **o = h->spare_obj;
+  h->spare_obj = *o;
+  keel_mutex_unlock(&h->lock);
+  memset(o, 0, KEEL_HEAP_OBJ_SIZE);
+  return o;
+}
+
+void keel_heap_obj_free(keel_heap *h, void *p) {
+  if (!p) return;
+  keel_mutex_lock(&h->lock);
+  *(void **)p = h->spare_obj;
+  h->spare_obj = p;
+  keel_mutex_unlock(&h->lock);
+}
+
+void *keel_heap_meta_realloc(keel_heap *h, void *p, size_t old, size_t n) {
+  void *q = keel_sys_realloc(p, old, n);
+  if (q || n == 0) {
+    keel_mutex_lock(&h->lock);
+    h->meta_bytes = h->meta_bytes - old + n;
+    keel_mutex_unlock(&h->lock);
+  }
+  return q;
+}
+
+/* ------------------------------------------------------------ figures */
+
+uint64_t keel_heap_allocated(keel_heap *h) {
+  return atomic_load_explicit(&h->allocated, memory_order_relaxed);
+}
+
+void keel_heap_stats(keel_heap *h, keel_stats *st) {
+  keel_mutex_lock(&h->lock);
+  uint64_t active_split = 0, inactive_split = 0, free_bytes = 0, largest = 0;
+  for (int pi = 0; pi < NPOOLS; pi++) {
+    for (keel_segment *s = h->pools[pi].segments; s; s = s->next) {
+      bool is_split = s->first->next != NULL;
+      for (keel_block *b = s->first; b; b = b->next) {
+        if (b->is_free) {
+          free_bytes += b->size;
+          if (b->size > largest) largest = b->size;
+          if (is_split) inactive_split += b->size;
+        } else if (is_split) {
+          active_split += b->size;
+        }
+      }
+    }
+  }
+  st->version = KEEL_STATS_VERSION;
+  st->allocated = atomic_load(&h->allocated);
+  st->allocated_peak = h->allocated_peak;
+  st->reserved = h->reserved;
+  st->reserved_peak = h->reserved_peak;
+  st->active_split = active_split;
+  st->inactive_split = inactive_split;
+  st->n_alloc = h->n_alloc;
+  st->n_free = h->n_free;
+  st->n_cache_hit = h->n_cache_hit;
+  st->n_segment_alloc = h->n_seg_alloc;
+  st->n_segment_free = h->n_seg_free;
+  st->n_segments = h->n_segments;
+  st->n_oom = h->n_oom;
+  st->mem_limit = h->limit;
+  st->fragmentation =
+      free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
+  st->meta_bytes = h->meta_bytes;
+  keel_mutex_unlock(&h->lock);
+}
+
+void keel_heap_reset_peaks(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  h->allocated_peak = atomic_load(&h->allocated);
+  h->reserved_peak = h->reserved;
+  keel_mutex_unlock(&h->lock);
+}
+
+size_t keel_heap_trim(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  size_t r = release_free_segments(h);
+  keel_mutex_unlock(&h->lock);
+  return r;
+}
+
+void keel_heap_set_limit(keel_heap *h, size_t limit) {
+  keel_mutex_lock(&h->lock);
+  h->limit = limit;
+  keel_mutex_unlock(&h->lock);
+}
+
+keel_oom_info keel_heap_oom_info(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  keel_oom_info i = h->last_oom;
+  keel_mutex_unlock(&h->lock);
+  return i;
+}
+
+void keel_heap_foreach_live(keel_heap *h,
+                            void (*fn)(void *ud, const keel_block *b),
+                            void *ud) {
+  keel_mutex_lock(&h->lock);
+  for (keel_block *b = h->live; b; b = b->lnext) fn(ud, b);
+  keel_mutex_unlock(&h->lock);
+}
+
+/* ------------------------------------------------------- consistency */
+
+static bool check_segment(const pool *p, const keel_segment *s,
+                          uint64_t *live_bytes) {
+  uint8_t *at = s->base;
+  const keel_block *prev = NULL;
+  for (const keel_block *b = s->first; b; prev = b, b = b->next) {
+    if (b->ptr != at || b->prev != prev || b->seg != s)
+      return keel_err(KEEL_ERR_INTERNAL, "heap: broken block chain"), false;
+    if (b->is_free && prev && prev->is_free)
+      return keel_err(KEEL_ERR_INTERNAL, "heap: adjacent free blocks"), false;
+    if (b->is_free) {
+      const keel_block *x = p->bins[b->bin];
+      while (x && x != b) x = x->lnext;
+      if (!x || b->bin != bin_of(b->size))
+        return keel_err(KEEL_ERR_INTERNAL, "heap: free block not binned"), false;
+    } else {
+      *live_bytes += b->size;
+    }
+    at += b->size;
+  }
+  if (at != s->base + s->size)
+    return keel_err(KEEL_ERR_INTERNAL, "heap: blocks do not cover segment"),
+           false;
+  return true;
+}
+
+bool keel_heap_check(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  uint64_t live = 0, reserved = 0, nseg = 0;
+  bool ok = true;
+  for (int pi = 0; pi < NPOOLS && ok; pi++) {
+    for (keel_segment *s = h->pools[pi].segments; s && ok; s = s->next) {
+      ok = check_segment(&h->pools[pi], s, &live);
+      reserved += s->size;
+      nseg++;
+    }
+    for (unsigned i = 0; i < NBINS && ok; i++) {
+      bool bit = (h->pools[pi].bitmap[i / 64] >> (i % 64)) & 1;
+      if (bit != (h->pools[pi].bins[i] != NULL))
+        ok = keel_err(KEEL_ERR_INTERNAL, "heap: bitmap disagrees with bin %u",
+                      i) == KEEL_OK;
+    }
+  }
+  if (ok && (live != atomic_load(&h->allocated) || reserved != h->reserved ||
+             nseg != h->n_segments))
+    ok = keel_err(KEEL_ERR_INTERNAL,
+                  "heap: counters disagree (live %llu vs %llu, reserved %llu "
+                  "vs %llu)",
+                  (unsigned long long)live,
+                  (unsigned long long)atomic_load(&h->allocated),
+                  (unsigned long long)reserved,
+                  (unsigned long long)h->reserved) == KEEL_OK;
+  keel_mutex_unlock(&h->lock);
+  return ok;
+}

@@ -1,0 +1,98 @@
+/* alloc.h: the caching allocator behind every tensor byte of a session.
+ *
+ * A heap takes segments from the system (keel_sys_pages) and serves blocks
+ * from them: requests are rounded to 64 bytes and looked up in size bins
+ * (8 bins per power of two, a bitmap of non-empty bins); within a bin the
+ * smallest block that fits wins (best fit). A larger block is split; a freed
+ * block merges with free neighbours. Small requests (<= 1 MiB) and large ones
+ * live in separate pools so that small tensors do not fragment large
+ * segments (the rule PyTorch's caching allocator follows).
+ *
+ * Free segments stay cached until keel_heap_trim() or until the cap on
+ * reserved bytes needs them back. A request the cap cannot fit returns NULL
+ * and counts an OOM; the heap stays consistent and usable.
+ *
+ * Every live block carries an owner tag (site id + loop iteration): two
+ * integers written at allocation, so tags stay on in release builds. The
+ * session resolves sites to graph paths, nodes and values.
+ *
+ * Thread-safe: one mutex per heap. The heap is reference counted so values
+ * handed to the user may outlive their session.
+ */
+#ifndef KEEL_ALLOC_H
+#define KEEL_ALLOC_H
+
+#include "../base/common.h"
+#include "keel_stats.h"
+
+#define KEEL_ALIGN 64 /* every block starts on a cache line */
+
+/* Who owns a block: `site` indexes the session's site table (0 = the
+ * session itself / unknown); `iter` is the innermost loop iteration. */
+typedef struct keel_owner {
+  uint32_t site;
+  uint32_t iter;
+} keel_owner;
+
+typedef struct keel_heap keel_heap;
+typedef struct keel_segment keel_segment;
+
+typedef struct keel_block {
+  uint8_t *ptr;               /* start of the block's bytes, KEEL_ALIGN-aligned */
+  size_t size;                /* bytes the block spans in its segment        */
+  size_t req;                 /* bytes the caller asked for                  */
+  keel_segment *seg;
+  struct keel_block *prev, *next;   /* neighbours in the segment, by address */
+  struct keel_block *lprev, *lnext; /* free: its bin's list; live: live list */
+  keel_owner owner;
+  uint32_t seq;               /* allocation sequence number (for reports)    */
+  uint16_t bin;
+  uint8_t is_free;
+  uint8_t pool;
+} keel_block;
+
+KEEL_INTERNAL keel_heap *keel_heap_create(size_t mem_limit);
+KEEL_INTERNAL void keel_heap_retain(keel_heap *h);
+/* Drops a reference; the last one frees every segment. */
+KEEL_INTERNAL void keel_heap_release(keel_heap *h);
+
+/* A block of at least `n` bytes (n > 0). NULL when the cap or the system
+ * refuses; keel_heap_oom_info() then says why. */
+KEEL_INTERNAL keel_block *keel_heap_alloc(keel_heap *h, size_t n,
+                                          keel_owner owner);
+KEEL_INTERNAL void keel_heap_free(keel_heap *h, keel_block *b);
+
+/* Small fixed-size bookkeeping objects (<= KEEL_HEAP_OBJ_SIZE bytes: buffer
+ * headers, sequence headers), from a free list; counted as meta bytes. */
+#define KEEL_HEAP_OBJ_SIZE 128
+KEEL_INTERNAL void *keel_heap_obj_alloc(keel_heap *h);
+KEEL_INTERNAL void keel_heap_obj_free(keel_heap *h, void *p);
+/* Variable-size bookkeeping (arrays of sequence items), counted as meta. */
+KEEL_INTERNAL void *keel_heap_meta_realloc(keel_heap *h, void *p, size_t old,
+                                           size_t n);
+
+KEEL_INTERNAL void keel_heap_stats(keel_heap *h, keel_stats *st);
+KEEL_INTERNAL uint64_t keel_heap_allocated(keel_heap *h);
+KEEL_INTERNAL void keel_heap_reset_peaks(keel_heap *h);
+KEEL_INTERNAL size_t keel_heap_trim(keel_heap *h);
+KEEL_INTERNAL void keel_heap_set_limit(keel_heap *h, size_t limit);
+
+/* Why the last failed keel_heap_alloc failed, for the error message. */
+typedef struct keel_oom_info {
+  size_t request;
+  uint64_t allocated, reserved, limit;
+  bool by_cap;                /* the cap refused (else the system did)     */
+} keel_oom_info;
+KEEL_INTERNAL keel_oom_info keel_heap_oom_info(keel_heap *h);
+
+/* Calls fn for each live block, under the heap's lock (fn must not call
+ * back into the heap). */
+KEEL_INTERNAL void keel_heap_foreach_live(keel_heap *h,
+                                          void (*fn)(void *ud, const keel_block *b),
+                                          void *ud);
+
+/* Walks every segment and checks the block chains, bins and counters;
+ * returns false (and why, in keel_last_error) on the first inconsistency. */
+KEEL_INTERNAL bool keel_heap_check(keel_heap *h);
+
+#endif /* KEEL_ALLOC_H */

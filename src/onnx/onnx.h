@@ -1,0 +1,18 @@
+/* onnx.h: loading an ONNX file into keel's IR (model.c). The result still
+ * refers to values by name; ir/scope.c resolves them. */
+#ifndef KEEL_ONNX_H
+#define KEEL_ONNX_H
+
+#include "../ir/ir.h"
+
+/* Maps `path` and translates it. Errors name the path and what was read. */
+KEEL_INTERNAL keel_status keel_onnx_load_file(const char *path, keel_model **out);
+/* Copies `bytes` and translates them; external data is looked up in
+ * base_dir (NULL: external data is an error). */
+KEEL_INTERNAL keel_status keel_onnx_load_memory(const void *bytes, size_t len,
+                                                const char *base_dir,
+                                                keel_model **out);
+/* Unmaps the files and frees the arena (and with it every graph). */
+KEEL_INTERNAL void keel_onnx_free(keel_model *m);
+
+#endif

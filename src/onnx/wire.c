@@ -1,0 +1,127 @@
+/* wire.c: protobuf wire-format primitives (see wire.h). */
+#include "wire.h"
+
+#include "../base/status.h"
+
+static keel_status truncated(const keel_pb *r, const char *what) {
+  return keel_err(KEEL_ERR_INVALID_MODEL, "truncated %s at byte %zu", what,
+                  keel_pb_offset(r));
+}
+
+keel_status keel_pb_varint(keel_pb *r, uint64_t *v) {
+  uint64_t x = 0;
+  for (unsigned shift = 0; shift < 70; shift += 7) {
+    if (r->p >= r->end) return truncated(r, "varint");
+    uint8_t b = *r->p++;
+    if (shift == 63 && b > 1)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "varint overflows 64 bits at byte %zu",
+                      keel_pb_offset(r));
+    x |= (uint64_t)(b & 0x7F) << shift;
+    if (!(b & 0x80)) {
+      *v = x;
+      return KEEL_OK;
+    }
+  }
+  return keel_err(KEEL_ERR_INVALID_MODEL, "varint longer than 10 bytes at byte %zu",
+                  keel_pb_offset(r));
+}
+
+keel_status keel_pb_tag(keel_pb *r, uint32_t *field, uint32_t *wt) {
+  uint64_t t;
+  KEEL_TRY(keel_pb_varint(r, &t));
+  uint64_t f = t >> 3;
+  if (f == 0 || f > 536870911u)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "bad field number %llu at byte %zu",
+                    (unsigned long long)f, keel_pb_offset(r));
+  *field = (uint32_t)f;
+  *wt = (uint32_t)(t & 7);
+  return KEEL_OK;
+}
+
+keel_status keel_pb_fixed32(keel_pb *r, uint32_t *v) {
+  if (r->end - r->p < 4) return truncated(r, "fixed32");
+  memcpy(v, r->p, 4);
+  r->p += 4;
+  return KEEL_OK;
+}
+
+keel_status keel_pb_fixed64(keel_pb *r, uint64_t *v) {
+  if (r->end - r->p < 8) return truncated(r, "fixed64");
+  memcpy(v, r->p, 8);
+  r->p += 8;
+  return KEEL_OK;
+}
+
+keel_status keel_pb_len(keel_pb *r, keel_pb *sub) {
+  uint64_t n;
+  KEEL_TRY(keel_pb_varint(r, &n));
+  if (n > (uint64_t)(r->end - r->p))
+    return keel_err(KEEL_ERR_INVALID_MODEL,
+                    "field of %llu bytes at byte %zu runs past the end (%zu "
+                    "bytes left)",
+                    (unsigned long long)n, keel_pb_offset(r),
+                    (size_t)(r->end - r->p));
+  sub->p = r->p;
+  sub->end = r->p + n;
+  sub->base = r->base;
+  r->p += n;
+  return KEEL_OK;
+}
+
+keel_status keel_pb_skip(keel_pb *r, uint32_t wt) {
+  uint64_t v;
+  keel_pb sub;
+  switch (wt) {
+    case PB_VARINT: return keel_pb_varint(r, &v);
+    case PB_FIXED64: return keel_pb_fixed64(r, &v);
+    case PB_LEN: return keel_pb_len(r, &sub);
+    case PB_FIXED32: {
+      uint32_t w;
+      return keel_pb_fixed32(r, &w);
+    }
+    default:
+      return keel_err(KEEL_ERR_INVALID_MODEL,
+                      "unsupported wire type %u at byte %zu", wt,
+                      keel_pb_offset(r));
+  }
+}
+
+static keel_status bad_type(const keel_pb *r, const char *what, uint32_t wt) {
+  return keel_err(KEEL_ERR_INVALID_MODEL, "field '%s' has wire type %u at byte %zu",
+                  what, wt, keel_pb_offset(r));
+}
+
+keel_status keel_pb_get_int(keel_pb *r, uint32_t wt, const char *what,
+                            int64_t *v) {
+  if (wt != PB_VARINT) return bad_type(r, what, wt);
+  uint64_t u;
+  KEEL_TRY(keel_pb_varint(r, &u));
+  *v = (int64_t)u;
+  return KEEL_OK;
+}
+
+keel_status keel_pb_get_float(keel_pb *r, uint32_t wt, const char *what,
+                              float *v) {
+  if (wt != PB_FIXED32) return bad_type(r, what, wt);
+  uint32_t u;
+  KEEL_TRY(keel_pb_fixed32(r, &u));
+  memcpy(v, &u, 4);
+  return KEEL_OK;
+}
+
+keel_status keel_pb_get_bytes(keel_pb *r, uint32_t wt, const char *what,
+                              keel_pb *sub) {
+  if (wt != PB_LEN) return bad_type(r, what, wt);
+  return keel_pb_len(r, sub);
+}
+
+keel_status keel_pb_count_varints(const keel_pb *packed, size_t *n) {
+  size_t c = 0;
+  for (const uint8_t *p = packed->p; p < packed->end; p++)
+    if (!(*p & 0x80)) c++;
+  if (packed->p < packed->end && (packed->end[-1] & 0x80))
+    return keel_err(KEEL_ERR_INVALID_MODEL, "truncated packed varints at byte %zu",
+                    (size_t)(packed->end - packed->base));
+  *n = c;
+  return KEEL_OK;
+}

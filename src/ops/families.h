@@ -1,0 +1,18 @@
+/* families.h: the op families, one file each under src/ops/ (control flow
+ * lives in exec/control.c). Each table ends with a zero row. */
+#ifndef KEEL_FAMILIES_H
+#define KEEL_FAMILIES_H
+
+#include "kernel.h"
+
+#define KEEL_FAMILIES(X) \
+  X(elementwise)
+
+#define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
+KEEL_FAMILIES(KEEL_FAMILY_DECL)
+#undef KEEL_FAMILY_DECL
+
+/* Every registered row (for docs/operators.md); returns the total. */
+KEEL_INTERNAL size_t keel_ops_list(const keel_opdef **out, size_t cap);
+
+#endif

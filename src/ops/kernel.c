@@ -1,0 +1,239 @@
+/* kernel.c: the helpers kernels use to read inputs and attributes and to
+ * produce outputs (see kernel.h for the contract). */
+#include "kernel.h"
+
+/* ============================================================ inputs */
+
+static const char *in_name(const keel_kctx *k, int i) {
+  return i < k->node->n_in ? k->node->in_names[i] : "";
+}
+
+keel_status keel_k_in_opt(keel_kctx *k, int i, const keel_tensor **t) {
+  *t = NULL;
+  if (!keel_k_has_in(k, i)) return KEEL_OK;
+  const keel_val *v = k->in[i];
+  if (v->kind != KEEL_V_TENSOR)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' is a %s, expected a tensor", i,
+                    in_name(k, i), v->kind == KEEL_V_SEQUENCE ? "sequence" : "empty optional");
+  *t = &v->t;
+  return KEEL_OK;
+}
+
+keel_status keel_k_in(keel_kctx *k, int i, const keel_tensor **t) {
+  if (!keel_k_has_in(k, i)) return keel_err(KEEL_ERR_INVALID_MODEL, "input %d is missing", i);
+  return keel_k_in_opt(k, i, t);
+}
+
+keel_status keel_k_in_ints(keel_kctx *k, int i, int64_t *buf, int cap, int *n) {
+  const keel_tensor *t;
+  KEEL_TRY(keel_k_in(k, i, &t));
+  if (t->dtype != KEEL_INT64 && t->dtype != KEEL_INT32)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' must be int32 or int64, got %s", i,
+                    in_name(k, i), keel_dtype_name((keel_dtype)t->dtype));
+  if (t->rank > 1)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' must be a 1-D list, got rank %d", i,
+                    in_name(k, i), t->rank);
+  int64_t cnt = keel_tensor_numel(t);
+  if (cnt > cap)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' has %lld values, at most %d allowed", i,
+                    in_name(k, i), (long long)cnt, cap);
+  for (int64_t j = 0; j < cnt; j++) buf[j] = keel_elem_get_i64(t->dtype, t->data, (size_t)j);
+  *n = (int)cnt;
+  return KEEL_OK;
+}
+
+static keel_status scalar(keel_kctx *k, int i, const keel_tensor **t) {
+  KEEL_TRY(keel_k_in(k, i, t));
+  if (keel_tensor_numel(*t) != 1)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' must hold one value, it holds %lld", i,
+                    in_name(k, i), (long long)keel_tensor_numel(*t));
+  if ((*t)->dtype == KEEL_STRING)
+    return keel_err(KEEL_ERR_SHAPE, "input %d '%s' must be numeric", i, in_name(k, i));
+  return KEEL_OK;
+}
+
+keel_status keel_k_in_scalar_i64(keel_kctx *k, int i, int64_t *v) {
+  const keel_tensor *t;
+  KEEL_TRY(scalar(k, i, &t));
+  *v = keel_elem_get_i64(t->dtype, t->data, 0);
+  return KEEL_OK;
+}
+
+keel_status keel_k_in_scalar_f64(keel_kctx *k, int i, double *v) {
+  const keel_tensor *t;
+  KEEL_TRY(scalar(k, i, &t));
+  *v = keel_elem_get_f64(t->dtype, t->data, 0);
+  return KEEL_OK;
+}
+
+bool keel_k_can_reuse(const keel_kctx *k, int i) {
+  if (i >= 64 || !((k->node->last_use >> i) & 1) || !keel_k_has_in(k, i)) return false;
+  const keel_val *v = k->in[i];
+  return v->kind == KEEL_V_TENSOR && keel_buffer_exclusive(v->t.buf) &&
+         v->t.dtype != KEEL_STRING;
+}
+
+/* =========================================================== outputs */
+
+static keel_owner owner_of(const keel_kctx *k, int i) {
+  keel_owner o = k->owner;
+  o.site += (uint32_t)i;
+  return o;
+}
+
+keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *shape,
+                       keel_tensor **t) {
+  keel_val *v = k->out[i];
+  keel_assert(v->kind == KEEL_V_EMPTY);
+  KEEL_TRY(keel_tensor_alloc(k->heap, dtype, rank, shape, owner_of(k, i), &v->t));
+  v->kind = KEEL_V_TENSOR;
+  *t = &v->t;
+  return KEEL_OK;
+}
+
+keel_status keel_k_view(keel_kctx *k, int i, const keel_tensor *src, int rank,
+                        const int64_t *shape) {
+  if (keel_shape_numel(rank, shape) != keel_tensor_numel(src))
+    return keel_err(KEEL_ERR_INTERNAL, "view changes the element count");
+  keel_val *v = k->out[i];
+  keel_tensor_view(src, rank, shape, &v->t);
+  v->kind = KEEL_V_TENSOR;
+  return KEEL_OK;
+}
+
+keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
+                         const int64_t *shape, keel_tensor **t) {
+  if (keel_k_can_reuse(k, in_i)) {
+    const keel_tensor *src = &k->in[in_i]->t;
+    int64_t numel;
+    KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
+    if ((size_t)numel * keel_dtype_size((keel_dtype)dtype) == keel_tensor_nbytes(src) &&
+        numel > 0) {
+      keel_val *v = k->out[i];
+      keel_tensor_view(src, rank, shape, &v->t);
+      v->t.dtype = dtype;
+      v->kind = KEEL_V_TENSOR;
+      *t = &v->t;
+      return KEEL_OK;
+    }
+  }
+  return keel_k_out(k, i, dtype, rank, shape, t);
+}
+
+keel_status keel_k_out_ref(keel_kctx *k, int i, const keel_val *v) {
+  keel_val_ref(k->out[i], v);
+  return KEEL_OK;
+}
+
+keel_status keel_k_out_seq(keel_kctx *k, int i, int elem_dtype, keel_seq **s) {
+  keel_val *v = k->out[i];
+  KEEL_TRY(keel_seq_new(k->heap, elem_dtype, 0, &v->seq));
+  v->kind = KEEL_V_SEQUENCE;
+  *s = v->seq;
+  return KEEL_OK;
+}
+
+keel_status keel_k_scratch(keel_kctx *k, size_t bytes, void **p) {
+  if (k->n_scratch == KEEL_K_MAX_SCRATCH)
+    return keel_err(KEEL_ERR_INTERNAL, "kernel asked for more than %d scratch buffers",
+                    KEEL_K_MAX_SCRATCH);
+  keel_owner o = k->owner;
+  keel_block *b = keel_heap_alloc(k->heap, bytes ? bytes : 1, o);
+  if (!b) {
+    keel_oom_info i = keel_heap_oom_info(k->heap);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY,
+                    "cannot allocate %zu bytes of scratch (allocated %llu, reserved %llu%s)",
+                    bytes, (unsigned long long)i.allocated, (unsigned long long)i.reserved,
+                    i.by_cap ? ", cap reached" : "");
+  }
+  k->scratch[k->n_scratch++] = b;
+  *p = b->ptr;
+  return KEEL_OK;
+}
+
+/* ======================================================== attributes */
+
+const keel_attr *keel_k_attr(const keel_kctx *k, const char *name) {
+  return keel_node_attr(k->node, name);
+}
+
+int64_t keel_k_attr_i(const keel_kctx *k, const char *name, int64_t def) {
+  const keel_attr *a = keel_node_attr(k->node, name);
+  if (!a) return def;
+  if (a->type == KEEL_ATTR_FLOAT) return (int64_t)a->f;
+  return a->i;
+}
+
+float keel_k_attr_f(const keel_kctx *k, const char *name, float def) {
+  const keel_attr *a = keel_node_attr(k->node, name);
+  if (!a) return def;
+  if (a->type == KEEL_ATTR_INT) return (float)a->i;
+  return a->f;
+}
+
+const char *keel_k_attr_s(const keel_kctx *k, const char *name, const char *def) {
+  const keel_attr *a = keel_node_attr(k->node, name);
+  return a && a->s ? a->s : def;
+}
+
+const int64_t *keel_k_attr_ints(const keel_kctx *k, const char *name, int *n) {
+  const keel_attr *a = keel_node_attr(k->node, name);
+  if (!a || a->type != KEEL_ATTR_INTS) {
+    *n = 0;
+    return NULL;
+  }
+  *n = a->n;
+  return a->ints;
+}
+
+const float *keel_k_attr_floats(const keel_kctx *k, const char *name, int *n) {
+  const keel_attr *a = keel_node_attr(k->node, name);
+  if (!a || a->type != KEEL_ATTR_FLOATS) {
+    *n = 0;
+    return NULL;
+  }
+  *n = a->n;
+  return a->floats;
+}
+
+/* ========================================================= utilities */
+
+keel_status keel_k_axis(int64_t axis, int rank, const char *what, int *out) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank || (rank == 0 && axis != 0))
+    return keel_err(KEEL_ERR_SHAPE, "%s %lld is out of range for rank %d", what,
+                    (long long)axis, rank);
+  *out = (int)a;
+  return KEEL_OK;
+}
+
+keel_status keel_broadcast_shape(int ra, const int64_t *a, int rb, const int64_t *b,
+                                 int *rout, int64_t *out) {
+  int r = KEEL_MAX(ra, rb);
+  for (int i = 0; i < r; i++) {
+    int64_t da = i < r - ra ? 1 : a[i - (r - ra)];
+    int64_t db = i < r - rb ? 1 : b[i - (r - rb)];
+    if (da != db && da != 1 && db != 1) {
+      char sa[128], sb[128];
+      return keel_err(KEEL_ERR_SHAPE, "shapes %s and %s do not broadcast",
+                      keel_shape_str(ra, a, sa, sizeof sa), keel_shape_str(rb, b, sb, sizeof sb));
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  *rout = r;
+  return KEEL_OK;
+}
+
+void keel_broadcast_strides(int r, const int64_t *shape, int rout, const int64_t *out,
+                            int64_t *strides) {
+  int64_t s = 1;
+  for (int i = rout - 1; i >= 0; i--) {
+    int j = i - (rout - r);
+    if (j < 0) {
+      strides[i] = 0;
+      continue;
+    }
+    strides[i] = (shape[j] == 1 && out[i] != 1) ? 0 : s;
+    s *= shape[j];
+  }
+}

@@ -1,0 +1,135 @@
+/* kernel.h: the contract between the executor and operator kernels.
+ *
+ * A kernel is a pure function of its inputs and attributes:
+ *
+ *     keel_status op_relu(keel_kctx *k);
+ *
+ * It reads inputs through keel_k_in*() (borrowed: never freed, never kept),
+ * allocates each output with keel_k_out() (or shares an input's buffer with
+ * keel_k_view() / keel_k_reuse()), and returns KEEL_OK or an error made with
+ * keel_err() ("input 'B' has 3 columns, expected 4"); the executor puts the
+ * node's name and op in front. On error the executor releases whatever the
+ * kernel allocated. Kernels keep no state between calls and are called
+ * concurrently from many threads on different contexts.
+ *
+ * Scratch memory (keel_k_scratch) comes from the session allocator, tagged
+ * with the node, and is freed by the executor when the kernel returns.
+ *
+ * Registration: each family file ends with a table
+ *     const keel_opdef keel_ops_<family>[] = { {"", "Relu", 6, KEEL_OPSET_MAX, op_relu}, ... };
+ * listed in registry.c. One op may have several rows for opset ranges; the
+ * kernel may also read keel_k_opset() and branch.
+ */
+#ifndef KEEL_KERNEL_H
+#define KEEL_KERNEL_H
+
+#include "../base/status.h"
+#include "../ir/ir.h"
+
+#define KEEL_OPSET_MAX 1000
+#define KEEL_K_MAX_SCRATCH 8
+
+struct keel_runctx;
+struct keel_frame;
+
+typedef struct keel_kctx {
+  const keel_node *node;
+  const keel_val *const *in;   /* n_in entries; NULL for omitted inputs    */
+  keel_val *const *out;        /* n_out entries, EMPTY on entry; omitted
+                                  outputs point at scratch the executor drops */
+  int32_t n_in, n_out;
+  keel_heap *heap;
+  keel_owner owner;            /* site of output 0, current iteration      */
+  struct keel_runctx *run;        /* executor state (control flow only)       */
+  struct keel_frame *frame;
+  int32_t n_scratch;
+  keel_block *scratch[KEEL_K_MAX_SCRATCH];
+} keel_kctx;
+
+typedef keel_status (*keel_kernel_fn)(keel_kctx *k);
+
+typedef struct keel_opdef {
+  const char *domain;          /* "" for ai.onnx                          */
+  const char *name;
+  int32_t since, until;        /* opset versions, inclusive               */
+  keel_kernel_fn fn;
+} keel_opdef;
+
+/* ------------------------------------------------------------ inputs */
+
+static inline int64_t keel_k_opset(const keel_kctx *k) { return k->node->opset; }
+/* True when input i was given (not omitted, not past the end). */
+static inline bool keel_k_has_in(const keel_kctx *k, int i) {
+  return i < k->n_in && k->in[i] != NULL;
+}
+static inline bool keel_k_has_out(const keel_kctx *k, int i) {
+  return i < k->n_out && k->node->out[i] >= 0;
+}
+/* Input i as a tensor, or NULL when omitted. Error when it is given but is
+ * not a tensor. */
+KEEL_INTERNAL keel_status keel_k_in_opt(keel_kctx *k, int i,
+                                        const keel_tensor **t);
+/* Input i as a tensor; error when omitted or not a tensor. */
+KEEL_INTERNAL keel_status keel_k_in(keel_kctx *k, int i, const keel_tensor **t);
+/* Input i (an int32/int64 tensor of rank <= 1) as int64s: up to `cap`
+ * values into buf, count in *n. */
+KEEL_INTERNAL keel_status keel_k_in_ints(keel_kctx *k, int i, int64_t *buf,
+                                         int cap, int *n);
+/* The single element of input i as int64 / double (any numeric type). */
+KEEL_INTERNAL keel_status keel_k_in_scalar_i64(keel_kctx *k, int i, int64_t *v);
+KEEL_INTERNAL keel_status keel_k_in_scalar_f64(keel_kctx *k, int i, double *v);
+/* Bit i: input i dies at this node and nobody else holds its buffer. */
+KEEL_INTERNAL bool keel_k_can_reuse(const keel_kctx *k, int i);
+
+/* ----------------------------------------------------------- outputs */
+
+/* Allocates output i (uninitialized data). */
+KEEL_INTERNAL keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank,
+                                     const int64_t *shape, keel_tensor **t);
+/* Output i shares src's bytes with a new shape (same element count). */
+KEEL_INTERNAL keel_status keel_k_view(keel_kctx *k, int i, const keel_tensor *src,
+                                      int rank, const int64_t *shape);
+/* Output i takes input in_i's buffer when that is safe (keel_k_can_reuse
+ * and same byte size), else allocates. Either way *t is writable; read
+ * input element j before writing output element j. */
+KEEL_INTERNAL keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype,
+                                       int rank, const int64_t *shape,
+                                       keel_tensor **t);
+/* Output i = a new reference to value v (tensor, sequence or none). */
+KEEL_INTERNAL keel_status keel_k_out_ref(keel_kctx *k, int i, const keel_val *v);
+/* Output i = a fresh sequence (empty, elem_dtype may be UNDEFINED). */
+KEEL_INTERNAL keel_status keel_k_out_seq(keel_kctx *k, int i, int elem_dtype,
+                                         keel_seq **s);
+/* Temporary bytes, 64-aligned, freed after the kernel returns. */
+KEEL_INTERNAL keel_status keel_k_scratch(keel_kctx *k, size_t bytes, void **p);
+
+/* -------------------------------------------------------- attributes */
+
+KEEL_INTERNAL const keel_attr *keel_k_attr(const keel_kctx *k, const char *name);
+KEEL_INTERNAL int64_t keel_k_attr_i(const keel_kctx *k, const char *name,
+                                    int64_t def);
+KEEL_INTERNAL float keel_k_attr_f(const keel_kctx *k, const char *name, float def);
+KEEL_INTERNAL const char *keel_k_attr_s(const keel_kctx *k, const char *name,
+                                        const char *def);
+/* INTS attribute: pointer and count (NULL, 0 when absent). */
+KEEL_INTERNAL const int64_t *keel_k_attr_ints(const keel_kctx *k,
+                                              const char *name, int *n);
+KEEL_INTERNAL const float *keel_k_attr_floats(const keel_kctx *k,
+                                              const char *name, int *n);
+
+/* --------------------------------------------------------- utilities */
+
+/* Normalizes axis (may be negative) for a tensor of `rank`; error names the
+ * attribute or input it came from. */
+KEEL_INTERNAL keel_status keel_k_axis(int64_t axis, int rank, const char *what,
+                                      int *out);
+
+/* numpy broadcasting of a and b into out (rank = max). */
+KEEL_INTERNAL keel_status keel_broadcast_shape(int ra, const int64_t *a, int rb,
+                                               const int64_t *b, int *rout,
+                                               int64_t *out);
+/* Row-major strides of `shape` broadcast to `out` (0 where broadcast). */
+KEEL_INTERNAL void keel_broadcast_strides(int r, const int64_t *shape, int rout,
+                                          const int64_t *out, int64_t *strides);
+
+#endif /* KEEL_KERNEL_H */

@@ -1,0 +1,164 @@
+/* dtype.c: element type table and half-precision conversions. */
+#include "dtype.h"
+
+#include <math.h>
+
+static const struct {
+  const char *name;
+  size_t size;
+} g_types[] = {
+    [KEEL_UNDEFINED] = {"undefined", 0}, [KEEL_FLOAT] = {"float32", 4},
+    [KEEL_UINT8] = {"uint8", 1},         [KEEL_INT8] = {"int8", 1},
+    [KEEL_UINT16] = {"uint16", 2},       [KEEL_INT16] = {"int16", 2},
+    [KEEL_INT32] = {"int32", 4},         [KEEL_INT64] = {"int64", 8},
+    [KEEL_STRING] = {"string", sizeof(keel_string)},
+    [KEEL_BOOL] = {"bool", 1},           [KEEL_FLOAT16] = {"float16", 2},
+    [KEEL_DOUBLE] = {"float64", 8},      [KEEL_UINT32] = {"uint32", 4},
+    [KEEL_UINT64] = {"uint64", 8},       [KEEL_COMPLEX64] = {"complex64", 8},
+    [KEEL_COMPLEX128] = {"complex128", 16}, [KEEL_BFLOAT16] = {"bfloat16", 2},
+};
+
+bool keel_dtype_valid(int t) {
+  return t > 0 && t < (int)KEEL_COUNTOF(g_types);
+}
+
+const char *keel_dtype_name(keel_dtype t) {
+  if ((int)t < 0 || (int)t >= (int)KEEL_COUNTOF(g_types)) return "undefined";
+  return g_types[t].name;
+}
+
+size_t keel_dtype_size(keel_dtype t) {
+  if ((int)t < 0 || (int)t >= (int)KEEL_COUNTOF(g_types)) return 0;
+  return g_types[t].size;
+}
+
+float keel_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu, u;
+  if (exp == 0x1F) {
+    u = sign | 0x7F800000u | (man << 13); /* inf / nan */
+  } else if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else { /* subnormal: normalize */
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400u));
+      u = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3FFu) << 13);
+    }
+  } else {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t keel_f32_to_f16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000u;
+  uint32_t aexp = (u >> 23) & 0xFFu;
+  uint32_t man = u & 0x7FFFFFu;
+  if (aexp == 0xFF) /* inf or nan (keep nan quiet) */
+    return (uint16_t)(sign | 0x7C00u | (man ? 0x200u | (man >> 13) : 0));
+  int e = (int)aexp - 127 + 15;
+  if (e >= 0x1F) return (uint16_t)(sign | 0x7C00u); /* overflow -> inf */
+  if (e <= 0) {                                       /* subnormal or zero */
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t half = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)e << 10) | (man >> 13);
+  uint32_t rem = man & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) half++; /* may carry into exp: correct */
+  return (uint16_t)half;
+}
+
+uint16_t keel_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+double keel_elem_get_f64(int dtype, const void *d, size_t i) {
+  switch (dtype) {
+    case KEEL_FLOAT: return ((const float *)d)[i];
+    case KEEL_DOUBLE: return ((const double *)d)[i];
+    case KEEL_FLOAT16: return keel_f16_to_f32(((const uint16_t *)d)[i]);
+    case KEEL_BFLOAT16: return keel_bf16_to_f32(((const uint16_t *)d)[i]);
+    case KEEL_INT8: return ((const int8_t *)d)[i];
+    case KEEL_INT16: return ((const int16_t *)d)[i];
+    case KEEL_INT32: return ((const int32_t *)d)[i];
+    case KEEL_INT64: return (double)((const int64_t *)d)[i];
+    case KEEL_UINT8: return ((const uint8_t *)d)[i];
+    case KEEL_UINT16: return ((const uint16_t *)d)[i];
+    case KEEL_UINT32: return ((const uint32_t *)d)[i];
+    case KEEL_UINT64: return (double)((const uint64_t *)d)[i];
+    case KEEL_BOOL: return ((const uint8_t *)d)[i] ? 1.0 : 0.0;
+    default: return NAN;
+  }
+}
+
+int64_t keel_elem_get_i64(int dtype, const void *d, size_t i) {
+  switch (dtype) {
+    case KEEL_INT8: return ((const int8_t *)d)[i];
+    case KEEL_INT16: return ((const int16_t *)d)[i];
+    case KEEL_INT32: return ((const int32_t *)d)[i];
+    case KEEL_INT64: return ((const int64_t *)d)[i];
+    case KEEL_UINT8: return ((const uint8_t *)d)[i];
+    case KEEL_UINT16: return ((const uint16_t *)d)[i];
+    case KEEL_UINT32: return ((const uint32_t *)d)[i];
+    case KEEL_UINT64: return (int64_t)((const uint64_t *)d)[i];
+    case KEEL_BOOL: return ((const uint8_t *)d)[i] != 0;
+    default: {
+      double v = keel_elem_get_f64(dtype, d, i);
+      if (!(v == v)) return 0;
+      if (v >= 9.2e18) return INT64_MAX;
+      if (v <= -9.2e18) return INT64_MIN;
+      return (int64_t)v;
+    }
+  }
+}
+
+void keel_elem_set_f64(int dtype, void *d, size_t i, double v) {
+  switch (dtype) {
+    case KEEL_FLOAT: ((float *)d)[i] = (float)v; break;
+    case KEEL_DOUBLE: ((double *)d)[i] = v; break;
+    case KEEL_FLOAT16: ((uint16_t *)d)[i] = keel_f32_to_f16((float)v); break;
+    case KEEL_BFLOAT16: ((uint16_t *)d)[i] = keel_f32_to_bf16((float)v); break;
+    case KEEL_INT8: ((int8_t *)d)[i] = (int8_t)v; break;
+    case KEEL_INT16: ((int16_t *)d)[i] = (int16_t)v; break;
+    case KEEL_INT32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case KEEL_INT64: ((int64_t *)d)[i] = (int64_t)v; break;
+    case KEEL_UINT8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+    case KEEL_UINT16: ((uint16_t *)d)[i] = (uint16_t)v; break;
+    case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
+    case KEEL_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
+    case KEEL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    default: break;
+  }
+}
+
+void keel_elem_set_i64(int dtype, void *d, size_t i, int64_t v) {
+  switch (dtype) {
+    case KEEL_INT8: ((int8_t *)d)[i] = (int8_t)v; break;
+    case KEEL_INT16: ((int16_t *)d)[i] = (int16_t)v; break;
+    case KEEL_INT32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case KEEL_INT64: ((int64_t *)d)[i] = v; break;
+    case KEEL_UINT8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+    case KEEL_UINT16: ((uint16_t *)d)[i] = (uint16_t)v; break;
+    case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
+    case KEEL_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
+    case KEEL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    default: keel_elem_set_f64(dtype, d, i, (double)v); break;
+  }
+}
