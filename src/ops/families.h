@@ -6,7 +6,15 @@
 #include "kernel.h"
 
 #define KEEL_FAMILIES(X) \
-  X(elementwise)
+  X(elementwise)         \
+  X(unary)               \
+  X(shape)               \
+  X(gather_scatter)      \
+  X(matmul)              \
+  X(conv)                \
+  X(pool)                \
+  X(reduce)              \
+  X(norm)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
 KEEL_FAMILIES(KEEL_FAMILY_DECL)

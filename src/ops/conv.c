@@ -1,0 +1,6 @@
+/* conv.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_conv[] = {
+    {0},
+};

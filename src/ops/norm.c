@@ -1,0 +1,6 @@
+/* norm.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_norm[] = {
+    {0},
+};

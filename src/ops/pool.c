@@ -1,0 +1,6 @@
+/* pool.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_pool[] = {
+    {0},
+};

@@ -1,0 +1,6 @@
+/* reduce.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_reduce[] = {
+    {0},
+};
