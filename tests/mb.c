@@ -150,6 +150,30 @@ void mb_init(mb_graph *g, const char *name, int dtype, int rank, const int64_t *
   field_msg(&g->body, 5, &t);
 }
 
+static void ext_entry(buf *t, const char *key, const char *val) {
+  buf e = {0};
+  field_str(&e, 1, key);
+  field_str(&e, 2, val);
+  field_msg(t, 13, &e);
+}
+
+void mb_init_external(mb_graph *g, const char *name, int dtype, int rank,
+                      const int64_t *dims, const char *location, int64_t offset,
+                      int64_t length) {
+  buf t = {0};
+  for (int i = 0; i < rank; i++) field_int(&t, 1, dims[i]);
+  field_int(&t, 2, dtype);
+  field_str(&t, 8, name);
+  ext_entry(&t, "location", location);
+  char num[32];
+  snprintf(num, sizeof num, "%lld", (long long)offset);
+  ext_entry(&t, "offset", num);
+  snprintf(num, sizeof num, "%lld", (long long)length);
+  ext_entry(&t, "length", num);
+  field_int(&t, 14, 1);
+  field_msg(&g->body, 5, &t);
+}
+
 mb_node *mb_add(mb_graph *g, const char *op, const char *inputs, const char *outputs) {
   mb_node *n = calloc(1, sizeof *n);
   for (int f = 1; f <= 2; f++) {

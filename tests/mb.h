@@ -31,6 +31,11 @@ void mb_input_seq(mb_graph *g, const char *name, int elem_dtype);
 void mb_output_seq(mb_graph *g, const char *name, int elem_dtype);
 void mb_init(mb_graph *g, const char *name, int dtype, int rank, const int64_t *dims,
              const void *data);
+/* An initializer whose bytes live in an external file (location relative
+ * to the model's folder). */
+void mb_init_external(mb_graph *g, const char *name, int dtype, int rank,
+                      const int64_t *dims, const char *location, int64_t offset,
+                      int64_t length);
 /* A value_info entry (a shape hint). */
 void mb_value_info(mb_graph *g, const char *name, int dtype, int rank, const int64_t *dims);
 

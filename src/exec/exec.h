@@ -32,6 +32,11 @@ typedef struct keel_frame {
   keel_val **out;
   keel_val *dropped;            /* targets for omitted outputs             */
   int32_t max_in, max_out;
+  /* values a control-flow node of this graph moves in and out of its
+   * sub-graphs (loop-carried state, branch results): sized at run creation
+   * for the widest such node, so control flow allocates no bookkeeping */
+  keel_val *ctl;
+  int32_t n_ctl;
 } keel_frame;
 
 typedef struct keel_runctx {

@@ -9,19 +9,32 @@
  */
 #include "exec.h"
 
+#include <stdio.h>
+
 #include "../mem/sysmem.h"
 
 /* ============================================================== pool */
 
-static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out) {
-  int32_t mi = 1, mo = 1;
+/* Control-flow scratch a node needs: room for its sub-graphs' inputs and
+ * outputs twice over (Loop keeps carried state beside the body's I/O). */
+static int32_t ctl_need(const keel_node *n) {
+  int32_t c = 0;
+  for (int32_t k = 0; k < n->n_subs; k++) c += 2 * (n->subs[k]->n_in + n->subs[k]->n_out);
+  return c ? c + 2 * n->n_in + 2 * n->n_out + 4 : 0;
+}
+
+static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out,
+                          int32_t *n_ctl) {
+  int32_t mi = 1, mo = 1, mc = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     mi = KEEL_MAX(mi, g->nodes[i].n_in);
     mo = KEEL_MAX(mo, g->nodes[i].n_out);
+    mc = KEEL_MAX(mc, ctl_need(&g->nodes[i]));
   }
   *max_in = mi;
   *max_out = mo;
-  return (size_t)g->n_slots * sizeof(keel_val) + (size_t)mi * sizeof(keel_val *) +
+  *n_ctl = mc;
+  return (size_t)(g->n_slots + mc) * sizeof(keel_val) + (size_t)mi * sizeof(keel_val *) +
          (size_t)mo * (sizeof(keel_val *) + sizeof(keel_val));
 }
 
@@ -30,8 +43,8 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
   const keel_model *m = s->m;
   size_t bytes = sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
   for (int32_t i = 0; i < m->n_graphs; i++) {
-    int32_t a, b;
-    bytes += frame_bytes(m->graphs[i], &a, &b);
+    int32_t a, b, c;
+    bytes += frame_bytes(m->graphs[i], &a, &b, &c);
   }
   uint8_t *p = keel_sys_calloc(1, bytes);
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
@@ -44,10 +57,11 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
     keel_frame *f = &R->frames[i];
     const keel_graph *g = m->graphs[i];
     f->g = g;
-    size_t fb = frame_bytes(g, &f->max_in, &f->max_out);
+    size_t fb = frame_bytes(g, &f->max_in, &f->max_out, &f->n_ctl);
     f->slots = (keel_val *)(void *)at;
     f->dropped = f->slots + g->n_slots;
-    f->in = (const keel_val **)(void *)(f->dropped + f->max_out);
+    f->ctl = f->dropped + f->max_out;
+    f->in = (const keel_val **)(void *)(f->ctl + f->n_ctl);
     f->out = (keel_val **)(void *)(f->in + f->max_in);
     at += fb;
   }
@@ -129,8 +143,8 @@ static void drop_scratch(keel_kctx *k) {
 static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st) {
   for (int32_t i = 0; i < n->n_out; i++) keel_val_clear(k->out[i]);
   drop_scratch(k);
-  if (n->name[0]) return keel_err_prefix(st, "node '%s' (%s)", n->name, n->op_type);
-  return keel_err_prefix(st, "node #%d (%s)", n->index, n->op_type);
+  char lb[256];
+  return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
 }
 
 static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
@@ -138,7 +152,10 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
   for (int32_t i = 0; i < n->n_in; i++) {
     keel_ref r = n->in[i];
     f->in[i] = r == KEEL_REF_NONE ? NULL : resolve(R, f, r, &st);
-    if (KEEL_UNLIKELY(st)) return keel_err_prefix(st, "node '%s' (%s)", n->name, n->op_type);
+    if (KEEL_UNLIKELY(st)) {
+      char lb[256];
+      return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
+    }
   }
   for (int32_t i = 0; i < n->n_out; i++)
     f->out[i] = n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];

@@ -93,7 +93,7 @@ keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
   keel_val v = {.kind = KEEL_V_TENSOR};
   v.t.dtype = (int32_t)dtype;
   v.t.rank = rank;
-  memcpy(v.t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (rank > 0) memcpy(v.t.shape, shape, sizeof(int64_t) * (size_t)rank);
   keel_buffer *b = keel_heap_obj_alloc(s->heap);
   if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "tensor header");
   atomic_init(&b->refs, 1);

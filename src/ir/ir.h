@@ -191,6 +191,10 @@ typedef struct keel_model {
 /* Opset version of `domain` in the model; 0 when not imported. */
 KEEL_INTERNAL int64_t keel_model_opset(const keel_model *m, const char *domain);
 
+/* "'Conv_3' (Conv)", or "#4 (Conv)" for a node without a name: how every
+ * message names a node. Returns buf. */
+KEEL_INTERNAL const char *keel_node_label(const keel_node *n, char *buf, size_t cap);
+
 /* Find an attribute by name, or NULL. */
 KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,
                                               const char *name);

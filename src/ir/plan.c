@@ -75,9 +75,9 @@ static keel_status kahn(planner *P) {
   if (tail != g->n_nodes) {
     int32_t stuck = 0;
     while (stuck < g->n_nodes && !indeg[stuck]) stuck++;
-    st = keel_err(KEEL_ERR_INVALID_MODEL,
-                  "graph '%s' has a cycle: node '%s' (%s) waits on itself",
-                  g->path, g->nodes[stuck].name, g->nodes[stuck].op_type);
+    char lb[256];
+    st = keel_err(KEEL_ERR_INVALID_MODEL, "graph '%s' has a cycle through node %s", g->path,
+                  keel_node_label(&g->nodes[stuck], lb, sizeof lb));
   }
 done:
   keel_sys_free(indeg, (nn + 1) * sizeof(int32_t));
@@ -219,6 +219,11 @@ static keel_status plan_graph(keel_arena *a, keel_graph *g) {
 }
 
 keel_status keel_ir_plan(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(plan_graph(m->arena, m->graphs[i]));
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    if (!m->graphs[i]->slot_names)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "graph '%s' is not reachable from the main graph",
+                      m->graphs[i]->path);
+    KEEL_TRY(plan_graph(m->arena, m->graphs[i]));
+  }
   return KEEL_OK;
 }

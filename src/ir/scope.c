@@ -12,6 +12,8 @@
  */
 #include "scope.h"
 
+#include <stdio.h>
+
 #include "../base/status.h"
 #include "../mem/sysmem.h"
 
@@ -63,8 +65,7 @@ static keel_status scope_put(scope *sc, const char *name, keel_ref ref,
                              bool replace) {
   entry *e = scope_slot(sc, name);
   if (e->name && !replace)
-    return keel_err(KEEL_ERR_INVALID_MODEL,
-                    "graph '%s': value '%s' is defined twice", sc->g->path, name);
+    return keel_err(KEEL_ERR_INVALID_MODEL, "value '%s' is defined twice", name);
   e->name = name;
   e->ref = ref;
   return KEEL_OK;
@@ -175,16 +176,19 @@ static keel_status new_slot(keel_graph *g, const char *name, int32_t *slot) {
 
 /* Defines the graph's own names: initializers, inputs, node outputs. */
 static keel_status define_locals(scope *sc, keel_graph *g) {
-  for (int32_t i = 0; i < g->ld.n_init; i++)
-    KEEL_TRY(scope_put(sc, g->ld.init_names[i],
-                       keel_ref_const((uint32_t)g->ld.init_consts[i]), false));
+  for (int32_t i = 0; i < g->ld.n_init; i++) {
+    keel_status st = scope_put(sc, g->ld.init_names[i],
+                               keel_ref_const((uint32_t)g->ld.init_consts[i]), false);
+    if (st) return keel_err_prefix(st, "graph '%s'", g->path);
+  }
   for (int32_t i = 0; i < g->n_in; i++) {
     const entry *e = scope_get(sc, g->in_names[i]);
     g->in_default[i] = e && keel_ref_kind(e->ref) == KEEL_REF_CONST
                            ? (int32_t)keel_ref_const_index(e->ref) : -1;
     KEEL_TRY(new_slot(g, g->in_names[i], &g->in[i]));
-    KEEL_TRY(scope_put(sc, g->in_names[i], keel_ref_local((uint32_t)g->in[i]),
-                       g->in_default[i] >= 0));
+    keel_status st = scope_put(sc, g->in_names[i], keel_ref_local((uint32_t)g->in[i]),
+                               g->in_default[i] >= 0);
+    if (st) return keel_err_prefix(st, "graph '%s': input", g->path);
   }
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *n = &g->nodes[i];
@@ -194,7 +198,10 @@ static keel_status define_locals(scope *sc, keel_graph *g) {
       KEEL_TRY(new_slot(g, n->out_names[k], &n->out[k]));
       keel_status st = scope_put(sc, n->out_names[k],
                                  keel_ref_local((uint32_t)n->out[k]), false);
-      if (st) return keel_err_prefix(st, "node '%s' (%s)", n->name, n->op_type);
+      char lb[256];
+      if (st)
+        return keel_err_prefix(st, "graph '%s': node %s", g->path,
+                               keel_node_label(n, lb, sizeof lb));
     }
   }
   return KEEL_OK;
@@ -202,10 +209,10 @@ static keel_status define_locals(scope *sc, keel_graph *g) {
 
 static keel_status undefined(const keel_graph *g, const keel_node *n,
                              const char *what, const char *name) {
+  char lb[256];
   if (n)
-    return keel_err(KEEL_ERR_INVALID_MODEL,
-                    "graph '%s': node '%s' (%s): %s '%s' is not defined", g->path,
-                    n->name, n->op_type, what, name);
+    return keel_err(KEEL_ERR_INVALID_MODEL, "graph '%s': node %s: %s '%s' is not defined",
+                    g->path, keel_node_label(n, lb, sizeof lb), what, name);
   return keel_err(KEEL_ERR_INVALID_MODEL, "graph '%s': %s '%s' is not defined",
                   g->path, what, name);
 }

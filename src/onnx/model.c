@@ -547,6 +547,10 @@ static keel_status attr_parse(loader *L, keel_pb msg, keel_attr *at,
     case KEEL_ATTR_GRAPHS: at->n = c.ng; break;
     default: break;
   }
+  /* a graph the type does not declare would be parsed but never resolved */
+  if ((at->g && at->type != KEEL_ATTR_GRAPH) || (c.ng && at->type != KEEL_ATTR_GRAPHS))
+    return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' holds a graph but has type %d",
+                    at->name, at->type);
   if ((at->type == KEEL_ATTR_GRAPH && !at->g) ||
       ((at->type == KEEL_ATTR_TENSOR || at->type == KEEL_ATTR_SPARSE_TENSOR) && !at->t))
     return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' has no value", at->name);
@@ -1024,6 +1028,12 @@ int64_t keel_model_opset(const keel_model *m, const char *domain) {
   for (int32_t i = 0; i < m->n_opsets; i++)
     if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
   return 0;
+}
+
+const char *keel_node_label(const keel_node *n, char *buf, size_t cap) {
+  if (n->name && n->name[0]) snprintf(buf, cap, "'%s' (%s)", n->name, n->op_type);
+  else snprintf(buf, cap, "#%d (%s)", n->index, n->op_type ? n->op_type : "?");
+  return buf;
 }
 
 const keel_attr *keel_node_attr(const keel_node *n, const char *name) {

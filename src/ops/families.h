@@ -14,7 +14,9 @@
   X(conv)                \
   X(pool)                \
   X(reduce)              \
-  X(norm)
+  X(norm)                \
+  X(sequence)            \
+  X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
 KEEL_FAMILIES(KEEL_FAMILY_DECL)

@@ -100,7 +100,7 @@ keel_status keel_tensor_alloc(keel_heap *h, int dtype, int rank,
   int64_t numel;
   KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
   keel_tensor t = {.dtype = dtype, .rank = rank};
-  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (rank > 0) memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
   if (numel > 0) {
     size_t nbytes = (size_t)numel * keel_dtype_size((keel_dtype)dtype);
     keel_buffer *b = keel_heap_obj_alloc(h);
@@ -130,7 +130,7 @@ void keel_tensor_view(const keel_tensor *src, int rank, const int64_t *shape,
                       keel_tensor *out) {
   keel_tensor t = {.buf = src->buf, .data = src->data, .dtype = src->dtype,
                    .rank = rank};
-  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (rank > 0) memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
   if (keel_shape_numel(rank, shape) == 0) {
     t.buf = NULL;
     t.data = NULL;
@@ -177,7 +177,7 @@ keel_status keel_tensor_static(keel_heap *h, int dtype, int rank,
   int64_t numel;
   KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
   keel_tensor t = {.dtype = dtype, .rank = rank};
-  memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (rank > 0) memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
   if (numel > 0) {
     keel_buffer *b = keel_heap_obj_alloc(h);
     if (!b) return oom(h, KEEL_HEAP_OBJ_SIZE);
