@@ -5,6 +5,8 @@
  * types exactly; floats within |a-b| <= 1e-5 + 1e-3*|b| (NaN matches NaN);
  * integers, bools and strings exactly. After each test the session is
  * destroyed and keel must hold zero bytes: anything left is a failure.
+ * With --repeat N each data set runs N times and the allocated bytes after
+ * every run (outputs released) must equal those after the first.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -160,20 +162,57 @@ static void free_list(char **names, size_t n) {
   free(names);
 }
 
+static uint64_t allocated(const keel_session_t *s) {
+  keel_stats st = {.size = sizeof st};
+  keel_stats_get(s, &st);
+  return st.allocated;
+}
+
+/* Runs the data set `repeat` times; after the first run the allocated bytes
+ * (outputs released) must not change: a control-flow leak shows here. */
+static keel_status run_repeated(keel_session_t *s, cli_inputs *in, keel_value_t **got,
+                                size_t nout, int repeat, char *why, size_t cap, bool *grew) {
+  uint64_t first = 0;
+  *grew = false;
+  for (int r = 0; r < repeat; r++) {
+    for (size_t i = 0; i < nout; i++) keel_value_release(got[i]), got[i] = NULL;
+    keel_status st = keel_run(s, in->names, in->values, in->n, got);
+    if (st) return st;
+    if (repeat == 1) break;
+    for (size_t i = 0; i < nout; i++) keel_value_release(got[i]), got[i] = NULL;
+    uint64_t now = allocated(s);
+    if (r == 0) first = now;
+    else if (now != first) {
+      snprintf(why, cap, "allocated bytes changed from %llu after run 1 to %llu after run %d",
+               (unsigned long long)first, (unsigned long long)now, r + 1);
+      *grew = true;
+      return KEEL_OK;
+    }
+    if (r + 1 < repeat) continue;
+    st = keel_run(s, in->names, in->values, in->n, got); /* outputs to compare */
+    if (st) return st;
+  }
+  return KEEL_OK;
+}
+
 /* Runs one data set; returns the result kind and writes details. */
-static result_kind run_dataset(keel_session_t *s, const char *dir, char *why, size_t cap) {
+static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, char *why,
+                               size_t cap) {
   cli_inputs in = {0};
   size_t nout = keel_session_output_count(s), nexp = 0;
   keel_value_t **got = calloc(nout + 1, sizeof *got), **want = calloc(nout + 1, sizeof *want);
   result_kind rk = R_PASS;
+  bool grew = false;
   keel_status st = cli_load_data_dir(s, dir, &in);
   if (!st) st = cli_load_expected(s, dir, want, nout, &nexp);
   if (st) {
     snprintf(why, cap, "reading test data: %s", keel_last_error());
     rk = R_ERROR;
-  } else if ((st = keel_run(s, in.names, in.values, in.n, got))) {
+  } else if ((st = run_repeated(s, &in, got, nout, repeat, why, cap, &grew))) {
     snprintf(why, cap, "%s", keel_last_error());
     rk = st == KEEL_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_ERROR;
+  } else if (grew) {
+    rk = R_FAIL;
   } else {
     for (size_t i = 0; i < nexp && rk == R_PASS; i++) {
       char inner[512];
@@ -192,7 +231,8 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, char *why, si
   return rk;
 }
 
-static void run_test(const char *dir, const char *name, const keel_options *opts, results *R) {
+static void run_test(const char *dir, const char *name, const keel_options *opts, int repeat,
+                     results *R) {
   char path[4096], why[1024] = "";
   snprintf(path, sizeof path, "%s/model.onnx", dir);
   uint64_t before = keel_process_bytes();
@@ -209,7 +249,7 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
     char sd[4096];
     snprintf(sd, sizeof sd, "%s/%s", dir, sets[i]);
     char inner[900] = "";
-    rk = run_dataset(s, sd, inner, sizeof inner);
+    rk = run_dataset(s, sd, repeat, inner, sizeof inner);
     if (rk != R_PASS) snprintf(why, sizeof why, "%s: %s", sets[i], inner);
   }
   free_list(sets, nsets);
@@ -223,13 +263,13 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
   add_result(R, name, rk, why);
 }
 
-static void run_path(const char *path, const keel_options *opts, results *R) {
+static void run_path(const char *path, const keel_options *opts, int repeat, results *R) {
   char model[4096];
   snprintf(model, sizeof model, "%s/model.onnx", path);
   const char *base = strrchr(path, '/');
   base = base && base[1] ? base + 1 : path;
   if (cli_is_file(model)) {
-    run_test(path, base, opts, R);
+    run_test(path, base, opts, repeat, R);
     return;
   }
   char **subs;
@@ -238,7 +278,7 @@ static void run_path(const char *path, const keel_options *opts, results *R) {
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/%s", path, subs[i]);
     snprintf(model, sizeof model, "%s/model.onnx", sub);
-    if (cli_is_file(model)) run_test(sub, subs[i], opts, R);
+    if (cli_is_file(model)) run_test(sub, subs[i], opts, repeat, R);
     else add_result(R, subs[i], R_SKIP, "no model.onnx");
   }
   free_list(subs, n);
@@ -304,8 +344,13 @@ static int check_expected(const char *list, const results *R) {
 int cmd_test(int argc, char **argv) {
   const char *json = NULL, *expect = NULL, *paths[1024];
   size_t n_paths = 0, mem_limit = 0;
+  int repeat = 1;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
+      repeat = atoi(argv[++i]);
+      if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");
+    }
     else if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
     else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) {
       if (!cli_parse_size(argv[++i], &mem_limit)) return cli_usage("test", "bad --mem-limit");
@@ -325,7 +370,7 @@ int cmd_test(int argc, char **argv) {
   if (!n_paths) return cli_usage("test", "no test folder given");
   keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit};
   results R = {0};
-  for (size_t i = 0; i < n_paths; i++) run_path(paths[i], &opts, &R);
+  for (size_t i = 0; i < n_paths; i++) run_path(paths[i], &opts, repeat, &R);
   size_t pass = 0, fail = 0, skip = 0;
   for (size_t i = 0; i < R.n; i++) {
     if (R.r[i].kind == R_PASS) pass++;

@@ -8,10 +8,11 @@ static const char *g_usage[][2] = {
             "               [--mem-limit SIZE]\n"
             "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
             "  memory statistics. Inputs not given are generated (symbolic dims = 1)."},
-    {"test", "keel test PATH... [--json FILE] [--expect LIST] [--mem-limit SIZE]\n"
+    {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
-             "  LIST (one per line) does not pass."},
+             "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
+             "  fails a test whose allocated bytes change after the first run."},
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
              "  control-flow tree and weight bytes."},

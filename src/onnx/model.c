@@ -26,12 +26,16 @@ typedef struct keel_ext_file {
   keel_mapping map;
 } keel_ext_file;
 
+typedef struct named_const {
+  keel_tensor t;
+  const char *name;
+} named_const;
+
 typedef struct loader {
   keel_model *m;
   keel_arena *a;
   /* constants and graphs grow here, then move to the arena */
-  keel_tensor *consts;
-  const char **const_names;
+  named_const *consts;
   int32_t n_consts, cap_consts;
   keel_graph **graphs;
   int32_t n_graphs, cap_graphs;
@@ -229,20 +233,11 @@ bad_index:
 
 static keel_status add_const(loader *L, const keel_tensor *t, const char *name,
                              int32_t *index) {
-  if (L->n_consts >= (int32_t)KEEL_REF_MAX_CONST) return keel_err(KEEL_ERR_UNSUPPORTED, "too many constants");
+  if (L->n_consts >= (int32_t)KEEL_REF_MAX_CONST)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "too many constants");
   if (!grow((void **)&L->consts, &L->cap_consts, L->n_consts, sizeof *L->consts))
     return oom("constants");
-  int32_t cap = L->cap_consts;
-  /* const_names grows in step with consts */
-  if (L->n_consts == 0 || L->n_consts == cap / 2) {
-    const char **q = keel_sys_realloc(L->const_names,
-                                      (size_t)(L->n_consts ? cap / 2 : 0) * sizeof(char *),
-                                      (size_t)cap * sizeof(char *));
-    if (!q) return oom("constants");
-    L->const_names = q;
-  }
-  L->consts[L->n_consts] = *t;
-  L->const_names[L->n_consts] = name;
+  L->consts[L->n_consts] = (named_const){*t, name};
   *index = L->n_consts++;
   return KEEL_OK;
 }
@@ -922,9 +917,9 @@ static keel_status finish(loader *L) {
   m->graphs = keel_arena_array(L->a, (size_t)L->n_graphs, sizeof(keel_graph *));
   m->ext = keel_arena_array(L->a, (size_t)L->n_ext, sizeof(keel_ext_file));
   if (!m->consts || !m->const_names || !m->graphs || !m->ext) return oom("the model");
-  if (L->n_consts) {
-    memcpy(m->consts, L->consts, sizeof(keel_tensor) * (size_t)L->n_consts);
-    memcpy(m->const_names, L->const_names, sizeof(char *) * (size_t)L->n_consts);
+  for (int32_t i = 0; i < L->n_consts; i++) {
+    m->consts[i] = L->consts[i].t;
+    m->const_names[i] = L->consts[i].name;
   }
   memcpy(m->graphs, L->graphs, sizeof(keel_graph *) * (size_t)L->n_graphs);
   if (L->n_ext) memcpy(m->ext, L->ext, sizeof(keel_ext_file) * (size_t)L->n_ext);
@@ -938,7 +933,6 @@ static keel_status finish(loader *L) {
 static void loader_free(loader *L) {
   for (int32_t i = 0; i < L->n_ext; i++) keel_prim_unmap(&L->ext[i].map);
   keel_sys_free(L->consts, (size_t)L->cap_consts * sizeof *L->consts);
-  keel_sys_free(L->const_names, (size_t)L->cap_consts * sizeof *L->const_names);
   keel_sys_free(L->graphs, (size_t)L->cap_graphs * sizeof *L->graphs);
   keel_sys_free(L->ext, (size_t)L->cap_ext * sizeof *L->ext);
 }
