@@ -4,6 +4,7 @@
 #define KEEL_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "keel.h"
@@ -54,6 +55,9 @@ keel_status cli_load_expected(keel_session_t *s, const char *dir, keel_value_t *
 void cli_describe(const keel_value_t *v, char *buf, size_t cap);
 /* Stats printer for keel_stats_print. */
 void cli_print_line(void *arg, const char *line);
+
+/* "825.0 MB", "1.5 KB", "312 B" into buf; returns buf. */
+const char *cli_bytes(uint64_t b, char *buf, size_t cap);
 
 /* Median of n doubles (sorts in place). */
 double cli_median(double *x, size_t n);

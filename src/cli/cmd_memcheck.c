@@ -4,8 +4,6 @@
 
 #include "cli.h"
 
-static double mb(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
-
 int cmd_memcheck(int argc, char **argv) {
   const char *model = NULL, *data = NULL;
   long iters = 10;
@@ -43,7 +41,9 @@ int cmd_memcheck(int argc, char **argv) {
     if (st) break;
     keel_stats ks = {.size = sizeof ks};
     keel_stats_get(s, &ks);
-    printf("run %ld: allocated %.1f MB, reserved %.1f MB\n", it, mb(ks.allocated), mb(ks.reserved));
+    char a[32], r[32];
+    printf("run %ld: allocated %s, reserved %s\n", it, cli_bytes(ks.allocated, a, sizeof a),
+           cli_bytes(ks.reserved, r, sizeof r));
     if (it == 1) first = ks.allocated;
     else if (ks.allocated > first && !grew_at) grew_at = (uint64_t)it;
   }

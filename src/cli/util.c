@@ -68,6 +68,14 @@ bool cli_parse_size(const char *s, size_t *out) {
   return true;
 }
 
+const char *cli_bytes(uint64_t b, char *buf, size_t cap) {
+  if (b >= (1ull << 30)) snprintf(buf, cap, "%.1f GB", (double)b / (double)(1ull << 30));
+  else if (b >= (1ull << 20)) snprintf(buf, cap, "%.1f MB", (double)b / (double)(1ull << 20));
+  else if (b >= 1024) snprintf(buf, cap, "%.1f KB", (double)b / 1024.0);
+  else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+  return buf;
+}
+
 double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
