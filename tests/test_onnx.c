@@ -183,7 +183,31 @@ static void external_data(void) {
   rmdir(dir);
 }
 
+/* Outputs stay valid after the session is gone, even when they are the
+ * model's own initializer bytes (directly, or through a view). */
+static void outputs_outlive_session(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_output(g, "W", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "V", KEEL_FLOAT, -1, NULL);
+  float w[4] = {1.5f, 2.5f, 3.5f, 4.5f};
+  int64_t shape[2] = {2, 2};
+  mb_init(g, "W", KEEL_FLOAT, 1, (int64_t[]){4}, w);
+  mb_init(g, "shape", KEEL_INT64, 1, (int64_t[]){2}, shape);
+  mb_add(g, "Reshape", "W,shape", "V");
+  keel_session_t *s = mb_session(g, 13);
+  CHECK(s != NULL);
+  if (!s) return;
+  keel_value_t *out[2] = {0};
+  CHECK_OK(keel_run(s, NULL, NULL, 0, out));
+  keel_session_destroy(s);
+  CHECK(out[0] && keel_value_at(out[0], 3) == 4.5);
+  CHECK(out[1] && keel_value_rank(out[1]) == 2 && keel_value_at(out[1], 1) == 2.5);
+  keel_value_release(out[0]);
+  keel_value_release(out[1]);
+}
+
 int main(void) {
+  outputs_outlive_session();
   good_model_runs();
   truncations();
   corruptions();

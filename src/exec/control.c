@@ -137,14 +137,8 @@ static keel_status stack_put(keel_kctx *k, stack *s, const keel_val *e, int64_t 
                     keel_dtype_name((keel_dtype)t->dtype), keel_shape_str(t->rank, t->shape, b, sizeof b));
   }
   if (at >= s->cap) KEEL_TRY(stack_alloc(k, s, KEEL_MAX(s->cap * 2, at + 1), out_i));
-  if (s->dtype == KEEL_STRING) {
-    const keel_string *src = t->data;
-    size_t n = s->elem_bytes / sizeof(keel_string);
-    for (size_t i = 0; i < n; i++)
-      KEEL_TRY(keel_tensor_set_string(&s->v.t, (size_t)at * n + i, src[i].data, src[i].len));
-  } else if (s->elem_bytes) {
-    memcpy((uint8_t *)s->v.t.data + (size_t)at * s->elem_bytes, t->data, s->elem_bytes);
-  }
+  int64_t n = keel_tensor_numel(t);
+  KEEL_TRY(keel_tensor_copy_elems(&s->v.t, at * n, t, 0, n));
   if (at + 1 > s->count) s->count = at + 1;
   return KEEL_OK;
 }
@@ -320,17 +314,8 @@ static keel_status take_slice(keel_kctx *k, const keel_tensor *src, int axis, in
   }
   KEEL_TRY(keel_tensor_alloc(k->heap, src->dtype, r, shape, k->owner, &out->t));
   int64_t L = src->shape[axis];
-  for (int64_t o = 0; o < outer; o++) {
-    int64_t from = (o * L + t) * inner;
-    if (src->dtype == KEEL_STRING) {
-      const keel_string *s = src->data;
-      for (int64_t i = 0; i < inner; i++)
-        KEEL_TRY(keel_tensor_set_string(&out->t, (size_t)(o * inner + i), s[from + i].data, s[from + i].len));
-    } else {
-      memcpy((uint8_t *)out->t.data + (size_t)(o * inner) * es,
-             (const uint8_t *)src->data + (size_t)from * es, (size_t)inner * es);
-    }
-  }
+  for (int64_t o = 0; o < outer; o++)
+    KEEL_TRY(keel_tensor_copy_elems(&out->t, o * inner, src, (o * L + t) * inner, inner));
   return KEEL_OK;
 }
 
@@ -346,16 +331,12 @@ static keel_status move_axis0(keel_kctx *k, keel_val *v, int axis, int out_i) {
   o.site += (uint32_t)out_i;
   keel_val nv = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(k->heap, s->dtype, s->rank, shape, o, &nv.t));
-  size_t es = keel_dtype_size((keel_dtype)s->dtype);
   for (int64_t l = 0; l < L; l++)
     for (int64_t b = 0; b < outer; b++) {
-      size_t from = (size_t)((l * outer + b) * inner), to = (size_t)((b * L + l) * inner);
-      if (s->dtype == KEEL_STRING) {
-        const keel_string *src = s->data;
-        for (int64_t i = 0; i < inner; i++)
-          KEEL_TRY(keel_tensor_set_string(&nv.t, to + (size_t)i, src[from + (size_t)i].data, src[from + (size_t)i].len));
-      } else {
-        memcpy((uint8_t *)nv.t.data + to * es, (const uint8_t *)s->data + from * es, (size_t)inner * es);
+      keel_status st = keel_tensor_copy_elems(&nv.t, (b * L + l) * inner, s, (l * outer + b) * inner, inner);
+      if (st) {
+        keel_val_clear(&nv);
+        return st;
       }
     }
   keel_val_clear(v);

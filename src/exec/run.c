@@ -25,7 +25,7 @@ static int32_t ctl_need(const keel_node *n) {
 
 static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out,
                           int32_t *n_ctl) {
-  int32_t mi = 1, mo = 1, mc = 0;
+  int32_t mi = 1, mo = KEEL_K_MIN_OUTS, mc = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     mi = KEEL_MAX(mi, g->nodes[i].n_in);
     mo = KEEL_MAX(mo, g->nodes[i].n_out);
@@ -141,7 +141,7 @@ static void drop_scratch(keel_kctx *k) {
 }
 
 static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st) {
-  for (int32_t i = 0; i < n->n_out; i++) keel_val_clear(k->out[i]);
+  for (int32_t i = 0; i < KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS); i++) keel_val_clear(k->out[i]);
   drop_scratch(k);
   char lb[256];
   return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
@@ -157,16 +157,17 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
-  for (int32_t i = 0; i < n->n_out; i++)
-    f->out[i] = n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
+  int32_t n_targets = KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS);
+  for (int32_t i = 0; i < n_targets; i++)
+    f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
   keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
                  .n_out = n->n_out, .heap = R->s->heap,
                  .owner = {n->site, f->iter}, .run = R, .frame = f};
   st = n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);
-  for (int32_t i = 0; i < n->n_out; i++) {
-    if (n->out[i] < 0) {
+  for (int32_t i = 0; i < n_targets; i++) {
+    if (i >= n->n_out || n->out[i] < 0) {
       keel_val_clear(&f->dropped[i]);
     } else if (KEEL_UNLIKELY(f->slots[n->out[i]].kind == KEEL_V_EMPTY)) {
       st = keel_err(KEEL_ERR_INTERNAL, "kernel produced no value for output %d", i);

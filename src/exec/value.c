@@ -37,12 +37,40 @@ static keel_status wrap(keel_heap *h, keel_val *v, keel_value_t **out) {
 
 const keel_val *keel_value_val(const keel_value_t *v) { return &v->v; }
 
+/* A new reference to v that may outlive the session: tensors whose bytes
+ * live in the model (initializers, and views or Identities of them) are
+ * copied into the heap, which outlives the session while handles hold it. */
+static keel_status detach(keel_heap *h, const keel_val *v, keel_val *out) {
+  if (v->kind == KEEL_V_TENSOR && v->t.buf && v->t.buf->kind == KEEL_BUF_STATIC) {
+    out->kind = KEEL_V_TENSOR;
+    return keel_tensor_clone(h, &v->t, (keel_owner){KEEL_SITE_USER, 0}, &out->t);
+  }
+  if (v->kind != KEEL_V_SEQUENCE) {
+    keel_val_ref(out, v);
+    return KEEL_OK;
+  }
+  keel_seq *s;
+  KEEL_TRY(keel_seq_new(h, v->seq->elem_dtype, v->seq->n, &s));
+  for (size_t i = 0; i < v->seq->n; i++) {
+    keel_val e = {.kind = KEEL_V_TENSOR, .t = v->seq->items[i]}, d;
+    keel_status st = detach(h, &e, &d);
+    if (st) {
+      keel_seq_release(s);
+      return st;
+    }
+    keel_seq_insert(s, s->n, &d.t); /* capacity reserved: cannot fail */
+  }
+  out->kind = KEEL_V_SEQUENCE;
+  out->seq = s;
+  return KEEL_OK;
+}
+
 keel_status keel_values_wrap(keel_session_t *s, const keel_val *v, size_t n,
                              keel_value_t **out) {
   for (size_t i = 0; i < n; i++) {
-    keel_val r;
-    keel_val_ref(&r, &v[i]);
-    keel_status st = wrap(s->heap, &r, &out[i]);
+    keel_val r = {0};
+    keel_status st = detach(s->heap, &v[i], &r);
+    if (!st) st = wrap(s->heap, &r, &out[i]);
     if (st) { /* all or nothing: out-params only on success */
       for (size_t k = 0; k < i; k++) keel_value_release(out[k]), out[k] = NULL;
       return st;

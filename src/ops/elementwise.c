@@ -514,14 +514,8 @@ static keel_status op_where(keel_kctx *k) {
   const uint8_t *cd = c->data;
   for (int64_t i = 0; i < total; i++) {
     bool pick = cd[oc] != 0;
-    const keel_tensor *src = pick ? x : y;
-    int64_t off = pick ? ox : oy;
-    if (x->dtype == KEEL_STRING) {
-      const keel_string *s = (const keel_string *)src->data + off;
-      KEEL_TRY(keel_tensor_set_string(o, (size_t)i, s->data, s->len));
-    } else {
-      memcpy((uint8_t *)o->data + (size_t)i * es, (const uint8_t *)src->data + (size_t)off * es, es);
-    }
+    if (x->dtype == KEEL_STRING) KEEL_TRY(keel_tensor_copy_elems(o, i, pick ? x : y, pick ? ox : oy, 1));
+    else memcpy((uint8_t *)o->data + (size_t)i * es, (const uint8_t *)(pick ? x : y)->data + (size_t)(pick ? ox : oy) * es, es);
     for (int d = r - 1; d >= 0; d--) {
       oc += sc[d], ox += sx[d], oy += sy[d];
       if (++idx[d] < shape[d]) break;

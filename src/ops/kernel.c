@@ -81,8 +81,16 @@ static keel_owner owner_of(const keel_kctx *k, int i) {
   return o;
 }
 
+/* Output targets exist up to max(n_out, KEEL_K_MIN_OUTS). */
+static keel_status out_index(const keel_kctx *k, int i) {
+  if (i < 0 || i >= KEEL_MAX(k->n_out, KEEL_K_MIN_OUTS))
+    return keel_err(KEEL_ERR_INTERNAL, "kernel wrote output %d of %d", i, k->n_out);
+  return KEEL_OK;
+}
+
 keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *shape,
                        keel_tensor **t) {
+  KEEL_TRY(out_index(k, i));
   keel_val *v = k->out[i];
   keel_assert(v->kind == KEEL_V_EMPTY);
   KEEL_TRY(keel_tensor_alloc(k->heap, dtype, rank, shape, owner_of(k, i), &v->t));
@@ -93,6 +101,7 @@ keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *
 
 keel_status keel_k_view(keel_kctx *k, int i, const keel_tensor *src, int rank,
                         const int64_t *shape) {
+  KEEL_TRY(out_index(k, i));
   if (keel_shape_numel(rank, shape) != keel_tensor_numel(src))
     return keel_err(KEEL_ERR_INTERNAL, "view changes the element count");
   keel_val *v = k->out[i];
@@ -103,6 +112,7 @@ keel_status keel_k_view(keel_kctx *k, int i, const keel_tensor *src, int rank,
 
 keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
                          const int64_t *shape, keel_tensor **t) {
+  KEEL_TRY(out_index(k, i));
   if (keel_k_can_reuse(k, in_i)) {
     const keel_tensor *src = &k->in[in_i]->t;
     int64_t numel;
@@ -121,11 +131,13 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
 }
 
 keel_status keel_k_out_ref(keel_kctx *k, int i, const keel_val *v) {
+  KEEL_TRY(out_index(k, i));
   keel_val_ref(k->out[i], v);
   return KEEL_OK;
 }
 
 keel_status keel_k_out_seq(keel_kctx *k, int i, int elem_dtype, keel_seq **s) {
+  KEEL_TRY(out_index(k, i));
   keel_val *v = k->out[i];
   KEEL_TRY(keel_seq_new(k->heap, elem_dtype, 0, &v->seq));
   v->kind = KEEL_V_SEQUENCE;

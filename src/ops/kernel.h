@@ -28,6 +28,10 @@
 
 #define KEEL_OPSET_MAX 1000
 #define KEEL_K_MAX_SCRATCH 8
+/* Every kernel call gets at least this many output targets: outputs a node
+ * does not list (fewer than the op defines) are written and dropped, so a
+ * kernel may always produce all of its outputs. */
+#define KEEL_K_MIN_OUTS 8
 
 struct keel_runctx;
 struct keel_frame;
@@ -35,8 +39,9 @@ struct keel_frame;
 typedef struct keel_kctx {
   const keel_node *node;
   const keel_val *const *in;   /* n_in entries; NULL for omitted inputs    */
-  keel_val *const *out;        /* n_out entries, EMPTY on entry; omitted
-                                  outputs point at scratch the executor drops */
+  keel_val *const *out;        /* max(n_out, KEEL_K_MIN_OUTS) entries, EMPTY
+                                  on entry; omitted or unlisted outputs point
+                                  at scratch the executor drops */
   int32_t n_in, n_out;
   keel_heap *heap;
   keel_owner owner;            /* site of output 0, current iteration      */

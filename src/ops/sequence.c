@@ -135,22 +135,12 @@ static keel_status op_sequence_length(keel_kctx *k) {
 /* ========================================================== concat/split */
 
 /* Copies `rows` runs of `run` elements from src (row stride src_row) into
- * dst (row stride dst_row), strings included. */
+ * dst (row stride dst_row). */
 static keel_status copy_rows(keel_tensor *dst, int64_t dst_off, int64_t dst_row,
                              const keel_tensor *src, int64_t src_off, int64_t src_row,
                              int64_t rows, int64_t run) {
-  size_t es = keel_dtype_size((keel_dtype)src->dtype);
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t d = dst_off + r * dst_row, s = src_off + r * src_row;
-    if (src->dtype == KEEL_STRING) {
-      const keel_string *ss = src->data;
-      for (int64_t i = 0; i < run; i++)
-        KEEL_TRY(keel_tensor_set_string(dst, (size_t)(d + i), ss[s + i].data, ss[s + i].len));
-    } else if (run) {
-      memcpy((uint8_t *)dst->data + (size_t)d * es, (const uint8_t *)src->data + (size_t)s * es,
-             (size_t)run * es);
-    }
-  }
+  for (int64_t r = 0; r < rows; r++)
+    KEEL_TRY(keel_tensor_copy_elems(dst, dst_off + r * dst_row, src, src_off + r * src_row, run));
   return KEEL_OK;
 }
 

@@ -217,6 +217,21 @@ keel_status keel_tensor_set_string(keel_tensor *t, size_t i, const char *s,
   return KEEL_OK;
 }
 
+keel_status keel_tensor_copy_elems(keel_tensor *dst, int64_t di, const keel_tensor *src,
+                                   int64_t si, int64_t n) {
+  if (n <= 0) return KEEL_OK;
+  if (src->dtype == KEEL_STRING) {
+    const keel_string *s = (const keel_string *)src->data + si;
+    for (int64_t i = 0; i < n; i++)
+      KEEL_TRY(keel_tensor_set_string(dst, (size_t)(di + i), s[i].data, s[i].len));
+    return KEEL_OK;
+  }
+  size_t es = keel_dtype_size((keel_dtype)src->dtype);
+  memmove((uint8_t *)dst->data + (size_t)di * es, (const uint8_t *)src->data + (size_t)si * es,
+          (size_t)n * es);
+  return KEEL_OK;
+}
+
 /* =========================================================== sequences */
 
 keel_status keel_seq_new(keel_heap *h, int elem_dtype, size_t cap,

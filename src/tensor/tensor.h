@@ -127,6 +127,12 @@ KEEL_INTERNAL void keel_tensor_static_free(keel_tensor *t);
 KEEL_INTERNAL keel_status keel_tensor_set_string(keel_tensor *t, size_t i,
                                                  const char *s, size_t n);
 
+/* Copies n elements from src[si..] to dst[di..] (same dtype): bytes for
+ * numeric types, new string copies for STRING. */
+KEEL_INTERNAL keel_status keel_tensor_copy_elems(keel_tensor *dst, int64_t di,
+                                                 const keel_tensor *src, int64_t si,
+                                                 int64_t n);
+
 /* -------------------------------------------------------- sequences */
 
 KEEL_INTERNAL keel_status keel_seq_new(keel_heap *h, int elem_dtype,
