@@ -162,6 +162,8 @@ void keel_free(void *p);
 
 /* -------------------------------------------------------------- sessions */
 
+/* Log levels passed to keel_log_fn. */
+enum { KEEL_LOG_ERROR = 0, KEEL_LOG_WARN = 1, KEEL_LOG_INFO = 2 };
 typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
 
 typedef struct keel_options {

@@ -104,11 +104,16 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
   return rc;
 }
 
+static void log_stderr(void *ud, int level, const char *msg) {
+  (void)ud;
+  fprintf(stderr, "keel: %s: %s\n", level == KEEL_LOG_ERROR ? "error" : level == KEEL_LOG_WARN ? "warning" : "info", msg);
+}
+
 int cmd_run(int argc, char **argv) {
   run_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit};
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);

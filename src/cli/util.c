@@ -109,6 +109,23 @@ static keel_status load_pb(keel_session_t *s, const char *path, keel_value_kind 
   return st;
 }
 
+static void release_value(void *ud) { keel_value_release(ud); }
+
+/* ONNX's test data (1.12) stores bfloat16 tensors as uint16 bit patterns,
+ * numpy having no bfloat16. Where the model declares bfloat16 and the file
+ * holds uint16, the bits are the value: wrap them as bfloat16, no copy. */
+static keel_status bf16_from_u16(keel_session_t *s, const keel_io_info *io, keel_value_t **v) {
+  if (io->dtype != KEEL_BFLOAT16 || keel_value_kind_of(*v) != KEEL_KIND_TENSOR ||
+      keel_value_dtype(*v) != KEEL_UINT16)
+    return KEEL_OK;
+  keel_value_t *w;
+  keel_status st = keel_tensor_wrap(s, KEEL_BFLOAT16, keel_value_rank(*v), keel_value_shape(*v),
+                                    (void *)keel_value_data(*v), release_value, *v, &w);
+  if (st) return st;
+  *v = w; /* w holds the original until it is released */
+  return KEEL_OK;
+}
+
 static keel_value_kind kind_of(const keel_io_info *io) {
   if (io->optional) return KEEL_KIND_NONE;
   return io->kind;
@@ -125,6 +142,7 @@ keel_status cli_load_data_dir(keel_session_t *s, const char *dir, cli_inputs *in
     if (!cli_is_file(path)) break;
     if (in->n == KEEL_CLI_MAX_INPUTS) return KEEL_ERR_INVALID_ARG;
     keel_status st = load_pb(s, path, kind_of(&io), &in->values[in->n]);
+    if (!st) st = bf16_from_u16(s, &io, &in->values[in->n]);
     if (st) return st;
     in->names[in->n++] = io.name;
   }
@@ -231,6 +249,7 @@ keel_status cli_load_expected(keel_session_t *s, const char *dir, keel_value_t *
     keel_io_info io;
     keel_session_output(s, i, &io);
     keel_status st = load_pb(s, path, kind_of(&io), &out[i]);
+    if (!st) st = bf16_from_u16(s, &io, &out[i]);
     if (st) return st;
     (*n_found)++;
   }

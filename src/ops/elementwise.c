@@ -293,12 +293,22 @@ static keel_status legacy_bshape(keel_kctx *k, const keel_tensor *a, const keel_
   return KEEL_OK;
 }
 
+/* PRelu before opset 7 (Caffe2's): a 1-D slope of size C scales channel
+ * axis 1, whatever the rank. */
+static void legacy_prelu_slope(const keel_tensor *x, keel_tensor *slope) {
+  if (slope->rank != 1 || x->rank < 2 || slope->shape[0] != x->shape[1] || slope->shape[0] == 1)
+    return;
+  slope->rank = x->rank - 1;
+  for (int i = 1; i < slope->rank; i++) slope->shape[i] = 1;
+}
+
 static keel_status binary(keel_kctx *k, const binop *op) {
   const keel_tensor *a, *b0;
   KEEL_TRY(keel_k_in(k, 0, &a));
   KEEL_TRY(keel_k_in(k, 1, &b0));
   keel_tensor bl;
   KEEL_TRY(legacy_bshape(k, a, b0, &bl));
+  if (op == &OP_PRELU && keel_k_opset(k) < 7) legacy_prelu_slope(a, &bl);
   const keel_tensor *b = &bl;
   if (a->dtype != b->dtype && !(op == &OP_PRELU))
     return keel_err(KEEL_ERR_SHAPE, "inputs have different types: %s and %s",
