@@ -15,6 +15,12 @@
   X(pool)                \
   X(reduce)              \
   X(norm)                \
+  X(rnn)                 \
+  X(image)               \
+  X(signal)              \
+  X(linalg)              \
+  X(quant)               \
+  X(strings)             \
   X(sequence)            \
   X(control)
 

@@ -1,0 +1,6 @@
+/* image.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_image[] = {
+    {0},
+};

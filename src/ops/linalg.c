@@ -1,0 +1,6 @@
+/* linalg.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_linalg[] = {
+    {0},
+};

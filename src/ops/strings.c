@@ -1,0 +1,6 @@
+/* strings.c: (being written) */
+#include "kernel.h"
+
+const keel_opdef keel_ops_strings[] = {
+    {0},
+};
