@@ -436,9 +436,13 @@ static keel_status op_pow(keel_kctx *k) {
       keel_elem_set_f64(a->dtype, o->data, (size_t)i, pow(x, y));
     } else {
       int64_t x = keel_elem_get_i64(a->dtype, a->data, (size_t)ia);
-      int64_t v = int_exp ? ipow_int(x, keel_elem_get_i64(bl.dtype, bl.data, (size_t)ib))
-                          : (int64_t)pow((double)x, keel_elem_get_f64(bl.dtype, bl.data, (size_t)ib));
-      keel_elem_set_i64(a->dtype, o->data, (size_t)i, v);
+      if (int_exp) {
+        int64_t e = keel_elem_get_i64(bl.dtype, bl.data, (size_t)ib);
+        keel_elem_set_i64(a->dtype, o->data, (size_t)i, ipow_int(x, e));
+      } else { /* saturating store: no out-of-range float-to-int cast */
+        double y = keel_elem_get_f64(bl.dtype, bl.data, (size_t)ib);
+        keel_elem_set_f64(a->dtype, o->data, (size_t)i, pow((double)x, y));
+      }
     }
   }
   return KEEL_OK;

@@ -89,6 +89,21 @@ uint16_t keel_f32_to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
+/* v as an integer in [lo, hi]: truncated toward zero, saturated, NaN -> 0
+ * (a plain C cast of an out-of-range double is undefined behaviour). */
+static int64_t sat_i64(double v, double lo, double hi) {
+  if (!(v == v)) return 0;
+  if (v <= lo) return (int64_t)lo;
+  if (v >= hi) return (int64_t)hi;
+  return (int64_t)v;
+}
+
+static uint64_t sat_u64(double v) {
+  if (!(v == v) || v <= 0) return 0;
+  if (v >= 18446744073709551615.0) return UINT64_MAX;
+  return (uint64_t)v;
+}
+
 double keel_elem_get_f64(int dtype, const void *d, size_t i) {
   switch (dtype) {
     case KEEL_FLOAT: return ((const float *)d)[i];
@@ -119,13 +134,8 @@ int64_t keel_elem_get_i64(int dtype, const void *d, size_t i) {
     case KEEL_UINT32: return ((const uint32_t *)d)[i];
     case KEEL_UINT64: return (int64_t)((const uint64_t *)d)[i];
     case KEEL_BOOL: return ((const uint8_t *)d)[i] != 0;
-    default: {
-      double v = keel_elem_get_f64(dtype, d, i);
-      if (!(v == v)) return 0;
-      if (v >= 9.2e18) return INT64_MAX;
-      if (v <= -9.2e18) return INT64_MIN;
-      return (int64_t)v;
-    }
+    default: return sat_i64(keel_elem_get_f64(dtype, d, i), -9223372036854775808.0,
+                            9223372036854774784.0);
   }
 }
 
@@ -135,14 +145,14 @@ void keel_elem_set_f64(int dtype, void *d, size_t i, double v) {
     case KEEL_DOUBLE: ((double *)d)[i] = v; break;
     case KEEL_FLOAT16: ((uint16_t *)d)[i] = keel_f32_to_f16((float)v); break;
     case KEEL_BFLOAT16: ((uint16_t *)d)[i] = keel_f32_to_bf16((float)v); break;
-    case KEEL_INT8: ((int8_t *)d)[i] = (int8_t)v; break;
-    case KEEL_INT16: ((int16_t *)d)[i] = (int16_t)v; break;
-    case KEEL_INT32: ((int32_t *)d)[i] = (int32_t)v; break;
-    case KEEL_INT64: ((int64_t *)d)[i] = (int64_t)v; break;
-    case KEEL_UINT8: ((uint8_t *)d)[i] = (uint8_t)v; break;
-    case KEEL_UINT16: ((uint16_t *)d)[i] = (uint16_t)v; break;
-    case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
-    case KEEL_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
+    case KEEL_INT8: ((int8_t *)d)[i] = (int8_t)sat_i64(v, INT8_MIN, INT8_MAX); break;
+    case KEEL_INT16: ((int16_t *)d)[i] = (int16_t)sat_i64(v, INT16_MIN, INT16_MAX); break;
+    case KEEL_INT32: ((int32_t *)d)[i] = (int32_t)sat_i64(v, INT32_MIN, INT32_MAX); break;
+    case KEEL_INT64: ((int64_t *)d)[i] = sat_i64(v, -9223372036854775808.0, 9223372036854774784.0); break;
+    case KEEL_UINT8: ((uint8_t *)d)[i] = (uint8_t)KEEL_MIN(sat_u64(v), UINT8_MAX); break;
+    case KEEL_UINT16: ((uint16_t *)d)[i] = (uint16_t)KEEL_MIN(sat_u64(v), UINT16_MAX); break;
+    case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)KEEL_MIN(sat_u64(v), UINT32_MAX); break;
+    case KEEL_UINT64: ((uint64_t *)d)[i] = sat_u64(v); break;
     case KEEL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
     default: break;
   }
