@@ -223,6 +223,11 @@ keel_status keel_run(keel_session_t *s, const char *const *names,
                      keel_value_t *const *inputs, size_t n_inputs,
                      keel_value_t **outputs);
 
+/* 1 when the model holds ops that draw random numbers (Bernoulli,
+ * RandomUniform, ...): its results differ between runtimes and, for nodes
+ * without a seed, between runs. */
+int keel_session_is_random(const keel_session_t *s);
+
 /* A description of the model: producer, IR version, opsets, inputs and
  * outputs, node counts by op type, the control-flow tree (which node holds
  * which sub-graph, at what depth) and weight bytes; as text (json = 0) or

@@ -5,6 +5,7 @@
  * types exactly; floats within |a-b| <= 1e-5 + 1e-3*|b| (NaN matches NaN);
  * integers, bools and strings exactly. After each test the session is
  * destroyed and keel must hold zero bytes: anything left is a failure.
+ * Models with random ops are compared by property (compare_random).
  * With --repeat N each data set runs N times and the allocated bytes after
  * every run (outputs released) must equal those after the first.
  */
@@ -94,8 +95,43 @@ static bool compare_tensor(const keel_value_t *got, const keel_value_t *want, ch
   return false;
 }
 
-static bool compare_value(const keel_value_t *got, const keel_value_t *want, char *why,
-                          size_t cap) {
+/* Random ops: the values come from another generator, so compare by
+ * property: same type and shape; every value inside the expected values'
+ * range (widened by a quarter of it); integral where they all are; and the
+ * mean within half the range of the expected mean. */
+static bool compare_random(const keel_value_t *got, const keel_value_t *want, char *why,
+                           size_t cap) {
+  keel_dtype dw = keel_value_dtype(want);
+  if (keel_value_dtype(got) != dw || keel_value_rank(got) != keel_value_rank(want) ||
+      keel_value_numel(got) != keel_value_numel(want) || dw == KEEL_STRING)
+    return compare_tensor(got, want, why, cap);
+  int64_t n = keel_value_numel(want);
+  double lo = INFINITY, hi = -INFINITY, mw = 0, mg = 0;
+  bool integral = true;
+  for (int64_t i = 0; i < n; i++) {
+    double b = keel_value_at(want, i);
+    lo = fmin(lo, b), hi = fmax(hi, b), mw += b;
+    integral &= b == floor(b);
+  }
+  double w = 0.25 * (hi - lo);
+  for (int64_t i = 0; i < n; i++) {
+    double a = keel_value_at(got, i);
+    mg += a;
+    if (!(a >= lo - w && a <= hi + w) || (integral && a != floor(a))) {
+      snprintf(why, cap, "random value %g at %lld is outside the expected support [%g, %g]%s", a,
+               (long long)i, lo, hi, integral ? " (integers)" : "");
+      return false;
+    }
+  }
+  if (n && fabs(mg / (double)n - mw / (double)n) > 0.5 * (hi - lo) + 1e-6) {
+    snprintf(why, cap, "random mean %g, expected about %g", mg / (double)n, mw / (double)n);
+    return false;
+  }
+  return true;
+}
+
+static bool compare_value(const keel_value_t *got, const keel_value_t *want, bool random,
+                          char *why, size_t cap) {
   keel_value_kind kg = keel_value_kind_of(got), kw = keel_value_kind_of(want);
   if (kg != kw) {
     static const char *names[] = {"?", "tensor", "sequence", "none"};
@@ -103,7 +139,8 @@ static bool compare_value(const keel_value_t *got, const keel_value_t *want, cha
     return false;
   }
   if (kw == KEEL_KIND_NONE) return true;
-  if (kw == KEEL_KIND_TENSOR) return compare_tensor(got, want, why, cap);
+  if (kw == KEEL_KIND_TENSOR)
+    return random ? compare_random(got, want, why, cap) : compare_tensor(got, want, why, cap);
   size_t ng = keel_sequence_length(got), nw = keel_sequence_length(want);
   if (ng != nw) {
     snprintf(why, cap, "sequence of %zu, expected %zu", ng, nw);
@@ -218,7 +255,7 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, c
       char inner[512];
       keel_io_info io;
       keel_session_output(s, i, &io);
-      if (!compare_value(got[i], want[i], inner, sizeof inner)) {
+      if (!compare_value(got[i], want[i], keel_session_is_random(s), inner, sizeof inner)) {
         snprintf(why, cap, "output '%s': %s", io.name, inner);
         rk = R_FAIL;
       }

@@ -178,6 +178,14 @@ keel_status keel_session_output(const keel_session_t *s, size_t i, keel_io_info 
   return KEEL_OK;
 }
 
+int keel_session_is_random(const keel_session_t *s) {
+  if (!s) return 0;
+  for (int32_t i = 0; i < s->m->n_graphs; i++)
+    for (int32_t k = 0; k < s->m->graphs[i]->n_nodes; k++)
+      if (s->m->graphs[i]->nodes[k].op->flags & KEEL_OPF_RANDOM) return 1;
+  return 0;
+}
+
 /* ============================================================== run */
 
 /* The value against the declared type of a graph input. Kind and element

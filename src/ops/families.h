@@ -21,6 +21,7 @@
   X(linalg)              \
   X(quant)               \
   X(strings)             \
+  X(random)              \
   X(sequence)            \
   X(control)
 

@@ -53,11 +53,16 @@ typedef struct keel_kctx {
 
 typedef keel_status (*keel_kernel_fn)(keel_kctx *k);
 
+enum {
+  KEEL_OPF_RANDOM = 1          /* draws random numbers                    */
+};
+
 typedef struct keel_opdef {
   const char *domain;          /* "" for ai.onnx                          */
   const char *name;
   int32_t since, until;        /* opset versions, inclusive               */
   keel_kernel_fn fn;
+  uint32_t flags;              /* KEEL_OPF_*                              */
 } keel_opdef;
 
 /* ------------------------------------------------------------ inputs */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "bcast.h"
+#include "rng.h"
 
 /* ================================================ defined conversions */
 
@@ -390,42 +391,6 @@ static keel_status op_clip(keel_kctx *k) {
 
 /* =========================================================== Dropout */
 
-/* MT19937 with numpy's legacy seeding and 53-bit doubles, so that training
- * mode reproduces np.random.seed(seed); np.random.uniform(0, 1, shape),
- * which is what the ONNX test data was made with. Seeded on every call:
- * kernels keep no state, so a given seed always drops the same elements. */
-typedef struct mt19937 {
-  uint32_t s[624];
-  int i;
-} mt19937;
-
-static void mt_seed(mt19937 *m, uint32_t seed) {
-  m->s[0] = seed;
-  for (uint32_t i = 1; i < 624; i++)
-    m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + i;
-  m->i = 624;
-}
-
-static uint32_t mt_next(mt19937 *m) {
-  if (m->i >= 624) {
-    for (int j = 0; j < 624; j++) {
-      uint32_t y = (m->s[j] & 0x80000000u) | (m->s[(j + 1) % 624] & 0x7FFFFFFFu);
-      m->s[j] = m->s[(j + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908B0DFu : 0);
-    }
-    m->i = 0;
-  }
-  uint32_t y = m->s[m->i++];
-  y ^= y >> 11;
-  y ^= (y << 7) & 0x9D2C5680u;
-  y ^= (y << 15) & 0xEFC60000u;
-  return y ^ (y >> 18);
-}
-
-static double mt_uniform(mt19937 *m) {
-  uint32_t a = mt_next(m) >> 5, b = mt_next(m) >> 6;
-  return (a * 67108864.0 + b) / 9007199254740992.0;
-}
-
 /* Ratio and mode by version: Dropout-1/6 train unless is_test (the spec's
  * default is_test=0 means training; we follow it rather than guess),
  * Dropout-7 to -11 are inference only, Dropout-12+ take ratio and
@@ -503,9 +468,9 @@ static keel_status op_dropout(keel_kctx *k) {
   void *p;
   KEEL_TRY(keel_k_scratch(k, (size_t)n, &p));
   uint8_t *keep = p;
-  mt19937 mt;
-  mt_seed(&mt, (uint32_t)keel_k_attr_i(k, "seed", 0));
-  for (int64_t i = 0; i < n; i++) keep[i] = mt_uniform(&mt) >= ratio;
+  keel_rng mt; /* seed 0 when the node has none: the ONNX test data's choice */
+  keel_rng_seed(&mt, (uint32_t)keel_k_attr_i(k, "seed", 0));
+  for (int64_t i = 0; i < n; i++) keep[i] = keel_rng_uniform(&mt) >= ratio;
   KEEL_TRY(dropout_mask(k, x, keep));
   return dropout_train(k, x, ratio, keep);
 }
