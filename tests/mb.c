@@ -230,6 +230,12 @@ void mb_attr_floats(mb_node *n, const char *name, int count, const float *v) {
   }
   attr_done(n, &a, name, 6);
 }
+void mb_attr_strs(mb_node *n, const char *name, int count, const char *const *v) {
+  buf a = {0};
+  for (int i = 0; i < count; i++) field_str(&a, 9, v[i]);
+  attr_done(n, &a, name, 8);
+}
+
 void mb_attr_t(mb_node *n, const char *name, int dtype, int rank, const int64_t *dims,
                const void *data) {
   buf a = {0}, t = {0};
@@ -253,11 +259,21 @@ void mb_attr_g(mb_node *n, const char *name, mb_graph *sub) {
 }
 
 uint8_t *mb_model(mb_graph *main, int opset, size_t *len) {
+  return mb_model_domains(main, opset, NULL, 0, len);
+}
+
+uint8_t *mb_model_domains(mb_graph *main, int opset, const char *domain, int domain_opset,
+                          size_t *len) {
   buf m = {0}, op = {0}, gp = {0};
   field_int(&m, 1, 8);
   field_str(&m, 2, "keel-tests");
   field_int(&op, 2, opset);
   field_msg(&m, 8, &op);
+  if (domain) {
+    field_str(&op, 1, domain);
+    field_int(&op, 2, domain_opset);
+    field_msg(&m, 8, &op);
+  }
   graph_proto(&gp, main);
   field_msg(&m, 7, &gp);
   *len = m.len;

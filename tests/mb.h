@@ -47,6 +47,7 @@ void mb_attr_f(mb_node *n, const char *name, float v);
 void mb_attr_s(mb_node *n, const char *name, const char *v);
 void mb_attr_ints(mb_node *n, const char *name, int count, const int64_t *v);
 void mb_attr_floats(mb_node *n, const char *name, int count, const float *v);
+void mb_attr_strs(mb_node *n, const char *name, int count, const char *const *v);
 void mb_attr_t(mb_node *n, const char *name, int dtype, int rank, const int64_t *dims,
                const void *data);
 /* Takes ownership of sub. */
@@ -54,6 +55,9 @@ void mb_attr_g(mb_node *n, const char *name, mb_graph *sub);
 
 /* ModelProto bytes (malloc'ed) for main (consumed). */
 uint8_t *mb_model(mb_graph *main, int opset, size_t *len);
+/* Same, importing a second operator-set domain at `domain_opset`. */
+uint8_t *mb_model_domains(mb_graph *main, int opset, const char *domain, int domain_opset,
+                          size_t *len);
 /* Same, loaded into a session; on failure prints the error and returns NULL. */
 keel_session_t *mb_session(mb_graph *main, int opset);
 keel_session_t *mb_session_opts(mb_graph *main, int opset, const keel_options *opts);

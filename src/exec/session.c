@@ -102,7 +102,8 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   keel_mutex_init(&s->pool_lock);
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
-  keel_status st = keel_ir_resolve(m);
+  keel_status st = keel_ir_autodiff(m);
+  if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
   if (!st) st = bind(s);
   if (!st) st = make_consts(s);

@@ -5,6 +5,11 @@
 
 #include "ir.h"
 
+/* Replaces every Gradient node (ai.onnx.preview.training) with the nodes
+ * of its reverse-mode derivative (autodiff.c). Runs on names, before
+ * keel_ir_resolve. */
+KEEL_INTERNAL keel_status keel_ir_autodiff(keel_model *m);
+
 /* Gives every value a slot or a const index and every use a keel_ref;
  * resolves sub-graph captures to OUTER refs and records them as implicit
  * inputs of the nodes that hold the sub-graphs. */
