@@ -51,6 +51,11 @@ void keel_mem_set_limit(keel_session_t *s, size_t limit);
 void keel_stats_print(const keel_session_t *s,
                       void (*out)(void *arg, const char *line), void *arg);
 
+/* Test-only: when on, control flow keeps an extra reference to every
+ * result of every sub-graph it runs (the If-branch leak of the detector
+ * report), so tests can prove the steady-state checks catch such a leak. */
+void keel_debug_leak_subgraph_results(keel_session_t *s, int on);
+
 /* Bytes keel currently holds from the system in this process, over all
  * sessions: segments, bookkeeping, model mappings excluded. Zero when nothing
  * keel made is alive; tests assert that at exit. */

@@ -70,5 +70,14 @@ expect_rc 0 "memcheck" "$KEEL" memcheck "$DATA/test_loop11/model.onnx" \
 expect_out "run 5: allocated" "memcheck prints every run"
 expect_out "verdict: steady" "memcheck verdict"
 
+# the steady-state checks catch a leak: the test-only switch keeps every
+# sub-graph result alive (the If-branch bug), and both checks must fail
+expect_rc 1 "repeat catches a leak" "$KEEL" test --repeat 5 --debug-leak-subgraphs "$DATA/test_loop11"
+expect_out "allocated bytes changed" "repeat names the growth"
+expect_rc 0 "repeat is quiet on a healthy model" "$KEEL" test --repeat 5 "$DATA/test_loop11"
+expect_rc 1 "memcheck catches a leak" "$KEEL" memcheck "$DATA/test_loop11/model.onnx" \
+  --data "$DATA/test_loop11/test_data_set_0" --iters 5 --debug-leak-subgraphs
+expect_out "verdict: LEAK" "memcheck leak verdict"
+
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

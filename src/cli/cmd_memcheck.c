@@ -8,8 +8,10 @@ int cmd_memcheck(int argc, char **argv) {
   const char *model = NULL, *data = NULL;
   long iters = 10;
   size_t mem_limit = 0;
+  bool leak = false;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
+    else if (!strcmp(argv[i], "--debug-leak-subgraphs")) leak = true; /* test-only */
     else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
       char *end;
       iters = strtol(argv[++i], &end, 10);
@@ -28,6 +30,7 @@ int cmd_memcheck(int argc, char **argv) {
     fprintf(stderr, "keel: %s: %s\n", keel_status_str(st), keel_last_error());
     return 1;
   }
+  keel_debug_leak_subgraph_results(s, leak);
   cli_inputs in = {0};
   if (data) st = cli_load_data_dir(s, data, &in);
   if (!st) st = cli_generate_missing(s, &in, stdout);

@@ -268,6 +268,8 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, c
   return rk;
 }
 
+static bool g_debug_leak; /* --debug-leak-subgraphs (test-only) */
+
 static void run_test(const char *dir, const char *name, const keel_options *opts, int repeat,
                      results *R) {
   char path[4096], why[1024] = "";
@@ -279,6 +281,7 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
     add_result(R, name, st == KEEL_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_ERROR, keel_last_error());
     return;
   }
+  keel_debug_leak_subgraph_results(s, g_debug_leak);
   char **sets;
   size_t nsets = list_dirs(dir, "test_data_set_", &sets);
   result_kind rk = R_PASS;
@@ -384,6 +387,7 @@ int cmd_test(int argc, char **argv) {
   int repeat = 1;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    else if (!strcmp(argv[i], "--debug-leak-subgraphs")) g_debug_leak = true;
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = atoi(argv[++i]);
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");

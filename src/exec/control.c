@@ -52,8 +52,9 @@ static keel_status scalar_tensor(keel_kctx *k, int dtype, int64_t v, keel_val *o
   return KEEL_OK;
 }
 
-/* The test-only leak switch keeps an extra reference to every sub-graph
- * result, the way the detector-training bug kept branch results alive. */
+/* The test-only leak switch (keel_debug_leak_subgraph_results) keeps an
+ * extra reference to every sub-graph result, the way the detector-training
+ * bug kept branch results alive. */
 static void maybe_leak(keel_kctx *k, const keel_val *v, int32_t n) {
   if (!k->run->s->debug_leak_branch_results) return;
   for (int32_t i = 0; i < n; i++)

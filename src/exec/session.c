@@ -285,6 +285,10 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
   return KEEL_OK;
 }
 
+void keel_debug_leak_subgraph_results(keel_session_t *s, int on) {
+  if (s) s->debug_leak_branch_results = on != 0;
+}
+
 void keel_stats_reset_peaks(keel_session_t *s) {
   if (s) keel_heap_reset_peaks(s->heap);
 }
