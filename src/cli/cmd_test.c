@@ -67,9 +67,9 @@ static bool compare_tensor(const keel_value_t *got, const keel_value_t *want, ch
   if (dw == KEEL_STRING) {
     const keel_string *a = keel_value_data(got), *b = keel_value_data(want);
     for (int64_t i = 0; i < n; i++)
-      if (a[i].len != b[i].len || memcmp(a[i].data, b[i].data, a[i].len)) {
+      if (a[i].len != b[i].len || (a[i].len && memcmp(a[i].data, b[i].data, a[i].len))) {
         snprintf(why, cap, "element %lld: \"%.60s\", expected \"%.60s\"", (long long)i,
-                 a[i].data, b[i].data);
+                 a[i].data ? a[i].data : "", b[i].data ? b[i].data : "");
         return false;
       }
     return true;
