@@ -266,22 +266,6 @@ static void shape_str(const keel_value_t *v, char *buf, size_t cap) {
   if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
-static double elem(keel_dtype dt, const void *d, int64_t i) {
-  switch (dt) {
-    case KEEL_FLOAT: return ((const float *)d)[i];
-    case KEEL_DOUBLE: return ((const double *)d)[i];
-    case KEEL_INT8: return ((const int8_t *)d)[i];
-    case KEEL_INT16: return ((const int16_t *)d)[i];
-    case KEEL_INT32: return ((const int32_t *)d)[i];
-    case KEEL_INT64: return (double)((const int64_t *)d)[i];
-    case KEEL_UINT8: case KEEL_BOOL: return ((const uint8_t *)d)[i];
-    case KEEL_UINT16: return ((const uint16_t *)d)[i];
-    case KEEL_UINT32: return ((const uint32_t *)d)[i];
-    case KEEL_UINT64: return (double)((const uint64_t *)d)[i];
-    default: return NAN;
-  }
-}
-
 void cli_describe(const keel_value_t *v, char *buf, size_t cap) {
   keel_value_kind kind = keel_value_kind_of(v);
   if (kind == KEEL_KIND_NONE) {
@@ -305,15 +289,14 @@ void cli_describe(const keel_value_t *v, char *buf, size_t cap) {
     snprintf(buf + at, cap - at, " \"%.40s\"%s", s[0].data, n > 1 ? " ..." : "");
     return;
   }
-  if (dt == KEEL_FLOAT16 || dt == KEEL_BFLOAT16) return;
   double mn = INFINITY, mx = -INFINITY, sum = 0;
   for (int64_t i = 0; i < n; i++) {
-    double x = elem(dt, d, i);
+    double x = keel_value_at(v, i);
     mn = fmin(mn, x), mx = fmax(mx, x), sum += x;
   }
   at += (size_t)snprintf(buf + at, cap - at, " min %.6g max %.6g mean %.6g:", mn, mx, sum / (double)n);
   for (int64_t i = 0; i < n && i < 6 && at < cap; i++)
-    at += (size_t)snprintf(buf + at, cap - at, " %.6g", elem(dt, d, i));
+    at += (size_t)snprintf(buf + at, cap - at, " %.6g", keel_value_at(v, i));
   if (n > 6 && at < cap) snprintf(buf + at, cap - at, " ...");
 }
 

@@ -118,6 +118,18 @@ static keel_status map_external(loader *L, const keel_tp *tp,
   return KEEL_OK;
 }
 
+/* The header of a STATIC buffer over `data` (bytes in the mapping or the
+ * arena, alive as long as the model), itself in the arena. */
+static keel_buffer *static_buffer(loader *L, void *data, size_t nbytes) {
+  keel_buffer *b = keel_arena_alloc(L->a, sizeof *b, 8);
+  if (!b) return NULL;
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_STATIC;
+  b->nbytes = nbytes;
+  b->data = data;
+  return b;
+}
+
 /* A STATIC tensor for an initializer or attribute: zero-copy when the bytes
  * are raw and aligned, decoded into the arena otherwise. */
 static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
@@ -149,12 +161,8 @@ static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
       L->m->weight_bytes_copied += tp.nbytes;
     }
   }
-  keel_buffer *b = keel_arena_alloc(L->a, sizeof *b, 8);
+  keel_buffer *b = static_buffer(L, data, tp.nbytes);
   if (!b) return oom("tensor header");
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = tp.nbytes;
-  b->data = data;
   keel_tensor t = {.buf = data ? b : NULL, .data = data, .dtype = tp.dtype,
                    .rank = tp.rank};
   memcpy(t.shape, tp.dims, sizeof(int64_t) * (size_t)tp.rank);
@@ -217,11 +225,8 @@ static keel_status sparse_tensor(loader *L, keel_pb msg, keel_tensor *out,
     }
     memcpy(data + (size_t)lin * es, (const uint8_t *)vals.data + (size_t)k * es, es);
   }
-  keel_buffer *b = keel_arena_alloc(L->a, sizeof *b, 8);
+  keel_buffer *b = static_buffer(L, data, (size_t)numel * es);
   if (!b) return oom("tensor header");
-  b->kind = KEEL_BUF_STATIC;
-  b->data = data;
-  b->nbytes = (size_t)numel * es;
   keel_tensor t = {.buf = numel ? b : NULL, .data = numel ? data : NULL,
                    .dtype = vals.dtype, .rank = rank};
   memcpy(t.shape, dims, sizeof(int64_t) * (size_t)rank);
@@ -661,8 +666,8 @@ static keel_status fold_constant(loader *L, keel_graph *g, const keel_node *n,
     else return keel_err(KEEL_ERR_INVALID_MODEL, "Constant with attribute '%s'", a->name);
     esz = keel_dtype_size((keel_dtype)dt);
     void *data = keel_arena_alloc(L->a, esz * (size_t)count + 1, KEEL_ALIGN);
-    keel_buffer *b = keel_arena_alloc(L->a, sizeof *b, 8);
-    if (!data || !b) return oom("a constant");
+    keel_buffer *b = data ? static_buffer(L, data, esz * (size_t)count) : NULL;
+    if (!b) return oom("a constant");
     if (dt == KEEL_STRING) {
       keel_string *s = data;
       if (count == 1 && a->type == KEEL_ATTR_STRING) s[0] = (keel_string){(char *)a->s, a->slen};
@@ -670,9 +675,6 @@ static keel_status fold_constant(loader *L, keel_graph *g, const keel_node *n,
     } else if (count) {
       memcpy(data, src, esz * (size_t)count);
     }
-    b->kind = KEEL_BUF_STATIC;
-    b->data = data;
-    b->nbytes = esz * (size_t)count;
     bool scalar = strcmp(a->name, "value_floats") && strcmp(a->name, "value_ints") &&
                   strcmp(a->name, "value_strings");
     t = (keel_tensor){.buf = count ? b : NULL, .data = count ? data : NULL,

@@ -171,37 +171,6 @@ void keel_tensor_release(keel_tensor *t) {
   t->data = NULL;
 }
 
-keel_status keel_tensor_static(keel_heap *h, int dtype, int rank,
-                               const int64_t *shape, void *data,
-                               keel_tensor *out) {
-  int64_t numel;
-  KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
-  keel_tensor t = {.dtype = dtype, .rank = rank};
-  if (rank > 0) memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
-  if (numel > 0) {
-    keel_buffer *b = keel_heap_obj_alloc(h);
-    if (!b) return oom(h, KEEL_HEAP_OBJ_SIZE);
-    atomic_init(&b->refs, 1);
-    b->kind = KEEL_BUF_STATIC;
-    b->nbytes = (size_t)numel * keel_dtype_size((keel_dtype)dtype);
-    b->data = data;
-    b->heap = h;
-    t.buf = b;
-    t.data = data;
-  }
-  *out = t;
-  return KEEL_OK;
-}
-
-void keel_tensor_static_free(keel_tensor *t) {
-  if (t->buf) {
-    keel_assert(t->buf->kind == KEEL_BUF_STATIC);
-    keel_heap_obj_free(t->buf->heap, t->buf);
-  }
-  t->buf = NULL;
-  t->data = NULL;
-}
-
 keel_status keel_tensor_set_string(keel_tensor *t, size_t i, const char *s,
                                    size_t n) {
   keel_buffer *b = t->buf;

@@ -116,13 +116,6 @@ KEEL_INTERNAL void keel_tensor_ref(const keel_tensor *src, keel_tensor *out);
 KEEL_INTERNAL keel_status keel_tensor_clone(keel_heap *h, const keel_tensor *src,
                                             keel_owner owner, keel_tensor *out);
 KEEL_INTERNAL void keel_tensor_release(keel_tensor *t);
-/* A STATIC tensor over bytes someone else keeps alive (model mapping,
- * session constant memory). The header comes from `h`. */
-KEEL_INTERNAL keel_status keel_tensor_static(keel_heap *h, int dtype, int rank,
-                                             const int64_t *shape, void *data,
-                                             keel_tensor *out);
-/* Frees a STATIC tensor's header (the only way a STATIC buffer dies). */
-KEEL_INTERNAL void keel_tensor_static_free(keel_tensor *t);
 /* Sets string element i of a STRING tensor to a copy of (s, n). */
 KEEL_INTERNAL keel_status keel_tensor_set_string(keel_tensor *t, size_t i,
                                                  const char *s, size_t n);
