@@ -38,8 +38,8 @@ build() {
 
 demo() {
   build build -DCMAKE_BUILD_TYPE=Release
-  ./build/keel info examples/greedy_decode/model.onnx
-  ./build/keel run examples/greedy_decode/model.onnx --data examples/greedy_decode/test_data_set_0
+  ./build/keel info tests/models/greedy_decode/model.onnx
+  ./build/keel run tests/models/greedy_decode/model.onnx --data tests/models/greedy_decode/test_data_set_0
 }
 
 test_all() {
