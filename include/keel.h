@@ -166,6 +166,13 @@ void keel_free(void *p);
 enum { KEEL_LOG_ERROR = 0, KEEL_LOG_WARN = 1, KEEL_LOG_INFO = 2 };
 typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
 
+/* keel_options.flags */
+enum {
+  /* Blocks carry no owner tags (for measuring what the tags cost; reports
+   * then name the session only). */
+  KEEL_OPT_NO_OWNER_TAGS = 1
+};
+
 typedef struct keel_options {
   size_t size;           /* sizeof(keel_options): lets the struct grow      */
   size_t mem_limit;      /* cap on reserved bytes; 0 = no cap               */
@@ -176,6 +183,7 @@ typedef struct keel_options {
   void (*on_iteration)(void *ud, const char *loop_node, int64_t iteration,
                        size_t allocated_bytes);
   void *iteration_ud;
+  unsigned flags;        /* KEEL_OPT_*                                      */
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

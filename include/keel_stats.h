@@ -37,6 +37,7 @@ typedef struct keel_stats {
   uint64_t mem_limit;       /* cap on reserved; 0 = none                   */
   double fragmentation;     /* 1 - largest free block / free bytes; 0 if none free */
   uint64_t meta_bytes;      /* bytes of keel's own bookkeeping (not tensors) */
+  uint64_t bytes_allocated_total; /* sum of every block ever allocated     */
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */
@@ -51,10 +52,83 @@ void keel_mem_set_limit(keel_session_t *s, size_t limit);
 void keel_stats_print(const keel_session_t *s,
                       void (*out)(void *arg, const char *line), void *arg);
 
+/* ---------------------------------------------------------------------
+ * Owner tags. Every block the allocator hands out records who owns it: the
+ * node output (graph path, node name and op, value name) and the loop
+ * iteration it was made in. Reports group live blocks by owner.
+ * --------------------------------------------------------------------- */
+
+/* Which blocks a live report covers. Zero fields mean "all". */
+typedef struct keel_live_filter {
+  size_t size;               /* sizeof(keel_live_filter)                   */
+  uint64_t since;            /* only blocks allocated at or after this mark */
+  const char *path_prefix;   /* only blocks owned by nodes of graphs whose
+                                path starts with this ("main/loop/body")   */
+  int64_t before_iteration;  /* > 0: only blocks made in an iteration below this */
+  const char *inside_node;   /* only blocks owned by nodes inside the
+                                sub-graphs of the node of this name        */
+  int unreferenced;          /* in an on_iteration hook: only blocks that
+                                no value of the running graphs refers to
+                                (what a loop left behind, not what it
+                                carries)                                   */
+} keel_live_filter;
+
+/* A mark for "blocks allocated from now on" (a sequence number). */
+uint64_t keel_mem_mark(const keel_session_t *s);
+/* Every live block matching `f` (may be NULL), grouped by owner, largest
+ * first, one line per owner ("12.0 KB in 3 block(s): main/loop/body: node
+ * 'add' (Add) value 'y' iteration 5"), as text or a JSON array. *bytes (may
+ * be NULL) receives the matched total. Free *out with keel_free. */
+keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f,
+                                 int json, char **out, uint64_t *bytes);
+
+/* ---------------------------------------------------------------------
+ * Profiling: per-node memory and a timeline, for the runs that follow
+ * keel_profile_start. Start and stop between runs, not during one, and
+ * profile one run at a time: the figures of concurrent runs would mix.
+ * --------------------------------------------------------------------- */
+enum { KEEL_PROFILE_MEMORY = 1, KEEL_PROFILE_TRACE = 2 };
+
+/* Starts recording (clearing earlier records). */
+keel_status keel_profile_start(keel_session_t *s, unsigned what);
+/* Stops recording; the records stay until the next start or destroy. */
+void keel_profile_stop(keel_session_t *s);
+
+typedef struct keel_node_mem {
+  const char *path, *node, *op; /* borrowed from the session               */
+  uint64_t bytes_allocated;   /* blocks made for its outputs and scratch,
+                                 summed over its executions                */
+  uint64_t n_allocs;
+  uint64_t peak_live;         /* the session's allocated bytes at their
+                                 highest while the node ran                */
+  uint64_t live_now;          /* bytes of its blocks live now              */
+  uint64_t executions;        /* times it ran (iterations, inside loops)   */
+  uint64_t ns;                /* time inside the node, summed              */
+} keel_node_mem;
+
+/* The records of every node that ran (up to cap); returns how many there
+ * are. */
+size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t cap);
+/* Bytes and blocks allocated while recording for values made through the
+ * API (run inputs) and by the session itself: the rest of the total. */
+void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allocs);
+/* A table of the `top` nodes by bytes allocated, with totals over all
+ * nodes and the allocator's own figures for comparison. */
+keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **text);
+/* The timeline in Chrome's trace-event format (opens in Perfetto and
+ * chrome://tracing): a duration event per node execution and counter
+ * events for allocated and reserved bytes. */
+keel_status keel_profile_trace_json(const keel_session_t *s, char **json);
+
 /* Test-only: when on, control flow keeps an extra reference to every
  * result of every sub-graph it runs (the If-branch leak of the detector
  * report), so tests can prove the steady-state checks catch such a leak. */
 void keel_debug_leak_subgraph_results(keel_session_t *s, int on);
+
+/* Test-only: keeps one extra reference to the value named `value` every
+ * time a node produces it (a planted leak; NULL removes it). Returns
+ * KEEL_ERR_INVALID_ARG when no node produces such a value. */
+keel_status keel_debug_plant_leak(keel_session_t *s, const char *value);
 
 /* Bytes keel currently holds from the system in this process, over all
  * sessions: segments, bookkeeping, model mappings excluded. Zero when nothing

@@ -59,6 +59,33 @@ void cli_print_line(void *arg, const char *line);
 /* "825.0 MB", "1.5 KB", "312 B" into buf; returns buf. */
 const char *cli_bytes(uint64_t b, char *buf, size_t cap);
 
+/* Progress of a long command (progress.c). */
+typedef struct cli_progress {
+  const char *what;
+  long total;
+  bool tty, shown;
+  double t0;
+} cli_progress;
+void cli_progress_start(cli_progress *p, const char *what, long total);
+void cli_progress_update(cli_progress *p, long done);
+void cli_progress_clear(cli_progress *p);
+void cli_progress_end(cli_progress *p);
+
+/* SVG line charts (plot.c). */
+#define KEEL_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
+typedef struct cli_series {
+  const char *name, *color;
+  const double *y;
+  size_t n;
+  int axis;   /* 0: left y axis, 1: right y axis (its own scale) */
+} cli_series;
+typedef struct cli_panel {
+  const char *title, *xlabel;
+  const cli_series *series;
+  int n_series;
+} cli_panel;
+int cli_svg_write(const char *path, const char *title, const cli_panel *panels, int n_panels);
+
 /* Median of n doubles (sorts in place). */
 double cli_median(double *x, size_t n);
 double cli_now(void);

@@ -6,7 +6,9 @@
 #include "cli.h"
 
 typedef struct run_args {
-  const char *model, *data, *out_dir;
+  const char *model, *data, *out_dir, *trace;
+  bool mem_report;
+  long mem_top;
   const char *inputs[KEEL_CLI_MAX_INPUTS];
   size_t n_inputs;
   long iters;
@@ -16,11 +18,19 @@ typedef struct run_args {
 static int parse(int argc, char **argv, run_args *a) {
   memset(a, 0, sizeof *a);
   a->iters = 1;
+  a->mem_top = 20;
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
     bool has_val = i + 1 < argc;
     if (!strcmp(s, "--data") && has_val) a->data = argv[++i];
     else if (!strcmp(s, "--out") && has_val) a->out_dir = argv[++i];
+    else if (!strcmp(s, "--trace") && has_val) a->trace = argv[++i];
+    else if (!strcmp(s, "--mem-report")) a->mem_report = true;
+    else if (!strcmp(s, "--mem-top") && has_val) {
+      a->mem_report = true;
+      a->mem_top = strtol(argv[++i], NULL, 10);
+      if (a->mem_top < 1) return cli_usage("run", "--mem-top needs a positive number");
+    }
     else if (!strcmp(s, "--input") && has_val && a->n_inputs < KEEL_CLI_MAX_INPUTS)
       a->inputs[a->n_inputs++] = argv[++i];
     else if (!strcmp(s, "--iters") && has_val) {
@@ -74,6 +84,31 @@ static int write_outputs(keel_session_t *s, keel_value_t **outs, const char *dir
   return 0;
 }
 
+static int print_mem_report(keel_session_t *s, int top) {
+  char *text;
+  keel_status st = keel_profile_mem_report(s, top, &text);
+  if (st) return fail("memory report", st);
+  printf("memory by node (top %d by bytes allocated, over all runs):\n%s", top, text);
+  keel_free(text);
+  return 0;
+}
+
+static int write_trace(keel_session_t *s, const char *path) {
+  char *json;
+  keel_status st = keel_profile_trace_json(s, &json);
+  if (st) return fail("trace", st);
+  FILE *f = fopen(path, "w");
+  bool ok = f && fputs(json, f) >= 0;
+  if (f) ok = fclose(f) == 0 && ok;
+  keel_free(json);
+  if (!ok) {
+    fprintf(stderr, "keel: cannot write %s\n", path);
+    return 1;
+  }
+  printf("trace  %s (open in https://ui.perfetto.dev or chrome://tracing)\n", path);
+  return 0;
+}
+
 static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
   size_t nout = keel_session_output_count(s);
   keel_value_t **outs = calloc(nout + 1, sizeof *outs);
@@ -121,8 +156,13 @@ int cmd_run(int argc, char **argv) {
   if (a.data) st = cli_load_data_dir(s, a.data, &in);
   for (size_t i = 0; i < a.n_inputs && !st; i++) st = cli_load_named(s, a.inputs[i], &in);
   if (!st) st = cli_generate_missing(s, &in, stdout);
+  unsigned what = (a.mem_report ? KEEL_PROFILE_MEMORY : 0) | (a.trace ? KEEL_PROFILE_TRACE : 0);
+  if (!st && what) st = keel_profile_start(s, what);
   if (st) rc = fail("inputs", st);
   else rc = run_loop(s, &a, &in);
+  keel_profile_stop(s);
+  if (!rc && a.mem_report) rc = print_mem_report(s, (int)a.mem_top);
+  if (!rc && a.trace) rc = write_trace(s, a.trace);
   cli_inputs_free(&in);
   printf("memory after the last run:\n");
   keel_stats_print(s, cli_print_line, stdout);

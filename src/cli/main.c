@@ -5,9 +5,11 @@
 
 static const char *g_usage[][2] = {
     {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"
-            "               [--mem-limit SIZE]\n"
+            "               [--mem-limit SIZE] [--mem-report] [--mem-top N] [--trace FILE.json]\n"
             "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
-            "  memory statistics. Inputs not given are generated (symbolic dims = 1)."},
+            "  memory statistics. Inputs not given are generated (symbolic dims = 1).\n"
+            "  --mem-report prints memory per node (top 20, or N); --trace writes a Chrome\n"
+            "  trace (node timeline, allocated and reserved bytes)."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"

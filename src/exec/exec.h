@@ -16,8 +16,12 @@
 #ifndef KEEL_EXEC_H
 #define KEEL_EXEC_H
 
+#include <stdatomic.h>
+
 #include "../ops/kernel.h"
 #include "keel_stats.h"
+
+struct keel_profile;
 
 typedef struct keel_frame {
   keel_val *slots;              /* g->n_slots                              */
@@ -58,6 +62,7 @@ struct keel_session_s {
   keel_heap *heap;
   keel_val *consts;             /* m->n_consts, kind TENSOR (STATIC)       */
   keel_options opts;
+  uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */
   keel_mutex pool_lock;
   keel_runctx *pool;               /* idle runs                               */
   uint32_t n_sites;
@@ -68,8 +73,13 @@ struct keel_session_s {
    * every sub-graph it runs (the If-leak of the detector report); used to
    * prove the steady-state tests catch it */
   bool debug_leak_branch_results;
+  uint32_t debug_plant_site;    /* test-only planted leak; 0 = none        */
   keel_val *leaked;
   size_t n_leaked, cap_leaked;
+  /* profiling (profile.c): the recording profiler, NULL when off (the
+   * executor tests this once per node), and the last stopped one */
+  struct keel_profile *_Atomic profile;
+  struct keel_profile *profile_done;
 };
 
 /* Runs graph g in run R with `parent` as the enclosing frame. Inputs are
@@ -88,6 +98,13 @@ KEEL_INTERNAL bool keel_frame_is_empty(const keel_frame *f);
 /* Reports a loop iteration to the session's hook (no-op without one). */
 KEEL_INTERNAL void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop,
                                             int64_t iteration);
+
+/* The run whose on_iteration hook is being called on this thread (NULL
+ * outside hooks), and the heap blocks its active frames refer to: a sorted
+ * array from keel_sys_alloc (free with keel_sys_free(*blocks, *n * size)). */
+KEEL_INTERNAL keel_runctx *keel_exec_hook_run(void);
+KEEL_INTERNAL keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks,
+                                              size_t *n);
 
 /* Test hook: keep a reference to `v` in the session (debug leak switch). */
 KEEL_INTERNAL void keel_exec_debug_leak(keel_runctx *R, const keel_val *v);

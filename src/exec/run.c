@@ -10,8 +10,10 @@
 #include "exec.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../mem/sysmem.h"
+#include "profile.h"
 
 /* ============================================================== pool */
 
@@ -147,6 +149,26 @@ static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st)
   return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
 }
 
+static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n);
+
+/* Test-only: keeps a reference to the planted value (keel_debug_plant_leak). */
+static void plant(keel_runctx *R, keel_frame *f, const keel_node *n) {
+  uint32_t site = R->s->debug_plant_site;
+  if (site < n->site || site >= n->site + (uint32_t)n->n_out) return;
+  int32_t slot = n->out[site - n->site];
+  if (slot >= 0 && f->slots[slot].kind != KEEL_V_EMPTY) keel_exec_debug_leak(R, &f->slots[slot]);
+}
+
+/* The per-node step with the profiler around it (profiling only). */
+static keel_status run_node_profiled(keel_runctx *R, keel_frame *f, const keel_node *n,
+                                     struct keel_profile *p) {
+  uint64_t t0;
+  keel_prof_enter(p, n, f->iter, &t0);
+  keel_status st = run_node(R, f, n);
+  keel_prof_leave(p, n, f->iter, t0);
+  return st;
+}
+
 static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
   keel_status st = KEEL_OK;
   for (int32_t i = 0; i < n->n_in; i++) {
@@ -162,7 +184,8 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
     f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
   keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
                  .n_out = n->n_out, .heap = R->s->heap,
-                 .owner = {n->site, f->iter}, .run = R, .frame = f};
+                 .owner = {n->site & R->s->owner_mask, f->iter & R->s->owner_mask},
+                 .run = R, .frame = f};
   st = n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);
@@ -174,6 +197,7 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
       return node_failed(n, &k, st);
     }
   }
+  if (KEEL_UNLIKELY(R->s->debug_plant_site)) plant(R, f, n);
   for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
   return KEEL_OK;
 }
@@ -249,7 +273,11 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   keel_frame *f;
   KEEL_TRY(enter(R, g, parent, inputs, n_inputs, iter, &f));
   keel_status st = KEEL_OK;
-  for (int32_t p = 0; p < g->n_nodes && !st; p++) st = run_node(R, f, &g->nodes[g->order[p]]);
+  struct keel_profile *prof = atomic_load_explicit(&R->s->profile, memory_order_acquire);
+  for (int32_t p = 0; p < g->n_nodes && !st; p++) {
+    const keel_node *n = &g->nodes[g->order[p]];
+    st = KEEL_LIKELY(!prof) ? run_node(R, f, n) : run_node_profiled(R, f, n, prof);
+  }
   if (!st) st = collect_outputs(R, f, outputs);
   if (st) {
     for (int32_t i = 0; i < g->n_out; i++) keel_val_clear(&outputs[i]);
@@ -264,10 +292,77 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
 
 /* ====================================================== hooks */
 
+static _Thread_local keel_runctx *tls_hook_run;
+
+keel_runctx *keel_exec_hook_run(void) { return tls_hook_run; }
+
 void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop, int64_t iteration) {
   const keel_options *o = &R->s->opts;
-  if (o->on_iteration)
-    o->on_iteration(o->iteration_ud, loop->name, iteration, keel_heap_allocated(R->s->heap));
+  if (!o->on_iteration) return;
+  tls_hook_run = R;
+  o->on_iteration(o->iteration_ud, loop->name, iteration, keel_heap_allocated(R->s->heap));
+  tls_hook_run = NULL;
+}
+
+/* ============================================== referenced blocks */
+
+typedef struct block_set {
+  const keel_block **b;
+  size_t n, cap;
+  bool failed;
+} block_set;
+
+static void add_buffer(block_set *s, const keel_buffer *buf) {
+  if (!buf || buf->kind != KEEL_BUF_HEAP) return;
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 256;
+    const keel_block **q = keel_sys_realloc(s->b, s->cap * sizeof *q, nc * sizeof *q);
+    if (!q) {
+      s->failed = true;
+      return;
+    }
+    s->b = q;
+    s->cap = nc;
+  }
+  s->b[s->n++] = buf->block;
+}
+
+static void add_vals(block_set *s, const keel_val *v, int32_t n) {
+  for (int32_t i = 0; i < n; i++) {
+    if (v[i].kind == KEEL_V_TENSOR) add_buffer(s, v[i].t.buf);
+    else if (v[i].kind == KEEL_V_SEQUENCE)
+      for (size_t k = 0; k < v[i].seq->n; k++) add_buffer(s, v[i].seq->items[k].buf);
+  }
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
+  return (x > y) - (x < y);
+}
+
+keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks, size_t *n) {
+  block_set s = {0};
+  for (int32_t i = 0; i < R->s->m->n_graphs; i++) {
+    const keel_frame *f = &R->frames[i];
+    if (!f->active) continue;
+    add_vals(&s, f->slots, f->g->n_slots);
+    add_vals(&s, f->ctl, f->n_ctl);
+  }
+  if (s.failed) {
+    keel_sys_free(s.b, s.cap * sizeof *s.b);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "walking the running frames");
+  }
+  qsort(s.b, s.n, sizeof *s.b, cmp_ptr);
+  /* shrink to n so the caller frees exactly what it was given */
+  const keel_block **q = s.n ? keel_sys_realloc(s.b, s.cap * sizeof *s.b, s.n * sizeof *s.b) : NULL;
+  if (s.n && !q) {
+    keel_sys_free(s.b, s.cap * sizeof *s.b);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "walking the running frames");
+  }
+  if (!s.n) keel_sys_free(s.b, s.cap * sizeof *s.b);
+  *blocks = q;
+  *n = s.n;
+  return KEEL_OK;
 }
 
 void keel_exec_debug_leak(keel_runctx *R, const keel_val *v) {

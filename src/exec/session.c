@@ -13,6 +13,7 @@
 #include "../mem/sysmem.h"
 #include "../onnx/onnx.h"
 #include "exec.h"
+#include "profile.h"
 #include "session.h"
 
 /* ============================================================ binding */
@@ -102,6 +103,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   keel_mutex_init(&s->pool_lock);
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
+  s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
   keel_status st = keel_ir_autodiff(m);
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
@@ -142,6 +144,8 @@ keel_status keel_session_create_from_memory(const void *bytes, size_t len,
 
 void keel_session_destroy(keel_session_t *s) {
   if (!s) return;
+  if (s->heap) keel_profile_stop(s);
+  keel_profile_free(s->profile_done);
   keel_run_pool_free(s);
   for (size_t i = 0; i < s->n_leaked; i++) keel_val_clear(&s->leaked[i]);
   keel_sys_free(s->leaked, s->cap_leaked * sizeof(keel_val));
@@ -287,6 +291,20 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
 
 void keel_debug_leak_subgraph_results(keel_session_t *s, int on) {
   if (s) s->debug_leak_branch_results = on != 0;
+}
+
+keel_status keel_debug_plant_leak(keel_session_t *s, const char *value) {
+  if (!s) return keel_err(KEEL_ERR_INVALID_ARG, "keel_debug_plant_leak: NULL session");
+  s->debug_plant_site = 0;
+  if (!value) return KEEL_OK;
+  for (uint32_t i = KEEL_SITE_FIRST_NODE; i < s->n_sites; i++) {
+    const keel_site *t = &s->sites[i];
+    if (t->node && t->out >= 0 && !strcmp(t->node->out_names[t->out], value)) {
+      s->debug_plant_site = i;
+      return KEEL_OK;
+    }
+  }
+  return keel_err(KEEL_ERR_INVALID_ARG, "no node produces a value named '%s'", value);
 }
 
 void keel_stats_reset_peaks(keel_session_t *s) {

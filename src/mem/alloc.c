@@ -79,9 +79,11 @@ struct keel_heap {
   _Atomic uint64_t allocated;    /* read without the lock by hooks         */
   uint64_t allocated_peak, reserved, reserved_peak;
   uint64_t n_alloc, n_free, n_cache_hit, n_seg_alloc, n_seg_free, n_segments;
-  uint64_t n_oom, meta_bytes;
-  uint32_t seq;
+  uint64_t n_oom, meta_bytes, bytes_total;
+  uint64_t seq;
   keel_oom_info last_oom;
+  keel_heap_hook hook;
+  void *hook_ud;
 };
 
 /* ------------------------------------------------------------- size bins */
@@ -341,6 +343,8 @@ keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
   atomic_store(&h->allocated, a);
   if (a > h->allocated_peak) h->allocated_peak = a;
   h->n_alloc++;
+  h->bytes_total += b->size;
+  if (h->hook) h->hook(h->hook_ud, b, true, a);
   keel_mutex_unlock(&h->lock);
   UNPOISON(b->ptr, n); /* the tail past `n` stays poisoned: overflow guard */
 #if KEEL_DEBUG >= 2
@@ -372,6 +376,7 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
   if (b->lnext) b->lnext->lprev = b->lprev;
   atomic_store(&h->allocated, atomic_load(&h->allocated) - b->size);
   h->n_free++;
+  if (h->hook) h->hook(h->hook_ud, b, false, atomic_load(&h->allocated));
   b->is_free = 1;
   b->owner = (keel_owner){0};
   if (b->next && b->next->is_free) merge_next(h, p, b, b->next);
@@ -386,6 +391,12 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
     b = pb;
   }
   bin_insert(p, b);
+  keel_mutex_unlock(&h->lock);
+}
+
+void keel_heap_retag(keel_heap *h, keel_block *b, keel_owner owner) {
+  keel_mutex_lock(&h->lock); /* reports read tags under the lock */
+  b->owner = owner;
   keel_mutex_unlock(&h->lock);
 }
 
@@ -442,6 +453,13 @@ uint64_t keel_heap_allocated(keel_heap *h) {
   return atomic_load_explicit(&h->allocated, memory_order_relaxed);
 }
 
+uint64_t keel_heap_reserved(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  uint64_t r = h->reserved;
+  keel_mutex_unlock(&h->lock);
+  return r;
+}
+
 void keel_heap_stats(keel_heap *h, keel_stats *st) {
   keel_mutex_lock(&h->lock);
   uint64_t active_split = 0, inactive_split = 0, free_bytes = 0, largest = 0;
@@ -473,6 +491,7 @@ void keel_heap_stats(keel_heap *h, keel_stats *st) {
   st->n_segment_free = h->n_seg_free;
   st->n_segments = h->n_segments;
   st->n_oom = h->n_oom;
+  st->bytes_allocated_total = h->bytes_total;
   st->mem_limit = h->limit;
   st->fragmentation =
       free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
@@ -498,6 +517,20 @@ void keel_heap_set_limit(keel_heap *h, size_t limit) {
   keel_mutex_lock(&h->lock);
   h->limit = limit;
   keel_mutex_unlock(&h->lock);
+}
+
+void keel_heap_set_hook(keel_heap *h, keel_heap_hook fn, void *ud) {
+  keel_mutex_lock(&h->lock);
+  h->hook = fn;
+  h->hook_ud = ud;
+  keel_mutex_unlock(&h->lock);
+}
+
+uint64_t keel_heap_mark(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  uint64_t m = h->seq + 1;
+  keel_mutex_unlock(&h->lock);
+  return m;
 }
 
 keel_oom_info keel_heap_oom_info(keel_heap *h) {

@@ -45,7 +45,7 @@ typedef struct keel_block {
   struct keel_block *prev, *next;   /* neighbours in the segment, by address */
   struct keel_block *lprev, *lnext; /* free: its bin's list; live: live list */
   keel_owner owner;
-  uint32_t seq;               /* allocation sequence number (for reports)    */
+  uint64_t seq;               /* allocation sequence number (for reports)    */
   uint16_t bin;
   uint8_t is_free;
   uint8_t pool;
@@ -61,6 +61,9 @@ KEEL_INTERNAL void keel_heap_release(keel_heap *h);
 KEEL_INTERNAL keel_block *keel_heap_alloc(keel_heap *h, size_t n,
                                           keel_owner owner);
 KEEL_INTERNAL void keel_heap_free(keel_heap *h, keel_block *b);
+/* A new owner for a live block (its bytes now hold another value: an
+ * in-place kernel reused them). */
+KEEL_INTERNAL void keel_heap_retag(keel_heap *h, keel_block *b, keel_owner owner);
 
 /* Small fixed-size bookkeeping objects (<= KEEL_HEAP_OBJ_SIZE bytes: buffer
  * headers, sequence headers), from a free list; counted as meta bytes. */
@@ -73,6 +76,7 @@ KEEL_INTERNAL void *keel_heap_meta_realloc(keel_heap *h, void *p, size_t old,
 
 KEEL_INTERNAL void keel_heap_stats(keel_heap *h, keel_stats *st);
 KEEL_INTERNAL uint64_t keel_heap_allocated(keel_heap *h);
+KEEL_INTERNAL uint64_t keel_heap_reserved(keel_heap *h);
 KEEL_INTERNAL void keel_heap_reset_peaks(keel_heap *h);
 KEEL_INTERNAL size_t keel_heap_trim(keel_heap *h);
 KEEL_INTERNAL void keel_heap_set_limit(keel_heap *h, size_t limit);
@@ -90,6 +94,17 @@ KEEL_INTERNAL keel_oom_info keel_heap_oom_info(keel_heap *h);
 KEEL_INTERNAL void keel_heap_foreach_live(keel_heap *h,
                                           void (*fn)(void *ud, const keel_block *b),
                                           void *ud);
+
+/* An observer of every allocation and free (profiling): called under the
+ * heap's lock, so it sees events one at a time and must not call back into
+ * the heap. `allocated` is the heap's figure after the event. NULL turns it
+ * off. */
+typedef void (*keel_heap_hook)(void *ud, const keel_block *b, bool is_alloc,
+                               uint64_t allocated);
+KEEL_INTERNAL void keel_heap_set_hook(keel_heap *h, keel_heap_hook fn, void *ud);
+/* The sequence number the next allocation will get (a mark for "blocks
+ * allocated since"). */
+KEEL_INTERNAL uint64_t keel_heap_mark(keel_heap *h);
 
 /* Walks every segment and checks the block chains, bins and counters;
  * returns false (and why, in keel_last_error) on the first inconsistency. */

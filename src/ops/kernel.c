@@ -77,7 +77,7 @@ bool keel_k_can_reuse(const keel_kctx *k, int i) {
 
 static keel_owner owner_of(const keel_kctx *k, int i) {
   keel_owner o = k->owner;
-  o.site += (uint32_t)i;
+  if (o.site) o.site += (uint32_t)i; /* 0: tags are off */
   return o;
 }
 
@@ -123,6 +123,7 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
       keel_tensor_view(src, rank, shape, &v->t);
       v->t.dtype = dtype;
       v->kind = KEEL_V_TENSOR;
+      keel_heap_retag(k->heap, src->buf->block, owner_of(k, i)); /* it holds output i now */
       *t = &v->t;
       return KEEL_OK;
     }

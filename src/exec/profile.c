@@ -1,0 +1,455 @@
+/* profile.c: where memory goes, in graph terms.
+ *
+ * Owner sites name every block: site -> (graph path, node, output value),
+ * plus the iteration stored in the block. On top of that:
+ *   - live reports: the allocator's live blocks grouped by owner;
+ *   - the profiler: an allocator hook that adds every block to the record of
+ *     the node whose output (or scratch) it is, a stack of the nodes running
+ *     now (control-flow nodes hold their bodies' nodes) whose peaks follow
+ *     the allocated figure, per-node time and executions, and an optional
+ *     event list for the Chrome trace.
+ * Everything here is off the run path unless profiling was started: the
+ * executor tests one pointer per node.
+ */
+#include "profile.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../mem/sysmem.h"
+#include "session.h"
+
+#define MAX_DEPTH 64
+#define MAX_EVENTS (4u << 20)
+
+typedef struct prof_rec {
+  uint64_t bytes, allocs, peak, executions, ns;
+} prof_rec;
+
+typedef struct prof_event {
+  const keel_node *node;
+  uint32_t iter;
+  uint64_t t0, t1, allocated, reserved;
+} prof_event;
+
+struct keel_profile {
+  unsigned what;
+  keel_session_t *s;
+  keel_mutex lock;
+  uint32_t n_sites;
+  uint32_t *base;                 /* site -> the site of its node's output 0 */
+  prof_rec *rec;                  /* indexed by base site                  */
+  uint32_t stack[MAX_DEPTH];
+  int depth;
+  prof_event *ev;
+  size_t n_ev, cap_ev;
+  uint64_t t_origin;
+};
+
+/* =============================================================== sites */
+
+const char *keel_site_text(const keel_session_t *s, uint32_t site, char *buf, size_t cap) {
+  if (site == KEEL_SITE_USER) snprintf(buf, cap, "values made through the API (run inputs)");
+  else if (site < KEEL_SITE_FIRST_NODE || site >= s->n_sites || !s->sites[site].node)
+    snprintf(buf, cap, "the session");
+  else {
+    const keel_site *t = &s->sites[site];
+    char lb[256];
+    keel_node_label(t->node, lb, sizeof lb);
+    if (t->out >= 0 && t->out < t->node->n_out && t->node->out_names[t->out][0])
+      snprintf(buf, cap, "%s: node %s value '%s'", t->g->path, lb, t->node->out_names[t->out]);
+    else snprintf(buf, cap, "%s: node %s (scratch)", t->g->path, lb);
+  }
+  return buf;
+}
+
+/* ======================================================== string output */
+
+typedef struct text {
+  char *p;
+  size_t len, cap;
+  bool failed;
+} text;
+
+static void put(text *t, const char *fmt, ...) KEEL_PRINTF(2, 3);
+static void put(text *t, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !t->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) break;
+    if (t->p && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = KEEL_MAX(t->cap * 2, t->len + (size_t)n + 4096);
+    char *q = realloc(t->p, cap);
+    if (!q) break;
+    t->p = q;
+    t->cap = cap;
+  }
+  t->failed = true;
+}
+
+static void put_json_str(text *t, const char *s) {
+  put(t, "\"");
+  for (; *s; s++) {
+    if (*s == '"' || *s == '\\') put(t, "\\%c", *s);
+    else if ((unsigned char)*s < 0x20) put(t, "\\u%04x", *s);
+    else put(t, "%c", *s);
+  }
+  put(t, "\"");
+}
+
+static keel_status finish(text *t, char **out) {
+  if (t->failed || !t->p) {
+    free(t->p);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "building a report");
+  }
+  *out = t->p;
+  return KEEL_OK;
+}
+
+static const char *bytes_text(uint64_t b, char *buf, size_t cap) {
+  if (b >= (1ull << 30)) snprintf(buf, cap, "%.1f GB", (double)b / (double)(1ull << 30));
+  else if (b >= (1ull << 20)) snprintf(buf, cap, "%.1f MB", (double)b / (double)(1ull << 20));
+  else if (b >= 1024) snprintf(buf, cap, "%.1f KB", (double)b / 1024.0);
+  else snprintf(buf, cap, "%llu B", (unsigned long long)b);
+  return buf;
+}
+
+/* ========================================================= live reports */
+
+typedef struct owner_sum {
+  keel_owner owner;
+  uint64_t bytes, blocks;
+} owner_sum;
+
+typedef struct live_walk {
+  const keel_session_t *s;
+  keel_live_filter f;
+  const keel_block **held;     /* referenced by running frames (sorted)  */
+  size_t n_held;
+  owner_sum *sums;
+  size_t n, cap;
+  uint64_t total;
+  bool failed;
+} live_walk;
+
+static bool path_matches(const live_walk *w, uint32_t site) {
+  if (!w->f.path_prefix && !w->f.inside_node) return true;
+  if (site < KEEL_SITE_FIRST_NODE || site >= w->s->n_sites) return false;
+  const keel_graph *g = w->s->sites[site].g;
+  if (w->f.path_prefix && strncmp(g->path, w->f.path_prefix, strlen(w->f.path_prefix)))
+    return false;
+  if (!w->f.inside_node) return true;
+  for (; g->owner; g = g->parent) /* a sub-graph, at any depth, of that node */
+    if (!strcmp(g->owner->name, w->f.inside_node)) return true;
+  return false;
+}
+
+/* Called under the heap's lock: only plain memory here (no keel calls). */
+static bool held(const live_walk *w, const keel_block *b) {
+  size_t lo = 0, hi = w->n_held;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (w->held[mid] == b) return true;
+    if ((uintptr_t)w->held[mid] < (uintptr_t)b) lo = mid + 1;
+    else hi = mid;
+  }
+  return false;
+}
+
+static void live_one(void *ud, const keel_block *b) {
+  live_walk *w = ud;
+  if (b->seq < w->f.since || !path_matches(w, b->owner.site) || (w->held && held(w, b))) return;
+  if (w->f.before_iteration > 0 && (int64_t)b->owner.iter >= w->f.before_iteration) return;
+  w->total += b->size;
+  for (size_t i = 0; i < w->n; i++)
+    if (w->sums[i].owner.site == b->owner.site && w->sums[i].owner.iter == b->owner.iter) {
+      w->sums[i].bytes += b->size;
+      w->sums[i].blocks++;
+      return;
+    }
+  if (w->n == w->cap) {
+    size_t nc = w->cap ? w->cap * 2 : 64;
+    owner_sum *q = realloc(w->sums, nc * sizeof *q);
+    if (!q) {
+      w->failed = true;
+      return;
+    }
+    w->sums = q;
+    w->cap = nc;
+  }
+  w->sums[w->n++] = (owner_sum){b->owner, b->size, 1};
+}
+
+static int by_bytes(const void *a, const void *b) {
+  const owner_sum *x = a, *y = b;
+  return x->bytes != y->bytes ? (y->bytes > x->bytes ? 1 : -1)
+                              : (x->owner.site != y->owner.site ? (x->owner.site > y->owner.site ? 1 : -1)
+                                                                : (x->owner.iter > y->owner.iter) - (x->owner.iter < y->owner.iter));
+}
+
+static void live_format(const live_walk *w, int json, text *t) {
+  char who[700], b[32];
+  if (json) put(t, "[");
+  for (size_t i = 0; i < w->n; i++) {
+    const owner_sum *o = &w->sums[i];
+    keel_site_text(w->s, o->owner.site, who, sizeof who);
+    if (json) {
+      put(t, "%s{\"bytes\": %llu, \"blocks\": %llu, \"iteration\": %u, \"owner\": ", i ? ", " : "",
+          (unsigned long long)o->bytes, (unsigned long long)o->blocks, o->owner.iter);
+      put_json_str(t, who);
+      put(t, "}");
+    } else {
+      put(t, "%10s in %llu block(s): %s iteration %u\n", bytes_text(o->bytes, b, sizeof b),
+          (unsigned long long)o->blocks, who, o->owner.iter);
+    }
+  }
+  if (json) put(t, "]\n");
+  else if (!w->n) put(t, "no live blocks\n");
+}
+
+uint64_t keel_mem_mark(const keel_session_t *s) { return s ? keel_heap_mark(s->heap) : 0; }
+
+keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f, int json,
+                                 char **out, uint64_t *bytes) {
+  if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_mem_live_report: NULL argument");
+  live_walk w = {.s = s};
+  if (f) memcpy(&w.f, f, KEEL_MIN(f->size ? f->size : sizeof w.f, sizeof w.f));
+  keel_runctx *R = w.f.unreferenced ? keel_exec_hook_run() : NULL;
+  if (R && R->s == s) KEEL_TRY(keel_exec_referenced(R, &w.held, &w.n_held));
+  keel_heap_foreach_live(s->heap, live_one, &w);
+  keel_sys_free((void *)w.held, w.n_held * sizeof *w.held);
+  qsort(w.sums, w.n, sizeof *w.sums, by_bytes);
+  text t = {0};
+  if (w.failed) t.failed = true;
+  else live_format(&w, json, &t);
+  free(w.sums);
+  if (bytes) *bytes = w.total;
+  return finish(&t, out);
+}
+
+/* ============================================================ profiler */
+
+static void on_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allocated) {
+  keel_profile *p = ud;
+  if (!is_alloc) return;
+  keel_mutex_lock(&p->lock);
+  uint32_t site = b->owner.site < p->n_sites ? p->base[b->owner.site] : KEEL_SITE_SESSION;
+  p->rec[site].bytes += b->size;
+  p->rec[site].allocs++;
+  for (int d = 0; d < p->depth; d++)
+    if (allocated > p->rec[p->stack[d]].peak) p->rec[p->stack[d]].peak = allocated;
+  keel_mutex_unlock(&p->lock);
+}
+
+void keel_prof_enter(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t *t0) {
+  (void)iter;
+  uint64_t a = keel_heap_allocated(p->s->heap);
+  keel_mutex_lock(&p->lock);
+  if (p->depth < MAX_DEPTH) p->stack[p->depth] = n->site;
+  p->depth++;
+  if (a > p->rec[n->site].peak) p->rec[n->site].peak = a;
+  keel_mutex_unlock(&p->lock);
+  *t0 = keel_prim_now_ns();
+}
+
+static void add_event(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0,
+                      uint64_t t1, uint64_t allocated, uint64_t reserved) {
+  if (p->n_ev == p->cap_ev) {
+    if (p->cap_ev >= MAX_EVENTS) return; /* the timeline keeps its first 4M events */
+    size_t nc = p->cap_ev ? p->cap_ev * 2 : 4096;
+    prof_event *q = keel_sys_realloc(p->ev, p->cap_ev * sizeof *q, nc * sizeof *q);
+    if (!q) return;
+    p->ev = q;
+    p->cap_ev = nc;
+  }
+  p->ev[p->n_ev++] = (prof_event){n, iter, t0, t1, allocated, reserved};
+}
+
+void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0) {
+  uint64_t t1 = keel_prim_now_ns();
+  uint64_t a = keel_heap_allocated(p->s->heap);
+  uint64_t r = (p->what & KEEL_PROFILE_TRACE) ? keel_heap_reserved(p->s->heap) : 0;
+  keel_mutex_lock(&p->lock);
+  p->depth--;
+  prof_rec *rec = &p->rec[n->site];
+  rec->executions++;
+  rec->ns += t1 - t0;
+  if (p->what & KEEL_PROFILE_TRACE) add_event(p, n, iter, t0, t1, a, r);
+  keel_mutex_unlock(&p->lock);
+}
+
+void keel_profile_free(keel_profile *p) {
+  if (!p) return;
+  keel_sys_free(p->base, (size_t)p->n_sites * sizeof *p->base);
+  keel_sys_free(p->rec, (size_t)p->n_sites * sizeof *p->rec);
+  keel_sys_free(p->ev, p->cap_ev * sizeof *p->ev);
+  keel_mutex_destroy(&p->lock);
+  keel_sys_free(p, sizeof *p);
+}
+
+static keel_status profile_new(keel_session_t *s, unsigned what, keel_profile **out) {
+  keel_profile *p = keel_sys_calloc(1, sizeof *p);
+  if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "profiler");
+  keel_mutex_init(&p->lock);
+  p->what = what;
+  p->s = s;
+  p->n_sites = s->n_sites;
+  p->base = keel_sys_calloc(s->n_sites, sizeof *p->base);
+  p->rec = keel_sys_calloc(s->n_sites, sizeof *p->rec);
+  if (!p->base || !p->rec) {
+    keel_profile_free(p);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "profiler");
+  }
+  for (uint32_t i = 0; i < s->n_sites; i++)
+    p->base[i] = s->sites[i].node ? s->sites[i].node->site : (i == KEEL_SITE_USER ? i : KEEL_SITE_SESSION);
+  p->t_origin = keel_prim_now_ns();
+  *out = p;
+  return KEEL_OK;
+}
+
+keel_status keel_profile_start(keel_session_t *s, unsigned what) {
+  if (!s || !what) return keel_err(KEEL_ERR_INVALID_ARG, "keel_profile_start: nothing to record");
+  keel_profile *p;
+  KEEL_TRY(profile_new(s, what, &p));
+  keel_profile_stop(s);
+  keel_profile_free(s->profile_done);
+  s->profile_done = NULL;
+  keel_heap_set_hook(s->heap, on_block, p);
+  atomic_store(&s->profile, p);
+  return KEEL_OK;
+}
+
+void keel_profile_stop(keel_session_t *s) {
+  if (!s) return;
+  keel_profile *p = atomic_exchange(&s->profile, NULL);
+  if (!p) return;
+  keel_heap_set_hook(s->heap, NULL, NULL);
+  keel_profile_free(s->profile_done);
+  s->profile_done = p;
+}
+
+/* The records: of the running profiler, else of the last stopped one. */
+static keel_profile *records(const keel_session_t *s) {
+  keel_profile *p = atomic_load(&((keel_session_t *)s)->profile);
+  return p ? p : s->profile_done;
+}
+
+/* ============================================================= reports */
+
+typedef struct live_by_node {
+  const keel_profile *p;
+  uint64_t *live;
+} live_by_node;
+
+static void live_node(void *ud, const keel_block *b) {
+  live_by_node *w = ud;
+  uint32_t site = b->owner.site < w->p->n_sites ? w->p->base[b->owner.site] : KEEL_SITE_SESSION;
+  w->live[site] += b->size;
+}
+
+static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_mem *out,
+                      size_t cap) {
+  uint64_t *live = keel_sys_calloc(p->n_sites, sizeof *live);
+  if (live) {
+    live_by_node w = {p, live};
+    keel_heap_foreach_live(s->heap, live_node, &w);
+  }
+  size_t n = 0;
+  for (uint32_t i = KEEL_SITE_FIRST_NODE; i < p->n_sites; i++) {
+    const prof_rec *r = &p->rec[i];
+    const keel_site *t = &s->sites[i];
+    if (!t->node || t->node->site != i || (!r->executions && !r->allocs)) continue;
+    if (n < cap)
+      out[n] = (keel_node_mem){t->g->path, t->node->name, t->node->op_type, r->bytes, r->allocs,
+                               r->peak, live ? live[i] : 0, r->executions, r->ns};
+    n++;
+  }
+  keel_sys_free(live, (size_t)p->n_sites * sizeof *live);
+  return n;
+}
+
+size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t cap) {
+  const keel_profile *p = s ? records(s) : NULL;
+  return p ? collect(s, p, out, cap) : 0;
+}
+
+void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allocs) {
+  const keel_profile *p = s ? records(s) : NULL;
+  *bytes = p ? p->rec[KEEL_SITE_USER].bytes + p->rec[KEEL_SITE_SESSION].bytes : 0;
+  *allocs = p ? p->rec[KEEL_SITE_USER].allocs + p->rec[KEEL_SITE_SESSION].allocs : 0;
+}
+
+static int by_allocated(const void *a, const void *b) {
+  const keel_node_mem *x = a, *y = b;
+  return x->bytes_allocated != y->bytes_allocated ? (y->bytes_allocated > x->bytes_allocated ? 1 : -1)
+                                                  : strcmp(x->node, y->node);
+}
+
+static void report_rows(text *t, const keel_node_mem *m, size_t n, int top) {
+  char a[32], pk[32], l[32], who[320];
+  put(t, "%-48s %-14s %10s %10s %10s %8s %6s\n", "node (graph)", "op", "allocated", "peak live",
+      "live now", "allocs", "runs");
+  for (size_t i = 0; i < n && (int)i < top; i++) {
+    snprintf(who, sizeof who, "%s (%s)", m[i].node[0] ? m[i].node : "?", m[i].path);
+    put(t, "%-48.48s %-14.14s %10s %10s %10s %8llu %6llu\n", who, m[i].op,
+        bytes_text(m[i].bytes_allocated, a, sizeof a), bytes_text(m[i].peak_live, pk, sizeof pk),
+        bytes_text(m[i].live_now, l, sizeof l), (unsigned long long)m[i].n_allocs,
+        (unsigned long long)m[i].executions);
+  }
+}
+
+keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out) {
+  const keel_profile *p = s ? records(s) : NULL;
+  if (!p || !out) return keel_err(KEEL_ERR_INVALID_ARG, "no profile recorded (keel_profile_start)");
+  size_t n = collect(s, p, NULL, 0);
+  keel_node_mem *m = keel_sys_calloc(n + 1, sizeof *m);
+  if (!m) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "memory report");
+  collect(s, p, m, n);
+  qsort(m, n, sizeof *m, by_allocated);
+  text t = {0};
+  report_rows(&t, m, n, top > 0 ? top : 20);
+  uint64_t bytes = 0, allocs = 0, live = 0, ob, oa;
+  for (size_t i = 0; i < n; i++) bytes += m[i].bytes_allocated, allocs += m[i].n_allocs, live += m[i].live_now;
+  keel_profile_other(s, &ob, &oa);
+  char a[32], b[32], c[32];
+  put(&t, "%-63s %10s %10s %10s %8llu\n", "all nodes", bytes_text(bytes, a, sizeof a), "",
+      bytes_text(live, c, sizeof c), (unsigned long long)allocs);
+  put(&t, "%-63s %10s %21s %8llu\n", "values made through the API, the session", bytes_text(ob, b, sizeof b), "",
+      (unsigned long long)oa);
+  put(&t, "(%zu nodes ran; sizes are the allocator's 64-byte-rounded blocks)\n", n);
+  keel_sys_free(m, (n + 1) * sizeof *m);
+  return finish(&t, out);
+}
+
+keel_status keel_profile_trace_json(const keel_session_t *s, char **out) {
+  const keel_profile *p = s ? records(s) : NULL;
+  if (!p || !out || !(p->what & KEEL_PROFILE_TRACE))
+    return keel_err(KEEL_ERR_INVALID_ARG, "no trace recorded (keel_profile_start with KEEL_PROFILE_TRACE)");
+  text t = {0};
+  put(&t, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+  put(&t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"keel\"}}");
+  for (size_t i = 0; i < p->n_ev; i++) {
+    const prof_event *e = &p->ev[i];
+    double ts = (double)(e->t0 - p->t_origin) / 1e3, dur = (double)(e->t1 - e->t0) / 1e3;
+    char lb[256];
+    put(&t, ",\n{\"name\": ");
+    put_json_str(&t, keel_node_label(e->node, lb, sizeof lb));
+    put(&t, ", \"cat\": ");
+    put_json_str(&t, e->node->op_type);
+    put(&t, ", \"ph\": \"X\", \"pid\": 1, \"tid\": 1, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"graph\": ", ts, dur);
+    put_json_str(&t, e->node->graph->path);
+    put(&t, ", \"iteration\": %u}}", e->iter);
+    put(&t, ",\n{\"name\": \"memory\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.3f, \"args\": "
+            "{\"allocated\": %llu, \"reserved\": %llu}}",
+        (double)(e->t1 - p->t_origin) / 1e3, (unsigned long long)e->allocated,
+        (unsigned long long)e->reserved);
+  }
+  put(&t, "\n]}\n");
+  return finish(&t, out);
+}
