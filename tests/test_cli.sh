@@ -79,5 +79,58 @@ expect_rc 1 "memcheck catches a leak" "$KEEL" memcheck "$DATA/test_loop11/model.
   --data "$DATA/test_loop11/test_data_set_0" --iters 5 --debug-leak-subgraphs
 expect_out "verdict: LEAK" "memcheck leak verdict"
 
+# --mem-report and --trace; the trace is valid JSON with node events and
+# both memory counters
+M=$(dirname "$0")/models
+expect_rc 0 "run --mem-report --trace" "$KEEL" run "$M/greedy_decode/model.onnx" \
+  --data "$M/greedy_decode/test_data_set_0" --mem-report --mem-top 5 --trace "$tmp/trace.json"
+expect_out "memory by node (top 5" "mem-report header"
+expect_out "all nodes" "mem-report totals"
+if command -v python3 >/dev/null; then
+  expect_rc 0 "trace loads as JSON with node events and counters" python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d['traceEvents']
+nodes = [e for e in ev if e.get('ph') == 'X']
+mem = [e for e in ev if e.get('ph') == 'C']
+assert nodes and all('dur' in e and 'ts' in e for e in nodes), 'no node events'
+assert any(e['cat'] == 'Loop' for e in nodes) and any('body' in e['args']['graph'] for e in nodes)
+assert mem and all('allocated' in e['args'] and 'reserved' in e['args'] for e in mem)
+" "$tmp/trace.json"
+fi
+
+# memcheck names exactly a planted leak, draws a plot that renders, and is
+# silent on every healthy control-flow model
+expect_rc 1 "memcheck names a planted leak" "$KEEL" memcheck "$M/greedy_decode/model.onnx" \
+  --data "$M/greedy_decode/test_data_set_0" --iters 4 --loop /Loop \
+  --debug-plant-leak /cell/Add_1_output_0 --plot "$tmp/leak.svg"
+expect_out "verdict: LEAK: allocated memory grew after the first run" "planted leak verdict"
+expect_out "verdict: LEAK: allocated memory grew across the iterations of loop '/Loop'" "planted leak, loop verdict"
+if grep -E "^ +[0-9.]+ [KMG]?B in" "$tmp/out" | grep -v "node '/cell/Add_1' (Add) value '/cell/Add_1_output_0' iteration" >/dev/null; then
+  echo "FAIL: memcheck named a value other than the planted one"; fails=$((fails + 1))
+fi
+if command -v rsvg-convert >/dev/null; then
+  expect_rc 0 "the memcheck plot renders" rsvg-convert "$tmp/leak.svg" -o "$tmp/leak.png"
+  [[ -s "$tmp/leak.png" ]] || { echo "FAIL: empty plot render"; fails=$((fails + 1)); }
+fi
+healthy=0
+for t in $(cat "$(dirname "$0")/conformance/control_flow.list"); do
+  d=/usr/share/libonnx-testdata/data/$t
+  if ! "$KEEL" memcheck "$d/model.onnx" --data "$d/test_data_set_0" --iters 3 >"$tmp/mc" 2>&1; then
+    echo "FAIL: memcheck not silent on healthy $t"; sed 's/^/  | /' "$tmp/mc" | tail -5
+    fails=$((fails + 1))
+  else
+    healthy=$((healthy + 1))
+  fi
+done
+for m in "$M"/*/; do
+  if ! "$KEEL" memcheck "$m/model.onnx" --data "$m/test_data_set_0" --iters 3 --loop /Loop >"$tmp/mc" 2>&1; then
+    echo "FAIL: memcheck not silent on healthy $m"; fails=$((fails + 1))
+  else
+    healthy=$((healthy + 1))
+  fi
+done
+echo "ok: memcheck silent on $healthy healthy control-flow models"
+
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

@@ -9,7 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata)
+# python3 and librsvg2-bin: the CLI test checks the trace JSON and renders
+# the memcheck SVG
+PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {
