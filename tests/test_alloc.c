@@ -133,7 +133,8 @@ static void fault_injection(void) {
 
 /* Owner tags are stored on live blocks and visible to the live walk. */
 static void count_owner(void *ud, const keel_block *b) {
-  if (b->owner.site == 42 && b->owner.iter == 3) (*(int *)ud)++;
+  keel_owner o = keel_block_owner(b);
+  if (o.site == 42 && o.iter == 3) (*(int *)ud)++;
 }
 
 static void owners(void) {

@@ -114,13 +114,17 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
   keel_value_t **outs = calloc(nout + 1, sizeof *outs);
   double *times = calloc((size_t)a->iters, sizeof(double));
   int rc = 0;
+  cli_progress pr;
+  cli_progress_start(&pr, "run", a->iters);
   for (long it = 0; it < a->iters && !rc; it++) {
     for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]), outs[i] = NULL;
     double t0 = cli_now();
     keel_status st = keel_run(s, in->names, in->values, in->n, outs);
     times[it] = cli_now() - t0;
     if (st) rc = fail("run", st);
+    else if (a->iters >= 10) cli_progress_update(&pr, it + 1);
   }
+  if (a->iters >= 10) cli_progress_end(&pr);
   if (!rc) {
     for (size_t i = 0; i < nout; i++) {
       keel_io_info io;

@@ -164,11 +164,12 @@ static bool held(const live_walk *w, const keel_block *b) {
 
 static void live_one(void *ud, const keel_block *b) {
   live_walk *w = ud;
-  if (b->seq < w->f.since || !path_matches(w, b->owner.site) || (w->held && held(w, b))) return;
-  if (w->f.before_iteration > 0 && (int64_t)b->owner.iter >= w->f.before_iteration) return;
+  keel_owner ow = keel_block_owner(b);
+  if (b->seq < w->f.since || !path_matches(w, ow.site) || (w->held && held(w, b))) return;
+  if (w->f.before_iteration > 0 && (int64_t)ow.iter >= w->f.before_iteration) return;
   w->total += b->size;
   for (size_t i = 0; i < w->n; i++)
-    if (w->sums[i].owner.site == b->owner.site && w->sums[i].owner.iter == b->owner.iter) {
+    if (w->sums[i].owner.site == ow.site && w->sums[i].owner.iter == ow.iter) {
       w->sums[i].bytes += b->size;
       w->sums[i].blocks++;
       return;
@@ -183,7 +184,7 @@ static void live_one(void *ud, const keel_block *b) {
     w->sums = q;
     w->cap = nc;
   }
-  w->sums[w->n++] = (owner_sum){b->owner, b->size, 1};
+  w->sums[w->n++] = (owner_sum){ow, b->size, 1};
 }
 
 static int by_bytes(const void *a, const void *b) {
@@ -239,7 +240,8 @@ static void on_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allo
   keel_profile *p = ud;
   if (!is_alloc) return;
   keel_mutex_lock(&p->lock);
-  uint32_t site = b->owner.site < p->n_sites ? p->base[b->owner.site] : KEEL_SITE_SESSION;
+  uint32_t os = keel_block_owner(b).site;
+  uint32_t site = os < p->n_sites ? p->base[os] : KEEL_SITE_SESSION;
   p->rec[site].bytes += b->size;
   p->rec[site].allocs++;
   for (int d = 0; d < p->depth; d++)
@@ -349,7 +351,8 @@ typedef struct live_by_node {
 
 static void live_node(void *ud, const keel_block *b) {
   live_by_node *w = ud;
-  uint32_t site = b->owner.site < w->p->n_sites ? w->p->base[b->owner.site] : KEEL_SITE_SESSION;
+  uint32_t os = keel_block_owner(b).site;
+  uint32_t site = os < w->p->n_sites ? w->p->base[os] : KEEL_SITE_SESSION;
   w->live[site] += b->size;
 }
 

@@ -142,8 +142,29 @@ keel_status keel_session_create_from_memory(const void *bytes, size_t len,
   return finish(m, opts, out);
 }
 
+/* Debug builds: at destroy, whatever the session's allocator still holds
+ * (values the caller has not released) is listed by owner through the log
+ * callback. */
+static void report_live_at_destroy(keel_session_t *s) {
+#if KEEL_DEBUG >= 1
+  if (!s->opts.log || !s->heap || !keel_heap_allocated(s->heap)) return;
+  char *rep = NULL;
+  uint64_t bytes = 0;
+  if (keel_mem_live_report(s, NULL, 0, &rep, &bytes)) return;
+  char head[128];
+  snprintf(head, sizeof head, "session destroyed with %llu bytes still live (values not released):",
+           (unsigned long long)bytes);
+  s->opts.log(s->opts.log_ud, KEEL_LOG_WARN, head);
+  s->opts.log(s->opts.log_ud, KEEL_LOG_WARN, rep);
+  keel_free(rep);
+#else
+  (void)s;
+#endif
+}
+
 void keel_session_destroy(keel_session_t *s) {
   if (!s) return;
+  report_live_at_destroy(s);
   if (s->heap) keel_profile_stop(s);
   keel_profile_free(s->profile_done);
   keel_run_pool_free(s);

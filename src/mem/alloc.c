@@ -9,8 +9,6 @@
  */
 #include "alloc.h"
 
-#include <stdatomic.h>
-
 #include "../base/prim.h"
 #include "../base/status.h"
 #include "sysmem.h"
@@ -333,7 +331,7 @@ keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
   }
   b->is_free = 0;
   b->req = n;
-  b->owner = owner;
+  atomic_store_explicit(&b->tag, keel_owner_pack(owner), memory_order_relaxed);
   b->seq = ++h->seq;
   b->lprev = NULL;
   b->lnext = h->live;
@@ -378,7 +376,7 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
   h->n_free++;
   if (h->hook) h->hook(h->hook_ud, b, false, atomic_load(&h->allocated));
   b->is_free = 1;
-  b->owner = (keel_owner){0};
+  atomic_store_explicit(&b->tag, 0, memory_order_relaxed);
   if (b->next && b->next->is_free) merge_next(h, p, b, b->next);
   if (b->prev && b->prev->is_free) {
     keel_block *pb = b->prev;
@@ -391,12 +389,6 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
     b = pb;
   }
   bin_insert(p, b);
-  keel_mutex_unlock(&h->lock);
-}
-
-void keel_heap_retag(keel_heap *h, keel_block *b, keel_owner owner) {
-  keel_mutex_lock(&h->lock); /* reports read tags under the lock */
-  b->owner = owner;
   keel_mutex_unlock(&h->lock);
 }
 

@@ -22,6 +22,8 @@
 #ifndef KEEL_ALLOC_H
 #define KEEL_ALLOC_H
 
+#include <stdatomic.h>
+
 #include "../base/common.h"
 #include "keel_stats.h"
 
@@ -44,12 +46,22 @@ typedef struct keel_block {
   keel_segment *seg;
   struct keel_block *prev, *next;   /* neighbours in the segment, by address */
   struct keel_block *lprev, *lnext; /* free: its bin's list; live: live list */
-  keel_owner owner;
+  _Atomic uint64_t tag;       /* the owner, packed (keel_block_owner): written
+                                 without the lock when a value takes over
+                                 the bytes, so atomic                        */
   uint64_t seq;               /* allocation sequence number (for reports)    */
   uint16_t bin;
   uint8_t is_free;
   uint8_t pool;
 } keel_block;
+
+static inline uint64_t keel_owner_pack(keel_owner o) {
+  return ((uint64_t)o.site << 32) | o.iter;
+}
+static inline keel_owner keel_block_owner(const keel_block *b) {
+  uint64_t t = atomic_load_explicit(&((keel_block *)b)->tag, memory_order_relaxed);
+  return (keel_owner){(uint32_t)(t >> 32), (uint32_t)t};
+}
 
 KEEL_INTERNAL keel_heap *keel_heap_create(size_t mem_limit);
 KEEL_INTERNAL void keel_heap_retain(keel_heap *h);
@@ -62,8 +74,10 @@ KEEL_INTERNAL keel_block *keel_heap_alloc(keel_heap *h, size_t n,
                                           keel_owner owner);
 KEEL_INTERNAL void keel_heap_free(keel_heap *h, keel_block *b);
 /* A new owner for a live block (its bytes now hold another value: an
- * in-place kernel reused them). */
-KEEL_INTERNAL void keel_heap_retag(keel_heap *h, keel_block *b, keel_owner owner);
+ * in-place kernel reused them). One relaxed store: no lock. */
+static inline void keel_heap_retag(keel_block *b, keel_owner owner) {
+  atomic_store_explicit(&b->tag, keel_owner_pack(owner), memory_order_relaxed);
+}
 
 /* Small fixed-size bookkeeping objects (<= KEEL_HEAP_OBJ_SIZE bytes: buffer
  * headers, sequence headers), from a free list; counted as meta bytes. */

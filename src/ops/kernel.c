@@ -123,7 +123,8 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
       keel_tensor_view(src, rank, shape, &v->t);
       v->t.dtype = dtype;
       v->kind = KEEL_V_TENSOR;
-      keel_heap_retag(k->heap, src->buf->block, owner_of(k, i)); /* it holds output i now */
+      if (k->owner.site) /* it holds output i now */
+        keel_heap_retag(src->buf->block, owner_of(k, i));
       *t = &v->t;
       return KEEL_OK;
     }
