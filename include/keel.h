@@ -242,6 +242,22 @@ int keel_session_is_random(const keel_session_t *s);
  * as a JSON object (json = 1). Free *out with keel_free. */
 keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
 
+/* --------------------------------------------------------- operators */
+
+/* One row of keel's kernel registry: op `name` of `domain` ("" = ai.onnx)
+ * for opset versions since..until, on the element types in `types` (bit d
+ * set for keel_dtype d: the main input's types; 0 when the row does not
+ * say). */
+typedef struct keel_op_desc {
+  const char *domain, *name;
+  int since, until;
+  uint64_t types;
+  int random;            /* draws random numbers                           */
+} keel_op_desc;
+
+size_t keel_op_count(void);
+keel_status keel_op_get(size_t i, keel_op_desc *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -124,7 +124,7 @@ for t in $(cat "$(dirname "$0")/conformance/control_flow.list"); do
   fi
 done
 for m in "$M"/*/; do
-  if ! "$KEEL" memcheck "$m/model.onnx" --data "$m/test_data_set_0" --iters 3 --loop /Loop >"$tmp/mc" 2>&1; then
+  if ! "$KEEL" memcheck "$m/model.onnx" --data "$m/test_data_set_0" --iters 1000 --loop /Loop >"$tmp/mc" 2>&1; then
     echo "FAIL: memcheck not silent on healthy $m"; fails=$((fails + 1))
   else
     healthy=$((healthy + 1))

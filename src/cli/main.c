@@ -18,9 +18,14 @@ static const char *g_usage[][2] = {
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
              "  control-flow tree and weight bytes."},
-    {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--mem-limit SIZE]\n"
+    {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--loop NAME] [--plot FILE.svg]\n"
+                 "              [--mem-limit SIZE]\n"
                  "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
-                 "  run; exits 1 if allocated memory grew after the first run."},
+                 "  run; exits 1 if allocated memory grew after the first run (or across the\n"
+                 "  iterations of loop NAME), naming the values whose blocks survived.\n"
+                 "  --plot draws both as SVG."},
+    {"ops", "keel ops [--markdown]\n"
+            "  Lists the operators keel implements: domain, opset range, element types."},
 };
 
 int cli_usage(const char *cmd, const char *problem) {
@@ -38,6 +43,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "test")) return cmd_test(argc - 2, argv + 2);
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "memcheck")) return cmd_memcheck(argc - 2, argv + 2);
+  if (!strcmp(cmd, "ops")) return cmd_ops(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     cli_usage(NULL, NULL);
     return 0;

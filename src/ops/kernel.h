@@ -57,12 +57,22 @@ enum {
   KEEL_OPF_RANDOM = 1          /* draws random numbers                    */
 };
 
+/* Element-type sets for keel_opdef.types: bit d for keel_dtype d. */
+#define KEEL_T(d) (1ull << (d))
+#define KEEL_TS_FLOAT (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16))
+#define KEEL_TS_SINT (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_INT16) | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
+#define KEEL_TS_UINT (KEEL_T(KEEL_UINT8) | KEEL_T(KEEL_UINT16) | KEEL_T(KEEL_UINT32) | KEEL_T(KEEL_UINT64))
+#define KEEL_TS_INT (KEEL_TS_SINT | KEEL_TS_UINT)
+#define KEEL_TS_NUM (KEEL_TS_FLOAT | KEEL_TS_INT)
+#define KEEL_TS_ALL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL) | KEEL_T(KEEL_STRING))
+
 typedef struct keel_opdef {
   const char *domain;          /* "" for ai.onnx                          */
   const char *name;
   int32_t since, until;        /* opset versions, inclusive               */
   keel_kernel_fn fn;
   uint32_t flags;              /* KEEL_OPF_*                              */
+  uint64_t types;              /* element types of the main input(s), KEEL_T */
 } keel_opdef;
 
 /* ------------------------------------------------------------ inputs */

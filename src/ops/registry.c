@@ -8,26 +8,17 @@
 
 typedef struct family {
   const char *name;
-  const keel_opdef *ops;
-  size_t n;
+  const keel_opdef *ops;       /* ends with a row whose name is NULL      */
 } family;
 
-#define KEEL_FAMILY(f) {#f, keel_ops_##f, 0},
-static family g_families[] = {KEEL_FAMILIES(KEEL_FAMILY)};
+#define KEEL_FAMILY(f) {#f, keel_ops_##f},
+static const family g_families[] = {KEEL_FAMILIES(KEEL_FAMILY)};
 #undef KEEL_FAMILY
-
-static size_t family_count(const keel_opdef *ops) {
-  size_t n = 0;
-  while (ops[n].name) n++;
-  return n;
-}
 
 static const keel_opdef *find(const char *domain, const char *name, int64_t opset,
                               bool any_version) {
   for (size_t f = 0; f < KEEL_COUNTOF(g_families); f++) {
-    if (!g_families[f].n) g_families[f].n = family_count(g_families[f].ops);
-    for (size_t i = 0; i < g_families[f].n; i++) {
-      const keel_opdef *d = &g_families[f].ops[i];
+    for (const keel_opdef *d = g_families[f].ops; d->name; d++) {
       if (strcmp(d->name, name) || strcmp(d->domain, domain)) continue;
       if (any_version || (opset >= d->since && opset <= d->until)) return d;
     }
@@ -54,6 +45,17 @@ keel_status keel_ops_unsupported(const keel_node *n) {
                     n->op_type, dom, (long long)n->opset);
   return keel_err(KEEL_ERR_UNSUPPORTED, "unsupported: op %s (domain %s, opset %lld)",
                   n->op_type, dom, (long long)n->opset);
+}
+
+size_t keel_op_count(void) { return keel_ops_list(NULL, 0); }
+
+keel_status keel_op_get(size_t i, keel_op_desc *d) {
+  const keel_opdef *all[4096];
+  size_t n = keel_ops_list(all, 4096);
+  if (!d || i >= n || i >= 4096) return keel_err(KEEL_ERR_INVALID_ARG, "no operator row %zu", i);
+  const keel_opdef *o = all[i];
+  *d = (keel_op_desc){o->domain, o->name, o->since, o->until, o->types, (o->flags & KEEL_OPF_RANDOM) != 0};
+  return KEEL_OK;
 }
 
 size_t keel_ops_list(const keel_opdef **out, size_t cap) {
