@@ -189,7 +189,7 @@ static size_t list_dirs(const char *dir, const char *prefix, char ***out) {
     names[n++] = strdup(e->d_name);
   }
   if (d) closedir(d);
-  qsort(names, n, sizeof *names, cmp_str);
+  if (n) qsort(names, n, sizeof *names, cmp_str);
   *out = names;
   return n;
 }

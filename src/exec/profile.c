@@ -225,7 +225,7 @@ keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter
   if (R && R->s == s) KEEL_TRY(keel_exec_referenced(R, &w.held, &w.n_held));
   keel_heap_foreach_live(s->heap, live_one, &w);
   keel_sys_free((void *)w.held, w.n_held * sizeof *w.held);
-  qsort(w.sums, w.n, sizeof *w.sums, by_bytes);
+  if (w.n) qsort(w.sums, w.n, sizeof *w.sums, by_bytes);
   text t = {0};
   if (w.failed) t.failed = true;
   else live_format(&w, json, &t);

@@ -352,7 +352,7 @@ keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks, siz
     keel_sys_free(s.b, s.cap * sizeof *s.b);
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "walking the running frames");
   }
-  qsort(s.b, s.n, sizeof *s.b, cmp_ptr);
+  if (s.n) qsort(s.b, s.n, sizeof *s.b, cmp_ptr);
   /* shrink to n so the caller frees exactly what it was given */
   const keel_block **q = s.n ? keel_sys_realloc(s.b, s.cap * sizeof *s.b, s.n * sizeof *s.b) : NULL;
   if (s.n && !q) {
