@@ -174,7 +174,13 @@ const keel_attr *keel_k_attr(const keel_kctx *k, const char *name) {
 int64_t keel_k_attr_i(const keel_kctx *k, const char *name, int64_t def) {
   const keel_attr *a = keel_node_attr(k->node, name);
   if (!a) return def;
-  if (a->type == KEEL_ATTR_FLOAT) return (int64_t)a->f;
+  if (a->type == KEEL_ATTR_FLOAT) { /* saturating: a cast of NaN or a huge float is UB */
+    float f = a->f;
+    if (!(f == f)) return 0;
+    if (f >= 9.2e18f) return INT64_MAX;
+    if (f <= -9.2e18f) return INT64_MIN;
+    return (int64_t)f;
+  }
   return a->i;
 }
 

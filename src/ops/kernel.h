@@ -122,6 +122,13 @@ KEEL_INTERNAL keel_status keel_k_out_seq(keel_kctx *k, int i, int elem_dtype,
                                          keel_seq **s);
 /* Temporary bytes, 64-aligned, freed after the kernel returns. */
 KEEL_INTERNAL keel_status keel_k_scratch(keel_kctx *k, size_t bytes, void **p);
+/* n items of `es` bytes each, the count checked for overflow. */
+static inline keel_status keel_k_scratch_n(keel_kctx *k, int64_t n, size_t es, void **p) {
+  size_t bytes;
+  if (n < 0 || keel_mul_ovf((size_t)n, es, &bytes))
+    return keel_err(KEEL_ERR_SHAPE, "scratch of %lld elements overflows", (long long)n);
+  return keel_k_scratch(k, bytes, p);
+}
 
 /* -------------------------------------------------------- attributes */
 

@@ -1,0 +1,105 @@
+/* conv_util.h: what the matmul, conv and pool families share: the sliding-
+ * window geometry (kernel, strides, dilations, pads, auto_pad, output sizes),
+ * the GEMM layer, and the requantization step of the QLinear ops.
+ *
+ * A keel_win describes one N-d window op over a (N, C, spatial...) tensor.
+ * keel_win_read() fills strides, dilations and pads from the node's
+ * attributes and validates them; keel_win_forward() resolves auto_pad and
+ * computes the output sizes of a forward window (Conv, the pools).
+ * ConvTranspose computes its own output sizes (conv.c). Both are defined in
+ * conv.c.
+ *
+ * The GEMM helpers are defined in matmul.c: cblas for float and double, and
+ * a plain wrapping loop for int32 (the quantized ops). All matrices are
+ * row-major; callers check sizes with keel_blas_fits() first because BLAS
+ * indexes with `int`.
+ */
+#ifndef KEEL_CONV_UTIL_H
+#define KEEL_CONV_UTIL_H
+
+#include <math.h>
+
+#include "kernel.h"
+
+/* ================================================== window geometry */
+
+enum { KEEL_PAD_NOTSET = 0, KEEL_PAD_SAME_UPPER, KEEL_PAD_SAME_LOWER, KEEL_PAD_VALID };
+
+/* Attribute values (strides, dilations, pads, kernel sizes) above this are
+ * rejected, so that products of two of them cannot overflow int64. */
+#define KEEL_WIN_ATTR_MAX INT32_MAX
+
+typedef struct keel_win {
+  int nd;                       /* spatial dims (tensor rank - 2), >= 1     */
+  int auto_pad;                 /* KEEL_PAD_*                               */
+  int64_t in[KEEL_MAX_RANK];    /* input spatial sizes                      */
+  int64_t k[KEEL_MAX_RANK];     /* kernel taps per dim, >= 1                */
+  int64_t s[KEEL_MAX_RANK];     /* strides, >= 1                            */
+  int64_t d[KEEL_MAX_RANK];     /* dilations, >= 1                          */
+  int64_t pb[KEEL_MAX_RANK];    /* pads before; ConvTranspose may make them
+                                   negative (output_shape larger than full) */
+  int64_t pe[KEEL_MAX_RANK];    /* pads after                               */
+  int64_t out[KEEL_MAX_RANK];   /* output spatial sizes                     */
+  int64_t in_size, out_size, k_size; /* products of in, out, k              */
+} keel_win;
+
+/* Reads "strides", "dilations", "pads" and "auto_pad" (each optional) for
+ * w->nd spatial dims. KEEL_ERR_INVALID_MODEL on a wrong count, a value out
+ * of range (strides and dilations >= 1, pads >= 0) or an unknown auto_pad. */
+KEEL_INTERNAL keel_status keel_win_read(keel_kctx *k, keel_win *w);
+
+/* Forward window (Conv, pools): w->in, k, s, d and the explicit pads set.
+ * Resolves SAME_* / VALID into pads, computes w->out (floor, or ceil when
+ * ceil_mode, dropping a last window that would start inside the end pad),
+ * and the sizes. KEEL_ERR_SHAPE when an output size would be < 1. */
+KEEL_INTERNAL keel_status keel_win_forward(keel_win *w, bool ceil_mode);
+
+/* Sets in_size, out_size and k_size; KEEL_ERR_SHAPE on overflow. */
+KEEL_INTERNAL keel_status keel_win_sizes(keel_win *w);
+
+/* The span of a dilated kernel along dim i. */
+static inline int64_t keel_win_ext(const keel_win *w, int i) {
+  return (w->k[i] - 1) * w->d[i] + 1;
+}
+
+/* ============================================================ GEMM */
+
+/* KEEL_ERR_UNSUPPORTED when `largest` (the biggest dimension or leading
+ * dimension of a product) does not fit BLAS's int indexing. */
+KEEL_INTERNAL keel_status keel_blas_fits(int64_t largest);
+
+/* C (M x N) = alpha * op(A) * op(B) + beta * C, op = transpose when ta/tb.
+ * lda/ldb/ldc are row strides of the stored matrices. beta == 0 never reads
+ * C. M, N or K may be 0. */
+KEEL_INTERNAL void keel_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const float *A, int64_t lda, const float *B,
+                                 int64_t ldb, float beta, float *C, int64_t ldc);
+KEEL_INTERNAL void keel_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                 double alpha, const double *A, int64_t lda, const double *B,
+                                 int64_t ldb, double beta, double *C, int64_t ldc);
+
+/* C (M x N) = A (M x K) * B (K x N), or C += when acc, in int32 arithmetic
+ * that wraps on overflow (ONNX: "accumulation may overflow if and only if
+ * in 32 bits"). */
+KEEL_INTERNAL void keel_gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t lda,
+                                 const int32_t *B, int64_t ldb, bool acc, int32_t *C,
+                                 int64_t ldc);
+
+/* =================================================== requantization */
+
+/* The 8-bit types the quantized ops take. */
+static inline bool keel_is_q8(int dt) { return dt == KEEL_UINT8 || dt == KEEL_INT8; }
+
+/* The QLinear ops' output step: round(acc * scale) + zp, saturated to the
+ * output type's range [lo, hi]. Rounds half to even (rintf under the
+ * default rounding mode) like onnxruntime's MlasRequantizeOutput, and
+ * clamps before converting so that no out-of-range float reaches a cast. */
+static inline int32_t keel_requant(int32_t acc, float scale, int32_t zp, int32_t lo,
+                                   int32_t hi) {
+  float v = rintf((float)acc * scale) + (float)zp;
+  if (!(v >= (float)lo)) return lo; /* also NaN */
+  if (v > (float)hi) return hi;
+  return (int32_t)v;
+}
+
+#endif /* KEEL_CONV_UTIL_H */
