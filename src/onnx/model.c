@@ -158,7 +158,6 @@ static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
       if (!data) return oom("tensor data");
       if (src) memcpy(data, src, tp.nbytes);
       else KEEL_TRY(keel_tp_decode(&tp, data, strdup_arena, L->a));
-      L->m->weight_bytes_copied += tp.nbytes;
     }
   }
   keel_buffer *b = static_buffer(L, data, tp.nbytes);
@@ -730,6 +729,15 @@ static keel_status graph_alloc(loader *L, keel_graph *g, const graph_counts *c) 
   return KEEL_OK;
 }
 
+/* True when p points into the model file or an external-data file. */
+static bool in_mapping(const loader *L, const void *p) {
+  const uint8_t *q = p;
+  if (q >= L->m->map.addr && q < L->m->map.addr + L->m->map.size) return !L->m->map_is_copy;
+  for (int32_t i = 0; i < L->n_ext; i++)
+    if (q >= L->ext[i].map.addr && q < L->ext[i].map.addr + L->ext[i].map.size) return true;
+  return false;
+}
+
 static keel_status graph_init(loader *L, keel_graph *g, keel_pb s, bool sparse) {
   keel_tensor t;
   const char *name;
@@ -738,6 +746,7 @@ static keel_status graph_init(loader *L, keel_graph *g, keel_pb s, bool sparse) 
   if (!name[0]) return keel_err(KEEL_ERR_INVALID_MODEL, "initializer without a name");
   KEEL_TRY(add_const(L, &t, name, &ci));
   L->m->weight_bytes += keel_tensor_nbytes(&t);
+  if (t.data && !in_mapping(L, t.data)) L->m->weight_bytes_copied += keel_tensor_nbytes(&t);
   g->ld.init_names[g->ld.n_init] = name;
   g->ld.init_consts[g->ld.n_init++] = ci;
   return KEEL_OK;
@@ -810,7 +819,8 @@ static keel_status graph_path(loader *L, keel_graph *g) {
   /* then_branch -> then, else_branch -> else */
   int alen = (int)strlen(attr);
   if (alen > 7 && !strcmp(attr + alen - 7, "_branch")) alen -= 7;
-  snprintf(buf, sizeof buf, "%s/%s/%.*s", g->parent->path, who, alen, attr);
+  /* exporters (PyTorch) start names with '/': no doubled separator */
+  snprintf(buf, sizeof buf, "%s/%s/%.*s", g->parent->path, who + (who[0] == '/'), alen, attr);
   return (g->path = keel_arena_strdup(L->a, buf)) ? KEEL_OK : oom("a name");
 }
 
