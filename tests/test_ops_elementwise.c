@@ -97,7 +97,26 @@ static int32_t r_div(int32_t a, int32_t b) { return a / b; }
 static int32_t r_gt(int32_t a, int32_t b) { return a > b; }
 static int32_t r_eq(int32_t a, int32_t b) { return a == b; }
 
+/* PRelu's slope must have X's type (it was once read as X's type). */
+static void prelu_types_must_match(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_DOUBLE, 1, (int64_t[]){4});
+  mb_input(g, "S", KEEL_FLOAT, 1, (int64_t[]){4});
+  mb_output(g, "Y", KEEL_DOUBLE, -1, NULL);
+  mb_add(g, "PRelu", "X,S", "Y");
+  keel_session_t *s = mb_session(g, 16);
+  if (!s) return;
+  double x[4] = {-1, 2, -3, 4};
+  float sl[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){4}, x),
+                         mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){4}, sl)}, *out[1] = {0};
+  CHECK_STATUS(keel_run(s, (const char *[]){"X", "S"}, in, 2, out), KEEL_ERR_SHAPE);
+  keel_value_release(in[0]), keel_value_release(in[1]);
+  keel_session_destroy(s);
+}
+
 int main(void) {
+  prelu_types_must_match();
   for (int i = 0; i < 500; i++) random_case();
   check_broadcast_errors();
   check_session_op("Add", r_add, 0);

@@ -245,24 +245,14 @@ static void check_dynamic(void) {
 
 /* ====================================================== optimizers */
 
-/* The model bytes with the ai.onnx.preview.training opset imported too
- * (mb_model writes the default domain only): one more opset_import field
- * appended to the ModelProto. */
+/* The model with the ai.onnx.preview.training opset imported too. */
 static keel_session_t *training_session(mb_graph *g) {
-  static const char dom[] = "ai.onnx.preview.training";
-  size_t len, dl = sizeof dom - 1;
-  uint8_t *m = mb_model(g, 13, &len);
-  uint8_t *b = malloc(len + dl + 6);
-  memcpy(b, m, len);
-  free(m);
-  uint8_t *p = b + len;
-  *p++ = 0x42, *p++ = (uint8_t)(dl + 4), *p++ = 0x0A, *p++ = (uint8_t)dl;
-  memcpy(p, dom, dl), p += dl;
-  *p++ = 0x10, *p++ = 1;
+  size_t len;
+  uint8_t *m = mb_model_domains(g, 13, "ai.onnx.preview.training", 1, &len);
   keel_session_t *s = NULL;
-  keel_status st = keel_session_create_from_memory(b, (size_t)(p - b), NULL, NULL, &s);
+  keel_status st = keel_session_create_from_memory(m, len, NULL, NULL, &s);
   if (st) fprintf(stderr, "training_session: %s\n", keel_last_error());
-  free(b);
+  free(m);
   return s;
 }
 

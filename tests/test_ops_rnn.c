@@ -180,38 +180,6 @@ static void ref_run(const tcase *c, double *y, double *yh, double *yc) {
 
 /* ================================================= model and values */
 
-/* mb.h writes no STRINGS attribute (wanted: mb_attr_strings), so the node
- * gets mb_attr_s("activations", placeholder) with a placeholder as long as
- * the strings' encoding, and patch_strings() rewrites those bytes in place:
- * the `s` field (tag 0x22) becomes repeated `strings` fields (tag 0x4A) and
- * the type 3 becomes 8. No enclosing length changes. */
-static size_t strings_len(const tcase *c) {
-  size_t n = 0;
-  for (int i = 0; i < c->nacts; i++) n += 2 + strlen(c->acts[i]);
-  return n - 2;
-}
-
-static bool patch_strings(uint8_t *m, size_t len, const tcase *c) {
-  size_t L = strings_len(c), i = 0;
-  for (; i + 2 + L < len; i++) {
-    if (m[i] != 0x22 || m[i + 1] != L) continue;
-    size_t j = 0;
-    while (j < L && m[i + 2 + j] == '#') j++;
-    if (j == L) break;
-  }
-  size_t end = i + 2 + L;
-  if (end + 16 > len || memcmp(m + end, "\x0a\x0b" "activations\xa0\x01\x03", 16)) return false;
-  for (int k = 0; k < c->nacts; k++) {
-    size_t n = strlen(c->acts[k]);
-    m[i++] = 0x4A;
-    m[i++] = (uint8_t)n;
-    memcpy(m + i, c->acts[k], n);
-    i += n;
-  }
-  m[end + 15] = 8;
-  return true;
-}
-
 static void add_attrs(const tcase *c, mb_node *n) {
   static const char *const dirs[3] = {"forward", "reverse", "bidirectional"};
   if (c->hid_attr) mb_attr_i(n, "hidden_size", c->hid);
@@ -221,10 +189,7 @@ static void add_attrs(const tcase *c, mb_node *n) {
   if (c->lbr || c->write_lbr) mb_attr_i(n, "linear_before_reset", 1);
   if (c->couple) mb_attr_i(n, "input_forget", 1);
   if (!c->nacts) return;
-  char ph[128];
-  memset(ph, '#', strings_len(c));
-  ph[strings_len(c)] = 0;
-  mb_attr_s(n, "activations", ph);
+  mb_attr_strs(n, "activations", c->nacts, c->acts);
   float al[6], be[6];
   int na = 0, nb = 0;
   for (int i = 0; i < c->nacts; i++) { /* consumed only by those that take them */
@@ -266,10 +231,8 @@ static keel_session_t *build(const tcase *c) {
   add_attrs(c, mb_add(g, OPS[c->kind], ins, outs));
   size_t len;
   uint8_t *m = mb_model(g, c->opset, &len);
-  bool ok = !c->nacts || patch_strings(m, len, c);
-  CHECK(ok);
   keel_session_t *s = NULL;
-  if (ok) CHECK_OK(keel_session_create_from_memory(m, len, NULL, NULL, &s));
+  CHECK_OK(keel_session_create_from_memory(m, len, NULL, NULL, &s));
   free(m);
   return s;
 }

@@ -15,69 +15,7 @@ static uint64_t next(void) {
   return rng;
 }
 
-/* ================================================ STRINGS attributes */
-
-/* mb.h writes no STRINGS attribute. strings_attr() adds a STRING attribute
- * whose value is a placeholder exactly as long as the STRINGS encoding
- * minus its 2-byte header; patched_session() then rewrites those bytes in
- * place (field 4 -> repeated field 9, type 3 -> 8), so no enclosing length
- * changes. One list per model, encoded in 3..127 bytes. */
-static const char *const *g_list;
-static int g_nlist;
-
-static size_t list_bytes(const char *const *list, int n) {
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += 2 + strlen(list[i]);
-  return total;
-}
-
-static void strings_attr(mb_node *n, const char *name, const char *const *list, int count) {
-  char ph[128];
-  size_t p = list_bytes(list, count) - 2;
-  memset(ph, 1, p);
-  ph[p] = 0;
-  mb_attr_s(n, name, ph);
-  g_list = list;
-  g_nlist = count;
-}
-
-static bool patch_strings(uint8_t *m, size_t len) {
-  size_t total = list_bytes(g_list, g_nlist), p = total - 2, i = 0;
-  for (; i + total < len; i++) {
-    if (m[i] != 0x22 || m[i + 1] != p) continue;
-    size_t j = 0;
-    while (j < p && m[i + 2 + j] == 1) j++;
-    if (j == p) break;
-  }
-  if (i + total >= len) return false;
-  uint8_t *o = m + i;
-  for (int k = 0; k < g_nlist; k++) {
-    size_t n = strlen(g_list[k]);
-    *o++ = 0x4A, *o++ = (uint8_t)n;
-    memcpy(o, g_list[k], n), o += n;
-  }
-  size_t j = i + total; /* then the name field, then the type */
-  if (m[j] != 0x0A) return false;
-  j += 2 + m[j + 1];
-  if (m[j] != 0xA0 || m[j + 1] != 0x01 || m[j + 2] != 3) return false;
-  m[j + 2] = 8;
-  return true;
-}
-
-static keel_session_t *patched_session(mb_graph *g, int opset) {
-  size_t len;
-  uint8_t *m = mb_model(g, opset, &len);
-  keel_session_t *s = NULL;
-  if (!g_list || patch_strings(m, len)) {
-    keel_status st = keel_session_create_from_memory(m, len, NULL, NULL, &s);
-    if (st) fprintf(stderr, "patched_session: %s\n", keel_last_error());
-  } else {
-    fprintf(stderr, "patched_session: placeholder not found\n");
-  }
-  free(m);
-  g_list = NULL;
-  return s;
-}
+/* ========================================================= helpers */
 
 /* A STRING tensor from C strings. */
 static keel_value_t *str_tensor(keel_session_t *s, int rank, const int64_t *dims,
@@ -115,9 +53,9 @@ static keel_session_t *sn_session(const sncase *c) {
   mb_node *n = mb_add(g, "StringNormalizer", "X", "Y");
   if (c->action) mb_attr_s(n, "case_change_action", c->action);
   if (c->sensitive >= 0) mb_attr_i(n, "is_case_sensitive", c->sensitive);
-  if (c->stop) strings_attr(n, "stopwords", c->stop, c->nstop);
+  if (c->stop) mb_attr_strs(n, "stopwords", c->nstop, c->stop);
   mb_attr_s(n, "locale", "tr_TR"); /* accepted and ignored: no Turkic i rules */
-  return patched_session(g, 10);
+  return mb_session(g, 10);
 }
 
 /* Runs c on x ([C], or [1, C] when two_d) and checks the output against
@@ -297,9 +235,9 @@ static keel_session_t *tf_session(const tfcase *c, int xdt, const char *const *s
   mb_input(g, "X", xdt, -1, NULL);
   mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
   mb_node *n = tf_node(g, c);
-  if (spool) strings_attr(n, "pool_strings", spool, c->npool);
+  if (spool) mb_attr_strs(n, "pool_strings", c->npool, spool);
   else mb_attr_ints(n, "pool_int64s", c->npool, c->pool);
-  return patched_session(g, 9);
+  return mb_session(g, 9);
 }
 
 /* Runs X (rows x cols tokens, [cols] when rows == 0) and compares each row

@@ -534,10 +534,14 @@ static keel_status op_sequence_map(keel_kctx *k) {
 
 /* =================================================================== table */
 
+/* types: If's condition (any one-element number or bool); the values Loop
+ * carries, Scan scans and SequenceMap maps, which may be of any type. */
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_control[] = {
-    {"", "If", 1, KEEL_OPSET_MAX, op_if},
-    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop},
-    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan},
-    {"", "SequenceMap", 17, KEEL_OPSET_MAX, op_sequence_map},
+    {"", "If", 1, KEEL_OPSET_MAX, op_if, 0, NUM_BOOL},
+    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop, 0, KEEL_TS_ALL},
+    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan, 0, KEEL_TS_ALL},
+    {"", "SequenceMap", 17, KEEL_OPSET_MAX, op_sequence_map, 0, KEEL_TS_ALL},
     {0},
 };
+#undef NUM_BOOL

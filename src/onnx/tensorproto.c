@@ -106,6 +106,34 @@ static keel_status parse_field(keel_pb *r, uint32_t f, uint32_t wt,
   }
 }
 
+static uint32_t typed_field(int dtype);
+
+/* How many values the typed repeated field of tp's type holds (packed runs
+ * and single fields alike), without decoding them. */
+static keel_status count_typed(const keel_tp *tp, size_t *n) {
+  uint32_t want = typed_field(tp->dtype);
+  keel_pb r = tp->msg;
+  size_t c = 0;
+  while (keel_pb_more(&r)) {
+    uint32_t f, wt;
+    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
+    if (f == want && wt == PB_LEN && f != TP_STRING) {
+      keel_pb s;
+      size_t k;
+      KEEL_TRY(keel_pb_len(&r, &s));
+      if (f == TP_FLOAT) k = (size_t)(s.end - s.p) / 4;
+      else if (f == TP_DOUBLE) k = (size_t)(s.end - s.p) / 8;
+      else KEEL_TRY(keel_pb_count_varints(&s, &k));
+      c += k;
+      continue;
+    }
+    if (f == want) c++;
+    KEEL_TRY(keel_pb_skip(&r, wt));
+  }
+  *n = c;
+  return KEEL_OK;
+}
+
 keel_status keel_tp_parse(keel_pb msg, keel_tp *tp) {
   memset(tp, 0, sizeof *tp);
   tp->msg = msg;
@@ -128,6 +156,14 @@ keel_status keel_tp_parse(keel_pb msg, keel_tp *tp) {
                     "tensor '%.*s': raw_data has %zu bytes, its shape needs %zu",
                     (int)tp->name_len, (const char *)tp->name, tp->raw_len,
                     tp->nbytes);
+  if (!tp->external && !(tp->has_raw && tp->dtype != KEEL_STRING)) {
+    /* typed values: count them before anyone allocates for the shape */
+    size_t n;
+    KEEL_TRY(count_typed(tp, &n));
+    if (n != (size_t)tp->numel)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "tensor '%.*s' holds %zu values, its shape needs %lld",
+                      (int)tp->name_len, (const char *)tp->name, n, (long long)tp->numel);
+  }
   return KEEL_OK;
 }
 

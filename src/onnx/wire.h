@@ -19,7 +19,7 @@ typedef struct keel_pb {
 
 static inline keel_pb keel_pb_open(const void *data, size_t len) {
   const uint8_t *p = data;
-  return (keel_pb){p, p + len, p};
+  return (keel_pb){p, p ? p + len : p, p}; /* NULL + 0 is undefined in C */
 }
 static inline bool keel_pb_more(const keel_pb *r) { return r->p < r->end; }
 static inline size_t keel_pb_offset(const keel_pb *r) {

@@ -750,10 +750,13 @@ static keel_status op_qlinear_conv(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* Element-type sets used in the table below. */
+#define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 const keel_opdef keel_ops_conv[] = {
-    {"", "Conv", 1, KEEL_OPSET_MAX, op_conv},
-    {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose},
-    {"", "ConvInteger", 10, KEEL_OPSET_MAX, op_conv_integer},
-    {"", "QLinearConv", 10, KEEL_OPSET_MAX, op_qlinear_conv},
+    {"", "Conv", 1, KEEL_OPSET_MAX, op_conv, 0, KEEL_TS_FLOAT},
+    {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose, 0, KEEL_TS_FLOAT},
+    {"", "ConvInteger", 10, KEEL_OPSET_MAX, op_conv_integer, 0, Q8},
+    {"", "QLinearConv", 10, KEEL_OPSET_MAX, op_qlinear_conv, 0, Q8},
     {0},
 };
+#undef Q8

@@ -310,7 +310,7 @@ static keel_status binary(keel_kctx *k, const binop *op) {
   KEEL_TRY(legacy_bshape(k, a, b0, &bl));
   if (op == &OP_PRELU && keel_k_opset(k) < 7) legacy_prelu_slope(a, &bl);
   const keel_tensor *b = &bl;
-  if (a->dtype != b->dtype && !(op == &OP_PRELU))
+  if (a->dtype != b->dtype)
     return keel_err(KEEL_ERR_SHAPE, "inputs have different types: %s and %s",
                     keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
   int dt = a->dtype, half = keel_is_half(dt);
@@ -542,30 +542,35 @@ static keel_status op_where(keel_kctx *k) {
 
 /* ========================================================= table */
 
+/* Element-type sets used in the table below. */
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
+#define INT_BOOL (KEEL_TS_INT | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_elementwise[] = {
-    {"", "Add", 1, KEEL_OPSET_MAX, op_add},
-    {"", "Sub", 1, KEEL_OPSET_MAX, op_sub},
-    {"", "Mul", 1, KEEL_OPSET_MAX, op_mul},
-    {"", "Div", 1, KEEL_OPSET_MAX, op_div},
-    {"", "Pow", 1, KEEL_OPSET_MAX, op_pow},
-    {"", "Mod", 10, KEEL_OPSET_MAX, op_mod},
-    {"", "Equal", 1, KEEL_OPSET_MAX, op_equal},
-    {"", "Greater", 1, KEEL_OPSET_MAX, op_greater},
-    {"", "Less", 1, KEEL_OPSET_MAX, op_less},
-    {"", "GreaterOrEqual", 12, KEEL_OPSET_MAX, op_greater_eq},
-    {"", "LessOrEqual", 12, KEEL_OPSET_MAX, op_less_eq},
-    {"", "And", 1, KEEL_OPSET_MAX, op_and},
-    {"", "Or", 1, KEEL_OPSET_MAX, op_or},
-    {"", "Xor", 1, KEEL_OPSET_MAX, op_xor},
-    {"", "BitShift", 11, KEEL_OPSET_MAX, op_bitshift},
-    {"", "BitwiseAnd", 18, KEEL_OPSET_MAX, op_bitwise_and},
-    {"", "BitwiseOr", 18, KEEL_OPSET_MAX, op_bitwise_or},
-    {"", "BitwiseXor", 18, KEEL_OPSET_MAX, op_bitwise_xor},
-    {"", "PRelu", 1, KEEL_OPSET_MAX, op_prelu},
-    {"", "Sum", 1, KEEL_OPSET_MAX, op_sum},
-    {"", "Mean", 1, KEEL_OPSET_MAX, op_mean},
-    {"", "Max", 1, KEEL_OPSET_MAX, op_max},
-    {"", "Min", 1, KEEL_OPSET_MAX, op_min},
-    {"", "Where", 9, KEEL_OPSET_MAX, op_where},
+    {"", "Add", 1, KEEL_OPSET_MAX, op_add, 0, KEEL_TS_NUM},
+    {"", "Sub", 1, KEEL_OPSET_MAX, op_sub, 0, KEEL_TS_NUM},
+    {"", "Mul", 1, KEEL_OPSET_MAX, op_mul, 0, KEEL_TS_NUM},
+    {"", "Div", 1, KEEL_OPSET_MAX, op_div, 0, KEEL_TS_NUM},
+    {"", "Pow", 1, KEEL_OPSET_MAX, op_pow, 0, KEEL_TS_NUM},
+    {"", "Mod", 10, KEEL_OPSET_MAX, op_mod, 0, KEEL_TS_NUM},
+    {"", "Equal", 1, KEEL_OPSET_MAX, op_equal, 0, NUM_BOOL},
+    {"", "Greater", 1, KEEL_OPSET_MAX, op_greater, 0, KEEL_TS_NUM},
+    {"", "Less", 1, KEEL_OPSET_MAX, op_less, 0, KEEL_TS_NUM},
+    {"", "GreaterOrEqual", 12, KEEL_OPSET_MAX, op_greater_eq, 0, KEEL_TS_NUM},
+    {"", "LessOrEqual", 12, KEEL_OPSET_MAX, op_less_eq, 0, KEEL_TS_NUM},
+    {"", "And", 1, KEEL_OPSET_MAX, op_and, 0, KEEL_T(KEEL_BOOL)},
+    {"", "Or", 1, KEEL_OPSET_MAX, op_or, 0, KEEL_T(KEEL_BOOL)},
+    {"", "Xor", 1, KEEL_OPSET_MAX, op_xor, 0, KEEL_T(KEEL_BOOL)},
+    {"", "BitShift", 11, KEEL_OPSET_MAX, op_bitshift, 0, KEEL_TS_UINT},
+    {"", "BitwiseAnd", 18, KEEL_OPSET_MAX, op_bitwise_and, 0, INT_BOOL},
+    {"", "BitwiseOr", 18, KEEL_OPSET_MAX, op_bitwise_or, 0, INT_BOOL},
+    {"", "BitwiseXor", 18, KEEL_OPSET_MAX, op_bitwise_xor, 0, INT_BOOL},
+    {"", "PRelu", 1, KEEL_OPSET_MAX, op_prelu, 0, KEEL_TS_NUM},
+    {"", "Sum", 1, KEEL_OPSET_MAX, op_sum, 0, KEEL_TS_NUM},
+    {"", "Mean", 1, KEEL_OPSET_MAX, op_mean, 0, KEEL_TS_FLOAT},
+    {"", "Max", 1, KEEL_OPSET_MAX, op_max, 0, KEEL_TS_NUM},
+    {"", "Min", 1, KEEL_OPSET_MAX, op_min, 0, KEEL_TS_NUM},
+    {"", "Where", 9, KEEL_OPSET_MAX, op_where, 0, KEEL_TS_ALL},
     {0},
 };
+#undef NUM_BOOL
+#undef INT_BOOL

@@ -991,18 +991,21 @@ static keel_status op_cumsum(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* types: the data input's; for OneHot, the indices'. */
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_gather_scatter[] = {
-    {"", "Gather", 1, KEEL_OPSET_MAX, op_gather},
-    {"", "GatherElements", 11, KEEL_OPSET_MAX, op_gather_elements},
-    {"", "GatherND", 11, KEEL_OPSET_MAX, op_gather_nd},
-    {"", "Scatter", 9, 10, op_scatter},
-    {"", "ScatterElements", 11, KEEL_OPSET_MAX, op_scatter_elements},
-    {"", "ScatterND", 11, KEEL_OPSET_MAX, op_scatter_nd},
-    {"", "OneHot", 9, KEEL_OPSET_MAX, op_onehot},
-    {"", "Compress", 9, KEEL_OPSET_MAX, op_compress},
-    {"", "NonZero", 9, KEEL_OPSET_MAX, op_nonzero},
-    {"", "TopK", 1, KEEL_OPSET_MAX, op_topk},
-    {"", "Unique", 11, KEEL_OPSET_MAX, op_unique},
-    {"", "CumSum", 11, KEEL_OPSET_MAX, op_cumsum},
+    {"", "Gather", 1, KEEL_OPSET_MAX, op_gather, 0, KEEL_TS_ALL},
+    {"", "GatherElements", 11, KEEL_OPSET_MAX, op_gather_elements, 0, KEEL_TS_ALL},
+    {"", "GatherND", 11, KEEL_OPSET_MAX, op_gather_nd, 0, KEEL_TS_ALL},
+    {"", "Scatter", 9, 10, op_scatter, 0, KEEL_TS_ALL},
+    {"", "ScatterElements", 11, KEEL_OPSET_MAX, op_scatter_elements, 0, KEEL_TS_ALL},
+    {"", "ScatterND", 11, KEEL_OPSET_MAX, op_scatter_nd, 0, KEEL_TS_ALL},
+    {"", "OneHot", 9, KEEL_OPSET_MAX, op_onehot, 0, NUM_BOOL},
+    {"", "Compress", 9, KEEL_OPSET_MAX, op_compress, 0, KEEL_TS_ALL},
+    {"", "NonZero", 9, KEEL_OPSET_MAX, op_nonzero, 0, KEEL_TS_ALL},
+    {"", "TopK", 1, KEEL_OPSET_MAX, op_topk, 0, KEEL_TS_NUM},
+    {"", "Unique", 11, KEEL_OPSET_MAX, op_unique, 0, KEEL_TS_ALL},
+    {"", "CumSum", 11, KEEL_OPSET_MAX, op_cumsum, 0, KEEL_TS_NUM},
     {0},
 };
+#undef NUM_BOOL

@@ -116,13 +116,16 @@ static keel_status op_matmul_grad(keel_kctx *k) {
 }
 
 #define D "ai.keel.internal"
+/* Element-type sets used in the table below. */
+#define FLOAT_DOUBLE (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE))
 const keel_opdef keel_ops_grad[] = {
-    {D, "OnesLike", 1, KEEL_OPSET_MAX, op_ones_like},
-    {D, "ZerosLike", 1, KEEL_OPSET_MAX, op_zeros_like},
-    {D, "SumToShape", 1, KEEL_OPSET_MAX, op_sum_to_shape},
-    {D, "ReluGrad", 1, KEEL_OPSET_MAX, op_relu_grad},
-    {D, "SigmoidGrad", 1, KEEL_OPSET_MAX, op_sigmoid_grad},
-    {D, "TanhGrad", 1, KEEL_OPSET_MAX, op_tanh_grad},
-    {D, "MatMulGrad", 1, KEEL_OPSET_MAX, op_matmul_grad},
+    {D, "OnesLike", 1, KEEL_OPSET_MAX, op_ones_like, 0, KEEL_TS_FLOAT},
+    {D, "ZerosLike", 1, KEEL_OPSET_MAX, op_zeros_like, 0, KEEL_TS_FLOAT},
+    {D, "SumToShape", 1, KEEL_OPSET_MAX, op_sum_to_shape, 0, KEEL_TS_FLOAT},
+    {D, "ReluGrad", 1, KEEL_OPSET_MAX, op_relu_grad, 0, KEEL_TS_FLOAT},
+    {D, "SigmoidGrad", 1, KEEL_OPSET_MAX, op_sigmoid_grad, 0, KEEL_TS_FLOAT},
+    {D, "TanhGrad", 1, KEEL_OPSET_MAX, op_tanh_grad, 0, KEEL_TS_FLOAT},
+    {D, "MatMulGrad", 1, KEEL_OPSET_MAX, op_matmul_grad, 0, FLOAT_DOUBLE},
     {0},
 };
+#undef FLOAT_DOUBLE

@@ -1195,10 +1195,10 @@ static keel_status op_nms(keel_kctx *k) {
 /* ============================================================ table */
 
 const keel_opdef keel_ops_image[] = {
-    {"", "Resize", 10, KEEL_OPSET_MAX, op_resize},
-    {"", "Upsample", 1, KEEL_OPSET_MAX, op_upsample},
-    {"", "GridSample", 16, KEEL_OPSET_MAX, op_gridsample},
-    {"", "RoiAlign", 10, KEEL_OPSET_MAX, op_roialign},
-    {"", "NonMaxSuppression", 10, KEEL_OPSET_MAX, op_nms},
+    {"", "Resize", 10, KEEL_OPSET_MAX, op_resize, 0, KEEL_TS_ALL},
+    {"", "Upsample", 1, KEEL_OPSET_MAX, op_upsample, 0, KEEL_TS_ALL},
+    {"", "GridSample", 16, KEEL_OPSET_MAX, op_gridsample, 0, KEEL_TS_FLOAT},
+    {"", "RoiAlign", 10, KEEL_OPSET_MAX, op_roialign, 0, KEEL_TS_FLOAT},
+    {"", "NonMaxSuppression", 10, KEEL_OPSET_MAX, op_nms, 0, KEEL_TS_FLOAT},
     {0},
 };

@@ -707,7 +707,7 @@ static keel_status op_det(keel_kctx *k) {
 /* ========================================================== table */
 
 const keel_opdef keel_ops_linalg[] = {
-    {"", "Einsum", 12, KEEL_OPSET_MAX, op_einsum},
-    {"", "Det", 11, KEEL_OPSET_MAX, op_det},
+    {"", "Einsum", 12, KEEL_OPSET_MAX, op_einsum, 0, KEEL_TS_NUM},
+    {"", "Det", 11, KEEL_OPSET_MAX, op_det, 0, KEEL_TS_FLOAT},
     {0},
 };

@@ -614,10 +614,16 @@ static keel_status op_qlinear_matmul(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* Element-type sets used in the table below. */
+#define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
+#define GEMM_TYPES (KEEL_TS_FLOAT | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_UINT32) | \
+                    KEEL_T(KEEL_UINT64))
 const keel_opdef keel_ops_matmul[] = {
-    {"", "MatMul", 1, KEEL_OPSET_MAX, op_matmul},
-    {"", "Gemm", 1, KEEL_OPSET_MAX, op_gemm},
-    {"", "MatMulInteger", 10, KEEL_OPSET_MAX, op_matmul_integer},
-    {"", "QLinearMatMul", 10, KEEL_OPSET_MAX, op_qlinear_matmul},
+    {"", "MatMul", 1, KEEL_OPSET_MAX, op_matmul, 0, KEEL_TS_NUM},
+    {"", "Gemm", 1, KEEL_OPSET_MAX, op_gemm, 0, GEMM_TYPES},
+    {"", "MatMulInteger", 10, KEEL_OPSET_MAX, op_matmul_integer, 0, Q8},
+    {"", "QLinearMatMul", 10, KEEL_OPSET_MAX, op_qlinear_matmul, 0, Q8},
     {0},
 };
+#undef GEMM_TYPES
+#undef Q8

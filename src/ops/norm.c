@@ -662,13 +662,13 @@ static keel_status op_sce_loss(keel_kctx *k) {
 /* ============================================================= table */
 
 const keel_opdef keel_ops_norm[] = {
-    {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm},
-    {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm},
-    {"", "LayerNormalization", 17, KEEL_OPSET_MAX, op_layernorm},
-    {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn},
-    {"", "LRN", 1, KEEL_OPSET_MAX, op_lrn},
-    {"", "LpNormalization", 1, KEEL_OPSET_MAX, op_lpnorm},
-    {"", "NegativeLogLikelihoodLoss", 12, KEEL_OPSET_MAX, op_nllloss},
-    {"", "SoftmaxCrossEntropyLoss", 12, KEEL_OPSET_MAX, op_sce_loss},
+    {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm, 0, KEEL_TS_FLOAT},
+    {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm, 0, KEEL_TS_FLOAT},
+    {"", "LayerNormalization", 17, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn, 0, KEEL_TS_FLOAT},
+    {"", "LRN", 1, KEEL_OPSET_MAX, op_lrn, 0, KEEL_TS_FLOAT},
+    {"", "LpNormalization", 1, KEEL_OPSET_MAX, op_lpnorm, 0, KEEL_TS_FLOAT},
+    {"", "NegativeLogLikelihoodLoss", 12, KEEL_OPSET_MAX, op_nllloss, 0, KEEL_TS_FLOAT},
+    {"", "SoftmaxCrossEntropyLoss", 12, KEEL_OPSET_MAX, op_sce_loss, 0, KEEL_TS_FLOAT},
     {0},
 };

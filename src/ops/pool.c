@@ -366,6 +366,8 @@ static keel_status op_max_unpool(keel_kctx *k) {
   const keel_tensor *x, *ix;
   KEEL_TRY(keel_k_in(k, 0, &x));
   KEEL_TRY(keel_k_in(k, 1, &ix));
+  if (x->dtype == KEEL_STRING) /* it moves elements as bytes */
+    return keel_err(KEEL_ERR_UNSUPPORTED, "MaxUnpool does not support string tensors");
   keel_win w;
   KEEL_TRY(unpool_inferred(k, x, &w));
   if (ix->rank != x->rank || memcmp(ix->shape, x->shape, sizeof(int64_t) * (size_t)x->rank) ||
@@ -400,13 +402,18 @@ static keel_status op_max_unpool(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* types: X's. MaxUnpool moves elements as bytes and refuses strings. */
+#define MAXPOOL_TYPES (KEEL_TS_FLOAT | KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_pool[] = {
-    {"", "MaxPool", 1, KEEL_OPSET_MAX, op_max_pool},
-    {"", "AveragePool", 1, KEEL_OPSET_MAX, op_average_pool},
-    {"", "LpPool", 1, KEEL_OPSET_MAX, op_lp_pool},
-    {"", "GlobalMaxPool", 1, KEEL_OPSET_MAX, op_global_max_pool},
-    {"", "GlobalAveragePool", 1, KEEL_OPSET_MAX, op_global_average_pool},
-    {"", "GlobalLpPool", 1, KEEL_OPSET_MAX, op_global_lp_pool},
-    {"", "MaxUnpool", 9, KEEL_OPSET_MAX, op_max_unpool},
+    {"", "MaxPool", 1, KEEL_OPSET_MAX, op_max_pool, 0, MAXPOOL_TYPES},
+    {"", "AveragePool", 1, KEEL_OPSET_MAX, op_average_pool, 0, KEEL_TS_FLOAT},
+    {"", "LpPool", 1, KEEL_OPSET_MAX, op_lp_pool, 0, KEEL_TS_FLOAT},
+    {"", "GlobalMaxPool", 1, KEEL_OPSET_MAX, op_global_max_pool, 0, KEEL_TS_FLOAT},
+    {"", "GlobalAveragePool", 1, KEEL_OPSET_MAX, op_global_average_pool, 0, KEEL_TS_FLOAT},
+    {"", "GlobalLpPool", 1, KEEL_OPSET_MAX, op_global_lp_pool, 0, KEEL_TS_FLOAT},
+    {"", "MaxUnpool", 9, KEEL_OPSET_MAX, op_max_unpool, 0, NUM_BOOL},
     {0},
 };
+#undef MAXPOOL_TYPES
+#undef NUM_BOOL

@@ -474,12 +474,17 @@ static keel_status op_momentum(keel_kctx *k) {
 /* ============================================================ table */
 
 #define TRAINING "ai.onnx.preview.training"
+/* Element-type sets used in the table below. */
+#define QUANT_IN (KEEL_TS_FLOAT | KEEL_T(KEEL_INT32))
+#define DEQUANT_IN (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8) | KEEL_T(KEEL_INT32))
 const keel_opdef keel_ops_quant[] = {
-    {"", "QuantizeLinear", 10, KEEL_OPSET_MAX, op_quantize_linear},
-    {"", "DequantizeLinear", 10, KEEL_OPSET_MAX, op_dequantize_linear},
-    {"", "DynamicQuantizeLinear", 11, KEEL_OPSET_MAX, op_dynamic_quantize_linear},
-    {TRAINING, "Adagrad", 1, KEEL_OPSET_MAX, op_adagrad},
-    {TRAINING, "Adam", 1, KEEL_OPSET_MAX, op_adam},
-    {TRAINING, "Momentum", 1, KEEL_OPSET_MAX, op_momentum},
+    {"", "QuantizeLinear", 10, KEEL_OPSET_MAX, op_quantize_linear, 0, QUANT_IN},
+    {"", "DequantizeLinear", 10, KEEL_OPSET_MAX, op_dequantize_linear, 0, DEQUANT_IN},
+    {"", "DynamicQuantizeLinear", 11, KEEL_OPSET_MAX, op_dynamic_quantize_linear, 0, KEEL_TS_FLOAT},
+    {TRAINING, "Adagrad", 1, KEEL_OPSET_MAX, op_adagrad, 0, KEEL_TS_FLOAT},
+    {TRAINING, "Adam", 1, KEEL_OPSET_MAX, op_adam, 0, KEEL_TS_FLOAT},
+    {TRAINING, "Momentum", 1, KEEL_OPSET_MAX, op_momentum, 0, KEEL_TS_FLOAT},
     {0},
 };
+#undef QUANT_IN
+#undef DEQUANT_IN

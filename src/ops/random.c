@@ -125,12 +125,17 @@ static keel_status op_multinomial(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* types: the input's for Bernoulli and Multinomial; the *Like ops read only
+ * X's shape, of any type; RandomUniform and RandomNormal have no input and
+ * state the types they produce. */
 const keel_opdef keel_ops_random[] = {
-    {"", "RandomUniform", 1, KEEL_OPSET_MAX, op_random_uniform, KEEL_OPF_RANDOM},
-    {"", "RandomUniformLike", 1, KEEL_OPSET_MAX, op_random_uniform_like, KEEL_OPF_RANDOM},
-    {"", "RandomNormal", 1, KEEL_OPSET_MAX, op_random_normal, KEEL_OPF_RANDOM},
-    {"", "RandomNormalLike", 1, KEEL_OPSET_MAX, op_random_normal_like, KEEL_OPF_RANDOM},
-    {"", "Bernoulli", 15, KEEL_OPSET_MAX, op_bernoulli, KEEL_OPF_RANDOM},
-    {"", "Multinomial", 7, KEEL_OPSET_MAX, op_multinomial, KEEL_OPF_RANDOM},
+    {"", "RandomUniform", 1, KEEL_OPSET_MAX, op_random_uniform, KEEL_OPF_RANDOM, KEEL_TS_FLOAT},
+    {"", "RandomUniformLike", 1, KEEL_OPSET_MAX, op_random_uniform_like, KEEL_OPF_RANDOM,
+     KEEL_TS_ALL},
+    {"", "RandomNormal", 1, KEEL_OPSET_MAX, op_random_normal, KEEL_OPF_RANDOM, KEEL_TS_FLOAT},
+    {"", "RandomNormalLike", 1, KEEL_OPSET_MAX, op_random_normal_like, KEEL_OPF_RANDOM,
+     KEEL_TS_ALL},
+    {"", "Bernoulli", 15, KEEL_OPSET_MAX, op_bernoulli, KEEL_OPF_RANDOM, KEEL_TS_FLOAT},
+    {"", "Multinomial", 7, KEEL_OPSET_MAX, op_multinomial, KEEL_OPF_RANDOM, KEEL_TS_FLOAT},
     {0},
 };

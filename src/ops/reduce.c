@@ -630,21 +630,24 @@ static keel_status op_hardmax(keel_kctx *k) {
 
 /* ============================================================= table */
 
+/* Element-type sets used in the table below. */
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_reduce[] = {
-    {"", "ReduceSum", 1, KEEL_OPSET_MAX, op_reduce_sum},
-    {"", "ReduceMean", 1, KEEL_OPSET_MAX, op_reduce_mean},
-    {"", "ReduceMax", 1, KEEL_OPSET_MAX, op_reduce_max},
-    {"", "ReduceMin", 1, KEEL_OPSET_MAX, op_reduce_min},
-    {"", "ReduceProd", 1, KEEL_OPSET_MAX, op_reduce_prod},
-    {"", "ReduceL1", 1, KEEL_OPSET_MAX, op_reduce_l1},
-    {"", "ReduceL2", 1, KEEL_OPSET_MAX, op_reduce_l2},
-    {"", "ReduceLogSum", 1, KEEL_OPSET_MAX, op_reduce_logsum},
-    {"", "ReduceLogSumExp", 1, KEEL_OPSET_MAX, op_reduce_lse},
-    {"", "ReduceSumSquare", 1, KEEL_OPSET_MAX, op_reduce_sumsq},
-    {"", "ArgMax", 1, KEEL_OPSET_MAX, op_argmax},
-    {"", "ArgMin", 1, KEEL_OPSET_MAX, op_argmin},
-    {"", "Softmax", 1, KEEL_OPSET_MAX, op_softmax},
-    {"", "LogSoftmax", 1, KEEL_OPSET_MAX, op_log_softmax},
-    {"", "Hardmax", 1, KEEL_OPSET_MAX, op_hardmax},
+    {"", "ReduceSum", 1, KEEL_OPSET_MAX, op_reduce_sum, 0, KEEL_TS_NUM},
+    {"", "ReduceMean", 1, KEEL_OPSET_MAX, op_reduce_mean, 0, KEEL_TS_NUM},
+    {"", "ReduceMax", 1, KEEL_OPSET_MAX, op_reduce_max, 0, NUM_BOOL},
+    {"", "ReduceMin", 1, KEEL_OPSET_MAX, op_reduce_min, 0, NUM_BOOL},
+    {"", "ReduceProd", 1, KEEL_OPSET_MAX, op_reduce_prod, 0, KEEL_TS_NUM},
+    {"", "ReduceL1", 1, KEEL_OPSET_MAX, op_reduce_l1, 0, KEEL_TS_NUM},
+    {"", "ReduceL2", 1, KEEL_OPSET_MAX, op_reduce_l2, 0, KEEL_TS_NUM},
+    {"", "ReduceLogSum", 1, KEEL_OPSET_MAX, op_reduce_logsum, 0, KEEL_TS_NUM},
+    {"", "ReduceLogSumExp", 1, KEEL_OPSET_MAX, op_reduce_lse, 0, KEEL_TS_NUM},
+    {"", "ReduceSumSquare", 1, KEEL_OPSET_MAX, op_reduce_sumsq, 0, KEEL_TS_NUM},
+    {"", "ArgMax", 1, KEEL_OPSET_MAX, op_argmax, 0, KEEL_TS_NUM},
+    {"", "ArgMin", 1, KEEL_OPSET_MAX, op_argmin, 0, KEEL_TS_NUM},
+    {"", "Softmax", 1, KEEL_OPSET_MAX, op_softmax, 0, KEEL_TS_FLOAT},
+    {"", "LogSoftmax", 1, KEEL_OPSET_MAX, op_log_softmax, 0, KEEL_TS_FLOAT},
+    {"", "Hardmax", 1, KEEL_OPSET_MAX, op_hardmax, 0, KEEL_TS_FLOAT},
     {0},
 };
+#undef NUM_BOOL

@@ -791,8 +791,8 @@ static keel_status op_lstm(keel_kctx *k) { return rnn_run(k, K_LSTM); }
 /* One kernel per op: the versions differ only in attributes (output_sequence
  * before 7, linear_before_reset from GRU-3, layout from 14), read above. */
 const keel_opdef keel_ops_rnn[] = {
-    {"", "RNN", 1, KEEL_OPSET_MAX, op_rnn},
-    {"", "GRU", 1, KEEL_OPSET_MAX, op_gru},
-    {"", "LSTM", 1, KEEL_OPSET_MAX, op_lstm},
+    {"", "RNN", 1, KEEL_OPSET_MAX, op_rnn, 0, KEEL_TS_FLOAT},
+    {"", "GRU", 1, KEEL_OPSET_MAX, op_gru, 0, KEEL_TS_FLOAT},
+    {"", "LSTM", 1, KEEL_OPSET_MAX, op_lstm, 0, KEEL_TS_FLOAT},
     {0},
 };

@@ -290,17 +290,19 @@ static keel_status op_optional_get_element(keel_kctx *k) {
 
 /* ============================================================== table */
 
+/* types: of the tensors the sequences and optionals hold, any type
+ * (SequenceEmpty's dtype attribute). */
 const keel_opdef keel_ops_sequence[] = {
-    {"", "SequenceEmpty", 11, KEEL_OPSET_MAX, op_sequence_empty},
-    {"", "SequenceConstruct", 11, KEEL_OPSET_MAX, op_sequence_construct},
-    {"", "SequenceInsert", 11, KEEL_OPSET_MAX, op_sequence_insert},
-    {"", "SequenceAt", 11, KEEL_OPSET_MAX, op_sequence_at},
-    {"", "SequenceErase", 11, KEEL_OPSET_MAX, op_sequence_erase},
-    {"", "SequenceLength", 11, KEEL_OPSET_MAX, op_sequence_length},
-    {"", "ConcatFromSequence", 11, KEEL_OPSET_MAX, op_concat_from_sequence},
-    {"", "SplitToSequence", 11, KEEL_OPSET_MAX, op_split_to_sequence},
-    {"", "Optional", 15, KEEL_OPSET_MAX, op_optional},
-    {"", "OptionalHasElement", 15, KEEL_OPSET_MAX, op_optional_has_element},
-    {"", "OptionalGetElement", 15, KEEL_OPSET_MAX, op_optional_get_element},
+    {"", "SequenceEmpty", 11, KEEL_OPSET_MAX, op_sequence_empty, 0, KEEL_TS_ALL},
+    {"", "SequenceConstruct", 11, KEEL_OPSET_MAX, op_sequence_construct, 0, KEEL_TS_ALL},
+    {"", "SequenceInsert", 11, KEEL_OPSET_MAX, op_sequence_insert, 0, KEEL_TS_ALL},
+    {"", "SequenceAt", 11, KEEL_OPSET_MAX, op_sequence_at, 0, KEEL_TS_ALL},
+    {"", "SequenceErase", 11, KEEL_OPSET_MAX, op_sequence_erase, 0, KEEL_TS_ALL},
+    {"", "SequenceLength", 11, KEEL_OPSET_MAX, op_sequence_length, 0, KEEL_TS_ALL},
+    {"", "ConcatFromSequence", 11, KEEL_OPSET_MAX, op_concat_from_sequence, 0, KEEL_TS_ALL},
+    {"", "SplitToSequence", 11, KEEL_OPSET_MAX, op_split_to_sequence, 0, KEEL_TS_ALL},
+    {"", "Optional", 15, KEEL_OPSET_MAX, op_optional, 0, KEEL_TS_ALL},
+    {"", "OptionalHasElement", 15, KEEL_OPSET_MAX, op_optional_has_element, 0, KEEL_TS_ALL},
+    {"", "OptionalGetElement", 15, KEEL_OPSET_MAX, op_optional_get_element, 0, KEEL_TS_ALL},
     {0},
 };

@@ -1080,27 +1080,31 @@ static keel_status op_reverse_sequence(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* types: the data input's; ConstantOfShape's shape input; EyeLike reads only
+ * its input's shape (a string input needs the dtype attribute). */
+#define INDEX_TYPES (KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_shape[] = {
-    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape},
-    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten},
-    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze},
-    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze},
-    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity},
-    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose},
-    {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space},
-    {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth},
-    {"", "Concat", 1, KEEL_OPSET_MAX, op_concat},
-    {"", "Split", 1, KEEL_OPSET_MAX, op_split},
-    {"", "Slice", 1, KEEL_OPSET_MAX, op_slice},
-    {"", "Expand", 8, KEEL_OPSET_MAX, op_expand},
-    {"", "Tile", 1, KEEL_OPSET_MAX, op_tile},
-    {"", "Pad", 1, KEEL_OPSET_MAX, op_pad},
-    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape},
-    {"", "Size", 1, KEEL_OPSET_MAX, op_size},
-    {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape},
-    {"", "Range", 11, KEEL_OPSET_MAX, op_range},
-    {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like},
-    {"", "Trilu", 14, KEEL_OPSET_MAX, op_trilu},
-    {"", "ReverseSequence", 10, KEEL_OPSET_MAX, op_reverse_sequence},
+    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL},
+    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL},
+    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL},
+    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL},
+    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL},
+    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL},
+    {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space, 0, KEEL_TS_ALL},
+    {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth, 0, KEEL_TS_ALL},
+    {"", "Concat", 1, KEEL_OPSET_MAX, op_concat, 0, KEEL_TS_ALL},
+    {"", "Split", 1, KEEL_OPSET_MAX, op_split, 0, KEEL_TS_ALL},
+    {"", "Slice", 1, KEEL_OPSET_MAX, op_slice, 0, KEEL_TS_ALL},
+    {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
+    {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
+    {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL},
+    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL},
+    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL},
+    {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0, INDEX_TYPES},
+    {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM},
+    {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like, 0, KEEL_TS_ALL},
+    {"", "Trilu", 14, KEEL_OPSET_MAX, op_trilu, 0, KEEL_TS_ALL},
+    {"", "ReverseSequence", 10, KEEL_OPSET_MAX, op_reverse_sequence, 0, KEEL_TS_ALL},
     {0},
 };
+#undef INDEX_TYPES

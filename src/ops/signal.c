@@ -557,12 +557,16 @@ static keel_status op_mel(keel_kctx *k) {
 
 /* ============================================================= table */
 
+/* types: the signal's for DFT and STFT; the scalar inputs' (size, bins,
+ * lengths, rates: any number or bool) for the windows and MelWeightMatrix. */
+#define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_signal[] = {
-    {"", "DFT", 17, KEEL_OPSET_MAX, op_dft},
-    {"", "STFT", 17, KEEL_OPSET_MAX, op_stft},
-    {"", "HannWindow", 17, KEEL_OPSET_MAX, op_hann},
-    {"", "HammingWindow", 17, KEEL_OPSET_MAX, op_hamming},
-    {"", "BlackmanWindow", 17, KEEL_OPSET_MAX, op_blackman},
-    {"", "MelWeightMatrix", 17, KEEL_OPSET_MAX, op_mel},
+    {"", "DFT", 17, KEEL_OPSET_MAX, op_dft, 0, KEEL_TS_FLOAT},
+    {"", "STFT", 17, KEEL_OPSET_MAX, op_stft, 0, KEEL_TS_FLOAT},
+    {"", "HannWindow", 17, KEEL_OPSET_MAX, op_hann, 0, NUM_BOOL},
+    {"", "HammingWindow", 17, KEEL_OPSET_MAX, op_hamming, 0, NUM_BOOL},
+    {"", "BlackmanWindow", 17, KEEL_OPSET_MAX, op_blackman, 0, NUM_BOOL},
+    {"", "MelWeightMatrix", 17, KEEL_OPSET_MAX, op_mel, 0, NUM_BOOL},
     {0},
 };
+#undef NUM_BOOL

@@ -576,8 +576,11 @@ static keel_status op_tfidf_vectorizer(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* Element-type sets used in the table below. */
+#define TFIDF_IN (KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_strings[] = {
-    {"", "StringNormalizer", 10, KEEL_OPSET_MAX, op_string_normalizer},
-    {"", "TfIdfVectorizer", 9, KEEL_OPSET_MAX, op_tfidf_vectorizer},
+    {"", "StringNormalizer", 10, KEEL_OPSET_MAX, op_string_normalizer, 0, KEEL_T(KEEL_STRING)},
+    {"", "TfIdfVectorizer", 9, KEEL_OPSET_MAX, op_tfidf_vectorizer, 0, TFIDF_IN},
     {0},
 };
+#undef TFIDF_IN
