@@ -264,15 +264,9 @@ static keel_status shape_parse(loader *L, keel_pb msg, keel_type *t) {
   t->dim_params = keel_arena_array(L->a, (size_t)n, sizeof(char *));
   if (!t->dims || !t->dim_params) return oom("a shape");
   r = msg;
-  for (int32_t i = 0; keel_pb_more(&r);) {
-    uint32_t f, wt;
-    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
-    if (f != 1) {
-      KEEL_TRY(keel_pb_skip(&r, wt));
-      continue;
-    }
-    keel_pb d;
-    KEEL_TRY(keel_pb_get_bytes(&r, wt, "dim", &d));
+  keel_pb d;
+  int got;
+  for (int32_t i = 0; (got = keel_pb_next(&r, 1, "dim", &d)) > 0;) {
     t->dims[i] = -1;
     while (keel_pb_more(&d)) {
       uint32_t df, dwt;
@@ -286,7 +280,7 @@ static keel_status shape_parse(loader *L, keel_pb msg, keel_type *t) {
     }
     i++;
   }
-  return KEEL_OK;
+  return got < 0 ? (keel_status)got : KEEL_OK;
 }
 
 static keel_status tensor_type_parse(loader *L, keel_pb msg, keel_type *t) {
@@ -310,23 +304,16 @@ static keel_status tensor_type_parse(loader *L, keel_pb msg, keel_type *t) {
 
 /* sequence_type / optional_type: one nested TypeProto in field 1. */
 static keel_status elem_type_parse(loader *L, keel_pb msg, keel_type *t) {
-  keel_pb r = msg;
-  while (keel_pb_more(&r)) {
-    uint32_t f, wt;
-    keel_pb s;
-    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
-    if (f != 1) {
-      KEEL_TRY(keel_pb_skip(&r, wt));
-      continue;
-    }
-    KEEL_TRY(keel_pb_get_bytes(&r, wt, "elem_type", &s));
+  keel_pb r = msg, s;
+  int got;
+  while ((got = keel_pb_next(&r, 1, "elem_type", &s)) > 0) {
     t->elem = keel_arena_alloc(L->a, sizeof *t->elem, 8);
     if (!t->elem) return oom("a type");
     KEEL_TRY(type_parse(L, s, t->elem));
     t->dtype = t->elem->dtype;
     t->rank = t->elem->rank;
   }
-  return KEEL_OK;
+  return got < 0 ? (keel_status)got : KEEL_OK;
 }
 
 static keel_status type_parse(loader *L, keel_pb msg, keel_type *t) {
@@ -614,19 +601,11 @@ static keel_status node_parse(loader *L, keel_pb msg, keel_node *n) {
   n->attrs = keel_arena_array(L->a, (size_t)c.attr, sizeof(keel_attr));
   if (!n->in_names || !n->out_names || !n->attrs) return oom("a node");
   KEEL_TRY(node_header(L, msg, n));
-  keel_pb r = msg;
+  keel_pb r = msg, s;
   int32_t na = 0;
-  while (keel_pb_more(&r)) {
-    uint32_t f, wt;
-    keel_pb s;
-    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
-    if (f != 5) {
-      KEEL_TRY(keel_pb_skip(&r, wt));
-      continue;
-    }
-    KEEL_TRY(keel_pb_get_bytes(&r, wt, "attribute", &s));
-    KEEL_TRY(attr_parse(L, s, &n->attrs[na++], n));
-  }
+  int got;
+  while ((got = keel_pb_next(&r, 5, "attribute", &s)) > 0) KEEL_TRY(attr_parse(L, s, &n->attrs[na++], n));
+  if (got < 0) return (keel_status)got;
   /* collect the sub-graphs for the planner */
   int32_t ns = 0;
   for (int32_t i = 0; i < n->n_attr; i++)

@@ -115,6 +115,20 @@ keel_status keel_pb_get_bytes(keel_pb *r, uint32_t wt, const char *what,
   return keel_pb_len(r, sub);
 }
 
+int keel_pb_next(keel_pb *r, uint32_t field, const char *what, keel_pb *sub) {
+  while (keel_pb_more(r)) {
+    uint32_t f, wt;
+    keel_status st = keel_pb_tag(r, &f, &wt);
+    if (!st && f == field) st = keel_pb_get_bytes(r, wt, what, sub);
+    else if (!st) {
+      st = keel_pb_skip(r, wt);
+      if (!st) continue;
+    }
+    return st ? (int)st : 1;
+  }
+  return 0;
+}
+
 keel_status keel_pb_count_varints(const keel_pb *packed, size_t *n) {
   size_t c = 0;
   for (const uint8_t *p = packed->p; p < packed->end; p++)

@@ -45,6 +45,10 @@ KEEL_INTERNAL keel_status keel_pb_get_float(keel_pb *r, uint32_t wt,
 KEEL_INTERNAL keel_status keel_pb_get_bytes(keel_pb *r, uint32_t wt,
                                             const char *what, keel_pb *sub);
 
+/* The next length-delimited field numbered `field` (others are skipped):
+ * 1 with its bytes in *sub, 0 at the end of r, or a negative keel_status. */
+KEEL_INTERNAL int keel_pb_next(keel_pb *r, uint32_t field, const char *what, keel_pb *sub);
+
 /* Repeated scalar fields come packed (one LEN field) or one by one. These
  * count the elements in a packed run, for sizing arrays before filling. */
 KEEL_INTERNAL keel_status keel_pb_count_varints(const keel_pb *packed,
