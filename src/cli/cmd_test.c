@@ -303,13 +303,30 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
   add_result(R, name, rk, why);
 }
 
-static void run_path(const char *path, const keel_options *opts, int repeat, results *R) {
+/* The tests under one PATH: the folder itself when it holds model.onnx,
+ * else its subfolders (those without a model are listed as skipped). */
+typedef struct test_list {
+  char **dirs, **names;
+  size_t n, cap;
+} test_list;
+
+static void list_add(test_list *t, const char *dir, const char *name) {
+  if (t->n == t->cap) {
+    t->cap = t->cap ? t->cap * 2 : 256;
+    t->dirs = realloc(t->dirs, t->cap * sizeof *t->dirs);
+    t->names = realloc(t->names, t->cap * sizeof *t->names);
+  }
+  t->dirs[t->n] = dir ? strdup(dir) : NULL;
+  t->names[t->n++] = strdup(name);
+}
+
+static void collect_tests(const char *path, test_list *t) {
   char model[4096];
   snprintf(model, sizeof model, "%s/model.onnx", path);
   const char *base = strrchr(path, '/');
   base = base && base[1] ? base + 1 : path;
   if (cli_is_file(model)) {
-    run_test(path, base, opts, repeat, R);
+    list_add(t, path, base);
     return;
   }
   char **subs;
@@ -318,10 +335,22 @@ static void run_path(const char *path, const keel_options *opts, int repeat, res
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/%s", path, subs[i]);
     snprintf(model, sizeof model, "%s/model.onnx", sub);
-    if (cli_is_file(model)) run_test(sub, subs[i], opts, repeat, R);
-    else add_result(R, subs[i], R_SKIP, "no model.onnx");
+    list_add(t, cli_is_file(model) ? sub : NULL, subs[i]);
   }
   free_list(subs, n);
+}
+
+/* Runs every test, with progress on stderr (a bar on a terminal). */
+static void run_all(const test_list *t, const keel_options *opts, int repeat, results *R) {
+  cli_progress pr;
+  cli_progress_start(&pr, "test", (long)t->n);
+  for (size_t i = 0; i < t->n; i++) {
+    cli_progress_clear(&pr);
+    if (t->dirs[i]) run_test(t->dirs[i], t->names[i], opts, repeat, R);
+    else add_result(R, t->names[i], R_SKIP, "no model.onnx");
+    if (t->n >= 20) cli_progress_update(&pr, (long)i + 1);
+  }
+  if (t->n >= 20) cli_progress_end(&pr);
 }
 
 /* ========================================================== reports */
@@ -411,7 +440,11 @@ int cmd_test(int argc, char **argv) {
   if (!n_paths) return cli_usage("test", "no test folder given");
   keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit};
   results R = {0};
-  for (size_t i = 0; i < n_paths; i++) run_path(paths[i], &opts, repeat, &R);
+  test_list tests = {0};
+  for (size_t i = 0; i < n_paths; i++) collect_tests(paths[i], &tests);
+  run_all(&tests, &opts, repeat, &R);
+  for (size_t i = 0; i < tests.n; i++) free(tests.dirs[i]), free(tests.names[i]);
+  free(tests.dirs), free(tests.names);
   size_t pass = 0, fail = 0, skip = 0;
   for (size_t i = 0; i < R.n; i++) {
     if (R.r[i].kind == R_PASS) pass++;
