@@ -142,9 +142,23 @@ static keel_status give(builder *b, gmap *m, const char *x, const char *g, bool 
 
 /* The vector-Jacobian product of node n (forward values named as in n),
  * given gy = d(y)/d(n's output 0). */
+/* Inputs a rule reads: 2 for the binary ops and MatMul, 1 otherwise. */
+static int32_t rule_arity(const char *op) {
+  static const char *const binary[] = {"Sub", "Mul", "Div", "MatMul"};
+  for (size_t i = 0; i < KEEL_COUNTOF(binary); i++)
+    if (!strcmp(op, binary[i])) return 2;
+  return 1;
+}
+
 static keel_status vjp(builder *b, gmap *m, const keel_node *n, const char *gy) {
-  const char *op = n->op_type, *const *x = n->in_names, *y = n->out_names[0], *t, *u;
+  const char *op = n->op_type, *const *x = n->in_names, *y, *t, *u;
   if (n->domain[0]) goto unsupported;
+  if (n->n_in < rule_arity(op) || n->n_out < 1) {
+    char lb[256];
+    return keel_err(KEEL_ERR_INVALID_MODEL, "Gradient: node %s has %d inputs, its rule needs %d",
+                    keel_node_label(n, lb, sizeof lb), n->n_in, rule_arity(op));
+  }
+  y = n->out_names[0];
   if (!strcmp(op, "Add") || !strcmp(op, "Sum")) {
     for (int32_t i = 0; i < n->n_in; i++) KEEL_TRY(give(b, m, x[i], gy, true));
   } else if (!strcmp(op, "Sub")) {
