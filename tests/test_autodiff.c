@@ -158,7 +158,28 @@ static void zeros_and_unsupported(void) {
   }
 }
 
+/* A node on the path with too few inputs for its rule: an error, not a
+ * read past its input list (a fuzzer finding). */
+static void short_node_is_refused(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "a", KEEL_FLOAT, 1, (int64_t[]){3});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "da", KEEL_FLOAT, -1, NULL);
+  mb_name(mb_add(g, "Mul", "a", "y"), "one_input_mul");
+  mb_node *n = mb_add(g, "Gradient", "a", "da");
+  mb_domain(n, TRAIN);
+  mb_attr_s(n, "y", "y");
+  mb_attr_strs(n, "xs", 1, (const char *[]){"a"});
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  keel_session_t *s = NULL;
+  CHECK_STATUS(keel_session_create_from_memory(bytes, len, NULL, NULL, &s), KEEL_ERR_INVALID_MODEL);
+  CHECK(strstr(keel_last_error(), "one_input_mul") != NULL);
+  free(bytes);
+}
+
 int main(void) {
+  short_node_is_refused();
   zeros_and_unsupported();
   /* fed with x itself: forward values reused */
   gradients_match_finite_differences("x", x_);
