@@ -83,6 +83,7 @@ typedef struct keel_attr {
   keel_tensor *tensors;
   struct keel_graph **graphs;
   keel_type *tp;               /* TYPE_PROTO                              */
+  const char *ref;             /* ref_attr_name (function bodies only)    */
 } keel_attr;
 
 /* ------------------------------------------------------------- nodes */

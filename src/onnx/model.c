@@ -31,9 +31,26 @@ typedef struct named_const {
   const char *name;
 } named_const;
 
+/* A model-local function (ModelProto.functions), parsed once and
+ * instantiated at every node that calls it. */
+typedef struct fn_def {
+  const char *domain, *name;
+  int32_t n_in, n_out, n_body, n_defaults, n_opsets;
+  const char **in, **out;
+  keel_node *body;
+  keel_attr *defaults;         /* attribute_proto: defaults by name       */
+  keel_opset *opsets;
+} fn_def;
+
 typedef struct loader {
   keel_model *m;
   keel_arena *a;
+  /* model-local functions: their messages, then their definitions */
+  keel_pb *fn_msg;
+  int32_t n_fn, cap_fn;
+  fn_def *fns;
+  const fn_def *parsing_fn;    /* set while a function body is parsed     */
+  int32_t counter;             /* unique prefixes for inlined values      */
   /* constants and graphs grow here, then move to the arena */
   named_const *consts;
   int32_t n_consts, cap_consts;
@@ -435,6 +452,8 @@ static keel_status attr_field(loader *L, keel_pb *r, uint32_t f, uint32_t wt,
       if (!(at->t = keel_arena_alloc(L->a, sizeof *at->t, 8))) return oom("a tensor");
       return sparse_tensor(L, s, at->t, NULL);
     case 6:
+      if (L->parsing_fn || !node)
+        return keel_err(KEEL_ERR_UNSUPPORTED, "sub-graphs inside model-local functions");
       KEEL_TRY(keel_pb_get_bytes(r, wt, "g", &s));
       return graph_parse(L, s, node, at->name, &at->g);
     case 7:
@@ -466,6 +485,8 @@ static keel_status attr_field(loader *L, keel_pb *r, uint32_t f, uint32_t wt,
       KEEL_TRY(keel_pb_get_bytes(r, wt, "sparse_tensors", &s));
       return sparse_tensor(L, s, &at->tensors[c->nt++], NULL);
     case 11:
+      if (L->parsing_fn || !node)
+        return keel_err(KEEL_ERR_UNSUPPORTED, "sub-graphs inside model-local functions");
       KEEL_TRY(keel_pb_get_bytes(r, wt, "graphs", &s));
       return graph_parse(L, s, node, at->name, &at->graphs[c->ng++]);
     case 14:
@@ -477,8 +498,10 @@ static keel_status attr_field(loader *L, keel_pb *r, uint32_t f, uint32_t wt,
       at->type = (int32_t)v;
       return KEEL_OK;
     case 21:
-      return keel_err(KEEL_ERR_UNSUPPORTED,
-                      "attribute references (ref_attr_name) outside functions");
+      if (!L->parsing_fn)
+        return keel_err(KEEL_ERR_INVALID_MODEL, "attribute reference (ref_attr_name) outside a function");
+      KEEL_TRY(keel_pb_get_bytes(r, wt, "ref_attr_name", &s));
+      return (at->ref = dup_bytes(L, s)) ? KEEL_OK : oom("a name");
     default: return keel_pb_skip(r, wt);
   }
 }
@@ -537,6 +560,7 @@ static keel_status attr_parse(loader *L, keel_pb msg, keel_attr *at,
   if ((at->g && at->type != KEEL_ATTR_GRAPH) || (c.ng && at->type != KEEL_ATTR_GRAPHS))
     return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' holds a graph but has type %d",
                     at->name, at->type);
+  if (at->ref) return KEEL_OK; /* a reference: the value comes at the call */
   if ((at->type == KEEL_ATTR_GRAPH && !at->g) ||
       ((at->type == KEEL_ATTR_TENSOR || at->type == KEEL_ATTR_SPARSE_TENSOR) && !at->t))
     return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' has no value", at->name);
@@ -587,6 +611,11 @@ static keel_status node_header(loader *L, keel_pb msg, keel_node *n) {
   if (!n->name) n->name = "";
   if (!n->domain || !strcmp(n->domain, "ai.onnx")) n->domain = "";
   n->opset = keel_model_opset(L->m, n->domain);
+  if (L->parsing_fn) { /* a function body uses the function's own imports */
+    n->opset = 0;
+    for (int32_t i = 0; i < L->parsing_fn->n_opsets; i++)
+      if (!strcmp(L->parsing_fn->opsets[i].domain, n->domain)) n->opset = L->parsing_fn->opsets[i].version;
+  }
   return KEEL_OK;
 }
 
@@ -886,7 +915,9 @@ static keel_status model_header(loader *L, keel_pb msg, keel_pb *graph,
         KEEL_TRY(opset_parse(L, s, &m->opsets[m->n_opsets++]));
         continue;
       case 25:
-        return keel_err(KEEL_ERR_UNSUPPORTED, "model-local functions (ModelProto.functions)");
+        if (!grow((void **)&L->fn_msg, &L->cap_fn, L->n_fn, sizeof *L->fn_msg)) return oom("functions");
+        KEEL_TRY(keel_pb_get_bytes(&r, wt, "functions", &L->fn_msg[L->n_fn++]));
+        continue;
       default: KEEL_TRY(keel_pb_skip(&r, wt)); continue;
     }
     KEEL_TRY(keel_pb_get_bytes(&r, wt, "model field", &s));
@@ -924,8 +955,190 @@ static keel_status finish(loader *L) {
 static void loader_free(loader *L) {
   for (int32_t i = 0; i < L->n_ext; i++) keel_prim_unmap(&L->ext[i].map);
   keel_sys_free(L->consts, (size_t)L->cap_consts * sizeof *L->consts);
+  keel_sys_free(L->fn_msg, (size_t)L->cap_fn * sizeof *L->fn_msg);
   keel_sys_free(L->graphs, (size_t)L->cap_graphs * sizeof *L->graphs);
   keel_sys_free(L->ext, (size_t)L->cap_ext * sizeof *L->ext);
+}
+
+/* ========================================================= functions */
+
+/* Field counts of a FunctionProto: input 4, output 5, node 7, opset 9,
+ * attribute_proto 11. */
+static keel_status fn_alloc(loader *L, keel_pb msg, fn_def *f) {
+  int32_t c[12] = {0};
+  keel_pb r = msg;
+  while (keel_pb_more(&r)) {
+    uint32_t fld, wt;
+    KEEL_TRY(keel_pb_tag(&r, &fld, &wt));
+    if (fld < 12) c[fld]++;
+    KEEL_TRY(keel_pb_skip(&r, wt));
+  }
+  f->in = keel_arena_array(L->a, (size_t)c[4], sizeof(char *));
+  f->out = keel_arena_array(L->a, (size_t)c[5], sizeof(char *));
+  f->body = keel_arena_array(L->a, (size_t)c[7], sizeof(keel_node));
+  f->opsets = keel_arena_array(L->a, (size_t)c[9], sizeof(keel_opset));
+  f->defaults = keel_arena_array(L->a, (size_t)c[11], sizeof(keel_attr));
+  if (!f->in || !f->out || !f->body || !f->opsets || !f->defaults) return oom("a function");
+  return KEEL_OK;
+}
+
+/* Everything but the body: names, signature, imports, default attributes. */
+static keel_status fn_header(loader *L, keel_pb msg, fn_def *f) {
+  keel_pb r = msg, s;
+  f->domain = "";
+  while (keel_pb_more(&r)) {
+    uint32_t fld, wt;
+    KEEL_TRY(keel_pb_tag(&r, &fld, &wt));
+    if (fld != 1 && fld != 4 && fld != 5 && fld != 9 && fld != 10 && fld != 11) {
+      KEEL_TRY(keel_pb_skip(&r, wt));
+      continue;
+    }
+    KEEL_TRY(keel_pb_get_bytes(&r, wt, "function field", &s));
+    const char **dst = fld == 1 ? &f->name : fld == 10 ? &f->domain : fld == 4 ? &f->in[f->n_in++]
+                     : fld == 5 ? &f->out[f->n_out++] : NULL;
+    if (dst && !(*dst = dup_bytes(L, s))) return oom("a function");
+    if (fld == 9) KEEL_TRY(opset_parse(L, s, &f->opsets[f->n_opsets++]));
+    if (fld == 11) KEEL_TRY(attr_parse(L, s, &f->defaults[f->n_defaults++], NULL));
+  }
+  if (!f->name || !f->name[0]) return keel_err(KEEL_ERR_INVALID_MODEL, "a function without a name");
+  if (!strcmp(f->domain, "ai.onnx")) f->domain = "";
+  return KEEL_OK;
+}
+
+static keel_status fn_parse(loader *L, keel_pb msg, fn_def *f) {
+  KEEL_TRY(fn_alloc(L, msg, f));
+  KEEL_TRY(fn_header(L, msg, f));
+  L->parsing_fn = f;
+  keel_pb r = msg, s;
+  int got;
+  keel_status st = KEEL_OK;
+  while (!st && (got = keel_pb_next(&r, 7, "function node", &s)) > 0) {
+    keel_node *n = &f->body[f->n_body];
+    n->index = f->n_body++;
+    st = node_parse(L, s, n);
+  }
+  if (!st && got < 0) st = (keel_status)got;
+  L->parsing_fn = NULL;
+  return st ? keel_err_prefix(st, "function '%s' (domain '%s')", f->name, f->domain) : KEEL_OK;
+}
+
+static keel_status parse_functions(loader *L) {
+  if (!L->n_fn) return KEEL_OK;
+  L->fns = keel_arena_array(L->a, (size_t)L->n_fn, sizeof(fn_def));
+  if (!L->fns) return oom("functions");
+  for (int32_t i = 0; i < L->n_fn; i++) KEEL_TRY(fn_parse(L, L->fn_msg[i], &L->fns[i]));
+  return KEEL_OK;
+}
+
+static const fn_def *fn_find(const loader *L, const keel_node *n) {
+  for (int32_t i = 0; i < L->n_fn; i++)
+    if (!strcmp(L->fns[i].name, n->op_type) && !strcmp(L->fns[i].domain, n->domain)) return &L->fns[i];
+  return NULL;
+}
+
+/* A name of the body as seen from the call: formal inputs and outputs are
+ * the call's values, everything else gets the call's unique prefix. */
+static const char *fn_rename(loader *L, const fn_def *f, const keel_node *call, const char *prefix,
+                             const char *name) {
+  if (!name[0]) return "";
+  for (int32_t i = 0; i < f->n_in; i++)
+    if (!strcmp(f->in[i], name)) return i < call->n_in ? call->in_names[i] : "";
+  for (int32_t i = 0; i < f->n_out; i++)
+    if (!strcmp(f->out[i], name) && i < call->n_out && call->out_names[i][0]) return call->out_names[i];
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s/%s", prefix, name);
+  return keel_arena_strdup(L->a, buf);
+}
+
+/* The body node's attributes, references replaced by the call's values
+ * (or the function's defaults; an attribute with neither is left out). */
+static keel_status fn_attrs(loader *L, const fn_def *f, const keel_node *call, keel_node *n) {
+  keel_attr *at = keel_arena_array(L->a, (size_t)n->n_attr, sizeof(keel_attr));
+  if (!at) return oom("a function call");
+  int32_t k = 0;
+  for (int32_t i = 0; i < n->n_attr; i++) {
+    const keel_attr *a = &n->attrs[i], *src = a;
+    if (a->ref) {
+      src = keel_node_attr(call, a->ref);
+      for (int32_t d = 0; !src && d < f->n_defaults; d++)
+        if (!strcmp(f->defaults[d].name, a->ref)) src = &f->defaults[d];
+      if (!src) continue;
+    }
+    at[k] = *src;
+    at[k++].name = a->name;
+  }
+  n->attrs = at;
+  n->n_attr = k;
+  return KEEL_OK;
+}
+
+static keel_status fn_instance(loader *L, const fn_def *f, const keel_node *call, keel_node *out) {
+  char prefix[512];
+  snprintf(prefix, sizeof prefix, "%s#%d", call->name[0] ? call->name : f->name, L->counter++);
+  for (int32_t b = 0; b < f->n_body; b++) {
+    keel_node *n = &out[b];
+    *n = f->body[b];
+    n->graph = call->graph;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s/%s", prefix, n->name[0] ? n->name : n->op_type);
+    n->name = keel_arena_strdup(L->a, buf);
+    const char **in = keel_arena_array(L->a, (size_t)n->n_in, sizeof(char *));
+    const char **o = keel_arena_array(L->a, (size_t)n->n_out, sizeof(char *));
+    if (!n->name || !in || !o) return oom("a function call");
+    for (int32_t i = 0; i < n->n_in; i++)
+      if (!(in[i] = fn_rename(L, f, call, prefix, n->in_names[i]))) return oom("a function call");
+    for (int32_t i = 0; i < n->n_out; i++)
+      if (!(o[i] = fn_rename(L, f, call, prefix, n->out_names[i]))) return oom("a function call");
+    n->in_names = in;
+    n->out_names = o;
+    KEEL_TRY(fn_attrs(L, f, call, n));
+  }
+  return KEEL_OK;
+}
+
+/* Replaces node `at` of g by the function's body; sub-graph owners of the
+ * moved nodes are re-pointed. */
+static keel_status fn_splice(loader *L, keel_graph *g, int32_t at, const fn_def *f) {
+  int32_t n = g->n_nodes - 1 + f->n_body, k = 0;
+  keel_node *nodes = keel_arena_array(L->a, (size_t)n + 1, sizeof(keel_node));
+  if (!nodes) return oom("a function call");
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (i == at) {
+      KEEL_TRY(fn_instance(L, f, &g->nodes[i], nodes + k));
+      k += f->n_body;
+    } else {
+      nodes[k++] = g->nodes[i];
+    }
+  }
+  for (int32_t i = 0; i < n; i++) {
+    nodes[i].index = i;
+    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
+  }
+  g->nodes = nodes;
+  g->n_nodes = n;
+  return KEEL_OK;
+}
+
+/* Inlines every call of a model-local function, functions calling
+ * functions included (bounded: recursion is an error). */
+static keel_status inline_calls(loader *L) {
+  for (int round = 0; L->n_fn; round++) {
+    bool any = false;
+    for (int32_t gi = 0; gi < L->n_graphs; gi++) {
+      keel_graph *g = L->graphs[gi];
+      for (int32_t i = 0; i < g->n_nodes; i++) {
+        const fn_def *f = fn_find(L, &g->nodes[i]);
+        if (!f) continue;
+        if (round >= 32)
+          return keel_err(KEEL_ERR_INVALID_MODEL, "function '%s' calls itself (or nests deeper than 32)", f->name);
+        KEEL_TRY(fn_splice(L, g, i, f));
+        i += f->n_body - 1;
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return KEEL_OK;
 }
 
 static keel_status parse_model(keel_model *m) {
@@ -935,7 +1148,9 @@ static keel_status parse_model(keel_model *m) {
   keel_status st = model_header(&L, msg, &graph, &has_graph);
   if (!st && !has_graph)
     st = keel_err(KEEL_ERR_INVALID_MODEL, "the file has no graph (is it an ONNX model?)");
+  if (!st) st = parse_functions(&L);
   if (!st) st = graph_parse(&L, graph, NULL, NULL, &m->main);
+  if (!st) st = inline_calls(&L);
   if (!st) st = finish(&L);
   loader_free(&L);
   return st;

@@ -22,6 +22,7 @@
   X(quant)               \
   X(strings)             \
   X(random)              \
+  X(constant)            \
   X(grad)                \
   X(sequence)            \
   X(control)
