@@ -287,6 +287,66 @@ static void carried_shape_changes(void) {
   keel_session_destroy(s);
 }
 
+/* Range's expanded form (fuzzer): a Loop whose condition only passes
+ * through (Identity), so it runs its whole trip count, stacking v each
+ * iteration. Trip counts from fuzzed bytes (~7e18) hung the run: with a
+ * float per iteration it took millions of iterations for the doubling
+ * stack to hit the memory cap, and with an empty v (test_loop11 with y
+ * = []) the cap is never reached. Now a count the cap cannot hold fails in
+ * iteration 0 (the stack is sized for all of them), and one above 2^31 - 1
+ * is refused before the first iteration. */
+static void loop_fixed_trip_count(void) {
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "i", KEEL_INT64, 0, NULL);
+  mb_input(b, "c", KEEL_BOOL, 0, NULL);
+  mb_input(b, "v", KEEL_FLOAT, -1, NULL);
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_FLOAT, -1, NULL);
+  mb_output(b, "range", KEEL_FLOAT, -1, NULL);
+  float one = 1;
+  mb_init(b, "one", KEEL_FLOAT, 0, NULL, &one);
+  mb_add(b, "Identity", "c", "c_out");
+  mb_add(b, "Add", "v,one", "v_out");
+  mb_add(b, "Identity", "v", "range");
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "M", KEEL_INT64, 0, NULL);
+  mb_input(g, "v0", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "v", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "r", KEEL_FLOAT, -1, NULL);
+  mb_attr_g(mb_add(g, "Loop", "M,,v0", "v,r"), "body", b);
+  hook_log h = {0};
+  keel_options o = {.size = sizeof o, .mem_limit = 16u << 20, .on_iteration = on_iter,
+                    .iteration_ud = &h};
+  keel_session_t *s = mb_session_opts(g, 13, &o);
+  CHECK(s != NULL);
+  if (!s) return;
+  float v0 = 0;
+  struct {
+    int64_t trip;
+    int64_t rank; /* of v0: 0 a float, 1 empty */
+    keel_status want;
+  } cases[] = {{1ll << 30, 0, KEEL_ERR_OUT_OF_MEMORY}, /* 4 GB of stack, 16 MB cap */
+               {INT64_MAX, 0, KEEL_ERR_UNSUPPORTED},
+               {1ll << 40, 1, KEEL_ERR_UNSUPPORTED},   /* never fills the cap */
+               {5, 0, KEEL_OK},
+               {1000, 1, KEEL_OK}};
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_INT64, 0, NULL, &cases[t].trip),
+                           mb_tensor(s, KEEL_FLOAT, (int)cases[t].rank, (int64_t[]){0}, &v0)};
+    keel_value_t *out[2] = {0};
+    h.n = 0;
+    CHECK_STATUS(keel_run(s, (const char *[]){"M", "v0"}, in, 2, out), cases[t].want);
+    CHECK(h.n == (cases[t].want ? 0 : cases[t].trip)); /* iterations that completed */
+    if (t == 3)
+      for (int k = 0; out[1] && k < 5; k++) CHECK(keel_value_at(out[1], k) == k);
+    if (t == 4)
+      CHECK(out[1] && keel_value_rank(out[1]) == 2 && keel_value_shape(out[1])[0] == 1000 &&
+            keel_value_shape(out[1])[1] == 0);
+    for (int k = 0; k < 2; k++) keel_value_release(out[k]), keel_value_release(in[k]);
+  }
+  keel_session_destroy(s);
+}
+
 /* ================================================================ Scan */
 
 /* Cumulative sum over a reversed scan input; output stacked on axis 1. */
@@ -322,6 +382,73 @@ static void scan_axes_and_directions(void) {
   double want[8] = {4, 7, 9, 10, 40, 70, 90, 100};
   for (int k = 0; out[1] && k < 8; k++) CHECK(keel_value_at(out[1], k) == want[k]);
   for (int k = 0; k < 2; k++) keel_value_release(out[k]), keel_value_release(in[k]);
+  keel_session_destroy(s);
+}
+
+/* Running sum body for the Scan error cases: (sum [2], x [2]) -> (sum', sum'). */
+static mb_graph *sum_body(void) {
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "sum", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_input(b, "x", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(b, "sum_out", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(b, "scan_out", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_add(b, "Add", "sum,x", "sum_out");
+  mb_add(b, "Identity", "sum_out", "scan_out");
+  return b;
+}
+
+/* Opset 8 (fuzzer): a state whose batch axis (1) is shorter than the scan
+ * input's (3) was sliced past its end; now a shape error, and the session
+ * still runs matching inputs. */
+static void scan8_batch_mismatch(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "init", KEEL_FLOAT, -1, NULL);
+  mb_input(g, "xs", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "final", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "ys", KEEL_FLOAT, -1, NULL);
+  mb_node *n = mb_add(g, "Scan", ",init,xs", "final,ys");
+  mb_attr_g(n, "body", sum_body());
+  mb_attr_i(n, "num_scan_inputs", 1);
+  keel_session_t *s = mb_session(g, 8);
+  CHECK(s != NULL);
+  if (!s) return;
+  float xs[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, init[6] = {0};
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){1, 2}, init),
+                         mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){3, 2, 2}, xs)};
+  keel_value_t *out[2] = {0};
+  const char *names[] = {"init", "xs"};
+  CHECK_STATUS(keel_run(s, names, in, 2, out), KEEL_ERR_SHAPE);
+  CHECK(strstr(keel_last_error(), "batch axis") != NULL);
+  keel_value_release(in[0]);
+  in[0] = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){3, 2}, init);
+  CHECK_OK(keel_run(s, names, in, 2, out));
+  /* batch 2 sums rows {9, 10} and {11, 12} */
+  CHECK(out[0] && keel_value_at(out[0], 4) == 20 && keel_value_at(out[0], 5) == 22);
+  for (int k = 0; k < 2; k++) keel_value_release(out[k]), keel_value_release(in[k]);
+  keel_session_destroy(s);
+}
+
+/* An axes list shorter than num_scan_inputs was read past its end. */
+static void scan_short_axes_list(void) {
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "x", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_input(b, "y", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(b, "z", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_add(b, "Add", "x,y", "z");
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "xs", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "zs", KEEL_FLOAT, -1, NULL);
+  mb_node *n = mb_add(g, "Scan", "xs,xs", "zs");
+  mb_attr_g(n, "body", b);
+  mb_attr_i(n, "num_scan_inputs", 2);
+  mb_attr_ints(n, "scan_input_axes", 1, (int64_t[]){0});
+  keel_session_t *s = mb_session(g, 11);
+  CHECK(s != NULL);
+  if (!s) return;
+  keel_value_t *x = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){3, 2}, NULL), *out[1] = {0};
+  CHECK_STATUS(keel_run(s, (const char *[]){"xs"}, &x, 1, out), KEEL_ERR_INVALID_MODEL);
+  CHECK(strstr(keel_last_error(), "axes") != NULL);
+  keel_value_release(x);
   keel_session_destroy(s);
 }
 
@@ -364,7 +491,10 @@ int main(void) {
   leak_switch_is_caught();
   four_levels_match_reference();
   carried_shape_changes();
+  loop_fixed_trip_count();
   scan_axes_and_directions();
+  scan8_batch_mismatch();
+  scan_short_axes_list();
   stale_parent_is_an_error();
   return check_report();
 }

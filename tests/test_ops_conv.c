@@ -408,7 +408,47 @@ static void check_bad_attrs(void) {
   check_bad_attr("auto_pad", 0, NULL, "SAME");                    /* unknown mode */
 }
 
+/* ================================================ fuzz regressions */
+
+/* X with an empty spatial axis (1, 1, 0, 3) padded to a non-empty output:
+ * X had no data and the kernel formed NULL + 0 (UB). Every tap reads
+ * padding, so Y is the bias, for Conv (float, float16) and ConvInteger. */
+static void check_empty_spatial_input(void) {
+  for (int dt = 0; dt < 3; dt++) {
+    int xt = dt == 0 ? KEEL_FLOAT : dt == 1 ? KEEL_FLOAT16 : KEEL_UINT8;
+    mb_graph *gr = mb_graph_new("main");
+    mb_input(gr, "X", xt, -1, NULL);
+    mb_input(gr, "W", xt, -1, NULL);
+    if (dt < 2) mb_input(gr, "B", xt, -1, NULL);
+    mb_output(gr, "Y", KEEL_UNDEFINED, -1, NULL);
+    mb_node *nd = mb_add(gr, dt < 2 ? "Conv" : "ConvInteger", dt < 2 ? "X,W,B" : "X,W", "Y");
+    mb_attr_ints(nd, "pads", 4, (int64_t[]){1, 0, 1, 0});
+    keel_session_t *s = mb_session(gr, 13);
+    CHECK(s != NULL);
+    if (!s) continue;
+    uint16_t h[4] = {0x3C00, 0x3C00, 0x4000, 0x4000}; /* 1, 1, 2, 2 in float16 */
+    float f[4] = {1, 1, 2, 2};
+    uint8_t u[4] = {1, 1, 2, 2};
+    const void *wv = dt == 0 ? (const void *)f : dt == 1 ? (const void *)h : (const void *)u;
+    keel_value_t *in[3] = {mb_tensor(s, xt, 4, (int64_t[]){1, 1, 0, 3}, NULL),
+                           mb_tensor(s, xt, 4, (int64_t[]){2, 1, 1, 2}, wv),
+                           dt < 2 ? mb_tensor(s, xt, 1, (int64_t[]){2}, dt ? (const void *)(h + 1)
+                                                                            : (const void *)(f + 1))
+                                  : NULL};
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"X", "W", "B"}, in, dt < 2 ? 3 : 2, out));
+    /* (1, 2, 2, 2): output rows -1 + 0 + 1 + 1 = 2 (both in the padding) */
+    CHECK(out[0] && keel_value_numel(out[0]) == 8);
+    for (int64_t i = 0; out[0] && i < 8; i++)
+      CHECK(keel_value_at(out[0], i) == (dt == 2 ? 0 : i < 4 ? 1 : 2));
+    for (int i = 0; i < 3; i++) keel_value_release(in[i]);
+    keel_value_release(out[0]);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
+  check_empty_spatial_input();
   check_random();
   check_paths();
   for (int i = 0; i < 12; i++) check_quantized(i % 2 == 0);

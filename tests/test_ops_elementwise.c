@@ -115,8 +115,38 @@ static void prelu_types_must_match(void) {
   keel_session_destroy(s);
 }
 
+/* Legacy (opset < 7) broadcast with axis = INT64_MAX (fuzzer): the fit
+ * check computed axis + rank(B), a signed overflow; now a shape error. */
+static void legacy_broadcast_huge_axis(void) {
+  for (int t = 0; t < 2; t++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "A", KEEL_FLOAT, 2, (int64_t[]){2, 3});
+    mb_input(g, "B", KEEL_FLOAT, 1, (int64_t[]){3});
+    mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+    mb_node *n = mb_add(g, "Add", "A,B", "Y");
+    mb_attr_i(n, "broadcast", 1);
+    mb_attr_i(n, "axis", t == 0 ? INT64_MAX : 1);
+    keel_session_t *s = mb_session(g, 6);
+    CHECK(s != NULL);
+    if (!s) continue;
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 30};
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 3}, a),
+                           mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){3}, b)}, *out[1] = {0};
+    if (t == 0) {
+      CHECK_STATUS(keel_run(s, (const char *[]){"A", "B"}, in, 2, out), KEEL_ERR_SHAPE);
+      CHECK(strstr(keel_last_error(), "axis") != NULL);
+    } else {
+      CHECK_OK(keel_run(s, (const char *[]){"A", "B"}, in, 2, out));
+      CHECK(out[0] && keel_value_at(out[0], 5) == 36);
+    }
+    keel_value_release(in[0]), keel_value_release(in[1]), keel_value_release(out[0]);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
   prelu_types_must_match();
+  legacy_broadcast_huge_axis();
   for (int i = 0; i < 500; i++) random_case();
   check_broadcast_errors();
   check_session_op("Add", r_add, 0);

@@ -773,6 +773,30 @@ static void check_roialign(void) {
   }
 }
 
+/* A box inverted along one axis and 1e30 wide along the other (fuzzer):
+ * the sample counts ceil(-1e30) x ceil(1e30) passed the "too many samples"
+ * check (negative product) and 1e30 was cast to int64 (UB). An inverted box
+ * samples nothing: zeros, as the reference gives. */
+static void check_roialign_inverted_huge(void) {
+  acase a = {.avg = 1, .half = 1, .n = 1, .c = 1, .h = 4, .w = 4, .oh = 1, .ow = 1, .r = 1,
+             .scale = 1};
+  keel_session_t *s = roi_session(&a);
+  CHECK(s != NULL);
+  if (!s) return;
+  float X[16], R[4] = {0, 0, 1e30f, -1e30f};
+  for (int i = 0; i < 16; i++) X[i] = 1;
+  keel_value_t *in[3] = {mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){1, 1, 4, 4}, X),
+                         mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){1, 4}, R),
+                         mb_tensor(s, KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){0})};
+  keel_status st;
+  keel_value_t *y = run_n(s, 3, (const char *[]){"X", "R", "B"}, in, &st);
+  CHECK_OK(st);
+  CHECK(y && keel_value_numel(y) == 1 && keel_value_at(y, 0) == 0);
+  keel_value_release(y);
+  for (int i = 0; i < 3; i++) keel_value_release(in[i]);
+  keel_session_destroy(s);
+}
+
 /* ================================================ NonMaxSuppression */
 
 static double iou_ref(const float *a, const float *b, int center) {
@@ -989,6 +1013,40 @@ static void check_resize_empty(void) {
   keel_session_destroy(s);
 }
 
+/* A nearest upsample to (4096, 1, 64, 3) from (2, 1, 2, 3), rows of 3
+ * (fuzzer: a 50M-element case took 16 s under the sanitizers, row by row).
+ * Repeated indices now copy the block just written; checked element by
+ * element against floor(o * in / out) (asymmetric, floor). */
+static void check_resize_nearest_repeats(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+  int64_t out[4] = {4096, 1, 64, 3}, in[4] = {2, 1, 2, 3};
+  mb_init(g, "sizes", KEEL_INT64, 1, (int64_t[]){4}, out);
+  mb_node *n = mb_add(g, "Resize", "X,,,sizes", "Y");
+  mb_attr_s(n, "mode", "nearest");
+  mb_attr_s(n, "coordinate_transformation_mode", "asymmetric");
+  mb_attr_s(n, "nearest_mode", "floor");
+  keel_session_t *s = mb_session(g, 13);
+  CHECK(s != NULL);
+  if (!s) return;
+  float x[12];
+  for (int i = 0; i < 12; i++) x[i] = (float)i;
+  keel_value_t *xv = mb_tensor(s, KEEL_FLOAT, 4, in, x);
+  keel_status st;
+  keel_value_t *y = run_n(s, 1, (const char *[]){"X"}, &xv, &st);
+  CHECK_OK(st);
+  const float *yd = y ? keel_value_data(y) : NULL;
+  int64_t bad = 0;
+  for (int64_t a = 0; yd && a < 4096; a++)
+    for (int64_t c = 0; c < 64; c++)
+      for (int64_t d = 0; d < 3; d++)
+        bad += yd[(a * 64 + c) * 3 + d] != x[(a * 2 / 4096) * 6 + (c * 2 / 64) * 3 + d];
+  CHECK(yd && keel_value_numel(y) == 4096 * 64 * 3 && bad == 0);
+  keel_value_release(y), keel_value_release(xv);
+  keel_session_destroy(s);
+}
+
 int main(void) {
   check_resize_random();
   check_resize_types();
@@ -1006,9 +1064,11 @@ int main(void) {
   check_bad_attr("Upsample", "mode", "cubic", 9);
   check_gridsample();
   check_roialign();
+  check_roialign_inverted_huge();
   for (int i = 0; i < 40; i++) check_nms_case(rnd(1, 2), rnd(1, 3), rnd(1, 16), (int)rnd(0, 1));
   check_nms_errors();
   check_hostile();
   check_resize_empty();
+  check_resize_nearest_repeats();
   return check_report();
 }

@@ -384,6 +384,58 @@ static void check_bad_attr(const char *op, const char *name, int n, const int64_
   keel_session_destroy(s);
 }
 
+/* ================================================ fuzz regressions */
+
+/* Global pools over empty planes (X of shape (1, 2, 0)): X has no buffer,
+ * and forming a plane pointer from it was NULL + 0 (UB). Each plane is the
+ * reduction of nothing: max -inf, mean NaN (0 / 0), Lp norm 0. */
+static void check_global_empty_planes(void) {
+  static const char *ops[] = {"GlobalMaxPool", "GlobalAveragePool", "GlobalLpPool"};
+  for (int kind = 0; kind < 3; kind++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+    mb_add(g, ops[kind], "X", "Y");
+    keel_session_t *s = mb_session(g, 13);
+    CHECK(s != NULL);
+    if (!s) continue;
+    keel_value_t *x = mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){1, 2, 0}, NULL), *out[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &x, 1, out));
+    CHECK(out[0] && keel_value_numel(out[0]) == 2 && keel_value_shape(out[0])[2] == 1);
+    double v = out[0] ? keel_value_at(out[0], 1) : 0;
+    CHECK(kind == MAXP ? v == -INFINITY : kind == AVGP ? isnan(v) : v == 0);
+    keel_value_release(x), keel_value_release(out[0]);
+    keel_session_destroy(s);
+  }
+}
+
+/* MaxPool / AveragePool / LpPool over X (1, 1, 0, 3) with pads that give a
+ * non-empty output: X had no data and the kernels formed NULL + 0 (UB).
+ * Every window lies in the padding: max gives -inf (index -1), the others 0. */
+static void check_empty_spatial_input(void) {
+  static const char *ops[] = {"MaxPool", "AveragePool", "LpPool"};
+  for (int kind = 0; kind < 3; kind++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+    if (kind == MAXP) mb_output(g, "I", KEEL_INT64, -1, NULL);
+    mb_node *nd = mb_add(g, ops[kind], "X", kind == MAXP ? "Y,I" : "Y");
+    mb_attr_ints(nd, "kernel_shape", 2, (int64_t[]){2, 2});
+    mb_attr_ints(nd, "pads", 4, (int64_t[]){1, 0, 1, 0});
+    keel_session_t *s = mb_session(g, 12);
+    CHECK(s != NULL);
+    if (!s) continue;
+    keel_value_t *x = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){1, 1, 0, 3}, NULL), *out[2] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &x, 1, out));
+    CHECK(out[0] && keel_value_numel(out[0]) == 2); /* (1, 1, 1, 2) */
+    for (int64_t i = 0; out[0] && i < 2; i++)
+      CHECK(keel_value_at(out[0], i) == (kind == MAXP ? -INFINITY : 0));
+    if (kind == MAXP) CHECK(out[1] && keel_value_at(out[1], 0) == -1);
+    keel_value_release(x), keel_value_release(out[0]), keel_value_release(out[1]);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
   check_random();
   for (int i = 0; i < 24; i++)
@@ -393,6 +445,8 @@ int main(void) {
   check_errors();
   check_bad_type();
   check_nan();
+  check_global_empty_planes();
+  check_empty_spatial_input();
   check_bad_attr("MaxPool", "strides", 2, (int64_t[]){1, 0});
   check_bad_attr("AveragePool", "pads", 3, (int64_t[]){1, 1, 1});
   check_bad_attr("AveragePool", "kernel_shape", 2, (int64_t[]){0, 2});

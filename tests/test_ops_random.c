@@ -124,10 +124,37 @@ static void multinomial_frequencies(void) {
   keel_value_release(v);
 }
 
+/* A seed past int64's range (1.66e22, NaN, inf) was cast to int64 (UB):
+ * it is clamped now, and a seeded op still repeats its values. */
+static void huge_seed(void) {
+  const float seeds[] = {1.6635e22f, -1.6635e22f, NAN, INFINITY};
+  for (int i = 0; i < 4; i++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "p", KEEL_FLOAT, 1, (int64_t[]){10});
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    mb_attr_f(mb_add(g, "Bernoulli", "p", "y"), "seed", seeds[i]);
+    keel_session_t *s = mb_session(g, 15);
+    CHECK(s != NULL);
+    if (!s) continue;
+    float p[10];
+    for (int j = 0; j < 10; j++) p[j] = 0.5f;
+    keel_value_t *in[1] = {mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){10}, p)}, *a[1] = {0}, *b[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"p"}, in, 1, a));
+    CHECK_OK(keel_run(s, (const char *[]){"p"}, in, 1, b));
+    for (int j = 0; a[0] && b[0] && j < 10; j++) {
+      double v = keel_value_at(a[0], j);
+      CHECK((v == 0 || v == 1) && v == keel_value_at(b[0], j));
+    }
+    keel_value_release(a[0]), keel_value_release(b[0]), keel_value_release(in[0]);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
   uniform_properties();
   normal_properties();
   bernoulli_frequencies();
   multinomial_frequencies();
+  huge_seed();
   return check_report();
 }

@@ -493,6 +493,11 @@ static void check_reshape(void) {
   CHECK_OK(run(s, "X,S", in, &out));
   CHECK(shape_is(out, 3, (int64_t[]){3, 0, 5}));
   release_all(&out, 1);
+  /* an empty view whose other dims multiply past int64 is refused, as an
+   * allocation of that shape is: later kernels multiply those dims */
+  keel_value_release(in[1]);
+  in[1] = ints(s, 3, (int64_t[]){0, 1ll << 40, 1ll << 40});
+  CHECK_STATUS(run(s, "X,S", in, &out), KEEL_ERR_SHAPE);
   release_all(in, 2);
   keel_session_destroy(s);
   g = graph("X", dts, "Y");
@@ -719,6 +724,22 @@ static void check_tile(void) {
   keel_value_release(in[1]);
   in[1] = ints(s, 2, (int64_t[]){1, 1}); /* one per axis */
   CHECK_STATUS(run(s, "X,R", in, &out), KEEL_ERR_SHAPE);
+  release_all(in, 2);
+  /* fuzzer: repeats whose product overflows though each axis fits: the
+   * strides were computed (signed overflow) before the size was checked */
+  in[0] = mb_tensor(s, KEEL_INT16, 3, (int64_t[]){1, 1, 2}, (int16_t[]){1, 2});
+  in[1] = ints(s, 3, (int64_t[]){1ll << 40, 1ll << 40, 1});
+  CHECK_STATUS(run(s, "X,R", in, &out), KEEL_ERR_SHAPE);
+  keel_value_release(in[1]);
+  /* ... and an empty result whose other axes multiply past int64: refused
+   * too (keel_shape_check), as kernels multiply those axes */
+  in[1] = ints(s, 3, (int64_t[]){0, 1ll << 40, 1ll << 40});
+  CHECK_STATUS(run(s, "X,R", in, &out), KEEL_ERR_SHAPE);
+  keel_value_release(in[1]);
+  in[1] = ints(s, 3, (int64_t[]){0, 2, 3});
+  CHECK_OK(run(s, "X,R", in, &out));
+  CHECK(shape_is(out, 3, (int64_t[]){0, 2, 6}));
+  release_all(&out, 1);
   release_all(in, 2);
   keel_session_destroy(s);
 }

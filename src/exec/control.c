@@ -17,6 +17,12 @@
  * iteration and a concat at the end). Loop-carried values may change shape
  * every iteration; nothing here trusts value_info shapes.
  *
+ * A Loop whose body passes its condition through unchanged cannot stop
+ * early: it runs its whole trip count. Its scan outputs are then sized for
+ * all iterations at once (a count past the memory cap fails at once), and
+ * a trip count above LOOP_MAX_FIXED_TRIPS (or none at all) is refused: no
+ * run could finish it, and without an error the call would hang.
+ *
  * The values in flight live in the frame's `ctl` array (sized at run
  * creation), so control flow itself allocates no bookkeeping per iteration.
  */
@@ -195,10 +201,36 @@ static keel_status loop_check(keel_kctx *k, const keel_graph *g, int32_t *n, int
   return KEEL_OK;
 }
 
+/* The most iterations keel runs of a Loop that cannot stop early: at the
+ * ~100 ns an iteration costs at least, 2^31 take minutes. */
+#define LOOP_MAX_FIXED_TRIPS INT32_MAX
+
+/* True when the body's condition output is its condition input, directly
+ * or through Identity nodes (the pattern of expanded functions such as
+ * Range): such a loop runs all of its trip count unless it fails. */
+static bool cond_passes_through(const keel_graph *g) {
+  if (g->n_in < 2 || g->n_out < 1) return false;
+  keel_ref r = g->out[0];
+  for (int32_t hops = 0; hops <= g->n_nodes; hops++) {
+    if (keel_ref_kind(r) != KEEL_REF_LOCAL) return false;
+    int32_t slot = (int32_t)keel_ref_slot(r);
+    if (slot == g->in[1]) return true;
+    const keel_node *p = NULL;
+    for (int32_t n = 0; n < g->n_nodes && !p; n++)
+      for (int32_t j = 0; j < g->nodes[n].n_out && !p; j++)
+        if (g->nodes[n].out[j] == slot) p = &g->nodes[n];
+    if (!p || strcmp(p->op_type, "Identity") || p->n_in < 1) return false;
+    r = p->in[0];
+  }
+  return false;
+}
+
 /* One iteration: moves state in, runs the body, moves state out, stacks
- * the scan outputs. */
+ * the scan outputs. `exact`: the loop runs all `trip` iterations, so the
+ * stacks are sized for all of them at once. */
 static keel_status loop_step(keel_kctx *k, const keel_graph *g, loop_io *io, int32_t N,
-                             int32_t K, stack *stacks, int64_t i, int64_t trip, bool *cond) {
+                             int32_t K, stack *stacks, int64_t i, int64_t trip, bool exact,
+                             bool *cond) {
   KEEL_TRY(scalar_tensor(k, KEEL_INT64, i, &io->body_in[0]));
   keel_status st = scalar_tensor(k, KEEL_BOOL, *cond, &io->body_in[1]);
   for (int32_t j = 0; j < N; j++) keel_val_move(&io->body_in[2 + j], &io->carried[j]);
@@ -211,7 +243,7 @@ static keel_status loop_step(keel_kctx *k, const keel_graph *g, loop_io *io, int
   for (int32_t j = 0; j < N; j++) keel_val_move(&io->carried[j], &io->body_out[1 + j]);
   for (int32_t j = 0; j < K && !st; j++)
     st = stack_put(k, &stacks[j], &io->body_out[1 + N + j], stacks[j].count,
-                   trip < (1 << 20) ? trip : 0, N + j, "Loop scan output");
+                   exact || trip < (1 << 20) ? trip : 0, N + j, "Loop scan output");
   clear_vals(io->body_out + 1 + N, K);
   if (st) return keel_err_prefix(st, "iteration %lld", (long long)i);
   keel_exec_iteration_hook(k->run, k->node, i);
@@ -228,8 +260,20 @@ static keel_status loop_run(keel_kctx *k, const keel_graph *g, loop_io *io, int3
     if (keel_k_has_in(k, 2 + j)) keel_val_ref(&io->carried[j], k->in[2 + j]);
     else io->carried[j].kind = KEEL_V_NONE;
   }
+  /* A loop that cannot stop early runs `trip` iterations (INT64_MAX when
+   * M is omitted). Its scan outputs need trip elements each: sizing the
+   * stacks in the first iteration refuses a count past the memory cap at
+   * once, instead of after millions of iterations that fill the cap by
+   * doubling; and a count no run could finish is refused outright, as
+   * iterations that make empty or no outputs never reach the cap. */
+  bool fixed = cond && trip > 0 && cond_passes_through(g), exact = fixed && K > 0;
+  if (fixed && trip > LOOP_MAX_FIXED_TRIPS)
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "Loop: the body passes its condition through, so all %lld iterations would "
+                    "run (more than %lld)",
+                    (long long)trip, (long long)LOOP_MAX_FIXED_TRIPS);
   for (int64_t i = 0; i < trip && cond; i++)
-    KEEL_TRY(loop_step(k, g, io, N, K, stacks, i, trip, &cond));
+    KEEL_TRY(loop_step(k, g, io, N, K, stacks, i, trip, exact, &cond));
   for (int32_t j = 0; j < N; j++) keel_val_move(k->out[j], &io->carried[j]);
   for (int32_t j = 0; j < K; j++) {
     keel_ref r = g->out[1 + N + j];
@@ -270,27 +314,36 @@ typedef struct scan_cfg {
 
 static keel_status scan_cfg_read(keel_kctx *k, const keel_graph *g, int32_t first_state,
                                  scan_cfg *c) {
-  c->M = (int32_t)keel_k_attr_i(k, "num_scan_inputs", -1);
+  int64_t m = keel_k_attr_i(k, "num_scan_inputs", -1);
+  c->M = m < 1 || m > MAX_SCAN_OUTS ? -1 : (int32_t)m;
   c->N = k->n_in - first_state - c->M;
   c->K = g->n_out - c->N;
+  /* N is bounded too: opset 8 stacks N + K outputs in 2 * MAX_SCAN_OUTS */
   if (c->M < 1 || c->N < 0 || c->K < 0 || g->n_in != c->N + c->M || k->n_out != c->N + c->K ||
-      c->M > MAX_SCAN_OUTS || c->K > MAX_SCAN_OUTS)
+      c->N > MAX_SCAN_OUTS || c->K > MAX_SCAN_OUTS)
     return keel_err(KEEL_ERR_INVALID_MODEL,
                     "Scan: %d inputs, num_scan_inputs %d, body %d inputs / %d outputs, node %d outputs do not fit",
                     k->n_in, c->M, g->n_in, g->n_out, k->n_out);
-  int n;
-  const int64_t *ax = keel_k_attr_ints(k, "scan_input_axes", &n);
-  const int64_t *dir = keel_k_attr_ints(k, "scan_input_directions", &n);
-  if (!dir) dir = keel_k_attr_ints(k, "directions", &n); /* opset 8 */
+  /* each list keeps its own count: a list shorter than M (or K) must not be
+   * read past its end */
+  int nax, ndir, noax, nodir;
+  const int64_t *ax = keel_k_attr_ints(k, "scan_input_axes", &nax);
+  const int64_t *dir = keel_k_attr_ints(k, "scan_input_directions", &ndir);
+  if (!dir) dir = keel_k_attr_ints(k, "directions", &ndir); /* opset 8 */
+  const int64_t *oax = keel_k_attr_ints(k, "scan_output_axes", &noax);
+  const int64_t *odir = keel_k_attr_ints(k, "scan_output_directions", &nodir);
+  if ((ax && nax != c->M) || (dir && ndir != c->M) || (oax && noax != c->K) ||
+      (odir && nodir != c->K))
+    return keel_err(KEEL_ERR_INVALID_MODEL,
+                    "Scan: axes/directions lists need %d (inputs) and %d (outputs) values",
+                    c->M, c->K);
   for (int32_t i = 0; i < c->M; i++) {
     c->in_axis[i] = ax ? ax[i] : 0;
-    c->in_rev[i] = dir && i < n ? dir[i] != 0 : false;
+    c->in_rev[i] = dir ? dir[i] != 0 : false;
   }
-  const int64_t *oax = keel_k_attr_ints(k, "scan_output_axes", &n);
-  const int64_t *odir = keel_k_attr_ints(k, "scan_output_directions", &n);
   for (int32_t i = 0; i < c->K; i++) {
     c->out_axis[i] = oax ? oax[i] : 0;
-    c->out_rev[i] = odir && i < n ? odir[i] != 0 : false;
+    c->out_rev[i] = odir ? odir[i] != 0 : false;
   }
   return KEEL_OK;
 }
@@ -468,6 +521,21 @@ static keel_status op_scan8(keel_kctx *k, const keel_graph *g) {
   KEEL_TRY(keel_k_in(k, 1 + c.N, &x0));
   if (x0->rank < 1) return keel_err(KEEL_ERR_SHAPE, "Scan (opset 8) inputs need a batch axis");
   int64_t batch = x0->shape[0];
+  /* every state and scan input is sliced along its batch axis, and
+   * sequence_lens read at each batch index: all must have `batch` entries */
+  for (int32_t j = 1; j < k->n_in; j++) {
+    const keel_tensor *x;
+    KEEL_TRY(keel_k_in(k, j, &x));
+    if (x->rank < 1 || x->shape[0] != batch)
+      return keel_err(KEEL_ERR_SHAPE, "Scan (opset 8) input %d has no batch axis of %lld", j,
+                      (long long)batch);
+  }
+  if (keel_k_has_in(k, 0)) {
+    const keel_tensor *sl;
+    KEEL_TRY(keel_k_in(k, 0, &sl));
+    if (keel_tensor_numel(sl) != batch || sl->dtype == KEEL_STRING)
+      return keel_err(KEEL_ERR_SHAPE, "Scan sequence_lens must hold %lld numbers", (long long)batch);
+  }
   keel_val *ctl;
   KEEL_TRY(ctl_slots(k, c.M + c.N + g->n_in + g->n_out, &ctl));
   stack outs[2 * MAX_SCAN_OUTS];

@@ -476,9 +476,12 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
   void *col = NULL;
   int64_t chunk = col_chunk(KEEL_MAX(R, 1), P, es);
   if (R > 0 && mode == CONV_IM2COL) KEEL_TRY(keel_k_scratch_n(k, R * chunk, es, &col));
+  /* An empty spatial input (in_size 0, padded to a non-empty output) has
+   * no data pointer (NULL + 0 is UB) and adds nothing: Y is the bias. */
+  bool taps = R > 0 && w->in_size > 0;
   for (size_t n = 0; n < (size_t)g->n; n++) {
     ty->bias((char *)y + n * ys, b, g->m, P);
-    if (R > 0)
+    if (taps)
       conv_image(ty, g, mode, (const char *)x + n * xs, wt, (char *)y + n * ys, col, chunk);
   }
   return KEEL_OK;

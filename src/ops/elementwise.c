@@ -285,7 +285,7 @@ static keel_status legacy_bshape(keel_kctx *k, const keel_tensor *a, const keel_
   if (keel_k_opset(k) >= 7 || !keel_k_attr_i(k, "broadcast", 0)) return KEEL_OK;
   int64_t axis = keel_k_attr_i(k, "axis", a->rank - b->rank);
   if (axis < 0) axis += a->rank;
-  if (axis < 0 || axis + b->rank > a->rank)
+  if (axis < 0 || axis > a->rank - b->rank) /* not axis + rank: axis may be INT64_MAX */
     return keel_err(KEEL_ERR_SHAPE, "legacy broadcast axis %lld does not fit", (long long)axis);
   bv->rank = a->rank;
   for (int i = 0; i < a->rank; i++)

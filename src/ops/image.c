@@ -531,28 +531,45 @@ static keel_status rs_copy_row(const keel_tensor *x, keel_tensor *y, const rs_ta
 
 /* Nearest: each output copies one input element, found by adding the
  * axes' offsets (table index * input stride); rows along the last axis. */
+typedef struct rs_gctx {
+  const rs_plan *p;
+  const rs_tab *tabs;
+  const keel_tensor *x;
+  keel_tensor *y;
+  int64_t blk[KEEL_MAX_RANK];  /* output elements per index of axis d  */
+  uint8_t fill[16];            /* extrapolation_value as one element of y */
+} rs_gctx;
+
+/* The output block at yoff for axis d onwards. An index that repeats the
+ * previous one on its axis (upsampling) repeats the block just written:
+ * one copy instead of a row-by-row gather, which made large nearest
+ * upsamples with short rows take seconds per call. */
+static keel_status rs_gather_at(const rs_gctx *g, int d, int64_t base, bool oob, int64_t yoff) {
+  const rs_tab *t = &g->tabs[d];
+  int64_t row = g->p->out[g->p->rank - 1];
+  if (d == g->p->rank - 1) return rs_copy_row(g->x, g->y, t, yoff / row, row, base, oob, g->fill);
+  for (int64_t j = 0; j < g->p->out[d]; j++, yoff += g->blk[d]) {
+    if (j > 0 && t->idx[j] == t->idx[j - 1] && t->oob[j] == t->oob[j - 1])
+      KEEL_TRY(keel_tensor_copy_elems(g->y, yoff, g->y, yoff - g->blk[d], g->blk[d]));
+    else
+      KEEL_TRY(rs_gather_at(g, d + 1, base + t->idx[j], oob || t->oob[j], yoff));
+  }
+  return KEEL_OK;
+}
+
 static keel_status rs_gather(const rs_plan *p, rs_tab *tabs, const keel_tensor *x,
                              keel_tensor *y) {
   int r = p->rank;
-  int64_t st = 1;
+  rs_gctx g = {.p = p, .tabs = tabs, .x = x, .y = y};
+  int64_t st = 1, ob = 1;
   for (int d = r - 1; d >= 0; d--) {
     for (int64_t j = 0; j < p->out[d]; j++) tabs[d].idx[j] *= st;
     st *= p->in[d];
+    g.blk[d] = ob;
+    ob *= p->out[d];
   }
-  uint8_t fill[16] = {0}; /* extrapolation_value as one element of y */
-  keel_elem_set_f64(y->dtype, fill, 0, p->extrap);
-  int64_t row = p->out[r - 1], rows = keel_tensor_numel(y) / row, o[KEEL_MAX_RANK] = {0};
-  for (int64_t q = 0; q < rows; q++) {
-    int64_t base = 0;
-    bool oob = false;
-    for (int d = 0; d < r - 1; d++) base += tabs[d].idx[o[d]], oob |= tabs[d].oob[o[d]] != 0;
-    KEEL_TRY(rs_copy_row(x, y, &tabs[r - 1], q, row, base, oob, fill));
-    for (int d = r - 2; d >= 0; d--) { /* odometer over the outer axes */
-      if (++o[d] < p->out[d]) break;
-      o[d] = 0;
-    }
-  }
-  return KEEL_OK;
+  keel_elem_set_f64(y->dtype, g.fill, 0, p->extrap);
+  return rs_gather_at(&g, 0, 0, false, 0);
 }
 
 /* ======================================== Resize: separable passes */
@@ -948,10 +965,14 @@ static keel_status ra_box_of(const ra_args *a, const keel_tensor *rois, int64_t 
   b->x0 = c[0], b->y0 = c[1], b->bh = rh / (double)a->oh, b->bw = rw / (double)a->ow;
   double gh = a->sr > 0 ? (double)a->sr : ceil(rh / (double)a->oh);
   double gw = a->sr > 0 ? (double)a->sr : ceil(rw / (double)a->ow);
+  /* An inverted box samples nothing. Both counts go to 0 then: the other
+   * one may be huge (1e30), and casting it to int64 is UB. */
+  gh = fmax(gh, 0), gw = fmax(gw, 0);
+  if (gh == 0 || gw == 0) gh = gw = 0;
   if (gh * gw > (double)(1 << 24))
     return keel_err(KEEL_ERR_RUNTIME, "RoiAlign: rois[%lld] needs %g x %g samples per bin", (long long)r,
                     gh, gw);
-  b->gh = (int64_t)fmax(gh, 0), b->gw = (int64_t)fmax(gw, 0); /* an inverted box samples nothing */
+  b->gh = (int64_t)gh, b->gw = (int64_t)gw;
   return KEEL_OK;
 }
 

@@ -102,7 +102,9 @@ keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *
 keel_status keel_k_view(keel_kctx *k, int i, const keel_tensor *src, int rank,
                         const int64_t *shape) {
   KEEL_TRY(out_index(k, i));
-  if (keel_shape_numel(rank, shape) != keel_tensor_numel(src))
+  int64_t numel; /* checked like an allocation: an empty view may still not overflow */
+  KEEL_TRY(keel_shape_check(src->dtype, rank, shape, &numel));
+  if (numel != keel_tensor_numel(src))
     return keel_err(KEEL_ERR_INTERNAL, "view changes the element count");
   keel_val *v = k->out[i];
   keel_tensor_view(src, rank, shape, &v->t);

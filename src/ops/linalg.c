@@ -341,6 +341,10 @@ DEF_GEMM_LOOP(gemm_loop_i64, int64_t, uint64_t)
 static void batched_gemm(int w, const void *A, const void *B, void *C, int64_t nb, int64_t M,
                          int64_t N, int64_t K) {
   size_t es = work_size[w];
+  if (K == 0) { /* C = 0; A and B are empty, their data may be NULL (NULL + 0 is UB) */
+    if (nb > 0 && M * N > 0) memset(C, 0, (size_t)(nb * M * N) * es);
+    return;
+  }
   bool blas = w != W_I64 && K > 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX &&
               (double)M * (double)N * (double)K >= EIN_BLAS_MIN;
   for (int64_t b = 0; b < nb && M * N > 0; b++) {

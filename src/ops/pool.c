@@ -147,12 +147,12 @@ typedef struct pool_args {
     for (int64_t p = 0; p < w->out_size; p++, out_next(w, o)) {                          \
       int64_t n = win_taps(w, o, a->taps, &inside);                                      \
       for (int64_t c = 0; c < a->planes; c++) {                                          \
-        const T *xp = x + c * w->in_size;                                                \
+        int64_t xp = c * w->in_size; /* an offset: x is NULL when in_size is 0 */        \
         T best = LOWEST;                                                                 \
         int64_t bi = -1;                                                                 \
         for (int64_t t = 0; t < n; t++)                                                  \
-          if (bi < 0 || xp[a->taps[t]] > best || best != best) /* NaN loses */         \
-            best = xp[a->taps[t]], bi = a->taps[t];                                      \
+          if (bi < 0 || x[xp + a->taps[t]] > best || best != best) /* NaN loses */       \
+            best = x[xp + a->taps[t]], bi = a->taps[t];                                  \
         y[c * w->out_size + p] = best;                                                   \
         if (ind)                                                                         \
           ind[c * w->out_size + p] = bi < 0 ? -1 : c * w->in_size + index_of(w, bi, a->colmajor); \
@@ -175,13 +175,13 @@ DEF_MAXPOOL(maxpool_u8, uint8_t, 0)
     for (int64_t q = 0; q < w->out_size; q++, out_next(w, o)) {                     \
       int64_t n = win_taps(w, o, a->taps, &inside), div = a->include_pad ? inside : n; \
       for (int64_t c = 0; c < a->planes; c++) {                                     \
-        const T *xp = x + c * w->in_size;                                           \
+        int64_t xp = c * w->in_size; /* an offset: x is NULL when in_size is 0 */   \
         T acc = 0;                                                                  \
         if (a->kind == POOL_AVG) {                                                  \
-          for (int64_t t = 0; t < n; t++) acc += xp[a->taps[t]];                    \
+          for (int64_t t = 0; t < n; t++) acc += x[xp + a->taps[t]];                \
           acc = div ? acc / (T)div : (T)0;                                          \
         } else {                                                                    \
-          for (int64_t t = 0; t < n; t++) acc += (T)pow(fabs((double)xp[a->taps[t]]), (double)p); \
+          for (int64_t t = 0; t < n; t++) acc += (T)pow(fabs((double)x[xp + a->taps[t]]), (double)p); \
           acc = (T)pow((double)acc, 1.0 / (double)p);                               \
         }                                                                           \
         y[c * w->out_size + q] = acc;                                               \
@@ -264,12 +264,15 @@ static keel_status op_lp_pool(keel_kctx *k) { return pool_op(k, POOL_LP); }
     const T *x = px; /* (N*C, n) */                                                      \
     T *y = py;       /* (N*C)    */                                                      \
     for (int64_t c = 0; c < planes; c++) {                                               \
-      const T *xp = x + c * n;                                                           \
+      /* x[c * n + i], not a plane pointer: with empty planes x is NULL and      \
+       * NULL + 0 is undefined in C. */                                                  \
       double acc = kind == POOL_MAX ? -INFINITY : 0;                                     \
-      for (int64_t i = 0; i < n; i++)                                                    \
-        if (kind == POOL_MAX) acc = i == 0 || xp[i] > acc || acc != acc ? xp[i] : acc;   \
-        else if (kind == POOL_AVG) acc += xp[i];                                         \
-        else acc += pow(fabs((double)xp[i]), p);                                         \
+      for (int64_t i = 0; i < n; i++) {                                                  \
+        T v = x[c * n + i];                                                              \
+        if (kind == POOL_MAX) acc = i == 0 || v > acc || acc != acc ? v : acc;           \
+        else if (kind == POOL_AVG) acc += v;                                             \
+        else acc += pow(fabs((double)v), p);                                             \
+      }                                                                                  \
       if (kind == POOL_AVG) acc /= (double)n;                                            \
       if (kind == POOL_LP) acc = pow(acc, 1.0 / p);                                      \
       y[c] = (T)acc;                                                                     \

@@ -25,7 +25,9 @@ void keel_rng_seed_node(keel_rng *r, const keel_kctx *k) {
   if (a) { /* mixed: a seeded op must not replay the stream that numpy's
               np.random.seed(s) gives data made with the same seed */
     double s = a->type == KEEL_ATTR_FLOAT ? (double)a->f : (double)a->i;
-    keel_rng_seed(r, mix((uint64_t)(int64_t)(isfinite(s) ? s : 0) + 0x9E3779B97F4A7C15ull));
+    /* clamped: casting NaN, inf or a float past int64's range is UB */
+    s = isfinite(s) ? fmin(fmax(s, -9.2e18), 9.2e18) : 0;
+    keel_rng_seed(r, mix((uint64_t)(int64_t)s + 0x9E3779B97F4A7C15ull));
     return;
   }
   uint64_t t = keel_prim_now_ns() ^ ((uint64_t)k->owner.site << 32) ^ k->owner.iter;

@@ -222,6 +222,8 @@ static keel_status split_sizes(keel_kctx *k, int64_t L, int64_t *sizes, int64_t 
   int64_t sum = 0;
   for (int i = 0; i < cnt; i++) {
     if (sizes[i] < 0) return keel_err(KEEL_ERR_RUNTIME, "split size %lld is negative", (long long)sizes[i]);
+    if (sizes[i] > L - sum) /* compared before adding: the sum of huge sizes overflows */
+      return keel_err(KEEL_ERR_RUNTIME, "split sizes sum past the axis length %lld", (long long)L);
     sum += sizes[i];
   }
   if (sum != L) return keel_err(KEEL_ERR_RUNTIME, "split sizes sum to %lld, the axis has %lld", (long long)sum, (long long)L);

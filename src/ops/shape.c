@@ -680,9 +680,11 @@ static keel_status op_tile(keel_kctx *k) {
     p.dims[2 * i + 1] = x->shape[i];
     p.ss[2 * i + 1] = xs[i];
   }
-  sh_strides(p.r, p.dims, p.ds);
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, shape, &o));
+  /* after the output's size check: each axis may fit while the product of
+   * all repeats overflows */
+  sh_strides(p.r, p.dims, p.ds);
   return sh_copy(o, 0, x, 0, &p);
 }
 

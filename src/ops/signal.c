@@ -548,10 +548,16 @@ static keel_status op_mel(keel_kctx *k) {
   KEEL_TRY(keel_k_scratch(k, (size_t)(m.bins + 2) * sizeof(int64_t), &mem));
   int64_t *corner = mem;
   mel_corners(&m, corner);
-  for (int64_t j = 0; j < spec; j++)
-    for (int64_t i = 0; i < m.bins; i++)
-      keel_elem_set_f64(dt, y->data, (size_t)(j * m.bins + i),
-                        mel_weight(corner[i], corner[i + 1], corner[i + 2], j));
+  if (!y->data) return KEEL_OK;
+  /* Zero bits are 0 in every output type; then only each triangle's span
+   * [l, max(c, h)] is written (corners never decrease). Visiting all of
+   * (spec, bins) took seconds for a large dft_length under the cap. */
+  memset(y->data, 0, keel_tensor_nbytes(y));
+  for (int64_t i = 0; i < m.bins; i++) {
+    int64_t l = corner[i], c = corner[i + 1], h = corner[i + 2];
+    for (int64_t j = KEEL_MAX(l, 0); j <= KEEL_MIN(KEEL_MAX(c, h), spec - 1); j++)
+      keel_elem_set_f64(dt, y->data, (size_t)(j * m.bins + i), mel_weight(l, c, h, j));
+  }
   return KEEL_OK;
 }
 

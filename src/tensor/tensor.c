@@ -23,12 +23,16 @@ keel_status keel_shape_check(int dtype, int rank, const int64_t *shape,
       dtype == KEEL_COMPLEX128)
     return keel_err(KEEL_ERR_UNSUPPORTED, "element type %d (%s) unsupported",
                     dtype, keel_dtype_name((keel_dtype)dtype));
-  int64_t n = 1;
+  /* nz, the product of the nonzero dims, must fit as well: kernels multiply
+   * subsets of the dims (strides, inner sizes) of empty tensors too, so
+   * [0, 2^40, 2^40] is refused like [2^40, 2^40, 0] */
+  int64_t n = 1, nz = 1;
   for (int i = 0; i < rank; i++) {
     if (shape[i] < 0)
       return keel_err(KEEL_ERR_SHAPE, "dimension %d is negative (%lld)", i,
                       (long long)shape[i]);
-    if (keel_mul64_ovf(n, shape[i], &n))
+    if (keel_mul64_ovf(n, shape[i], &n) ||
+        (shape[i] && keel_mul64_ovf(nz, shape[i], &nz)))
       return keel_err(KEEL_ERR_SHAPE, "element count overflows");
   }
   size_t bytes;
