@@ -2,7 +2,8 @@
 # setup.sh: install what keel needs on Debian 12, build, and run.
 #
 #   tools/setup.sh demo   build (release) and run the bundled example model
-#   tools/setup.sh test   build release + ASan/UBSan + TSan and run every test
+#   tools/setup.sh test   build release, ASan/UBSan (gcc and clang) and TSan
+#                         variants and run every test
 #
 # As root it installs missing Debian packages with apt-get; otherwise it
 # prints the apt-get line to run and stops if something is missing.
@@ -10,8 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # python3 and librsvg2-bin: the CLI test checks the trace JSON and renders
-# the memcheck SVG
-PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin)
+# the memcheck SVG; clang: its UBSan also reports NULL+0 and float-to-int
+# overflow, which gcc's does not
+PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin
+          clang libclang-rt-14-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {
@@ -52,6 +55,11 @@ test_all() {
     -DKEEL_SANITIZE_ADDRESS=ON -DKEEL_SANITIZE_UNDEFINED=ON
   echo "== tests: AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer, KEEL_DEBUG=2"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS")
+  build build-clang -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=2 \
+    -DKEEL_SANITIZE_ADDRESS=ON -DKEEL_SANITIZE_UNDEFINED=ON
+  echo "== tests: clang AddressSanitizer + UndefinedBehaviorSanitizer, KEEL_DEBUG=2"
+  (cd build-clang && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS")
   build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEEL_SANITIZE_THREAD=ON
   echo "== tests: ThreadSanitizer (label: thread)"
