@@ -391,37 +391,13 @@ static keel_status differentiate(builder *b) {
 
 /* ============================================================== graphs */
 
-/* Replaces node `at` of g with the builder's nodes. Sub-graphs keep
- * pointing at their owner node: owners are re-pointed after the move. */
-static keel_status splice(builder *b, int32_t at) {
-  keel_graph *g = b->g;
-  int32_t n = g->n_nodes - 1 + b->n;
-  keel_node *nodes = keel_arena_array(b->a, (size_t)n, sizeof(keel_node));
-  if (!nodes) return oom();
-  int32_t k = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (i == at) {
-      for (int32_t j = 0; j < b->n; j++) nodes[k++] = b->nodes[j];
-      continue;
-    }
-    nodes[k++] = g->nodes[i];
-  }
-  for (int32_t i = 0; i < n; i++) {
-    nodes[i].index = i;
-    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
-  }
-  g->nodes = nodes;
-  g->n_nodes = n;
-  return KEEL_OK;
-}
-
 static keel_status graph_pass(keel_model *m, keel_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const keel_node *n = &g->nodes[i];
     if (strcmp(n->op_type, "Gradient") || strcmp(n->domain, GRAD_DOMAIN)) continue;
     builder b = {.a = m->arena, .g = g, .grad = n, .opset = keel_model_opset(m, "")};
     keel_status st = differentiate(&b);
-    if (!st) st = splice(&b, i);
+    if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
     char lb[256];
     if (st) return keel_err_prefix(st, "graph '%s': node %s", g->path, keel_node_label(n, lb, sizeof lb));

@@ -196,6 +196,12 @@ KEEL_INTERNAL int64_t keel_model_opset(const keel_model *m, const char *domain);
  * message names a node. Returns buf. */
 KEEL_INTERNAL const char *keel_node_label(const keel_node *n, char *buf, size_t cap);
 
+/* Replaces node `at` of g with n_with copies of `with`, in order; the node
+ * array is reallocated in the arena, indexes renumbered and sub-graph
+ * owners re-pointed. */
+KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
+                                                  const keel_node *with, int32_t n_with);
+
 /* Find an attribute by name, or NULL. */
 KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,
                                               const char *name);

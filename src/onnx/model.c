@@ -1096,27 +1096,12 @@ static keel_status fn_instance(loader *L, const fn_def *f, const keel_node *call
   return KEEL_OK;
 }
 
-/* Replaces node `at` of g by the function's body; sub-graph owners of the
- * moved nodes are re-pointed. */
+/* Replaces node `at` of g by an instance of the function's body. */
 static keel_status fn_splice(loader *L, keel_graph *g, int32_t at, const fn_def *f) {
-  int32_t n = g->n_nodes - 1 + f->n_body, k = 0;
-  keel_node *nodes = keel_arena_array(L->a, (size_t)n + 1, sizeof(keel_node));
-  if (!nodes) return oom("a function call");
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (i == at) {
-      KEEL_TRY(fn_instance(L, f, &g->nodes[i], nodes + k));
-      k += f->n_body;
-    } else {
-      nodes[k++] = g->nodes[i];
-    }
-  }
-  for (int32_t i = 0; i < n; i++) {
-    nodes[i].index = i;
-    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
-  }
-  g->nodes = nodes;
-  g->n_nodes = n;
-  return KEEL_OK;
+  keel_node *body = keel_arena_array(L->a, (size_t)f->n_body + 1, sizeof(keel_node));
+  if (!body) return oom("a function call");
+  KEEL_TRY(fn_instance(L, f, &g->nodes[at], body));
+  return keel_graph_replace_node(L->a, g, at, body, f->n_body);
 }
 
 /* Inlines every call of a model-local function, functions calling
@@ -1222,22 +1207,4 @@ void keel_onnx_free(keel_model *m) {
   if (m->map_is_copy) keel_sys_free((void *)m->map.addr, m->map.size);
   else keel_prim_unmap(&m->map);
   keel_arena_destroy(m->arena);
-}
-
-int64_t keel_model_opset(const keel_model *m, const char *domain) {
-  for (int32_t i = 0; i < m->n_opsets; i++)
-    if (!strcmp(m->opsets[i].domain, domain)) return m->opsets[i].version;
-  return 0;
-}
-
-const char *keel_node_label(const keel_node *n, char *buf, size_t cap) {
-  if (n->name && n->name[0]) snprintf(buf, cap, "'%s' (%s)", n->name, n->op_type);
-  else snprintf(buf, cap, "#%d (%s)", n->index, n->op_type ? n->op_type : "?");
-  return buf;
-}
-
-const keel_attr *keel_node_attr(const keel_node *n, const char *name) {
-  for (int32_t i = 0; i < n->n_attr; i++)
-    if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
-  return NULL;
 }
