@@ -22,15 +22,24 @@ enum { POOL_MAX, POOL_AVG, POOL_LP };
 
 /* Kernel from kernel_shape (required), then the shared window attributes
  * and output sizes. */
-static keel_status pool_setup(keel_kctx *k, const keel_tensor *x, keel_win *w) {
+/* X's spatial rank and the kernel_shape attribute (required), which must
+ * have one value per spatial dim. */
+static keel_status kernel_shape(keel_kctx *k, const keel_tensor *x, keel_win *w,
+                                const int64_t **ks) {
   if (x->rank < 3)
     return keel_err(KEEL_ERR_SHAPE, "X must be (N, C, D1, ...), got rank %d", x->rank);
   w->nd = x->rank - 2;
   int nk;
-  const int64_t *ks = keel_k_attr_ints(k, "kernel_shape", &nk);
+  *ks = keel_k_attr_ints(k, "kernel_shape", &nk);
   if (nk != w->nd)
     return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape has %d values for %d spatial dims", nk,
                     w->nd);
+  return KEEL_OK;
+}
+
+static keel_status pool_setup(keel_kctx *k, const keel_tensor *x, keel_win *w) {
+  const int64_t *ks;
+  KEEL_TRY(kernel_shape(k, x, w, &ks));
   for (int i = 0; i < w->nd; i++) {
     if (ks[i] < 1 || ks[i] > KEEL_WIN_ATTR_MAX)
       return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape[%d] = %lld is out of range", i,
@@ -324,14 +333,8 @@ static keel_status op_global_lp_pool(keel_kctx *k) { return global_op(k, POOL_LP
 
 /* The shape MaxPool's input had: (in - 1) * s + k - pb - pe per dim. */
 static keel_status unpool_inferred(keel_kctx *k, const keel_tensor *x, keel_win *w) {
-  if (x->rank < 3)
-    return keel_err(KEEL_ERR_SHAPE, "X must be (N, C, D1, ...), got rank %d", x->rank);
-  w->nd = x->rank - 2;
-  int nk;
-  const int64_t *ks = keel_k_attr_ints(k, "kernel_shape", &nk);
-  if (nk != w->nd)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape has %d values for %d spatial dims", nk,
-                    w->nd);
+  const int64_t *ks;
+  KEEL_TRY(kernel_shape(k, x, w, &ks));
   KEEL_TRY(keel_win_read(k, w));
   for (int i = 0; i < w->nd; i++) {
     int64_t v;
