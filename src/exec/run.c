@@ -149,7 +149,12 @@ static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st)
   return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
 }
 
-static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n);
+static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n);
+
+/* Drops the slots whose last use this node was. */
+static void release(keel_frame *f, const keel_node *n) {
+  for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
+}
 
 /* Test-only: keeps a reference to the planted value (keel_debug_plant_leak). */
 static void plant(keel_runctx *R, keel_frame *f, const keel_node *n) {
@@ -159,17 +164,30 @@ static void plant(keel_runctx *R, keel_frame *f, const keel_node *n) {
   if (slot >= 0 && f->slots[slot].kind != KEEL_V_EMPTY) keel_exec_debug_leak(R, &f->slots[slot]);
 }
 
-/* The per-node step with the profiler around it (profiling only). */
-static keel_status run_node_profiled(keel_runctx *R, keel_frame *f, const keel_node *n,
+/* The per-node step: kernel, then releases. */
+static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
+  KEEL_TRY(run_kernel(R, f, n));
+  release(f, n);
+  return KEEL_OK;
+}
+
+/* The same step with the observers around it: the profiler and the
+ * test-only planted leak. Chosen per graph entry, so the plain step above
+ * carries neither. */
+static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_node *n,
                                      struct keel_profile *p) {
-  uint64_t t0;
-  keel_prof_enter(p, n, f->iter, &t0);
-  keel_status st = run_node(R, f, n);
-  keel_prof_leave(p, n, f->iter, t0);
+  uint64_t t0 = 0;
+  if (p) keel_prof_enter(p, n, f->iter, &t0);
+  keel_status st = run_kernel(R, f, n);
+  if (!st && R->s->debug_plant_site) plant(R, f, n);
+  if (!st) release(f, n);
+  if (p) keel_prof_leave(p, n, f->iter, t0);
   return st;
 }
 
-static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
+/* Resolves inputs, calls the kernel, checks its outputs; releases are the
+ * caller's. */
+static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n) {
   keel_status st = KEEL_OK;
   for (int32_t i = 0; i < n->n_in; i++) {
     keel_ref r = n->in[i];
@@ -197,8 +215,6 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
       return node_failed(n, &k, st);
     }
   }
-  if (KEEL_UNLIKELY(R->s->debug_plant_site)) plant(R, f, n);
-  for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
   return KEEL_OK;
 }
 
@@ -274,9 +290,10 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   KEEL_TRY(enter(R, g, parent, inputs, n_inputs, iter, &f));
   keel_status st = KEEL_OK;
   struct keel_profile *prof = atomic_load_explicit(&R->s->profile, memory_order_acquire);
+  bool observed = prof || R->s->debug_plant_site;
   for (int32_t p = 0; p < g->n_nodes && !st; p++) {
     const keel_node *n = &g->nodes[g->order[p]];
-    st = KEEL_LIKELY(!prof) ? run_node(R, f, n) : run_node_profiled(R, f, n, prof);
+    st = KEEL_LIKELY(!observed) ? run_node(R, f, n) : run_node_observed(R, f, n, prof);
   }
   if (!st) st = collect_outputs(R, f, outputs);
   if (st) {
