@@ -29,6 +29,16 @@
 extern "C" {
 #endif
 
+/* Every public function is declared KEEL_API: exported from libkeel.so
+ * (which is built with hidden visibility, so nothing else is). */
+#if defined(_WIN32)
+#define KEEL_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define KEEL_API __attribute__((visibility("default")))
+#else
+#define KEEL_API
+#endif
+
 #define KEEL_VERSION_MAJOR 0
 #define KEEL_VERSION_MINOR 1
 #define KEEL_VERSION_PATCH 0
@@ -49,12 +59,12 @@ typedef enum keel_status {
 } keel_status;
 
 /* Short fixed text for a status code ("invalid model"). Never NULL. */
-const char *keel_status_str(keel_status s);
+KEEL_API const char *keel_status_str(keel_status s);
 
 /* The detailed message of the last error raised on the calling thread.
  * Never NULL; "" when no error was raised yet. Valid until the next keel
  * call on this thread. */
-const char *keel_last_error(void);
+KEEL_API const char *keel_last_error(void);
 
 /* ------------------------------------------------------------ data types */
 
@@ -80,9 +90,9 @@ typedef enum keel_dtype {
 } keel_dtype;
 
 /* "float32", "int64", ... ; "undefined" for unknown codes. */
-const char *keel_dtype_name(keel_dtype t);
+KEEL_API const char *keel_dtype_name(keel_dtype t);
 /* Bytes per element; 0 for UNDEFINED, sizeof(keel_string) for STRING. */
-size_t keel_dtype_size(keel_dtype t);
+KEEL_API size_t keel_dtype_size(keel_dtype t);
 
 /* The highest tensor rank keel handles. */
 #define KEEL_MAX_RANK 12
@@ -108,14 +118,14 @@ typedef enum keel_value_kind {
 /* Create a tensor owned by the caller, with a copy of `data` (may be NULL:
  * zero-filled). The bytes come from the session's allocator. For STRING,
  * `data` points to `numel` keel_string entries whose bytes are copied. */
-keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
+KEEL_API keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
                                const int64_t *shape, const void *data,
                                keel_value_t **out);
 
 /* Create a tensor over caller memory, without copying. The memory must stay
  * valid and unchanged until every value that refers to it is released;
  * `on_release(ud)` (may be NULL) is called then. Not for STRING. */
-keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
+KEEL_API keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
                              const int64_t *shape, void *data,
                              void (*on_release)(void *ud), void *ud,
                              keel_value_t **out);
@@ -123,42 +133,42 @@ keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
 /* Sequences and optionals for models that take them as inputs. `items` are
  * borrowed (keel takes its own references). elem_dtype may be UNDEFINED for
  * an empty sequence. */
-keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
+KEEL_API keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
                                  keel_value_t *const *items, size_t n,
                                  keel_value_t **out);
-keel_status keel_none_create(keel_session_t *s, keel_value_t **out);
+KEEL_API keel_status keel_none_create(keel_session_t *s, keel_value_t **out);
 
 /* Read a serialized ONNX TensorProto, SequenceProto or OptionalProto (as in
  * the backend test data sets). `kind_hint` says which message the bytes hold:
  * KEEL_KIND_TENSOR, KEEL_KIND_SEQUENCE or KEEL_KIND_NONE (OptionalProto). */
-keel_status keel_value_from_pb(keel_session_t *s, const void *bytes,
+KEEL_API keel_status keel_value_from_pb(keel_session_t *s, const void *bytes,
                                size_t len, keel_value_kind kind_hint,
                                keel_value_t **out);
 /* Serialize a value as a TensorProto / SequenceProto / OptionalProto named
  * `name`. The buffer is malloc'ed; free it with keel_free. */
-keel_status keel_value_to_pb(const keel_value_t *v, const char *name,
+KEEL_API keel_status keel_value_to_pb(const keel_value_t *v, const char *name,
                              void **bytes, size_t *len);
 
-void keel_value_release(keel_value_t *v);
+KEEL_API void keel_value_release(keel_value_t *v);
 /* Another reference to the same value (cheap; no data copy). */
-keel_value_t *keel_value_retain(keel_value_t *v);
+KEEL_API keel_value_t *keel_value_retain(keel_value_t *v);
 
-keel_value_kind keel_value_kind_of(const keel_value_t *v);
-keel_dtype keel_value_dtype(const keel_value_t *v);   /* elem type for seqs */
-int keel_value_rank(const keel_value_t *v);           /* -1 if not a tensor */
-const int64_t *keel_value_shape(const keel_value_t *v);
-int64_t keel_value_numel(const keel_value_t *v);
+KEEL_API keel_value_kind keel_value_kind_of(const keel_value_t *v);
+KEEL_API keel_dtype keel_value_dtype(const keel_value_t *v);   /* elem type for seqs */
+KEEL_API int keel_value_rank(const keel_value_t *v);           /* -1 if not a tensor */
+KEEL_API const int64_t *keel_value_shape(const keel_value_t *v);
+KEEL_API int64_t keel_value_numel(const keel_value_t *v);
 /* Element data of a tensor (keel_string* for STRING); NULL if empty. */
-const void *keel_value_data(const keel_value_t *v);
+KEEL_API const void *keel_value_data(const keel_value_t *v);
 /* Element i of a numeric or bool tensor as a double (float16 and bfloat16
  * widened); NaN when out of range or not numeric. */
-double keel_value_at(const keel_value_t *v, int64_t i);
-size_t keel_sequence_length(const keel_value_t *v);
+KEEL_API double keel_value_at(const keel_value_t *v, int64_t i);
+KEEL_API size_t keel_sequence_length(const keel_value_t *v);
 /* Borrowed: valid while `v` is alive. */
-const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i);
+KEEL_API const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i);
 
 /* Free memory keel returned with malloc (keel_value_to_pb, keel_info_json). */
-void keel_free(void *p);
+KEEL_API void keel_free(void *p);
 
 /* -------------------------------------------------------------- sessions */
 
@@ -188,18 +198,18 @@ typedef struct keel_options {
 
 /* Load a model from a file, mapped into memory: initializer bytes are not
  * copied. `opts` may be NULL. */
-keel_status keel_session_create(const char *path, const keel_options *opts,
+KEEL_API keel_status keel_session_create(const char *path, const keel_options *opts,
                                 keel_session_t **out);
 /* Load a model from bytes in memory. The bytes are copied; the caller may
  * free them after the call. External data is resolved against `base_dir`
  * (may be NULL: external data is then an error). */
-keel_status keel_session_create_from_memory(const void *bytes, size_t len,
+KEEL_API keel_status keel_session_create_from_memory(const void *bytes, size_t len,
                                             const char *base_dir,
                                             const keel_options *opts,
                                             keel_session_t **out);
 /* Values created from the session stay valid after destroy; the allocator
  * lives until the last of them is released. */
-void keel_session_destroy(keel_session_t *s);
+KEEL_API void keel_session_destroy(keel_session_t *s);
 
 /* Description of a graph input or output. Strings are borrowed from the
  * session. dims[i] < 0 means unknown; dim_params[i] is its symbolic name or
@@ -216,31 +226,31 @@ typedef struct keel_io_info {
   const char *const *dim_params;
 } keel_io_info;
 
-size_t keel_session_input_count(const keel_session_t *s);
-size_t keel_session_output_count(const keel_session_t *s);
-keel_status keel_session_input(const keel_session_t *s, size_t i,
+KEEL_API size_t keel_session_input_count(const keel_session_t *s);
+KEEL_API size_t keel_session_output_count(const keel_session_t *s);
+KEEL_API keel_status keel_session_input(const keel_session_t *s, size_t i,
                                keel_io_info *info);
-keel_status keel_session_output(const keel_session_t *s, size_t i,
+KEEL_API keel_status keel_session_output(const keel_session_t *s, size_t i,
                                 keel_io_info *info);
 
 /* Run the model. `names[i]` names the graph input fed by `inputs[i]`.
  * Inputs that have an initializer may be omitted. On success, `outputs` (an
  * array of keel_session_output_count() slots) receives one owned value per
  * graph output. Thread-safe: many threads may run one session at once. */
-keel_status keel_run(keel_session_t *s, const char *const *names,
+KEEL_API keel_status keel_run(keel_session_t *s, const char *const *names,
                      keel_value_t *const *inputs, size_t n_inputs,
                      keel_value_t **outputs);
 
 /* 1 when the model holds ops that draw random numbers (Bernoulli,
  * RandomUniform, ...): its results differ between runtimes and, for nodes
  * without a seed, between runs. */
-int keel_session_is_random(const keel_session_t *s);
+KEEL_API int keel_session_is_random(const keel_session_t *s);
 
 /* A description of the model: producer, IR version, opsets, inputs and
  * outputs, node counts by op type, the control-flow tree (which node holds
  * which sub-graph, at what depth) and weight bytes; as text (json = 0) or
  * as a JSON object (json = 1). Free *out with keel_free. */
-keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
+KEEL_API keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
 
 /* --------------------------------------------------------- operators */
 
@@ -255,8 +265,8 @@ typedef struct keel_op_desc {
   int random;            /* draws random numbers                           */
 } keel_op_desc;
 
-size_t keel_op_count(void);
-keel_status keel_op_get(size_t i, keel_op_desc *d);
+KEEL_API size_t keel_op_count(void);
+KEEL_API keel_status keel_op_get(size_t i, keel_op_desc *d);
 
 #ifdef __cplusplus
 }

@@ -41,15 +41,15 @@ typedef struct keel_stats {
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */
-keel_status keel_stats_get(const keel_session_t *s, keel_stats *st);
+KEEL_API keel_status keel_stats_get(const keel_session_t *s, keel_stats *st);
 /* Reset the peaks to the current values. */
-void keel_stats_reset_peaks(keel_session_t *s);
+KEEL_API void keel_stats_reset_peaks(keel_session_t *s);
 /* Return every free segment to the system; returns the bytes released. */
-size_t keel_mem_trim(keel_session_t *s);
+KEEL_API size_t keel_mem_trim(keel_session_t *s);
 /* Change the cap on reserved bytes (0 = none). */
-void keel_mem_set_limit(keel_session_t *s, size_t limit);
+KEEL_API void keel_mem_set_limit(keel_session_t *s, size_t limit);
 /* Print a human-readable summary through `out` (one call per line). */
-void keel_stats_print(const keel_session_t *s,
+KEEL_API void keel_stats_print(const keel_session_t *s,
                       void (*out)(void *arg, const char *line), void *arg);
 
 /* ---------------------------------------------------------------------
@@ -74,12 +74,12 @@ typedef struct keel_live_filter {
 } keel_live_filter;
 
 /* A mark for "blocks allocated from now on" (a sequence number). */
-uint64_t keel_mem_mark(const keel_session_t *s);
+KEEL_API uint64_t keel_mem_mark(const keel_session_t *s);
 /* Every live block matching `f` (may be NULL), grouped by owner, largest
  * first, one line per owner ("12.0 KB in 3 block(s): main/loop/body: node
  * 'add' (Add) value 'y' iteration 5"), as text or a JSON array. *bytes (may
  * be NULL) receives the matched total. Free *out with keel_free. */
-keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f,
+KEEL_API keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f,
                                  int json, char **out, uint64_t *bytes);
 
 /* ---------------------------------------------------------------------
@@ -90,9 +90,9 @@ keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter
 enum { KEEL_PROFILE_MEMORY = 1, KEEL_PROFILE_TRACE = 2 };
 
 /* Starts recording (clearing earlier records). */
-keel_status keel_profile_start(keel_session_t *s, unsigned what);
+KEEL_API keel_status keel_profile_start(keel_session_t *s, unsigned what);
 /* Stops recording; the records stay until the next start or destroy. */
-void keel_profile_stop(keel_session_t *s);
+KEEL_API void keel_profile_stop(keel_session_t *s);
 
 typedef struct keel_node_mem {
   const char *path, *node, *op; /* borrowed from the session               */
@@ -108,32 +108,32 @@ typedef struct keel_node_mem {
 
 /* The records of every node that ran (up to cap); returns how many there
  * are. */
-size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t cap);
+KEEL_API size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t cap);
 /* Bytes and blocks allocated while recording for values made through the
  * API (run inputs) and by the session itself: the rest of the total. */
-void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allocs);
+KEEL_API void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allocs);
 /* A table of the `top` nodes by bytes allocated, with totals over all
  * nodes and the allocator's own figures for comparison. */
-keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **text);
+KEEL_API keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **text);
 /* The timeline in Chrome's trace-event format (opens in Perfetto and
  * chrome://tracing): a duration event per node execution and counter
  * events for allocated and reserved bytes. */
-keel_status keel_profile_trace_json(const keel_session_t *s, char **json);
+KEEL_API keel_status keel_profile_trace_json(const keel_session_t *s, char **json);
 
 /* Test-only: when on, control flow keeps an extra reference to every
  * result of every sub-graph it runs (the If-branch leak of the detector
  * report), so tests can prove the steady-state checks catch such a leak. */
-void keel_debug_leak_subgraph_results(keel_session_t *s, int on);
+KEEL_API void keel_debug_leak_subgraph_results(keel_session_t *s, int on);
 
 /* Test-only: keeps one extra reference to the value named `value` every
  * time a node produces it (a planted leak; NULL removes it). Returns
  * KEEL_ERR_INVALID_ARG when no node produces such a value. */
-keel_status keel_debug_plant_leak(keel_session_t *s, const char *value);
+KEEL_API keel_status keel_debug_plant_leak(keel_session_t *s, const char *value);
 
 /* Bytes keel currently holds from the system in this process, over all
  * sessions: segments, bookkeeping, model mappings excluded. Zero when nothing
  * keel made is alive; tests assert that at exit. */
-uint64_t keel_process_bytes(void);
+KEEL_API uint64_t keel_process_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -14,3 +14,12 @@ for folder in node pytorch-converted pytorch-operator simple; do
   mv "$list.new" "$list"
   echo "$folder: $(wc -l < "$list") tests listed"
 done
+# current ONNX's node tests (../shared/onnx-tests/node), when present
+CURRENT=../shared/onnx-tests/node
+if [[ -d $CURRENT ]]; then
+  list=tests/conformance/onnx-node-current.pass
+  out=$("$KEEL" test "$CURRENT" || true)
+  sed -n 's/^PASS \(.*\)$/\1/p' <<<"$out" | cat - "$list" | sort -u > "$list.new"
+  mv "$list.new" "$list"
+  echo "onnx-tests/node: $(wc -l < "$list") tests listed"
+fi
