@@ -194,6 +194,11 @@ typedef struct keel_options {
                        size_t allocated_bytes);
   void *iteration_ud;
   unsigned flags;        /* KEEL_OPT_*                                      */
+  /* Threads that compute one run (the caller plus threads - 1 workers of
+   * the session's pool); 0 = the CPUs this process may run on. Concurrent
+   * runs on one session share the pool: a run that finds it busy computes
+   * on its own thread alone. */
+  int threads;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

@@ -9,7 +9,9 @@
  */
 #include <stdio.h>
 
+#include "../base/pool.h"
 #include "../ir/scope.h"
+#include "../ops/conv_util.h"
 #include "../mem/sysmem.h"
 #include "../onnx/onnx.h"
 #include "exec.h"
@@ -112,6 +114,8 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (!st) st = keel_pool_create(s->opts.threads, &s->threads);
+  if (!st) keel_blas_init();
   if (st) {
     keel_err_prefix(st, "%s", m->path);
     keel_session_destroy(s);
@@ -168,6 +172,7 @@ void keel_session_destroy(keel_session_t *s) {
   if (s->heap) keel_profile_stop(s);
   keel_profile_free(s->profile_done);
   keel_run_pool_free(s);
+  keel_pool_destroy(s->threads);
   for (size_t i = 0; i < s->n_leaked; i++) keel_val_clear(&s->leaked[i]);
   keel_sys_free(s->leaked, s->cap_leaked * sizeof(keel_val));
   const keel_graph *g = s->m->main;

@@ -305,11 +305,11 @@ DEF_DIRECT(direct_i32, int32_t, uint32_t)
 /* C (M x N) = op(A) x B, or += when acc. */
 static void gemm_f32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f32(ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
+  keel_gemm_f32(NULL, ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
 static void gemm_f64(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f64(ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
+  keel_gemm_f64(NULL, ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
 }
 static void gemm_i32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {

@@ -45,6 +45,7 @@ typedef struct keel_kctx {
   int32_t n_in, n_out;
   keel_heap *heap;
   keel_owner owner;            /* site of output 0, current iteration      */
+  struct keel_pool *pool;      /* the session's threads (base/pool.h)     */
   struct keel_runctx *run;        /* executor state (control flow only)       */
   struct keel_frame *frame;
   int32_t n_scratch;
