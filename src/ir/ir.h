@@ -111,7 +111,10 @@ typedef struct keel_node {
   keel_ref *implicit;
   /* -- bound at session creation */
   const struct keel_opdef *op;
+  const struct keel_impl *impl; /* a faster implementation, or NULL: op->fn */
+  void *prep;                  /* impl's prepared state (session-owned)    */
   uint32_t site;               /* owner-tag site of output 0; +i for output i */
+  uint32_t prep_site;          /* owner-tag site of its prepared state     */
   /* -- plan */
   int32_t n_release;
   int32_t *release;            /* slots to drop right after the node runs  */
