@@ -180,7 +180,10 @@ typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
 enum {
   /* Blocks carry no owner tags (for measuring what the tags cost; reports
    * then name the session only). */
-  KEEL_OPT_NO_OWNER_TAGS = 1
+  KEEL_OPT_NO_OWNER_TAGS = 1,
+  /* Run the model exactly as written: no optimizing graph passes (fusion,
+   * constant folding); for comparing against the optimized model. */
+  KEEL_OPT_NO_GRAPH_PASSES = 2
 };
 
 typedef struct keel_options {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "../base/pool.h"
+#include "../ir/pass.h"
 #include "../ir/scope.h"
 #include "../ops/conv_util.h"
 #include "../mem/sysmem.h"
@@ -174,7 +175,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
-  keel_status st = keel_ir_autodiff(m);
+  keel_status st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
   if (!st) st = bind(s);

@@ -22,6 +22,7 @@
  */
 #include <limits.h>
 
+#include "activation.h"
 #include "bcast.h"
 #include "conv_util.h"
 
@@ -609,9 +610,13 @@ static keel_status conv_float(keel_kctx *k, bool tr) {
   KEEL_TRY(keel_k_out(k, 0, x->dtype, g.rank, g.yshape, &y));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   run_fn run = tr ? convtr_run : conv_run;
-  if (keel_is_half(x->dtype)) return run_half(k, run, &g, x, wt, b, y);
-  return run(k, x->dtype == KEEL_FLOAT ? &TY_F32 : &TY_F64, &g, x->data, wt->data,
-             b ? b->data : NULL, y->data);
+  keel_act act;
+  KEEL_TRY(keel_act_of(k->node, &act));
+  if (keel_is_half(x->dtype)) KEEL_TRY(run_half(k, run, &g, x, wt, b, y));
+  else
+    KEEL_TRY(run(k, x->dtype == KEEL_FLOAT ? &TY_F32 : &TY_F64, &g, x->data, wt->data,
+                 b ? b->data : NULL, y->data));
+  return keel_act_apply(&act, y);
 }
 
 static keel_status op_conv(keel_kctx *k) { return conv_float(k, false); }
