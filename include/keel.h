@@ -183,7 +183,11 @@ enum {
   KEEL_OPT_NO_OWNER_TAGS = 1,
   /* Run the model exactly as written: no optimizing graph passes (fusion,
    * constant folding); for comparing against the optimized model. */
-  KEEL_OPT_NO_GRAPH_PASSES = 2
+  KEEL_OPT_NO_GRAPH_PASSES = 2,
+  /* Bind every node to its op's reference kernel, never a faster
+   * implementation (keel info lists which ones a session uses); the tests
+   * compare the two. */
+  KEEL_OPT_REFERENCE_KERNELS = 4
 };
 
 typedef struct keel_options {

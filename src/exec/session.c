@@ -78,7 +78,7 @@ static keel_status bind(keel_session_t *s) {
  * heap and the pool. */
 static keel_status prepare_node(keel_session_t *s, keel_node *n) {
   const keel_impl *const *im = n->op->impls;
-  if (!im) return KEEL_OK;
+  if (!im || (s->opts.flags & KEEL_OPT_REFERENCE_KERNELS)) return KEEL_OK;
   const keel_tensor *consts[KEEL_IMPL_MAX_IN];
   if (n->n_in > KEEL_IMPL_MAX_IN) return KEEL_OK; /* such nodes keep the reference */
   node_consts(s, n, consts);

@@ -619,7 +619,7 @@ static keel_status conv_float(keel_kctx *k, bool tr) {
   return keel_act_apply(&act, y);
 }
 
-static keel_status op_conv(keel_kctx *k) { return conv_float(k, false); }
+keel_status keel_op_conv_ref(keel_kctx *k) { return conv_float(k, false); }
 static keel_status op_conv_transpose(keel_kctx *k) { return conv_float(k, true); }
 
 /* ================================================== quantized convs */
@@ -761,7 +761,7 @@ static keel_status op_qlinear_conv(keel_kctx *k) {
 /* Element-type sets used in the table below. */
 #define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 const keel_opdef keel_ops_conv[] = {
-    {"", "Conv", 1, KEEL_OPSET_MAX, op_conv, 0, KEEL_TS_FLOAT},
+    {"", "Conv", 1, KEEL_OPSET_MAX, keel_op_conv_ref, 0, KEEL_TS_FLOAT, keel_conv_impls},
     {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose, 0, KEEL_TS_FLOAT},
     {"", "ConvInteger", 10, KEEL_OPSET_MAX, op_conv_integer, 0, Q8},
     {"", "QLinearConv", 10, KEEL_OPSET_MAX, op_qlinear_conv, 0, Q8},

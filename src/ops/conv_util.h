@@ -62,6 +62,14 @@ static inline int64_t keel_win_ext(const keel_win *w, int i) {
   return (w->k[i] - 1) * w->d[i] + 1;
 }
 
+/* ============================================================ Conv */
+
+/* Conv's reference kernel (conv.c: im2col + GEMM, every case the op
+ * allows) and its faster implementations (conv_fast.c), which fall back
+ * to the reference for inputs they do not take. */
+KEEL_INTERNAL keel_status keel_op_conv_ref(keel_kctx *k);
+extern const keel_impl *const keel_conv_impls[];
+
 /* ============================================================ GEMM */
 
 /* KEEL_ERR_UNSUPPORTED when `largest` (the biggest dimension or leading
