@@ -103,18 +103,29 @@ static dw_block_fn dw_pick(void) {
 static _Atomic(dw_block_fn) g_dw_block; /* picked once, at the first bind */
 
 /* p (hp, wp, CB) = channels c0 .. c0+nc of image x (C, H, W), shifted by
- * the begin pads, zeros elsewhere (padding and the channel tail). */
+ * the begin pads, zeros elsewhere: the padding rows and columns and, in a
+ * tail block, the lanes past nc. Only those are cleared, not the whole
+ * buffer: the interior is overwritten anyway. */
 static void dw_pad(const dw_job *j, const float *x, int nc, float *p) {
   const keel_win *w = &j->w;
-  int64_t H = w->in[0], W = w->in[1], t = w->pb[0], l = w->pb[1];
-  memset(p, 0, sizeof(float) * (size_t)(j->hp * j->wp * CB));
-  int64_t r0 = KEEL_MAX(t, 0), r1 = KEEL_MIN(t + H, j->hp);
-  int64_t q0 = KEEL_MAX(l, 0), q1 = KEEL_MIN(l + W, j->wp);
+  int64_t H = w->in[0], W = w->in[1], t = w->pb[0], l = w->pb[1], wp = j->wp;
+  int64_t r0 = KEEL_MIN(KEEL_MAX(t, 0), j->hp), r1 = KEEL_MAX(KEEL_MIN(t + H, j->hp), r0);
+  int64_t q0 = KEEL_MIN(KEEL_MAX(l, 0), wp), q1 = KEEL_MAX(KEEL_MIN(l + W, wp), q0);
+  size_t row = sizeof(float) * (size_t)(wp * CB);
+  memset(p, 0, row * (size_t)r0);
+  memset(p + r1 * wp * CB, 0, row * (size_t)(j->hp - r1));
+  for (int64_t r = r0; r < r1; r++) {
+    float *pr = p + r * wp * CB;
+    memset(pr, 0, sizeof(float) * (size_t)(q0 * CB));
+    memset(pr + q1 * CB, 0, sizeof(float) * (size_t)((wp - q1) * CB));
+    if (nc < CB)
+      for (int64_t q = q0; q < q1; q++) memset(pr + q * CB + nc, 0, sizeof(float) * (size_t)(CB - nc));
+  }
   for (int ch = 0; ch < nc; ch++) {
     const float *xc = x + ch * H * W;
     for (int64_t r = r0; r < r1; r++) {
       const float *src = xc + (r - t) * W;
-      float *dst = p + r * j->wp * CB + ch;
+      float *dst = p + r * wp * CB + ch;
       for (int64_t q = q0; q < q1; q++) dst[q * CB] = src[q - l];
     }
   }
