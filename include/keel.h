@@ -194,6 +194,9 @@ typedef struct keel_options {
                        size_t allocated_bytes);
   void *iteration_ud;
   unsigned flags;        /* KEEL_OPT_*                                      */
+  /* Threads for intra-op parallelism; 0 = the default. (Read by the thread
+   * pool of issue 8; `keel bench --threads N` sets it.) */
+  unsigned threads;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not
