@@ -282,6 +282,10 @@ static void print_ops(const bench_args *a, const bench_result *r) {
 
 static void print_flops(const bench_args *a, const bench_result *r) {
   double runs = (double)a->profile_runs;
+  if (!r->n_fl) {
+    printf("FLOPs: no Conv, ConvTranspose, MatMul or Gemm node ran\n");
+    return;
+  }
   printf("FLOPs by class (2 per multiply-add, from the shapes of each node's last run):\n");
   printf("  %-20s %6s %11s %11s %9s %s\n", "class", "nodes", "GFLOP/run", "ms/run", "GFLOP/s",
          a->peak_gflops > 0 ? "  of peak" : "");
