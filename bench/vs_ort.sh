@@ -19,8 +19,9 @@
 # (sized from a first keel run to about S seconds). Medians are over every
 # timed run of every round; peak RSS is the median over rounds of each
 # process's VmHWM (ORT's minus the node host's baseline before loading ORT).
-# Prints the CPU model and flags, one row per model and thread count, and
-# the geometric mean of keel/ORT per thread count; writes the table and
+# Prints the CPU model and flags, one row per model and thread count (with
+# the spread of the per-round ratios and keel's peak RSS over issue 8's
+# bound), and the geometric mean of keel/ORT per thread count; writes the table and
 # every JSON file under --out (default build/bench-results/).
 # --quick: 2 rounds of ~0.5 s each (default: 5 rounds of ~2 s).
 set -euo pipefail
@@ -124,9 +125,12 @@ def load(rt, m, t):
             for r in range(1, rounds + 1)]
 mb = lambda b: b / 1048576
 print(f"CPU: {cpu}; flags: {flags.strip()}")
-print(f"keel {kv} vs onnxruntime-node {ov}; {rounds} round(s), alternating; medians over all timed runs\n")
-print("| model | threads | keel median ms | ORT median ms | keel/ORT | keel peak RSS MB | ORT peak RSS MB (net) |")
-print("|---|---:|---:|---:|---:|---:|---:|")
+print(f"keel {kv} vs onnxruntime-node {ov}; {rounds} round(s), alternating; medians over all timed runs;")
+print(f"per-round: the lowest and highest ratio of one round's medians; bound: issue 8's "
+      f"1.1 x weights + allocated peak + 16 MB; load average at the end: {os.getloadavg()[0]:.1f}\n")
+print("| model | threads | keel median ms | ORT median ms | keel/ORT | per-round keel/ORT | "
+      "keel peak RSS MB | ORT peak RSS MB (net) | keel RSS / bound |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 geo = {}
 for t in threads:
     for m in models:
@@ -135,8 +139,11 @@ for t in threads:
         om = statistics.median([x for j in o for x in j["times_ms"]])
         krss = statistics.median([j["peak_rss"] for j in k])
         orss = statistics.median([j["peak_rss_net"] for j in o])
+        per = sorted(a["median_ms"] / b["median_ms"] for a, b in zip(k, o))
+        bound = statistics.median([j["peak_rss"] / j["rss_bound"] for j in k if j.get("rss_bound")] or [0])
         geo.setdefault(t, []).append(km / om)
-        print(f"| {m} | {t} | {km:.3f} | {om:.3f} | {km / om:.2f} | {mb(krss):.1f} | {mb(orss):.1f} |")
+        print(f"| {m} | {t} | {km:.3f} | {om:.3f} | {km / om:.2f} | {per[0]:.2f}-{per[-1]:.2f} | "
+              f"{mb(krss):.1f} | {mb(orss):.1f} | {bound:.2f} |")
 print()
 for t in threads:
     g = math.exp(sum(math.log(r) for r in geo[t]) / len(geo[t]))

@@ -30,6 +30,7 @@ cat "$tmp/out"
 for pat in "^model " "^threads   1" "^latency   median [0-9.]* ms   p90 [0-9.]* ms" \
            "over 3 timed run(s) after 1 warmup run(s)" "^rate      [0-9.]* runs/s" \
            "^memory    peak RSS [0-9.]* [KMG]*B   allocated peak .*reserved peak" \
+           "^bound     1.1 x weights .* = .*: peak RSS is [0-9.]* of it" \
            "^time by op type (3 profiled run(s)" "^  Conv  *1  *1 .*100.0%" \
            "(outside nodes)" "^  Conv dense KxK  *1 "; do
   check "output has '$pat'" has "$pat"
@@ -44,6 +45,7 @@ assert d["runtime"] == "keel" and d["iters"] == n, d
 assert len(d["times_ms"]) == n and all(t > 0 for t in d["times_ms"]), d["times_ms"]
 assert min(d["times_ms"]) <= d["median_ms"] <= d["p90_ms"] <= max(d["times_ms"]), d
 assert d["peak_rss"] > 0 and d["reserved_peak"] >= d["allocated_peak"] > 0, d
+assert d["weight_bytes"] >= 0 and d["rss_bound"] >= 1.1 * d["weight_bytes"] + 16 * 2**20, d
 ops = {o["name"]: o for o in d["ops"]}
 assert ops[op]["nodes"] == 1 and abs(sum(o["share"] for o in d["ops"]) - 1) < 1e-3, d["ops"]
 got = sum(f["flop_per_run"] for f in d["flops"])

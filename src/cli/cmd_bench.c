@@ -27,7 +27,7 @@ typedef struct op_row {
 
 typedef struct bench_result {
   double median, p90, min, mean;    /* seconds */
-  uint64_t peak_rss, alloc_peak, reserved_peak;
+  uint64_t peak_rss, alloc_peak, reserved_peak, weight_bytes;
   op_row *ops, *fl;
   size_t n_ops, n_fl;
   uint64_t prof_ns, wall_ns;        /* summed over the profiled runs */
@@ -114,6 +114,21 @@ static uint64_t peak_rss(void) {
   return (uint64_t)kb * 1024;
 }
 
+/* The model's weight bytes (keel_session_describe's "weight_bytes"). */
+static uint64_t weight_bytes(const keel_session_t *s) {
+  char *json;
+  if (keel_session_describe(s, 1, &json)) return 0;
+  const char *p = strstr(json, "\"weight_bytes\":");
+  uint64_t w = p ? strtoull(p + strlen("\"weight_bytes\":"), NULL, 10) : 0;
+  keel_free(json);
+  return w;
+}
+
+/* Issue 8's memory bound: 1.1 x weights + peak allocated + 16 MB. */
+static double rss_bound(const bench_result *r) {
+  return 1.1 * (double)r->weight_bytes + (double)r->alloc_peak + 16.0 * 1048576.0;
+}
+
 /* `n` runs; times[i] in seconds when times is not NULL. */
 static int run_n(keel_session_t *s, cli_inputs *in, long n, double *times) {
   size_t nout = keel_session_output_count(s);
@@ -149,6 +164,7 @@ static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, do
   keel_stats_reset_peaks(s);
   if ((rc = run_n(s, in, a->iters, times))) return rc;
   r->peak_rss = peak_rss();
+  r->weight_bytes = weight_bytes(s);
   keel_stats st = {.size = sizeof st};
   if (keel_stats_get(s, &st) == KEEL_OK) r->alloc_peak = st.allocated_peak, r->reserved_peak = st.reserved_peak;
   size_t n = (size_t)a->iters;
@@ -317,6 +333,10 @@ static void print_result(const bench_args *a, const bench_result *r) {
   printf("memory    peak RSS %s   allocated peak %s   reserved peak %s\n",
          cli_bytes(r->peak_rss, b1, sizeof b1), cli_bytes(r->alloc_peak, b2, sizeof b2),
          cli_bytes(r->reserved_peak, b3, sizeof b3));
+  char b4[32], b5[32];
+  printf("bound     1.1 x weights %s + allocated peak + 16 MB = %s: peak RSS is %.2f of it\n",
+         cli_bytes(r->weight_bytes, b4, sizeof b4), cli_bytes((uint64_t)rss_bound(r), b5, sizeof b5),
+         (double)r->peak_rss / rss_bound(r));
   if (a->profile_runs) print_ops(a, r);
   if (a->profile_runs && a->flops) print_flops(a, r);
 }
@@ -344,12 +364,12 @@ static int write_json(const bench_args *a, const bench_result *r, const double *
   fprintf(f, "{\"runtime\": \"keel\", \"threads\": %ld, \"iters\": %ld, \"warmup\": %ld,\n"
              " \"median_ms\": %.6f, \"p90_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f,"
              " \"runs_per_s\": %.3f,\n \"peak_rss\": %llu, \"allocated_peak\": %llu,"
-             " \"reserved_peak\": %llu,\n \"profile_runs\": %ld, \"profile_wall_ms\": %.6f,\n"
-             " \"times_ms\": [",
+             " \"reserved_peak\": %llu,\n \"weight_bytes\": %llu, \"rss_bound\": %.0f,"
+             " \"profile_runs\": %ld, \"profile_wall_ms\": %.6f,\n \"times_ms\": [",
           a->threads, a->iters, a->warmup, r->median * 1e3, r->p90 * 1e3, r->min * 1e3,
           r->mean * 1e3, r->median > 0 ? 1.0 / r->median : 0.0, (unsigned long long)r->peak_rss,
           (unsigned long long)r->alloc_peak, (unsigned long long)r->reserved_peak,
-          a->profile_runs, a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0);
+          (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs, a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0);
   for (long i = 0; i < a->iters; i++) fprintf(f, "%s%.6f", i ? ", " : "", times[i] * 1e3);
   fprintf(f, "]");
   double runs = a->profile_runs ? (double)a->profile_runs : 1.0;
