@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vs_ort.sh: keel and ONNX Runtime side by side on the benchmark model set.
 #
-#   bench/vs_ort.sh [--quick] [--rounds N] [--seconds S] [--threads "1 2"]
+#   bench/vs_ort.sh [--quick] [--check] [--rounds N] [--seconds S] [--threads "1 2"]
 #                   [--models "detector gpt ..."] [--build DIR] [--out DIR]
 #
 # On a clean clone it builds keel if build/keel is missing (cmake, Release),
@@ -24,6 +24,8 @@
 # bound), and the geometric mean of keel/ORT per thread count; writes the table and
 # every JSON file under --out (default build/bench-results/).
 # --quick: 2 rounds of ~0.5 s each (default: 5 rounds of ~2 s).
+# --check: first compare keel's outputs with ORT's and PyTorch's
+# (bench/check_outputs.py, 1e-3 relative); stop if one differs.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,9 +35,11 @@ SECONDS_PER_ROUND=2
 THREADS="1 2"
 MODELS="mobilenet_v3 resnet50 detector gpt bert lstm"
 OUT=""
+CHECK=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) ROUNDS=2; SECONDS_PER_ROUND=0.5 ;;
+    --check) CHECK=1 ;;
     --rounds) ROUNDS=$2; shift ;;
     --seconds) SECONDS_PER_ROUND=$2; shift ;;
     --threads) THREADS=$2; shift ;;
@@ -73,6 +77,11 @@ for m in $MODELS; do
     break
   fi
 done
+
+if [[ $CHECK -eq 1 ]]; then
+  echo "== outputs against ONNX Runtime and PyTorch"
+  /usr/bin/python3 "$ROOT/bench/check_outputs.py" "$MODELS_DIR" --keel "$KEEL" --only "${MODELS// /,}"
+fi
 
 # ---------------------------------------------------------------- the runs
 cpu_model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
