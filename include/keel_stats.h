@@ -109,6 +109,10 @@ typedef struct keel_node_mem {
   uint64_t live_now;          /* bytes of its blocks live now              */
   uint64_t executions;        /* times it ran (iterations, inside loops)   */
   uint64_t ns;                /* time inside the node, summed              */
+  /* Shapes at the node's last execution: inputs 0-2 and output 0 (what
+   * FLOP counts need); rank -1 where absent or not a tensor. */
+  int32_t in_rank[3], out_rank;
+  int64_t in_dims[3][KEEL_MAX_RANK], out_dims[KEEL_MAX_RANK];
 } keel_node_mem;
 
 /* The records of every node that ran (up to cap); returns how many there

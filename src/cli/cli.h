@@ -17,6 +17,7 @@ int cmd_test(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_memcheck(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints the usage text (of one command, or all when cmd is NULL) to
  * stderr and returns 2. */

@@ -1,4 +1,4 @@
-/* main.c: the `keel` command: run, test, info, memcheck. */
+/* main.c: the `keel` command: run, test, info, memcheck, ops, bench. */
 #include <string.h>
 
 #include "cli.h"
@@ -27,6 +27,15 @@ static const char *g_usage[][2] = {
                  "  --plot draws both as SVG."},
     {"ops", "keel ops [--markdown]\n"
             "  Lists the operators keel implements: domain, opset range, element types."},
+    {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"
+              "                [--warmup N] [--profile-runs N] [--flops] [--peak GFLOPS] [--json FILE]\n"
+              "                [--mem-limit SIZE]\n"
+              "  Times N runs (default 20, after 3 warmup runs) without profiling: median and\n"
+              "  p90 latency, runs per second, peak RSS, allocated and reserved peaks. Then\n"
+              "  separate profiled runs (default 3) give time per op type, and with --flops\n"
+              "  the GFLOP/s of Conv, MatMul and Gemm nodes (as a share of --peak GFLOPS,\n"
+              "  e.g. bench/fma_peak's figure). --json writes every figure and run time.\n"
+              "  --threads N sets keel_options.threads (0 = default)."},
 };
 
 int cli_usage(const char *cmd, const char *problem) {
@@ -45,6 +54,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
   if (!strcmp(cmd, "memcheck")) return cmd_memcheck(argc - 2, argv + 2);
   if (!strcmp(cmd, "ops")) return cmd_ops(argc - 2, argv + 2);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     cli_usage(NULL, NULL);
     return 0;

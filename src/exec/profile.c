@@ -27,6 +27,13 @@ typedef struct prof_rec {
   uint64_t bytes, allocs, peak, executions, ns;
 } prof_rec;
 
+/* Shapes of a node's last execution (keel_node_mem.in_rank...). */
+typedef struct prof_shapes {
+  bool recorded;
+  int32_t in_rank[3], out_rank;
+  int64_t in_dims[3][KEEL_MAX_RANK], out_dims[KEEL_MAX_RANK];
+} prof_shapes;
+
 typedef struct prof_event {
   const keel_node *node;
   uint32_t iter;
@@ -40,6 +47,8 @@ struct keel_profile {
   uint32_t n_sites;
   uint32_t *base;                 /* site -> the site of its node's output 0 */
   prof_rec *rec;                  /* indexed by base site                  */
+  prof_shapes *shapes;            /* indexed by base site (untouched pages
+                                     for sites that are not a node's)       */
   uint32_t stack[MAX_DEPTH];
   int depth;
   prof_event *ev;
@@ -276,7 +285,22 @@ static void add_event(keel_profile *p, const keel_node *n, uint32_t iter, uint64
   p->ev[p->n_ev++] = (prof_event){n, iter, t0, t1, allocated, reserved};
 }
 
-void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0) {
+static int32_t shape_of(const keel_val *v, int64_t *dims) {
+  if (!v || v->kind != KEEL_V_TENSOR) return -1;
+  memcpy(dims, v->t.shape, (size_t)v->t.rank * sizeof *dims);
+  return v->t.rank;
+}
+
+static void record_shapes(prof_shapes *sh, const keel_node *n, const keel_val *const *in,
+                          keel_val *const *out) {
+  for (int i = 0; i < 3; i++)
+    sh->in_rank[i] = i < n->n_in && in ? shape_of(in[i], sh->in_dims[i]) : -1;
+  sh->out_rank = n->n_out > 0 && out ? shape_of(out[0], sh->out_dims) : -1;
+  sh->recorded = true;
+}
+
+void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0,
+                     const keel_val *const *in, keel_val *const *out) {
   uint64_t t1 = keel_prim_now_ns();
   uint64_t a = keel_heap_allocated(p->s->heap);
   uint64_t r = (p->what & KEEL_PROFILE_TRACE) ? keel_heap_reserved(p->s->heap) : 0;
@@ -285,6 +309,7 @@ void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_
   prof_rec *rec = &p->rec[n->site];
   rec->executions++;
   rec->ns += t1 - t0;
+  if (in) record_shapes(&p->shapes[n->site], n, in, out);
   if (p->what & KEEL_PROFILE_TRACE) add_event(p, n, iter, t0, t1, a, r);
   keel_mutex_unlock(&p->lock);
 }
@@ -293,6 +318,7 @@ void keel_profile_free(keel_profile *p) {
   if (!p) return;
   keel_sys_free(p->base, (size_t)p->n_sites * sizeof *p->base);
   keel_sys_free(p->rec, (size_t)p->n_sites * sizeof *p->rec);
+  keel_sys_free(p->shapes, (size_t)p->n_sites * sizeof *p->shapes);
   keel_sys_free(p->ev, p->cap_ev * sizeof *p->ev);
   keel_mutex_destroy(&p->lock);
   keel_sys_free(p, sizeof *p);
@@ -307,7 +333,8 @@ static keel_status profile_new(keel_session_t *s, unsigned what, keel_profile **
   p->n_sites = s->n_sites;
   p->base = keel_sys_calloc(s->n_sites, sizeof *p->base);
   p->rec = keel_sys_calloc(s->n_sites, sizeof *p->rec);
-  if (!p->base || !p->rec) {
+  p->shapes = keel_sys_calloc(s->n_sites, sizeof *p->shapes);
+  if (!p->base || !p->rec || !p->shapes) {
     keel_profile_free(p);
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "profiler");
   }
@@ -359,6 +386,16 @@ static void live_node(void *ud, const keel_block *b) {
   w->live[site] += b->size;
 }
 
+static void copy_shapes(keel_node_mem *m, const prof_shapes *sh) {
+  bool ran = sh->recorded;
+  for (int i = 0; i < 3; i++) {
+    m->in_rank[i] = ran ? sh->in_rank[i] : -1;
+    memcpy(m->in_dims[i], sh->in_dims[i], sizeof m->in_dims[i]);
+  }
+  m->out_rank = ran ? sh->out_rank : -1;
+  memcpy(m->out_dims, sh->out_dims, sizeof m->out_dims);
+}
+
 static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_mem *out,
                       size_t cap) {
   uint64_t *live = keel_sys_calloc(p->n_sites, sizeof *live);
@@ -371,9 +408,11 @@ static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_
     const prof_rec *r = &p->rec[i];
     const keel_site *t = &s->sites[i];
     if (!t->node || t->node->site != i || (!r->executions && !r->allocs)) continue;
-    if (n < cap)
+    if (n < cap) {
       out[n] = (keel_node_mem){t->g->path, t->node->name, t->node->op_type, r->bytes, r->allocs,
                                r->peak, live ? live[i] : 0, r->executions, r->ns};
+      copy_shapes(&out[n], &p->shapes[i]);
+    }
     n++;
   }
   keel_sys_free(live, (size_t)p->n_sites * sizeof *live);

@@ -13,8 +13,11 @@ typedef struct keel_profile keel_profile;
 /* Called by run.c when s->profile is set. */
 KEEL_INTERNAL void keel_prof_enter(keel_profile *p, const keel_node *n, uint32_t iter,
                                    uint64_t *t0);
+/* `in` and `out` (the node's resolved inputs and its outputs, before the
+ * releases) give the shapes it ran on; NULL when the node failed. */
 KEEL_INTERNAL void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter,
-                                   uint64_t t0);
+                                   uint64_t t0, const keel_val *const *in,
+                                   keel_val *const *out);
 KEEL_INTERNAL void keel_profile_free(keel_profile *p);
 
 /* "main/loop/body: node 'add' (Add) value 'y'" for a site (into buf). */

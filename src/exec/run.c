@@ -180,8 +180,8 @@ static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_n
   if (p) keel_prof_enter(p, n, f->iter, &t0);
   keel_status st = run_kernel(R, f, n);
   if (!st && R->s->debug_plant_site) plant(R, f, n);
+  if (p) keel_prof_leave(p, n, f->iter, t0, st ? NULL : f->in, st ? NULL : f->out);
   if (!st) release(f, n);
-  if (p) keel_prof_leave(p, n, f->iter, t0);
   return st;
 }
 
