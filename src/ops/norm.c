@@ -14,6 +14,7 @@
  */
 #include <math.h>
 
+#include "../base/pool.h"
 #include "bcast.h"
 
 /* ======================================================== group walk */
@@ -415,9 +416,70 @@ static keel_status ln_stats_out(keel_kctx *k, const keel_tensor *x, int axis,
   return KEEL_OK;
 }
 
+/* The common case on its own path: float32 over the last axis with a 1-D
+ * Scale and B (or no B), no Mean / InvStdDev outputs. Rows go to the pool;
+ * each row is two passes (moments in double, then the affine map). */
+typedef struct ln_fast {
+  const float *x, *s, *b;
+  float *y;
+  int64_t D;
+  double eps;
+} ln_fast;
+
+static keel_status ln_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+  (void)worker;
+  const ln_fast *f = ctx;
+  int64_t D = f->D;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = f->x + r * D;
+    float *y = f->y + r * D;
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < D; j++) sum += x[j];
+    double mean = sum / (double)D;
+    for (int64_t j = 0; j < D; j++) {
+      double d = x[j] - mean;
+      sq += d * d;
+    }
+    float m = (float)mean, inv = (float)(1.0 / sqrt(sq / (double)D + f->eps));
+    if (f->b)
+      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j] + f->b[j];
+    else
+      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j];
+  }
+  return KEEL_OK;
+}
+
+static bool ln_vec(const keel_tensor *t, int64_t D) {
+  return t && t->dtype == KEEL_FLOAT && t->rank == 1 && t->shape[0] == D;
+}
+
+/* true when the fast path applies and ran (*st is its status). */
+static bool ln_try_fast(keel_kctx *k, const keel_tensor *x, int axis, keel_status *st) {
+  if (x->dtype != KEEL_FLOAT || x->rank < 1 || axis != x->rank - 1 || keel_k_has_out(k, 1) ||
+      keel_k_has_out(k, 2) || keel_k_attr_i(k, "stash_type", KEEL_FLOAT) != KEEL_FLOAT)
+    return false;
+  int64_t D = x->shape[axis];
+  const keel_tensor *s = NULL, *b = NULL;
+  if (keel_k_in_opt(k, 1, &s) || keel_k_in_opt(k, 2, &b) || !ln_vec(s, D) || (b && !ln_vec(b, D)) ||
+      D == 0)
+    return false;
+  keel_tensor *y;
+  if ((*st = keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y))) return true;
+  ln_fast f = {x->data, s->data, b ? b->data : NULL, y->data, D, keel_k_attr_f(k, "epsilon", 1e-5f)};
+  int64_t rows = keel_tensor_numel(x) / D;
+  *st = keel_pool_for(k->pool, rows, KEEL_MAX(1, 16384 / D), ln_rows, &f);
+  return true;
+}
+
 static keel_status op_layernorm(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
+  {
+    int64_t a0 = keel_k_attr_i(k, "axis", -1);
+    keel_status st = KEEL_OK;
+    if (a0 >= -x->rank && a0 < x->rank && ln_try_fast(k, x, (int)(a0 < 0 ? a0 + x->rank : a0), &st))
+      return st;
+  }
   int64_t a = keel_k_attr_i(k, "axis", -1);
   int axis = (int)(a < 0 ? a + x->rank : a);
   if (a < -x->rank || a > x->rank) /* axis == rank: normalize over nothing */
