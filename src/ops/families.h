@@ -12,6 +12,7 @@
   X(gather_scatter)      \
   X(matmul)              \
   X(conv)                \
+  X(im2col)              \
   X(pool)                \
   X(reduce)              \
   X(norm)                \
