@@ -2,7 +2,8 @@
  * Greek, Cyrillic, invalid UTF-8) with and without case sensitivity, its
  * output shapes; TfIdfVectorizer against a naive n-gram counter on random
  * sequences and pools (int and string); StringConcat on random broadcast
- * shapes; StringSplit against Python's str.split; and error cases that
+ * shapes; StringSplit against Python's str.split; RegexFullMatch on RE2
+ * patterns against Python's re.fullmatch; and error cases that
  * must leave the session usable. */
 #include <stdbool.h>
 #include <string.h>
@@ -516,6 +517,73 @@ static void check_split_cases(void) {
   keel_session_destroy(s);
 }
 
+/* ================================================ RegexFullMatch */
+
+/* Expected values from Python's re.fullmatch (ONNX's reference) on
+ * patterns where RE2 and Python agree, plus RE2-only syntax (\pL). "." is
+ * one UTF-8 code point, as in RE2's default UTF-8 mode. */
+typedef struct rcase {
+  const char *pattern, *x;
+  bool want;
+} rcase;
+
+static const rcase REGEXES[] = {
+    {"a+b", "aaab", true},           {"a+b", "aaabc", false},
+    {"b", "abc", false},             {"", "", true},
+    {"(?i)hello", "HeLLo", true},    {"\\d{3}-\\d{4}", "555-1234", true},
+    {"\\d{3}-\\d{4}", "555-12345", false}, {"caf.", "caf\xc3\xa9", true},
+    {"x*", "", true},                {"\\pL+", "\xce\xba\xce\xbb\xce\xbc", true},
+    {"www\\.[\\w.-]+\\.\\bcom\\b", "www.bbc.co.uk", false},
+    {"www\\.[\\w.-]+\\.\\bcom\\b", "www.google.com", true},
+};
+
+static keel_session_t *regex_session(const char *pattern) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_STRING, -1, NULL);
+  mb_output(g, "Y", KEEL_BOOL, -1, NULL);
+  mb_node *n = mb_add(g, "RegexFullMatch", "X", "Y");
+  if (pattern) mb_attr_s(n, "pattern", pattern);
+  return mb_session(g, 20);
+}
+
+static void check_regex(void) {
+  for (size_t c = 0; c < sizeof REGEXES / sizeof REGEXES[0]; c++) {
+    keel_session_t *s = regex_session(REGEXES[c].pattern);
+    const char *x[2] = {REGEXES[c].x, REGEXES[c].x};
+    keel_value_t *in = str_tensor(s, 2, (int64_t[]){1, 2}, x, 2), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    const uint8_t *y = out ? keel_value_data(out) : NULL;
+    CHECK(y && keel_value_rank(out) == 2 && y[0] == REGEXES[c].want && y[1] == REGEXES[c].want);
+    if (!y || y[0] != REGEXES[c].want) fprintf(stderr, "  regex '%s' on '%s'\n", REGEXES[c].pattern, REGEXES[c].x);
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  /* RE2 has no backreferences or lookaround: bad patterns, like a missing
+   * one and a non-string input, are errors; the session stays usable */
+  static const char *const bad[] = {"(a)\\1", "(?=a)a", "(unclosed", NULL};
+  for (int i = 0; i < 4; i++) {
+    keel_session_t *s = regex_session(bad[i]);
+    const char *x[1] = {"a"};
+    keel_value_t *in = str_tensor(s, 1, (int64_t[]){1}, x, 1), *out = NULL;
+    CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_INVALID_MODEL);
+    CHECK(out == NULL);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  keel_session_t *s = regex_session("a");
+  keel_value_t *in = NULL, *out = NULL;
+  CHECK_OK(keel_tensor_create(s, KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){7}, &in));
+  CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_SHAPE);
+  keel_value_release(in);
+  const char *x[1] = {"a"};
+  in = str_tensor(s, 1, (int64_t[]){1}, x, 1);
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+  keel_value_release(out);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
 int main(void) {
   check_strnorm_ascii();
   check_strnorm_unicode();
@@ -528,5 +596,6 @@ int main(void) {
   check_concat_random();
   check_concat_errors();
   check_split_cases();
+  check_regex();
   return check_report();
 }

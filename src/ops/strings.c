@@ -1,5 +1,6 @@
 /* strings.c: the string operators StringNormalizer, TfIdfVectorizer,
- * StringConcat and StringSplit, with the pieces they need: locale-free UTF-8 case mapping and a small
+ * StringConcat, StringSplit and RegexFullMatch (through RE2: regex_re2.cc),
+ * with the pieces they need: locale-free UTF-8 case mapping and a small
  * open-addressing hash table that lives in kernel scratch memory.
  *
  * Case mapping does not consult the C library's locales (a server may have
@@ -16,6 +17,7 @@
  * walks it from each start position as ONNX Runtime's reference does.
  */
 #include "kernel.h"
+#include "regex_re2.h"
 
 /* ============================================================ UTF-8 */
 
@@ -712,10 +714,45 @@ static keel_status op_string_split(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* ==================================================== RegexFullMatch */
+
+/* Y[i] = whether all of X[i] matches `pattern`, in RE2 syntax (the
+ * specification's), through RE2 itself (regex_re2.cc). The compiled
+ * pattern lives for this call only and is freed on every path. */
+static keel_status op_regex_full_match(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (x->dtype != KEEL_STRING)
+    return keel_err(KEEL_ERR_SHAPE, "RegexFullMatch takes a string tensor, got %s",
+                    keel_dtype_name((keel_dtype)x->dtype));
+  const keel_attr *a = keel_k_attr(k, "pattern");
+  if (!a) return keel_err(KEEL_ERR_INVALID_MODEL, "RegexFullMatch: the pattern attribute is missing");
+  const char *pat = keel_k_attr_s(k, "pattern", "");
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+  char why[160];
+  keel_re2 *re = keel_re2_compile(pat, strlen(pat), why, sizeof why);
+  if (!re) return keel_err(KEEL_ERR_INVALID_MODEL, "RegexFullMatch: bad pattern '%s': %s", pat, why);
+  const keel_string *xs = x->data;
+  uint8_t *out = y->data;
+  keel_status st = KEEL_OK;
+  for (int64_t i = 0; i < keel_tensor_numel(x); i++) {
+    int m = keel_re2_full_match(re, xs[i].data ? xs[i].data : "", xs[i].len);
+    if (m < 0) {
+      st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "RegexFullMatch: RE2 failed on element %lld", (long long)i);
+      break;
+    }
+    out[i] = (uint8_t)m;
+  }
+  keel_re2_free(re);
+  return st;
+}
+
 /* Element-type sets used in the table below. */
 #define TFIDF_IN (KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_strings[] = {
     {"", "StringConcat", 20, KEEL_OPSET_MAX, op_string_concat, 0, KEEL_T(KEEL_STRING)},
+    {"", "RegexFullMatch", 20, KEEL_OPSET_MAX, op_regex_full_match, 0, KEEL_T(KEEL_STRING)},
     {"", "StringSplit", 20, KEEL_OPSET_MAX, op_string_split, 0, KEEL_T(KEEL_STRING)},
     {"", "StringNormalizer", 10, KEEL_OPSET_MAX, op_string_normalizer, 0, KEEL_T(KEEL_STRING)},
     {"", "TfIdfVectorizer", 9, KEEL_OPSET_MAX, op_tfidf_vectorizer, 0, TFIDF_IN},
