@@ -13,9 +13,11 @@ cd "$(dirname "$0")/.."
 # python3 and librsvg2-bin: the CLI test checks the trace JSON and renders
 # the memcheck SVG; clang: its UBSan also reports NULL+0 and float-to-int
 # overflow, which gcc's does not
-# libre2-dev: RegexFullMatch (RE2 syntax, as the ONNX spec says)
+# libre2-dev: RegexFullMatch (RE2 syntax, as the ONNX spec says); the image
+# libraries: ImageDecoder (JPEG, PNG, WebP, TIFF, JPEG 2000)
 PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin
-          clang libclang-rt-14-dev libre2-dev)
+          clang libclang-rt-14-dev libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
+          libtiff-dev libopenjp2-7-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {

@@ -18,6 +18,7 @@
   X(norm)                \
   X(rnn)                 \
   X(image)               \
+  X(image_decode)         \
   X(signal)              \
   X(linalg)              \
   X(quant)               \
