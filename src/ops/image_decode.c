@@ -522,7 +522,7 @@ static int64_t pnm_int(pnm *s) {
 }
 
 /* Sample i of the raster (binary or plain), scaled to 0..255 with
- * rounding (PIL); P1/P4 bits are 1 = black. -1 when truncated. */
+ * rounding half to even (PIL's round(v / maxval * 255)); P1/P4 bits are 1 = black. -1 when truncated. */
 static int pnm_sample(pnm *s, int kind, int64_t maxval, int64_t i, int64_t w) {
   int64_t v;
   if (kind == 4) { /* rows of packed bits */
@@ -542,7 +542,8 @@ static int pnm_sample(pnm *s, int kind, int64_t maxval, int64_t i, int64_t w) {
     return -1;
   }
   if (v > maxval) v = maxval;
-  return (int)((v * 255 + maxval / 2) / maxval);
+  int64_t q = v * 255 / maxval, r = v * 255 % maxval; /* Python's round: half to even */
+  return (int)(2 * r > maxval || (2 * r == maxval && (q & 1)) ? q + 1 : q);
 }
 
 static keel_status pnm_decode(dimg *im, const uint8_t *p, size_t n) {
