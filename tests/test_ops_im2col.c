@@ -1,6 +1,6 @@
 /* test_ops_im2col.c: Col2Im and DeformConv through real sessions against
  * naive references written here. Col2Im: random 1-3-D images, blocks,
- * strides, dilations and pads; the reference walks every output pixel and
+ * strides, dilations and pads, in float, double, float16 and bfloat16; the reference walks every output pixel and
  * searches every (tap, block) pair that lands on it. DeformConv: random 2-D
  * cases (groups, offset groups, mask, bias, strides, dilations, pads,
  * fractional offsets, some outside the image) against a per-output-element
@@ -108,7 +108,9 @@ static void col2im_case(void) {
   int64_t N = rnd(1, 2), C = rnd(1, 2), K = 1, L = 1, P = 1;
   for (int i = 0; i < g.nd; i++) K *= g.blk[i], L *= g.nb[i], P *= g.img[i];
   int64_t xd[3] = {N, C * K, L};
-  for (int64_t i = 0; i < N * C * K * L; i++) cols[i] = as_dt(KEEL_FLOAT, frand());
+  static const int dts[] = {KEEL_FLOAT, KEEL_DOUBLE, KEEL_FLOAT16, KEEL_BFLOAT16};
+  int dt = dts[rnd(0, 3)];
+  for (int64_t i = 0; i < N * C * K * L; i++) cols[i] = as_dt(dt, frand());
   /* naive: for every pixel, every (tap, block) pair that covers it */
   for (int64_t n = 0; n < N; n++)
     for (int64_t c = 0; c < C; c++)
@@ -128,17 +130,17 @@ static void col2im_case(void) {
         want[(n * C + c) * P + p] = acc;
       }
   mb_node *nd;
-  mb_graph *gr = graph_for("Col2Im", 3, (int[]){KEEL_FLOAT, KEEL_INT64, KEEL_INT64}, &nd);
+  mb_graph *gr = graph_for("Col2Im", 3, (int[]){dt, KEEL_INT64, KEEL_INT64}, &nd);
   set_geo_attrs(nd, &g);
   keel_session_t *s = mb_session(gr, 18);
   int64_t nd1 = g.nd;
-  keel_value_t *in[3] = {tensor_of(s, KEEL_FLOAT, 3, xd, cols), mb_tensor(s, KEEL_INT64, 1, &nd1, g.img),
+  keel_value_t *in[3] = {tensor_of(s, dt, 3, xd, cols), mb_tensor(s, KEEL_INT64, 1, &nd1, g.img),
                          mb_tensor(s, KEEL_INT64, 1, &nd1, g.blk)};
   keel_value_t *out = NULL;
   CHECK_OK(keel_run(s, (const char *[]){"I0", "I1", "I2"}, in, 3, &out));
   int64_t yd[5] = {N, C};
   memcpy(yd + 2, g.img, sizeof(int64_t) * (size_t)g.nd);
-  CHECK(same_values(out, g.nd + 2, yd, want, 1e-5));
+  CHECK(same_values(out, g.nd + 2, yd, want, dt == KEEL_FLOAT16 ? 2e-3 : dt == KEEL_BFLOAT16 ? 1e-2 : 1e-5));
   keel_value_release(out);
   for (int i = 0; i < 3; i++) keel_value_release(in[i]);
   keel_session_destroy(s);
