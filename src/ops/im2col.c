@@ -159,31 +159,39 @@ typedef struct dconv {
   const void *x, *wt, *off, *b, *mask;
 } dconv;
 
-/* x (in...) at fractional position p: the multilinear blend of the 2^nd
- * surrounding pixels, a pixel outside counting as 0. */
-#define DEF_DSAMPLE(T)                                                                   \
-  static T dsample_##T(const keel_win *w, const T *x, const double *p) {                 \
-    int nd = w->nd;                                                                      \
-    int64_t base[KEEL_MAX_RANK];                                                         \
-    double fr[KEEL_MAX_RANK], acc = 0;                                                   \
-    for (int i = 0; i < nd; i++) {                                                       \
-      if (!(p[i] > -1 && p[i] < (double)w->in[i])) return 0; /* NaN too */              \
-      double f = floor(p[i]);                                                            \
-      base[i] = (int64_t)f, fr[i] = p[i] - f;                                            \
-    }                                                                                    \
-    for (int corner = 0; corner < (1 << nd); corner++) {                                 \
-      double wgt = 1;                                                                    \
-      int64_t pos = 0;                                                                   \
-      for (int i = 0; i < nd && pos >= 0; i++) {                                         \
-        int hi = (corner >> (nd - 1 - i)) & 1;                                           \
-        int64_t q = base[i] + hi;                                                        \
-        wgt *= hi ? fr[i] : 1 - fr[i];                                                   \
-        pos = q < 0 || q >= w->in[i] ? -1 : pos * w->in[i] + q;                          \
-      }                                                                                  \
-      if (pos >= 0 && wgt != 0) acc += wgt * (double)x[pos];                             \
-    }                                                                                    \
-    return (T)acc;                                                                       \
+/* The taps of fractional position p: the in-bounds pixels among the 2^nd
+ * surrounding ones, with their multilinear weights (a pixel outside
+ * counts as 0, so it is left out). Shared by every channel of the offset
+ * group. */
+#define DC_MAXTAPS (1 << (KEEL_MAX_RANK - 2))
+typedef struct dtaps {
+  int n;
+  int64_t off[DC_MAXTAPS];
+  double w[DC_MAXTAPS];
+} dtaps;
+
+static void dtaps_at(const keel_win *w, const double *p, dtaps *t) {
+  int nd = w->nd;
+  int64_t base[KEEL_MAX_RANK];
+  double fr[KEEL_MAX_RANK];
+  t->n = 0;
+  for (int i = 0; i < nd; i++) {
+    if (!(p[i] > -1 && p[i] < (double)w->in[i])) return; /* NaN too */
+    double f = floor(p[i]);
+    base[i] = (int64_t)f, fr[i] = p[i] - f;
   }
+  for (int corner = 0; corner < (1 << nd); corner++) {
+    double wgt = 1;
+    int64_t pos = 0;
+    for (int i = 0; i < nd && pos >= 0; i++) {
+      int hi = (corner >> (nd - 1 - i)) & 1;
+      int64_t q = base[i] + hi;
+      wgt *= hi ? fr[i] : 1 - fr[i];
+      pos = q < 0 || q >= w->in[i] ? -1 : pos * w->in[i] + q;
+    }
+    if (pos >= 0 && wgt != 0) t->off[t->n] = pos, t->w[t->n++] = wgt;
+  }
+}
 
 /* cols (C * K, O) for image n: tap kf of channel c at output o samples
  * o * s - pb + kk * d + offset[n, g, kf, i, o] (g = c's offset group),
@@ -196,6 +204,7 @@ typedef struct dconv {
     const T *x = (const T *)g->x + n * g->c * w->in_size;                                \
     const T *off = (const T *)g->off + n * g->og * K * nd * O;                           \
     const T *mask = g->mask ? (const T *)g->mask + n * g->og * K * O : NULL;             \
+    dtaps t;                                                                             \
     for (int64_t og = 0; og < g->og; og++) {                                             \
       int64_t kk[KEEL_MAX_RANK] = {0};                                                   \
       for (int64_t kf = 0; kf < K; kf++, ic_step(nd, w->k, kk)) {                        \
@@ -206,15 +215,18 @@ typedef struct dconv {
           for (int i = 0; i < nd; i++)                                                   \
             p[i] = (double)(oi[i] * w->s[i] - w->pb[i] + kk[i] * w->d[i]) +              \
                    (double)of[i * O + o];                                                \
-          T mk = mask ? mask[(og * K + kf) * O + o] : (T)1;                              \
-          for (int64_t c = og * cpg; c < (og + 1) * cpg; c++)                            \
-            cols[(c * K + kf) * O + o] = mk * dsample_##T(w, x + c * w->in_size, p);     \
+          dtaps_at(w, p, &t);                                                            \
+          double mk = mask ? (double)mask[(og * K + kf) * O + o] : 1;                    \
+          for (int64_t c = og * cpg; c < (og + 1) * cpg; c++) {                          \
+            const T *xc = x + c * w->in_size;                                            \
+            double acc = 0;                                                              \
+            for (int q = 0; q < t.n; q++) acc += t.w[q] * (double)xc[t.off[q]];          \
+            cols[(c * K + kf) * O + o] = (T)(mk * acc);                                  \
+          }                                                                              \
         }                                                                                \
       }                                                                                  \
     }                                                                                    \
   }
-DEF_DSAMPLE(float)
-DEF_DSAMPLE(double)
 DEF_DCOLS(float)
 DEF_DCOLS(double)
 
