@@ -787,9 +787,9 @@ static void check_gridsample_volume(void) {
 /* ========================================================= AffineGrid */
 
 /* Base coordinate i of len: linspace(-1, 1, len) with align_corners, the
- * centres of len equal cells of [-1, 1] without. */
+ * centres of len equal cells of [-1, 1] without (a single cell: 0). */
 static double ag_ref_base(int64_t i, int64_t len, int align) {
-  if (len == 1) return 0;
+  if (len == 1) return align ? -1 : 0; /* arange(-1, 1.0001, inf) in ONNX's reference */
   return align ? -1 + 2.0 * (double)i / (double)(len - 1) : -1 + (2.0 * (double)i + 1) / (double)len;
 }
 

@@ -954,9 +954,10 @@ static keel_status op_gridsample(keel_kctx *k) {
 /* grid (N, D?, H, W, n) = theta (N, n, n + 1) x (x, y, z?, 1) over the
  * evenly spaced base coordinates of `size` in [-1, 1] (the pixel centres
  * of the corner pixels with align_corners, else their outer edges; a
- * length-1 dim sits at 0). Computed in double, stored in theta's type. */
+ * length-1 dim sits at -1 with align_corners, else 0). Computed in double,
+ * stored in theta's type. */
 static double ag_base(int64_t i, int64_t len, bool align) {
-  if (len <= 1) return 0;
+  if (len <= 1) return align ? -1 : 0; /* ONNX's reference (PyTorch gives 0 for both) */
   double step = 2.0 / (double)(align ? len - 1 : len);
   return align ? -1 + step * (double)i : -1 + step * ((double)i + 0.5);
 }
