@@ -130,9 +130,31 @@ def cumprod(out, i):
          dict(exclusive=(i // 2) % 2, reverse=(i // 4) % 2), 26)
 
 
+def concat(out, i):
+    words = np.array(["", "a", "bc", "é", "κλ"], dtype=object)
+    a = words[rs.randint(0, 5, (2, 3))]
+    b = words[rs.randint(0, 5, [(3,), (2, 1), (1,)][i % 3])]
+    save(out, f"xc_string_concat_{i}", "StringConcat", [a, b], {}, 20)
+
+
+def bnot(out, i):
+    dt = [np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64][i % 8]
+    info = np.iinfo(dt)
+    x = rs.randint(info.min, int(info.max) + 1 if info.max < 2**62 else 2**62, 7, dtype=np.int64 if info.min < 0 else np.uint64).astype(dt)
+    save(out, f"xc_bitwise_not_{i}", "BitwiseNot", [x], {}, 18)
+
+
+def regex(out, i):
+    pats = [r"[a-z]+\d*", r"(ab|cd)+", r"\w+@\w+\.com", r"x?y{2,3}", r"[^aeiou]*", r"(?i)Hello"]
+    words = ["abc1", "ab", "abcd", "cdab", "a@b.com", "yy", "xyyy", "xyyyy", "bcd", "hello", "HELLO", ""]
+    x = np.array([words[k] for k in rs.randint(0, len(words), 5)], dtype=object)
+    save(out, f"xc_regex_{i}", "RegexFullMatch", [x], dict(pattern=pats[i % len(pats)]), 20)
+
+
 def main(out):
     for i in range(24):
-        for f in (deform, col2im, gridsample3d, affine, crop, groupnorm, tscatter, split, cumprod):
+        for f in (deform, col2im, gridsample3d, affine, crop, groupnorm, tscatter, split, cumprod, concat,
+                  bnot, regex):
             f(out, i)
 
 
