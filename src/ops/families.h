@@ -12,11 +12,13 @@
   X(gather_scatter)      \
   X(matmul)              \
   X(conv)                \
+  X(im2col)              \
   X(pool)                \
   X(reduce)              \
   X(norm)                \
   X(rnn)                 \
   X(image)               \
+  X(image_decode)         \
   X(signal)              \
   X(linalg)              \
   X(quant)               \

@@ -1,5 +1,5 @@
 /* norm.c: the normalization family (BatchNormalization, LayerNormalization,
- * InstanceNormalization, MeanVarianceNormalization, LRN, LpNormalization)
+ * InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LRN, LpNormalization)
  * and the classification losses (NegativeLogLikelihoodLoss,
  * SoftmaxCrossEntropyLoss).
  *
@@ -318,6 +318,58 @@ static keel_status op_instancenorm(keel_kctx *k) {
     mean[i] = par[C + i % C] - mean[i] * a;
   }
   gaffine(&w, &io.x, &io.y, var, mean);
+  nio_end(&io);
+  return KEEL_OK;
+}
+
+/* ================================================ GroupNormalization */
+
+/* Statistics per (n, group of C / G channels), then a per-channel affine
+ * map. X is walked twice with two views of the same dense bytes: (N, G,
+ * rest) for the moments and (N, C, spatial) for the affine map. scale and
+ * bias are per group in opset 18 and per channel from opset 21 (where
+ * stash_type 1 asks for float statistics: keel's are double). */
+static keel_status gn_params(keel_kctx *k, int64_t C, int64_t G, double *par) {
+  bool per_group = keel_k_opset(k) < 21;
+  int64_t n = per_group ? G : C;
+  KEEL_TRY(param_vec(k, 1, "scale", n, par + 2 * C));
+  KEEL_TRY(param_vec(k, 2, "bias", n, par + 3 * C));
+  for (int64_t c = 0; c < C; c++) { /* spread to channels */
+    int64_t j = per_group ? c / (C / G) : c;
+    par[c] = par[2 * C + j];
+    par[C + c] = par[3 * C + j];
+  }
+  return KEEL_OK;
+}
+
+static keel_status op_groupnorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(need_rank(x, 2, "GroupNormalization"));
+  int64_t N = x->shape[0], C = x->shape[1], G = keel_k_attr_i(k, "num_groups", 0);
+  if (!keel_k_attr(k, "num_groups") || G <= 0 || C % G != 0)
+    return keel_err(KEEL_ERR_INVALID_MODEL,
+                    "GroupNormalization: num_groups %lld must be positive and divide the %lld channels",
+                    (long long)G, (long long)C);
+  int64_t sp = keel_shape_numel(x->rank - 2, x->shape + 2);
+  double *par, *mean, eps = keel_k_attr_f(k, "epsilon", 1e-5f);
+  KEEL_TRY(dscratch(k, 4 * C, &par));
+  KEEL_TRY(gn_params(k, C, G, par));
+  KEEL_TRY(dscratch(k, 2 * N * G + 2 * N * C, &mean));
+  double *var = mean + N * G, *a = var + N * G, *b = a + N * C;
+  nio io;
+  KEEL_TRY(nio_begin(k, x, "GroupNormalization", &io));
+  gwalk w;
+  int64_t gshape[3] = {N, G, C / G * sp}, cshape[3] = {N, C, sp};
+  gwalk_make(3, gshape, (const uint8_t[3]){0, 0, 1}, &w);
+  gmoments(&w, &io.x, mean, var);
+  for (int64_t i = 0; i < N * C; i++) { /* i = (n, c); its group is n * G + c / (C / G) */
+    int64_t c = i % C, g = i / C * G + c / (C / G);
+    a[i] = par[c] / sqrt(var[g] + eps);
+    b[i] = par[C + c] - mean[g] * a[i];
+  }
+  gwalk_make(3, cshape, (const uint8_t[3]){0, 0, 1}, &w);
+  gaffine(&w, &io.x, &io.y, a, b);
   nio_end(&io);
   return KEEL_OK;
 }
@@ -726,6 +778,7 @@ static keel_status op_sce_loss(keel_kctx *k) {
 const keel_opdef keel_ops_norm[] = {
     {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm, 0, KEEL_TS_FLOAT},
     {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm, 0, KEEL_TS_FLOAT},
+    {"", "GroupNormalization", 18, KEEL_OPSET_MAX, op_groupnorm, 0, KEEL_TS_FLOAT},
     {"", "LayerNormalization", 17, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
     {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn, 0, KEEL_TS_FLOAT},
     {"", "LRN", 1, KEEL_OPSET_MAX, op_lrn, 0, KEEL_TS_FLOAT},

@@ -1,4 +1,4 @@
-/* unary.c: the one-input elementwise ops: unary math (Abs ... Erf, Not,
+/* unary.c: the one-input elementwise ops: unary math (Abs ... Erf, Not, BitwiseNot,
  * IsNaN, IsInf), activations (Relu ... Mish), Clip, Dropout, and the type
  * conversions Cast and CastLike (numbers, bool, float16, bfloat16, and
  * strings both ways).
@@ -153,6 +153,7 @@ static void u_erf_f32(const void *px, void *py, int64_t n, const un_params *p) {
 DEF_UN(u_erf_f64, double, double, erf(x))
 UN_S(erf, UN_SAME, erf((double)x)) UN_U(erf, UN_SAME, erf((double)x))
 UN_B(not, UN_SAME, !x)
+UN_S(bnot, UN_SAME, ~x) UN_U(bnot, UN_SAME, ~x)
 UN_F(isnan, UN_BOOL, x != x)
 UN_F(isinf, UN_BOOL, (p->pos && x == INFINITY) || (p->neg && x == -INFINITY))
 
@@ -218,6 +219,7 @@ static const unop OP_ACOSH = {"Acosh", FLOATS(acosh), false};
 static const unop OP_ATANH = {"Atanh", FLOATS(atanh), false};
 static const unop OP_ERF = {"Erf", {UT_F(erf) UT_S(erf) UT_U(erf)}, false};
 static const unop OP_NOT = {"Not", {[KEEL_BOOL] = u_not_b8}, false};
+static const unop OP_BNOT = {"BitwiseNot", {UT_S(bnot) UT_U(bnot)}, false};
 static const unop OP_ISNAN = {"IsNaN", FLOATS(isnan), true};
 static const unop OP_ISINF = {"IsInf", FLOATS(isinf), true};
 static const unop OP_RELU = {"Relu", {UT_F(relu) UT_S(relu) UT_U(relu)}, false};
@@ -299,6 +301,7 @@ UNARY_KERNEL(op_acosh, OP_ACOSH)
 UNARY_KERNEL(op_atanh, OP_ATANH)
 UNARY_KERNEL(op_erf, OP_ERF)
 UNARY_KERNEL(op_not, OP_NOT)
+UNARY_KERNEL(op_bitwise_not, OP_BNOT)
 UNARY_KERNEL(op_isnan, OP_ISNAN)
 UNARY_KERNEL(op_relu, OP_RELU)
 UNARY_KERNEL(op_sigmoid, OP_SIGMOID)
@@ -804,6 +807,7 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Atanh", 9, KEEL_OPSET_MAX, op_atanh, 0, KEEL_TS_FLOAT},
     {"", "Erf", 9, KEEL_OPSET_MAX, op_erf, 0, KEEL_TS_NUM},
     {"", "Not", 1, KEEL_OPSET_MAX, op_not, 0, KEEL_T(KEEL_BOOL)},
+    {"", "BitwiseNot", 18, KEEL_OPSET_MAX, op_bitwise_not, 0, KEEL_TS_INT},
     {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT},
     {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT},
     {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM},
