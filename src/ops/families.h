@@ -26,6 +26,7 @@
   X(grad)                \
   X(sequence)            \
   X(attention)           \
+  X(transformer)         \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
