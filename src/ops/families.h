@@ -27,6 +27,7 @@
   X(sequence)            \
   X(attention)           \
   X(transformer)         \
+  X(linear_attention)    \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
