@@ -28,6 +28,7 @@
   X(attention)           \
   X(transformer)         \
   X(linear_attention)    \
+  X(flex_attention)      \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
