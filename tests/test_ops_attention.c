@@ -6,7 +6,9 @@
  * windows, bool and float masks of every rank (broadcast, shorter than
  * the keys), nonpad_kv_seqlen, softcap, scale, the four
  * qk_matmul_output modes and float16 inputs; a long case crosses the
- * kernel's blocks of query rows. Bad shapes give errors. */
+ * kernel's blocks of query rows. FlexAttention (ai.onnx.preview) with
+ * score_mod/prob_mod sub-graphs against the same reference loop. Bad
+ * shapes give errors. */
 #include "opcase.h"
 
 /* ================================================ the reference */
@@ -229,6 +231,75 @@ static void long_case(void) {
   free_case(&c);
 }
 
+
+/* ================================================ FlexAttention */
+
+/* A one-node modifier graph: y = op(x) (Tanh) or x * x (Mul). */
+static mb_graph *mod_graph(const char *op, int dt) {
+  mb_graph *g = mb_graph_new("mod");
+  mb_input(g, "x", dt, -1, NULL);
+  mb_output(g, "y", dt, -1, NULL);
+  mb_add(g, op, strcmp(op, "Mul") ? "x" : "x,x", "y");
+  return g;
+}
+
+/* FlexAttention with score_mod = tanh, prob_mod = p^2 (each optional),
+ * GQA, float / double / float16, against the same computed here. */
+static void flex_case(void) {
+  static const int dts[] = {KEEL_FLOAT, KEEL_DOUBLE, KEEL_FLOAT16};
+  int dt = dts[rnd(3)], ct = dt == KEEL_DOUBLE ? KEEL_DOUBLE : KEEL_FLOAT;
+  int64_t B = 1 + rnd(2), Hkv = 1 + rnd(3), Hq = Hkv * (1 + rnd(2)), L = 1 + rnd(5),
+          S = 1 + rnd(6), E = 1 + rnd(8), Dv = 1 + rnd(8);
+  bool smod = rnd(2), pmod = rnd(2), has_scale = rnd(2);
+  double scale = has_scale ? 0.4 : 1 / sqrt((double)E);
+  tv q = qkv("Q", dt, 4, B, Hq, L, E), k = qkv("K", dt, 4, B, Hkv, S, E),
+     v = qkv("V", dt, 4, B, Hkv, S, Dv), y = tv_new("Y", dt, 4, (int64_t[]){B, Hq, L, Dv});
+  double *p = malloc(sizeof(double) * (size_t)S);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < Hq; h++)
+      for (int64_t i = 0; i < L; i++) {
+        int64_t g = h / (Hq / Hkv);
+        double mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < S; j++) {
+          double d = 0;
+          for (int64_t e = 0; e < E; e++)
+            d += q.v[((b * Hq + h) * L + i) * E + e] * k.v[((b * Hkv + g) * S + j) * E + e];
+          p[j] = smod ? tanh(d * scale) : d * scale;
+          mx = fmax(mx, p[j]);
+        }
+        for (int64_t j = 0; j < S; j++) sum += p[j] = exp(p[j] - mx);
+        for (int64_t j = 0; j < S; j++) p[j] = pmod ? (p[j] / sum) * (p[j] / sum) : p[j] / sum;
+        for (int64_t d = 0; d < Dv; d++) {
+          double o = 0;
+          for (int64_t j = 0; j < S; j++) o += p[j] * v.v[((b * Hkv + g) * S + j) * Dv + d];
+          y.v[((b * Hq + h) * L + i) * Dv + d] = o;
+        }
+      }
+  free(p);
+  mb_graph *g = mb_graph_new("main");
+  tv in[3] = {q, k, v};
+  for (int i = 0; i < 3; i++) mb_input(g, in[i].name, dt, 4, in[i].dims);
+  mb_output(g, "Y", dt, -1, NULL);
+  mb_node *n = mb_add(g, "FlexAttention", "Q,K,V", "Y");
+  mb_domain(n, "ai.onnx.preview");
+  if (has_scale) mb_attr_f(n, "scale", (float)scale);
+  if (smod) mb_attr_g(n, "score_mod", mod_graph("Tanh", ct));
+  if (pmod) mb_attr_g(n, "prob_mod", mod_graph("Mul", ct));
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 21, "ai.onnx.preview", 1, &len);
+  keel_session_t *s = NULL;
+  CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, NULL, &s));
+  free(bytes);
+  keel_value_t *out[1] = {0};
+  if (s) {
+    CHECK_OK(oc_run(s, in, 3, out));
+    CHECK(same_output(out[0], &y, 2e-4));
+  }
+  keel_value_release(out[0]);
+  keel_session_destroy(s);
+  tv_free(&q), tv_free(&k), tv_free(&v), tv_free(&y);
+}
+
 /* ================================================ errors */
 
 static void error_cases(void) {
@@ -262,6 +333,7 @@ int main(void) {
   }
   CHECK(failed == 0);
   long_case();
+  for (int i = 0; i < 100; i++) flex_case();
   error_cases();
   return check_report();
 }

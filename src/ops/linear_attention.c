@@ -32,6 +32,20 @@ static keel_status f32_of(keel_kctx *k, const keel_tensor *t, const float **p) {
   return KEEL_OK;
 }
 
+/* t (float or a half) as float: its data, or converted at *cur. */
+static const float *stage(const keel_tensor *t, float **cur) {
+  if (t->dtype == KEEL_FLOAT) return t->data;
+  float *d = *cur;
+  int64_t n = keel_tensor_numel(t);
+  const uint16_t *h = t->data;
+  if (t->dtype == KEEL_FLOAT16)
+    for (int64_t i = 0; i < n; i++) d[i] = keel_f16_to_f32(h[i]);
+  else
+    for (int64_t i = 0; i < n; i++) d[i] = keel_bf16_to_f32(h[i]);
+  *cur += n;
+  return d;
+}
+
 /* A float result into output tensor o (float: already there). */
 static void f32_put(const float *src, keel_tensor *o) {
   if (o->dtype != KEEL_FLOAT) keel_f32_store(src, o);
@@ -156,25 +170,26 @@ static keel_status op_linear_attention(keel_kctx *k) {
   memset(&l, 0, sizeof l);
   KEEL_TRY(lin_rule(k, &l));
   KEEL_TRY(lin_shapes(k, &l, t));
-  const float *f[6] = {0};
-  for (int i = 0; i < 6; i++)
-    if (t[i]) KEEL_TRY(f32_of(k, t[i], &f[i]));
   keel_tensor *out, *st;
   KEEL_TRY(keel_k_out(k, 0, t[0]->dtype, 3, (int64_t[]){l.B, l.T, l.Hq * l.Dv}, &out));
   KEEL_TRY(keel_k_out(k, 1, t[3] ? t[3]->dtype : t[0]->dtype, 4,
                       (int64_t[]){l.B, l.Hkv, l.Dk, l.Dv}, &st));
-  float *o = out->data, *S = st->data, *vt;
+  /* one scratch block: staged inputs, float outputs, the v_t row */
+  int64_t need = 2 * l.Dv + 1;
+  for (int i = 0; i < 6; i++)
+    if (t[i] && t[i]->dtype != KEEL_FLOAT) need += keel_tensor_numel(t[i]);
+  if (out->dtype != KEEL_FLOAT) need += keel_tensor_numel(out);
+  if (st->dtype != KEEL_FLOAT) need += keel_tensor_numel(st);
   void *p;
-  if (out->dtype != KEEL_FLOAT) {
-    KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(out), sizeof(float), &p));
-    o = p;
-  }
-  if (st->dtype != KEEL_FLOAT) {
-    KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(st), sizeof(float), &p));
-    S = p;
-  }
-  KEEL_TRY(keel_k_scratch_n(k, 2 * l.Dv + 1, sizeof(float), &p));
-  vt = p;
+  KEEL_TRY(keel_k_scratch_n(k, need, sizeof(float), &p));
+  float *cur = p, *vt = cur;
+  cur += 2 * l.Dv + 1;
+  const float *f[6] = {0};
+  for (int i = 0; i < 6; i++)
+    if (t[i]) f[i] = stage(t[i], &cur);
+  float *o = out->data, *S = st->data;
+  if (out->dtype != KEEL_FLOAT) o = cur, cur += keel_tensor_numel(out);
+  if (st->dtype != KEEL_FLOAT) S = cur;
   int64_t ns = keel_tensor_numel(st);
   if (f[3]) memcpy(S, f[3], (size_t)ns * sizeof(float));
   else memset(S, 0, (size_t)ns * sizeof(float));
