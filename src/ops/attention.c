@@ -34,7 +34,7 @@ void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
   const float magic = 12582912.0f; /* 1.5 * 2^23 */
   for (int64_t i = 0; i < n; i++) {
     float v = x[i];
-    float c = v < -87.0f ? -87.0f : v;
+    float c = v > -87.0f ? v : -87.0f; /* -inf and NaN: see below */
     float t = c * 1.44269504088896341f + magic;
     float m = t - magic;
     float r = c - m * 0.693359375f - m * -2.12194440e-4f;
@@ -48,7 +48,7 @@ void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
     int32_t e = ((int32_t)m + 127) << 23;
     float s;
     memcpy(&s, &e, sizeof s);
-    y[i] = v < -87.0f ? 0.0f : p * s;
+    y[i] = v >= -87.0f ? p * s : v != v ? v : 0.0f; /* underflow: 0; NaN stays */
   }
 }
 
@@ -73,22 +73,43 @@ static void fill(float *p, int64_t n, float v) {
   for (int64_t j = 0; j < n; j++) p[j] = v;
 }
 
+/* Max and sum of x[0, n) in 8 lanes (the compilers vectorize explicit
+ * lanes; a single accumulator would serialize on its latency). The max
+ * skips NaN, which then reaches the row through exp(NaN) anyway. */
+#define LANES 8
+static float lanes_max(const float *x, int64_t n) {
+  float m[LANES];
+  for (int u = 0; u < LANES; u++) m[u] = -INFINITY;
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int u = 0; u < LANES; u++) m[u] = x[j + u] > m[u] ? x[j + u] : m[u];
+  for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+  for (int u = 1; u < LANES; u++) m[0] = m[u] > m[0] ? m[u] : m[0];
+  return m[0];
+}
+
+static float lanes_sum(const float *x, int64_t n) {
+  float t[LANES] = {0};
+  int64_t j = 0;
+  for (; j + LANES <= n; j += LANES)
+    for (int u = 0; u < LANES; u++) t[u] += x[j + u];
+  for (; j < n; j++) t[0] += x[j];
+  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
 /* One row's softmax in place over s[l, h) (s holds columns c0.., n of
  * them); mrow is the mask row at column c0 or NULL. Columns outside
  * [l, h) become 0. Returns false when the row is fully masked (then the
  * row is all zeros). x holds the biased scores for KEEL_SDPA_QK_BIAS. */
 static bool row_softmax(float *s, int64_t n, int64_t l, int64_t h, const float *mrow) {
-  float xmax = -INFINITY, bmax = -INFINITY;
+  float xmax = -INFINITY, bmax = mrow ? -INFINITY : 0.0f;
   if (mrow) {
     for (int64_t j = l; j < h; j++) {
       s[j] += mrow[j];
-      bmax = fmaxf(bmax, mrow[j]);
-      xmax = fmaxf(xmax, s[j]);
+      bmax = mrow[j] > bmax ? mrow[j] : bmax;
     }
-  } else {
-    bmax = 0;
-    for (int64_t j = l; j < h; j++) xmax = fmaxf(xmax, s[j]);
   }
+  xmax = lanes_max(s + l, h - l);
   fill(s, l, 0);
   fill(s + h, n - h, 0);
   if (h <= l || bmax == -INFINITY || xmax == -INFINITY) {
@@ -97,9 +118,7 @@ static bool row_softmax(float *s, int64_t n, int64_t l, int64_t h, const float *
   }
   for (int64_t j = l; j < h; j++) s[j] -= xmax;
   keel_exp_neg_f32(s + l, s + l, h - l);
-  float sum = 0;
-  for (int64_t j = l; j < h; j++) sum += s[j];
-  float inv = 1.0f / sum;
+  float inv = 1.0f / lanes_sum(s + l, h - l);
   for (int64_t j = l; j < h; j++) s[j] *= inv;
   return true;
 }
@@ -144,13 +163,13 @@ static void sdpa_block(const keel_sdpa *a, int64_t b, int64_t h, int64_t i0, int
       float c = a->softcap, ic = 1.0f / a->softcap;
       for (int64_t j = 0; j < n; j++) s[j] = c * tanhf(s[j] * ic);
     }
-    if (raw) memcpy(qk, s, (size_t)n * sizeof(float));
+    if (raw && n) memcpy(qk, s, (size_t)n * sizeof(float));
     if (qk && a->qk_mode == KEEL_SDPA_QK_BIAS) qk_bias_row(qk, a->Skv, c0, s, lo[r], hi[r], mrow);
     int64_t l = hi[r] > lo[r] ? lo[r] - c0 : 0, e = hi[r] > lo[r] ? hi[r] - c0 : 0;
     row_softmax(s, n, l, e, mrow ? mrow + c0 : NULL);
     if (qk && a->qk_mode == KEEL_SDPA_QK_PROBS) {
       fill(qk, c0, 0);
-      memcpy(qk + c0, s, (size_t)n * sizeof(float));
+      if (n) memcpy(qk + c0, s, (size_t)n * sizeof(float));
       fill(qk + c1, a->Skv - c1, 0);
     }
   }
@@ -264,6 +283,7 @@ static keel_status att_past(att *a) {
 static void kv_copy(uint8_t *dst, const uint8_t *src, int rank, int64_t B, int64_t H,
                     int64_t S, int64_t D, int64_t T, int64_t t0, size_t es) {
   size_t row = (size_t)D * es;
+  if (row == 0 || S == 0) return; /* empty: data may be NULL */
   for (int64_t b = 0; b < B; b++)
     for (int64_t h = 0; h < H; h++) {
       uint8_t *d = dst + ((size_t)((b * H + h) * T + t0)) * row;

@@ -191,8 +191,8 @@ static keel_status op_linear_attention(keel_kctx *k) {
   if (out->dtype != KEEL_FLOAT) o = cur, cur += keel_tensor_numel(out);
   if (st->dtype != KEEL_FLOAT) S = cur;
   int64_t ns = keel_tensor_numel(st);
-  if (f[3]) memcpy(S, f[3], (size_t)ns * sizeof(float));
-  else memset(S, 0, (size_t)ns * sizeof(float));
+  if (ns && f[3]) memcpy(S, f[3], (size_t)ns * sizeof(float));
+  else if (ns) memset(S, 0, (size_t)ns * sizeof(float));
   for (int64_t b = 0; b < l.B; b++)
     for (int64_t h = 0; h < l.Hkv; h++) {
       float *Sh = S + (b * l.Hkv + h) * l.Dk * l.Dv;
@@ -236,8 +236,9 @@ static float round_to(int dtype, float v) {
  * k-1 of pad. */
 static void ccs_row(const float *past, const float *x, const float *w, float bias, int64_t K,
                     int64_t L, bool silu, int dtype, float *pad, float *y, float *state) {
-  if (past) memcpy(pad, past, (size_t)(K - 1) * sizeof(float));
-  else memset(pad, 0, (size_t)(K - 1) * sizeof(float));
+  size_t carry = (size_t)(K - 1) * sizeof(float); /* 0 for k == 1: state may be NULL */
+  if (carry && past) memcpy(pad, past, carry);
+  else if (carry) memset(pad, 0, carry);
   memcpy(pad + K - 1, x, (size_t)L * sizeof(float));
   for (int64_t i = 0; i < L; i++) {
     float acc = bias;
@@ -249,7 +250,7 @@ static void ccs_row(const float *past, const float *x, const float *w, float bia
       float c = round_to(dtype, y[i]);
       y[i] = c / (1.0f + expf(-c));
     }
-  memcpy(state, pad + L, (size_t)(K - 1) * sizeof(float));
+  if (carry) memcpy(state, pad + L, carry);
 }
 
 static keel_status op_causal_conv_with_state(keel_kctx *k) {
