@@ -10,6 +10,7 @@
  * score_mod/prob_mod sub-graphs against the same reference loop. Bad
  * shapes give errors. */
 #include "opcase.h"
+#include "ops/attention.h"
 
 /* ================================================ the reference */
 
@@ -300,6 +301,25 @@ static void flex_case(void) {
   tv_free(&q), tv_free(&k), tv_free(&v), tv_free(&y);
 }
 
+/* ================================================ the exp */
+
+/* keel_exp_neg_f32 against exp over [-100, 0], plus -inf and NaN. */
+static void exp_check(void) {
+  enum { N = 4003 };
+  static float x[N], y[N];
+  for (int i = 0; i < N - 3; i++) x[i] = -100.0f * (float)i / (float)(N - 4);
+  x[N - 3] = -INFINITY, x[N - 2] = NAN, x[N - 1] = -0.0f;
+  keel_exp_neg_f32(x, y, N);
+  double worst = 0;
+  for (int i = 0; i < N - 3; i++) {
+    double want = exp((double)x[i]);
+    if (want < 1e-37) CHECK(y[i] >= 0 && y[i] < 1e-37);
+    else worst = fmax(worst, fabs(y[i] - want) / want);
+  }
+  CHECK(worst < 4e-7);
+  CHECK(y[N - 3] == 0 && isnan(y[N - 2]) && y[N - 1] == 1);
+}
+
 /* ================================================ errors */
 
 static void error_cases(void) {
@@ -332,6 +352,7 @@ int main(void) {
     free_case(&c);
   }
   CHECK(failed == 0);
+  exp_check();
   long_case();
   for (int i = 0; i < 100; i++) flex_case();
   error_cases();
