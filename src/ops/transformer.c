@@ -1,6 +1,7 @@
 /* transformer.c: the per-token ops of current transformer exports:
- * RMSNormalization (23), RotaryEmbedding (23), and the activations Gelu
- * (20, exact and tanh), Swish (24) and SwiGLU (28).
+ * RMSNormalization (23), RotaryEmbedding (23, and com.microsoft's with
+ * ONNX Runtime's inputs), and the activations Gelu (20, exact and tanh),
+ * Swish (24) and SwiGLU (28).
  *
  * Each runs on float or double directly; float16/bfloat16 run in float on
  * staged copies and round once into the output. RMSNormalization sums
@@ -334,11 +335,77 @@ static keel_status op_rotary(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* com.microsoft RotaryEmbedding (ONNX Runtime's schema): inputs (input,
+ * position_ids, cos_cache, sin_cache); position_ids is [B, S] or one
+ * offset (token s of every batch at offset + s); the caches are
+ * [max_position, rotary_dim / 2]; a 3-D input without num_heads has heads
+ * of twice the caches' width. */
+static keel_status rope_ms_shape(keel_kctx *k, const keel_tensor *x, const keel_tensor *c,
+                                 rope *r) {
+  if (x->rank == 3 && keel_k_attr_i(k, "num_heads", 0) == 0) {
+    if (keel_k_attr_i(k, "rotary_embedding_dim", 0) != 0)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "rotary_embedding_dim needs num_heads");
+    int64_t hs = c->rank == 2 ? 2 * c->shape[1] : 0;
+    if (hs <= 0 || x->shape[2] % hs)
+      return keel_err(KEEL_ERR_SHAPE, "hidden size %lld is not a multiple of the head size %lld",
+                      (long long)x->shape[2], (long long)hs);
+    r->H = x->shape[2] / hs;
+    r->B = x->shape[0], r->S = x->shape[1], r->D = hs;
+    r->sh = hs, r->ss = x->shape[2], r->sb = r->S * r->ss;
+    r->rd = hs, r->half = hs / 2;
+    r->interleaved = keel_k_attr_i(k, "interleaved", 0) != 0;
+    return KEEL_OK;
+  }
+  return rope_shape(k, x, r);
+}
+
+static keel_status op_rotary_ms(keel_kctx *k) {
+  const keel_tensor *x, *pid, *c, *s;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(keel_k_in(k, 1, &pid));
+  KEEL_TRY(keel_k_in(k, 2, &c));
+  KEEL_TRY(keel_k_in(k, 3, &s));
+  if (keel_k_attr_i(k, "is_packed_batching", 0))
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "RotaryEmbedding (com.microsoft, opset 1): is_packed_batching");
+  rope r;
+  memset(&r, 0, sizeof r);
+  KEEL_TRY(rope_ms_shape(k, x, c, &r));
+  if (pid->dtype != KEEL_INT64 ||
+      (keel_tensor_numel(pid) != 1 && keel_tensor_numel(pid) != r.B * r.S))
+    return keel_err(KEEL_ERR_SHAPE, "position_ids must be int64 [1] or [%lld, %lld]",
+                    (long long)r.B, (long long)r.S);
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, r.B * r.S + 1, sizeof(int64_t), &p));
+  int64_t *pos = p;
+  const int64_t *pv = pid->data;
+  for (int64_t i = 0; i < r.B * r.S; i++)
+    pos[i] = keel_tensor_numel(pid) == 1 ? pv[0] + i % r.S : pv[i];
+  keel_tensor pt = {.data = pos, .dtype = KEEL_INT64, .rank = 2, .shape = {r.B, r.S}};
+  KEEL_TRY(rope_caches(&r, c, s, &pt));
+  if (c->dtype != x->dtype)
+    return keel_err(KEEL_ERR_SHAPE, "the caches are %s, the input %s",
+                    keel_dtype_name((keel_dtype)c->dtype), keel_dtype_name((keel_dtype)x->dtype));
+  r.pos = pos;
+  r.cache_rank = 2;
+  io o;
+  const void *cp, *sp;
+  KEEL_TRY(io_begin(k, x, "RotaryEmbedding", &o));
+  KEEL_TRY(io_other(k, c, &cp));
+  KEEL_TRY(io_other(k, s, &sp));
+  if (x->dtype == KEEL_DOUBLE) rope_double(&r, o.x, o.y, cp, sp);
+  else rope_float(&r, o.x, o.y, cp, sp);
+  io_end(&o);
+  return KEEL_OK;
+}
+
 const keel_opdef keel_ops_transformer[] = {
     {"", "RMSNormalization", 23, KEEL_OPSET_MAX, op_rms_norm, 0, KEEL_TS_FLOAT},
     {"", "RotaryEmbedding", 23, KEEL_OPSET_MAX, op_rotary, 0, KEEL_TS_FLOAT},
     {"", "Gelu", 20, KEEL_OPSET_MAX, op_gelu, 0, KEEL_TS_FLOAT},
     {"", "Swish", 24, KEEL_OPSET_MAX, op_swish, 0, KEEL_TS_FLOAT},
     {"", "SwiGLU", 28, KEEL_OPSET_MAX, op_swiglu, 0, KEEL_TS_FLOAT},
+    {"com.microsoft", "RotaryEmbedding", 1, KEEL_OPSET_MAX, op_rotary_ms, 0,
+     KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
     {0},
 };
