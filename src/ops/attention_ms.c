@@ -16,7 +16,8 @@
  * present buffers hold max(P, total) positions: the batch's past_b =
  * total_b - S rows of the past, then the new keys (rotated when
  * do_rotary), zeros after. Queries are causal from position past_b
- * (bottom-right), with local_window_size keeping the window's keys, and
+ * (bottom-right), local_window_size keeping the last local_window_size
+ * keys (the query's own included), attention_bias added, and
  * softcap as in ONNX Attention.
  *
  * float16/bfloat16 run in float on staged copies; every operand is staged
@@ -139,6 +140,18 @@ static keel_status mha_read(keel_kctx *k, mha *m) {
   return need_float(q, "MultiHeadAttention", "query");
 }
 
+static keel_status bias_check(const keel_tensor *a, int64_t B, int64_t N, int64_t S, int64_t T) {
+  char s1[96];
+  if (!a) return KEEL_OK;
+  bool ok = a->rank == 4 && (a->shape[0] == 1 || a->shape[0] == B) &&
+            (a->shape[1] == 1 || a->shape[1] == N) && a->shape[2] == S && a->shape[3] == T &&
+            keel_dtype_is_float(a->dtype);
+  if (!ok)
+    return keel_err(KEEL_ERR_SHAPE, "attention_bias %s must be [B|1, N|1, %lld, %lld]",
+                    keel_shape_str(a->rank, a->shape, s1, sizeof s1), (long long)S, (long long)T);
+  return KEEL_OK;
+}
+
 static keel_status mha_check_extras(const mha *m) {
   char s1[96];
   if (m->bias && (m->bias->rank != 1 || m->bias->shape[0] != m->N * (2 * m->H + m->Hv) ||
@@ -159,55 +172,50 @@ static keel_status mha_check_extras(const mha *m) {
                       keel_shape_str(a->rank, a->shape, s1, sizeof s1), (long long)m->B,
                       (long long)m->N, (long long)m->H);
   }
-  if (m->ab) {
-    const keel_tensor *a = m->ab;
-    bool ok = a->rank == 4 && (a->shape[0] == 1 || a->shape[0] == m->B) &&
-              (a->shape[1] == 1 || a->shape[1] == m->N) && a->shape[2] == m->S &&
-              a->shape[3] == m->T && keel_dtype_is_float(a->dtype);
-    if (!ok)
-      return keel_err(KEEL_ERR_SHAPE, "attention_bias %s must be [B|1, N|1, %lld, %lld]",
-                      keel_shape_str(a->rank, a->shape, s1, sizeof s1), (long long)m->S,
-                      (long long)m->T);
-  }
-  return KEEL_OK;
+  return bias_check(m->ab, m->B, m->N, m->S, m->T);
 }
 
-/* The additive mask [B, Nb, S, T] from key_padding_mask and
- * attention_bias (NULL when neither); returns its head count in *nb. */
-static keel_status mha_mask(keel_kctx *k, const mha *m, float *dst, int64_t *nb) {
-  int64_t B = m->B, S = m->S, T = m->T;
-  *nb = m->ab ? m->ab->shape[1] : 1;
+/* The additive mask [B, Nb, S, T] from a key mask mk and an
+ * attention_bias ab (each may be NULL; Nb is ab's head count or 1). mk:
+ * int32 key lengths [B], end then start positions [2B], or 1 = keep
+ * [B, T] / [B, S, T]; masked keys get mask_filter_value. */
+static keel_status key_mask(keel_kctx *k, const keel_tensor *mk, const keel_tensor *ab,
+                            int64_t B, int64_t S, int64_t T, float *dst) {
+  int64_t nb = ab ? ab->shape[1] : 1;
   float fv = keel_k_attr_f(k, "mask_filter_value", -10000.0f);
-  const keel_tensor *mk = m->kpm;
+  int form = 0; /* 1: [B], 2: [2B], 3: [B, T], 4: [B, S, T] */
   if (mk) {
-    bool len1 = mk->rank == 1 && mk->shape[0] == B;
-    bool two = mk->rank == 2 && mk->shape[0] == B && mk->shape[1] == T;
-    bool three = mk->rank == 3 && mk->shape[0] == B && mk->shape[1] == S && mk->shape[2] == T;
-    if (mk->dtype != KEEL_INT32 || !(len1 || two || three))
+    if (mk->rank == 1 && mk->shape[0] == B) form = 1;
+    else if (mk->rank == 1 && mk->shape[0] == 2 * B) form = 2;
+    else if (mk->rank == 2 && mk->shape[0] == B && mk->shape[1] == T) form = 3;
+    else if (mk->rank == 3 && mk->shape[0] == B && mk->shape[1] == S && mk->shape[2] == T) form = 4;
+    if (mk->dtype != KEEL_INT32 || !form)
       return keel_err(KEEL_ERR_UNSUPPORTED,
-                      "MultiHeadAttention (com.microsoft, opset 1): key_padding_mask must be "
-                      "int32 [B], [B, T] or [B, S, T]");
+                      "%s (com.microsoft, opset 1): the mask must be int32 [B], [2B], [B, T] "
+                      "or [B, S, T]", k->node->op_type);
   }
   const int32_t *mv = mk ? mk->data : NULL;
   for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < *nb; h++)
+    for (int64_t h = 0; h < nb; h++)
       for (int64_t i = 0; i < S; i++) {
-        float *row = dst + ((b * *nb + h) * S + i) * T;
+        float *row = dst + ((b * nb + h) * S + i) * T;
         for (int64_t j = 0; j < T; j++) {
-          bool keep = !mk                       ? true
-                      : mk->rank == 1           ? j < mv[b]
-                      : mk->rank == 2           ? mv[b * T + j] > 0
-                                                : mv[(b * S + i) * T + j] > 0;
+          bool keep = form == 0   ? true
+                      : form == 1 ? j < mv[b]
+                      : form == 2 ? j < mv[b] && j >= mv[B + b]
+                      : form == 3 ? mv[b * T + j] > 0
+                                  : mv[(b * S + i) * T + j] > 0;
           row[j] = keep ? 0.0f : fv;
         }
-        if (!m->ab) continue;
-        int64_t ab0 = m->ab->shape[0] == 1 ? 0 : b;
-        size_t off = (size_t)(((ab0 * m->ab->shape[1] + h) * S + i) * T);
+        if (!ab) continue;
+        int64_t ab0 = ab->shape[0] == 1 ? 0 : b;
+        size_t off = (size_t)(((ab0 * ab->shape[1] + h) * S + i) * T);
         for (int64_t j = 0; j < T; j++)
-          row[j] += (float)keel_elem_get_f64(m->ab->dtype, m->ab->data, off + (size_t)j);
+          row[j] += (float)keel_elem_get_f64(ab->dtype, ab->data, off + (size_t)j);
       }
   return KEEL_OK;
 }
+
 
 /* Q, K, V staged as float with the bias (staged into b) added. */
 static void mha_stage(const mha *m, float *q, float *kk, float *v, float *b) {
@@ -284,7 +292,7 @@ static keel_status op_mha(keel_kctx *k) {
   }
   s.y = yf, s.y_sb = m.S * m.N * m.Hv, s.y_sh = m.Hv, s.y_ss = m.N * m.Hv;
   if (nmask) {
-    KEEL_TRY(mha_mask(k, &m, mask, &nb));
+    KEEL_TRY(key_mask(k, m.kpm, m.ab, m.B, m.S, m.T, mask));
     s.mask = (keel_sdpa_t){mask, nb * m.S * m.T, nb == 1 ? 0 : m.S * m.T, m.T};
     s.mask_len = m.T;
   }
@@ -304,8 +312,244 @@ static keel_status op_mha(keel_kctx *k) {
   return KEEL_OK;
 }
 
+
+/* ================================================ GroupQueryAttention */
+
+typedef struct gqa {
+  const keel_tensor *q, *k, *v, *pk, *pv, *seqlens, *total, *cos, *sin, *ab;
+  int64_t B, S, N, Nkv, H, P, Tp, total_len, rd;
+  bool packed;
+} gqa;
+
+static keel_status gqa_unsupported(keel_kctx *k) {
+  static const char *const attrs[] = {"smooth_softmax", "qk_output", "sliding_window_cache",
+                                      "kv_cache_bit_width"};
+  for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+    if (keel_k_attr_i(k, attrs[i], 0))
+      return keel_err(KEEL_ERR_UNSUPPORTED, "GroupQueryAttention (com.microsoft, opset 1): %s",
+                      attrs[i]);
+  for (int i = 11; i < 16; i++)
+    if (keel_k_has_in(k, i))
+      return keel_err(KEEL_ERR_UNSUPPORTED,
+                      "GroupQueryAttention (com.microsoft, opset 1): input %d (head_sink, KV "
+                      "quantization scales, QK norm weights)", i);
+  if (!keel_k_attr_i(k, "causal", 1))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GroupQueryAttention (com.microsoft, opset 1): causal=0");
+  return KEEL_OK;
+}
+
+static keel_status gqa_read(keel_kctx *k, gqa *g) {
+  memset(g, 0, sizeof *g);
+  const keel_tensor **t[11] = {&g->q, &g->k, &g->v, &g->pk, &g->pv, &g->seqlens, &g->total,
+                               &g->cos, &g->sin, NULL, &g->ab};
+  for (int i = 0; i < 11; i++)
+    if (t[i]) KEEL_TRY(keel_k_in_opt(k, i, t[i]));
+  KEEL_TRY(gqa_unsupported(k));
+  if (!g->q || !g->seqlens || !g->total)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "query, seqlens_k and total_sequence_length are required");
+  g->N = keel_k_attr_i(k, "num_heads", 0), g->Nkv = keel_k_attr_i(k, "kv_num_heads", 0);
+  if (g->N <= 0 || g->Nkv <= 0 || g->N % g->Nkv)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "num_heads %lld must be a multiple of kv_num_heads %lld",
+                    (long long)g->N, (long long)g->Nkv);
+  KEEL_TRY(need_float(g->q, "GroupQueryAttention", "query"));
+  char s1[96];
+  const keel_tensor *q = g->q;
+  g->packed = !g->k;
+  if (q->rank != 3 || (g->packed != !g->v))
+    return keel_err(KEEL_ERR_SHAPE, "query %s must be [B, S, hidden] with key and value both "
+                    "given or both omitted", keel_shape_str(q->rank, q->shape, s1, sizeof s1));
+  g->B = q->shape[0], g->S = q->shape[1];
+  int64_t heads = g->packed ? g->N + 2 * g->Nkv : g->N;
+  if (q->shape[2] % heads) goto bad;
+  g->H = q->shape[2] / heads;
+  if (!g->packed) {
+    const keel_tensor *kv[2] = {g->k, g->v};
+    for (int i = 0; i < 2; i++)
+      if (kv[i]->rank != 3 || kv[i]->shape[0] != g->B || kv[i]->shape[1] != g->S ||
+          kv[i]->shape[2] != g->Nkv * g->H || kv[i]->dtype != q->dtype)
+        goto bad;
+  }
+  return KEEL_OK;
+bad:
+  return keel_err(KEEL_ERR_SHAPE, "query %s does not split into %lld + 2 x %lld heads",
+                  keel_shape_str(q->rank, q->shape, s1, sizeof s1), (long long)g->N,
+                  (long long)g->Nkv);
+}
+
+/* The cache lengths: past rows P, present rows Tp = max(P, total), and the
+ * per-batch totals and pasts (into tot[], past[]). */
+static keel_status gqa_lengths(gqa *g, int64_t *tot, int64_t *past) {
+  char s1[96];
+  if ((g->pk != NULL) != (g->pv != NULL))
+    return keel_err(KEEL_ERR_INVALID_MODEL, "past_key and past_value go together");
+  if (g->pk) {
+    const keel_tensor *a = g->pk, *b = g->pv;
+    bool ok = a->rank == 4 && b->rank == 4 && a->shape[0] == g->B && a->shape[1] == g->Nkv &&
+              a->shape[3] == g->H && !memcmp(a->shape, b->shape, sizeof(int64_t) * 4) &&
+              a->dtype == g->q->dtype && b->dtype == g->q->dtype;
+    if (!ok)
+      return keel_err(KEEL_ERR_SHAPE, "past_key %s must be [%lld, %lld, P, %lld] like past_value",
+                      keel_shape_str(a->rank, a->shape, s1, sizeof s1), (long long)g->B,
+                      (long long)g->Nkv, (long long)g->H);
+    g->P = a->shape[2];
+  }
+  if (g->seqlens->dtype != KEEL_INT32 || keel_tensor_numel(g->seqlens) != g->B ||
+      g->total->dtype != KEEL_INT32 || keel_tensor_numel(g->total) != 1)
+    return keel_err(KEEL_ERR_SHAPE, "seqlens_k must be int32 [%lld], total_sequence_length an "
+                    "int32 scalar", (long long)g->B);
+  g->total_len = ((const int32_t *)g->total->data)[0];
+  g->Tp = g->P > g->total_len ? g->P : g->total_len;
+  const int32_t *sl = g->seqlens->data;
+  for (int64_t b = 0; b < g->B; b++) {
+    tot[b] = (int64_t)sl[b] + 1;
+    past[b] = tot[b] > g->S ? tot[b] - g->S : 0;
+    if (tot[b] < 1 || tot[b] > g->total_len || past[b] > g->P || past[b] + g->S > g->Tp)
+      return keel_err(KEEL_ERR_SHAPE,
+                      "seqlens_k[%lld] = %d does not fit %lld new tokens, %lld past rows and "
+                      "total_sequence_length %lld", (long long)b, sl[b], (long long)g->S,
+                      (long long)g->P, (long long)g->total_len);
+  }
+  return KEEL_OK;
+}
+
+/* Rotates the first rd values of each head of rows (b, s) of x (row
+ * stride rs, heads at h*H) by the cache row of position past[b] + s. */
+static void gqa_rotate(const gqa *g, float *x, int64_t heads, int64_t rs, const float *cs,
+                       const float *sn, const int64_t *past, bool inter) {
+  int64_t half = g->rd / 2;
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t s = 0; s < g->S; s++) {
+      const float *c = cs + (past[b] + s) * half, *n = sn + (past[b] + s) * half;
+      for (int64_t h = 0; h < heads; h++) {
+        float *r = x + (b * g->S + s) * rs + h * g->H;
+        for (int64_t i = 0; i < half; i++) {
+          int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
+          float x1 = r[i1], x2 = r[i2];
+          r[i1] = c[i] * x1 - n[i] * x2;
+          r[i2] = n[i] * x1 + c[i] * x2;
+        }
+      }
+    }
+}
+
+static keel_status gqa_rotary_check(gqa *g, const int64_t *past) {
+  char s1[96];
+  const keel_tensor *c = g->cos, *s = g->sin;
+  if (!c || !s) return keel_err(KEEL_ERR_INVALID_MODEL, "do_rotary needs cos_cache and sin_cache");
+  bool ok = c->rank == 2 && s->rank == 2 && !memcmp(c->shape, s->shape, sizeof(int64_t) * 2) &&
+            2 * c->shape[1] <= g->H && c->shape[1] > 0 && c->dtype == g->q->dtype &&
+            s->dtype == g->q->dtype;
+  for (int64_t b = 0; ok && b < g->B; b++) ok = past[b] + g->S <= c->shape[0];
+  if (!ok)
+    return keel_err(KEEL_ERR_SHAPE, "cos_cache %s must be [positions, <= %lld] covering every "
+                    "position", keel_shape_str(c->rank, c->shape, s1, sizeof s1),
+                    (long long)(g->H / 2));
+  g->rd = 2 * c->shape[1];
+  return KEEL_OK;
+}
+
+/* The present buffers [B, Nkv, Tp, H] as float: past rows, new rows,
+ * zeros after. kx/vx are the new keys/values (row stride rs). */
+static void gqa_present(const gqa *g, float *kp, float *vp, const float *pkf, const float *pvf,
+                        const float *kx, const float *vx, int64_t rs, const int64_t *past) {
+  int64_t H = g->H;
+  memset(kp, 0, sizeof(float) * (size_t)(g->B * g->Nkv * g->Tp * H));
+  memset(vp, 0, sizeof(float) * (size_t)(g->B * g->Nkv * g->Tp * H));
+  for (int64_t b = 0; b < g->B; b++)
+    for (int64_t h = 0; h < g->Nkv; h++) {
+      size_t d = (size_t)((b * g->Nkv + h) * g->Tp) * (size_t)H;
+      size_t sp = (size_t)((b * g->Nkv + h) * g->P) * (size_t)H;
+      if (past[b]) {
+        memcpy(kp + d, pkf + sp, sizeof(float) * (size_t)(past[b] * H));
+        memcpy(vp + d, pvf + sp, sizeof(float) * (size_t)(past[b] * H));
+      }
+      for (int64_t s = 0; s < g->S; s++) {
+        size_t row = d + (size_t)((past[b] + s) * H);
+        memcpy(kp + row, kx + (b * g->S + s) * rs + h * H, sizeof(float) * (size_t)H);
+        memcpy(vp + row, vx + (b * g->S + s) * rs + h * H, sizeof(float) * (size_t)H);
+      }
+    }
+}
+
+static keel_status gqa_bias(const gqa *g, keel_sdpa *s) {
+  const keel_tensor *a = g->ab;
+  char s1[96];
+  if (!a) return KEEL_OK;
+  bool ok = a->rank == 4 && (a->shape[0] == 1 || a->shape[0] == g->B) &&
+            (a->shape[1] == 1 || a->shape[1] == g->N) && a->shape[2] == g->S &&
+            a->shape[3] >= 1 && a->shape[3] <= g->Tp && a->dtype == KEEL_FLOAT;
+  if (!ok)
+    return keel_err(KEEL_ERR_SHAPE, "attention_bias %s must be float [B|1, N|1, %lld, total]",
+                    keel_shape_str(a->rank, a->shape, s1, sizeof s1), (long long)g->S);
+  int64_t T = a->shape[3];
+  s->mask = (keel_sdpa_t){a->data, a->shape[0] == 1 ? 0 : a->shape[1] * g->S * T,
+                          a->shape[1] == 1 ? 0 : g->S * T, T};
+  s->mask_len = T;
+  return KEEL_OK;
+}
+
+static keel_status op_gqa(keel_kctx *k) {
+  gqa g;
+  KEEL_TRY(gqa_read(k, &g));
+  void *ip;
+  KEEL_TRY(keel_k_scratch_n(k, 2 * g.B + 1, sizeof(int64_t), &ip));
+  int64_t *tot = ip, *past = tot + g.B;
+  KEEL_TRY(gqa_lengths(&g, tot, past));
+  bool rot = keel_k_attr_i(k, "do_rotary", 0) != 0;
+  if (rot) KEEL_TRY(gqa_rotary_check(&g, past));
+  int64_t nq = keel_tensor_numel(g.q), nk = g.packed ? 0 : keel_tensor_numel(g.k);
+  int64_t npast = g.B * g.Nkv * g.P * g.H, npres = g.B * g.Nkv * g.Tp * g.H;
+  int64_t ncache = rot ? 2 * keel_tensor_numel(g.cos) : 0, ny = g.B * g.S * g.N * g.H;
+  keel_tensor *y, *pko, *pvo;
+  KEEL_TRY(keel_k_out(k, 0, g.q->dtype, 3, (int64_t[]){g.B, g.S, g.N * g.H}, &y));
+  KEEL_TRY(keel_k_out(k, 1, g.q->dtype, 4, (int64_t[]){g.B, g.Nkv, g.Tp, g.H}, &pko));
+  KEEL_TRY(keel_k_out(k, 2, g.q->dtype, 4, (int64_t[]){g.B, g.Nkv, g.Tp, g.H}, &pvo));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, nq + 2 * nk + 2 * npast + 2 * npres + ncache + ny, sizeof(float), &p));
+  carve c = {p};
+  float *qf = take(&c, nq), *kf = take(&c, nk), *vf = take(&c, nk);
+  float *pkf = take(&c, npast), *pvf = take(&c, npast), *kp = take(&c, npres),
+        *vp = take(&c, npres), *yf = take(&c, ny);
+  to_f32(g.q, qf);
+  if (!g.packed) to_f32(g.k, kf), to_f32(g.v, vf);
+  if (g.pk) to_f32(g.pk, pkf), to_f32(g.pv, pvf);
+  int64_t rq = g.packed ? (g.N + 2 * g.Nkv) * g.H : g.N * g.H, rk = g.packed ? rq : g.Nkv * g.H;
+  float *kx = g.packed ? qf + g.N * g.H : kf, *vx = g.packed ? qf + (g.N + g.Nkv) * g.H : vf;
+  if (rot) {
+    float *cs = take(&c, ncache / 2), *sn = take(&c, ncache / 2);
+    to_f32(g.cos, cs), to_f32(g.sin, sn);
+    bool inter = keel_k_attr_i(k, "rotary_interleaved", 0) != 0;
+    gqa_rotate(&g, qf, g.N, rq, cs, sn, past, inter);
+    gqa_rotate(&g, kx, g.Nkv, rk, cs, sn, past, inter);
+  }
+  gqa_present(&g, kp, vp, pkf, pvf, kx, vx, rk, past);
+  keel_sdpa s;
+  memset(&s, 0, sizeof s);
+  s.B = g.B, s.Hq = g.N, s.Hkv = g.Nkv, s.Sq = g.S, s.Skv = g.Tp, s.Dk = g.H, s.Dv = g.H;
+  s.q = (keel_sdpa_t){qf, g.S * rq, g.H, rq};
+  s.k = bnsh(kp, g.Nkv, g.Tp, g.H);
+  s.v = bnsh(vp, g.Nkv, g.Tp, g.H);
+  s.y = yf, s.y_sb = g.S * g.N * g.H, s.y_sh = g.H, s.y_ss = g.N * g.H;
+  KEEL_TRY(gqa_bias(&g, &s));
+  const keel_attr *sc = keel_k_attr(k, "scale");
+  s.scale = sc && keel_k_attr_f(k, "scale", 0) != 0 ? keel_k_attr_f(k, "scale", 1)
+                                                    : 1.0f / sqrtf((float)g.H);
+  s.softcap = keel_k_attr_f(k, "softcap", 0);
+  s.causal = true;
+  int64_t w = keel_k_attr_i(k, "local_window_size", -1);
+  s.left = w > 0 ? w - 1 : -1, s.right = -1; /* the window holds w keys */
+  s.offset = past, s.kv_len = tot;
+  KEEL_TRY(keel_sdpa_f32(k, &s));
+  from_f32(yf, y);
+  from_f32(kp, pko);
+  from_f32(vp, pvo);
+  return KEEL_OK;
+}
+
 const keel_opdef keel_ops_attention_ms[] = {
     {"com.microsoft", "MultiHeadAttention", 1, KEEL_OPSET_MAX, op_mha, 0,
+     KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
+    {"com.microsoft", "GroupQueryAttention", 1, KEEL_OPSET_MAX, op_gqa, 0,
      KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
     {0},
 };
