@@ -96,6 +96,11 @@ def mha_cases():
             mask = np.ones((B, T), np.int32)
             mask[0, -1] = 0
             mask[-1, 0] = 0
+        elif kpm == "1d":
+            mask = np.array([T, T - 2][:B], np.int32)
+        elif kpm == "3d":
+            mask = (RNG.uniform(size=(B, S, T)) > 0.3).astype(np.int32)
+            mask[:, :, 0] = 1
         ins.append(("key_padding_mask", mask))
         abias = None
         if ab:
@@ -125,6 +130,53 @@ def mha_cases():
     go("unidirectional", S=4, L=4, uni=1)
     go("scale", scale=0.3)
     go("kv_bnsh", kv_bnsh=True, N=3)
+    go("key_lengths", kpm="1d")
+    go("key_padding_mask_3d", kpm="3d")
+
+
+# ------------------------------------------------- Attention (com.microsoft)
+
+def attention_cases():
+    def go(name, B=2, S=3, Din=6, N=2, H=4, Hv=None, bias=True, mask=None, past=0, uni=0,
+           ab=False, scale=None):
+        Hv = Hv or H
+        wc = 2 * N * H + N * Hv
+        T = past + S
+        ins = [("input", rand(B, S, Din)), ("weights", rand(Din, wc, amp=0.5)),
+               ("bias", rand(wc) if bias else None)]
+        m = None
+        if mask == "lengths":
+            m = np.array([T, T - 1][:B], np.int32)
+        elif mask == "end_start":
+            m = np.array([T, T - 1, 0, 1][: 2 * B], np.int32)
+        elif mask == "raw2d":
+            m = np.ones((B, T), np.int32)
+            m[1, 0] = 0
+        elif mask == "raw3d":
+            m = (RNG.uniform(size=(B, S, T)) > 0.3).astype(np.int32)
+            m[:, :, 0] = 1
+        ins.append(("mask_index", m))
+        ins.append(("past", rand(2, B, N, past, H) if past else None))
+        ins.append(("attention_bias", rand(B, 1, S, T) if ab else None))
+        attrs = {"num_heads": N, "unidirectional": uni}
+        if Hv != H:
+            attrs["qkv_hidden_sizes"] = [N * H, N * H, N * Hv]
+        if scale:
+            attrs["scale"] = scale
+        case("Attention", name, ins, ["output", "present"] if past else ["output"], **attrs)
+
+    go("basic")
+    # no bias: ONNX Runtime 1.30's CPU kernel crashes (SIGSEGV) without one
+    go("v_hidden_size", Hv=6)
+    go("mask_lengths", mask="lengths")
+    go("mask_end_start", mask="end_start")
+    go("mask_raw2d", mask="raw2d")
+    go("mask_raw3d", mask="raw3d")
+    go("unidirectional", uni=1, S=4)
+    go("past_unidirectional", past=3, S=1, uni=1)
+    go("past_prefill", past=2, S=3, uni=1, mask="raw2d")
+    go("attention_bias", ab=True)
+    go("scale", scale=0.25, N=3)
 
 
 # ------------------------------------------------------- GroupQueryAttention
@@ -183,6 +235,7 @@ const ctor = {float32: Float32Array, float16: Uint16Array, int32: Int32Array, in
 (async () => {
   const jobs = JSON.parse(fs.readFileSync(process.argv[2]));
   for (const job of jobs) {
+    if (process.env.GEN_VERBOSE) console.error(job.model);
     const s = await ort.InferenceSession.create(job.model, {graphOptimizationLevel: 'disabled'});
     const feeds = {};
     for (const i of job.inputs) {
@@ -210,6 +263,7 @@ NPT = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "int64":
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "contrib")
     rotary_cases()
+    attention_cases()
     mha_cases()
     gqa_cases()
     tmp = tempfile.mkdtemp(prefix="gen_contrib_")

@@ -1,6 +1,12 @@
 /* attention_ms.c: ONNX Runtime's com.microsoft attention ops on the shared
- * scaled-dot-product core (attention.h): MultiHeadAttention and
- * GroupQueryAttention, with ONNX Runtime's schemas and CPU semantics.
+ * scaled-dot-product core (attention.h): Attention, MultiHeadAttention
+ * and GroupQueryAttention, with ONNX Runtime's schemas and CPU semantics.
+ *
+ * Attention: input [B, S, Din] times the packed weights [Din, Dq+Dk+Dv]
+ * (plus bias) gives Q, K and V, read in place by strides; past
+ * [2, B, N, P, H] and present [2, B, N, P+S, H]; mask_index as
+ * MultiHeadAttention's key masks below (plus [2B]: end then start
+ * positions); unidirectional is causal after the past.
  *
  * MultiHeadAttention: query [B, S, N*H]; key/value [B, L, N*H] (or
  * [B, N, L, H] precomputed); optional input-projection bias added to Q, K
@@ -27,6 +33,7 @@
 
 #include "attention.h"
 #include "bcast.h"
+#include "conv_util.h"
 
 /* ============================================================ staging */
 
@@ -546,8 +553,148 @@ static keel_status op_gqa(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* =========================================== Attention (com.microsoft) */
+
+typedef struct cm {
+  const keel_tensor *x, *w, *bias, *mask, *past, *ab;
+  int64_t B, S, Din, N, Dq, Dv, H, Hv, P, T;
+} cm;
+
+static keel_status cm_read(keel_kctx *k, cm *a) {
+  memset(a, 0, sizeof *a);
+  const keel_tensor **t[6] = {&a->x, &a->w, &a->bias, &a->mask, &a->past, &a->ab};
+  for (int i = 0; i < 6; i++) KEEL_TRY(keel_k_in_opt(k, i, t[i]));
+  if (keel_k_has_in(k, 6) || keel_k_attr_i(k, "do_rotary", 0) ||
+      keel_k_attr_i(k, "past_present_share_buffer", 0))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "Attention (com.microsoft, opset 1): do_rotary, "
+                    "past_present_share_buffer or past_sequence_length");
+  if (!a->x || !a->w) return keel_err(KEEL_ERR_INVALID_MODEL, "input and weights are required");
+  KEEL_TRY(need_float(a->x, "Attention", "input"));
+  char s1[96], s2[96];
+  a->N = keel_k_attr_i(k, "num_heads", 0);
+  int n;
+  const int64_t *hs = keel_k_attr_ints(k, "qkv_hidden_sizes", &n);
+  bool ok = a->N > 0 && a->x->rank == 3 && a->w->rank == 2 && a->w->shape[0] == a->x->shape[2] &&
+            a->w->dtype == a->x->dtype && (!hs || n == 3);
+  if (ok) {
+    a->B = a->x->shape[0], a->S = a->x->shape[1], a->Din = a->x->shape[2];
+    int64_t wc = a->w->shape[1];
+    a->Dq = hs ? hs[0] : wc / 3, a->Dv = hs ? hs[2] : wc / 3;
+    ok = (hs ? hs[1] == hs[0] && hs[0] + hs[1] + hs[2] == wc : wc % 3 == 0) && a->Dq > 0 &&
+         a->Dv > 0 && a->Dq % a->N == 0 && a->Dv % a->N == 0;
+  }
+  if (!ok)
+    return keel_err(KEEL_ERR_SHAPE, "input %s and weights %s do not fit num_heads %lld "
+                    "(and qkv_hidden_sizes)", keel_shape_str(a->x->rank, a->x->shape, s1, sizeof s1),
+                    keel_shape_str(a->w->rank, a->w->shape, s2, sizeof s2), (long long)a->N);
+  a->H = a->Dq / a->N, a->Hv = a->Dv / a->N;
+  int64_t wc = a->w->shape[1];
+  if (a->bias && (a->bias->rank != 1 || a->bias->shape[0] != wc || a->bias->dtype != a->x->dtype))
+    return keel_err(KEEL_ERR_SHAPE, "bias must be [%lld]", (long long)wc);
+  if (a->past) {
+    const keel_tensor *p = a->past;
+    ok = p->rank == 5 && p->shape[0] == 2 && p->shape[1] == a->B && p->shape[2] == a->N &&
+         p->shape[4] == a->H && a->H == a->Hv && p->dtype == a->x->dtype;
+    if (!ok)
+      return keel_err(KEEL_ERR_SHAPE, "past %s must be [2, %lld, %lld, P, %lld] (and V's head "
+                      "size Q's)", keel_shape_str(p->rank, p->shape, s1, sizeof s1),
+                      (long long)a->B, (long long)a->N, (long long)a->H);
+    a->P = p->shape[3];
+  }
+  a->T = a->P + a->S;
+  return bias_check(a->ab, a->B, a->N, a->S, a->T);
+}
+
+/* qkv [B*S, Wc] = x W + bias, in float. */
+static void cm_project(const cm *a, float *xf, float *wf, float *bf, float *qkv) {
+  int64_t wc = a->w->shape[1], rows = a->B * a->S;
+  to_f32(a->x, xf);
+  to_f32(a->w, wf);
+  keel_gemm_f32(false, false, rows, wc, a->Din, 1.0f, xf, a->Din, wf, wc, 0, qkv, wc);
+  if (!a->bias) return;
+  to_f32(a->bias, bf);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < wc; j++) qkv[r * wc + j] += bf[j];
+}
+
+static keel_status op_attention_cm(keel_kctx *k) {
+  cm a;
+  KEEL_TRY(cm_read(k, &a));
+  int64_t wc = a.w->shape[1];
+  KEEL_TRY(keel_blas_fits(wc > a.Din ? wc : a.Din));
+  keel_tensor *y, *pres = NULL;
+  KEEL_TRY(keel_k_out(k, 0, a.x->dtype, 3, (int64_t[]){a.B, a.S, a.Dv}, &y));
+  bool want = a.past || keel_k_has_out(k, 1);
+  if (want && a.H != a.Hv)
+    return keel_err(KEEL_ERR_SHAPE, "present needs V's head size (%lld) to be Q's (%lld)",
+                    (long long)a.Hv, (long long)a.H);
+  if (want)
+    KEEL_TRY(keel_k_out(k, 1, a.x->dtype, 5, (int64_t[]){2, a.B, a.N, a.T, a.H}, &pres));
+  int64_t nx = keel_tensor_numel(a.x), nw = keel_tensor_numel(a.w), rows = a.B * a.S;
+  int64_t npres = want ? 2 * a.B * a.N * a.T * a.H : 0;
+  int64_t nmask = (a.mask || a.ab) ? a.B * (a.ab ? a.ab->shape[1] : 1) * a.S * a.T : 0;
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, nx + nw + wc + rows * wc + npres + nmask + rows * a.Dv,
+                            sizeof(float), &p));
+  carve c = {p};
+  float *xf = take(&c, nx), *wf = take(&c, nw), *bf = take(&c, wc), *qkv = take(&c, rows * wc);
+  float *pf = take(&c, npres), *mask = take(&c, nmask), *yf = take(&c, rows * a.Dv);
+  cm_project(&a, xf, wf, bf, qkv);
+  keel_sdpa s;
+  memset(&s, 0, sizeof s);
+  s.B = a.B, s.Hq = a.N, s.Hkv = a.N, s.Sq = a.S, s.Skv = a.T, s.Dk = a.H, s.Dv = a.Hv;
+  s.q = (keel_sdpa_t){qkv, a.S * wc, a.H, wc};
+  s.k = (keel_sdpa_t){qkv + a.Dq, a.S * wc, a.H, wc};
+  s.v = (keel_sdpa_t){qkv + 2 * a.Dq, a.S * wc, a.Hv, wc};
+  if (want) {
+    int64_t half = a.B * a.N * a.T * a.H;
+    float *kp = pf, *vp = pf + half;
+    for (int64_t b = 0; b < a.B; b++)
+      for (int64_t h = 0; h < a.N; h++) {
+        for (int64_t t = 0; t < a.P; t++)
+          for (int64_t d = 0; d < a.H; d++)
+            for (int kv = 0; kv < 2; kv++) {
+              size_t src = (size_t)((((kv * a.B + b) * a.N + h) * a.P + t) * a.H + d);
+              pf[kv * half + ((b * a.N + h) * a.T + t) * a.H + d] =
+                  (float)keel_elem_get_f64(a.past->dtype, a.past->data, src);
+            }
+        for (int64_t t = 0; t < a.S; t++) {
+          const float *r = qkv + (b * a.S + t) * wc + h * a.H;
+          memcpy(kp + ((b * a.N + h) * a.T + a.P + t) * a.H, r + a.Dq, sizeof(float) * (size_t)a.H);
+          memcpy(vp + ((b * a.N + h) * a.T + a.P + t) * a.H, r + 2 * a.Dq, sizeof(float) * (size_t)a.H);
+        }
+      }
+    s.k = bnsh(kp, a.N, a.T, a.H);
+    s.v = bnsh(vp, a.N, a.T, a.H);
+    from_f32(pf, pres);
+  }
+  if (nmask) {
+    KEEL_TRY(key_mask(k, a.mask, a.ab, a.B, a.S, a.T, mask));
+    int64_t nb = a.ab ? a.ab->shape[1] : 1;
+    s.mask = (keel_sdpa_t){mask, nb * a.S * a.T, nb == 1 ? 0 : a.S * a.T, a.T};
+    s.mask_len = a.T;
+  }
+  s.y = yf, s.y_sb = a.S * a.Dv, s.y_sh = a.Hv, s.y_ss = a.Dv;
+  const keel_attr *sc = keel_k_attr(k, "scale");
+  s.scale = sc ? keel_k_attr_f(k, "scale", 1) : 1.0f / sqrtf((float)a.H);
+  s.causal = keel_k_attr_i(k, "unidirectional", 0) != 0;
+  s.left = s.right = -1;
+  if (a.P) {
+    void *op;
+    KEEL_TRY(keel_k_scratch_n(k, a.B, sizeof(int64_t), &op));
+    int64_t *o = op;
+    for (int64_t b = 0; b < a.B; b++) o[b] = a.P;
+    s.offset = o;
+  }
+  KEEL_TRY(keel_sdpa_f32(k, &s));
+  from_f32(yf, y);
+  return KEEL_OK;
+}
+
 const keel_opdef keel_ops_attention_ms[] = {
     {"com.microsoft", "MultiHeadAttention", 1, KEEL_OPSET_MAX, op_mha, 0,
+     KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
+    {"com.microsoft", "Attention", 1, KEEL_OPSET_MAX, op_attention_cm, 0,
      KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
     {"com.microsoft", "GroupQueryAttention", 1, KEEL_OPSET_MAX, op_gqa, 0,
      KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16)},
