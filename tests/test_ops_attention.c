@@ -233,6 +233,28 @@ static void long_case(void) {
 }
 
 
+/* Decoding with more query heads per kv head than one kernel block (the
+ * group's heads are the block's rows), 3-D, with a past and a mask. */
+static void decode_case(void) {
+  acase c;
+  memset(&c, 0, sizeof c);
+  c.opset = 23, c.rank = 3, c.dt = KEEL_FLOAT, c.B = 2, c.Hq = 70, c.Hkv = 1;
+  c.Sq = 1, c.S = 1, c.P = 40, c.Dk = 8, c.Dv = 5, c.causal = true;
+  c.left = c.right = -1;
+  c.q = qkv("Q", c.dt, 3, c.B, c.Hq, c.Sq, c.Dk);
+  c.k = qkv("K", c.dt, 3, c.B, c.Hkv, c.S, c.Dk);
+  c.v = qkv("V", c.dt, 3, c.B, c.Hkv, c.S, c.Dv);
+  c.pk = qkv("past_key", c.dt, 4, c.B, c.Hkv, c.P, c.Dk);
+  c.pv = qkv("past_value", c.dt, 4, c.B, c.Hkv, c.P, c.Dv);
+  c.mask_rank = 4, c.mask_dt = KEEL_FLOAT, c.mask_len = 41;
+  int64_t md[4] = {c.B, c.Hq, 1, 41};
+  memcpy(c.mdims, md, sizeof md);
+  c.mask = tv_new("mask", KEEL_FLOAT, 4, md);
+  tv_rand(&c.mask, 2);
+  CHECK(run_case(&c));
+  free_case(&c);
+}
+
 /* ================================================ FlexAttention */
 
 /* A one-node modifier graph: y = op(x) (Tanh) or x * x (Mul). */
@@ -354,6 +376,7 @@ int main(void) {
   CHECK(failed == 0);
   exp_check();
   long_case();
+  decode_case();
   for (int i = 0; i < 100; i++) flex_case();
   error_cases();
   return check_report();

@@ -132,33 +132,26 @@ static void qk_bias_row(float *dst, int64_t Skv, int64_t c0, const float *s, int
   for (int64_t j = lo; j < hi; j++) dst[j] = s[j - c0] + (mrow ? mrow[j] : 0.0f);
 }
 
-/* The rows i0 .. i0+m of head h of batch b. */
-static void sdpa_block(const keel_sdpa *a, int64_t b, int64_t h, int64_t i0, int64_t m,
-                       float *S) {
-  int64_t g = h / (a->Hq / a->Hkv);
-  int64_t lo[QB], hi[QB], c0 = a->Skv, c1 = 0;
-  for (int64_t r = 0; r < m; r++) {
-    row_range(a, b, i0 + r, &lo[r], &hi[r]);
-    if (hi[r] > lo[r]) {
-      c0 = lo[r] < c0 ? lo[r] : c0;
-      c1 = hi[r] > c1 ? hi[r] : c1;
-    }
-  }
-  bool raw = a->qk && a->qk_mode <= KEEL_SDPA_QK_SOFTCAP;
-  if (raw) c0 = 0, c1 = a->Skv;
-  if (c1 < c0) c0 = c1 = 0;
+/* A block of m query rows of batch b sharing one kv head: row r is query
+ * i0 + r*di of head h0 + r*dh. (dh, di) = (0, 1) walks the queries of one
+ * head; (1, 0) walks a GQA group's heads at one query (decoding, where a
+ * block per head would be a one-row product). */
+typedef struct blk {
+  int64_t b, h0, i0, m, dh, di;
+} blk;
+
+/* Leading dimension of a block's rows in an operand with strides sh, ss. */
+static int64_t blk_ld(const blk *k, int64_t sh, int64_t ss) { return k->dh ? sh : ss; }
+
+static void sdpa_rows(const keel_sdpa *a, const blk *k, const int64_t *lo, const int64_t *hi,
+                      int64_t c0, int64_t c1, bool raw, float *S) {
   int64_t n = c1 - c0;
-  const float *q = a->q.p + b * a->q.sb + h * a->q.sh + i0 * a->q.ss;
-  const float *kp = a->k.p + b * a->k.sb + g * a->k.sh + c0 * a->k.ss;
-  const float *vp = a->v.p + b * a->v.sb + g * a->v.sh + c0 * a->v.ss;
-  float *y = a->y + b * a->y_sb + h * a->y_sh + i0 * a->y_ss;
-  keel_gemm_f32(false, true, m, n, a->Dk, a->scale, q, a->q.ss, kp, a->k.ss, 0, S, n);
-  for (int64_t r = 0; r < m; r++) {
+  for (int64_t r = 0; r < k->m; r++) {
     float *s = S + r * n;
-    int64_t i = i0 + r;
-    float *qk = a->qk ? a->qk + ((b * a->Hq + h) * a->Sq + i) * a->Skv : NULL;
-    const float *mrow = a->mask.p ? a->mask.p + b * a->mask.sb + h * a->mask.sh + i * a->mask.ss
-                                  : NULL;
+    int64_t h = k->h0 + r * k->dh, i = k->i0 + r * k->di;
+    float *qk = a->qk ? a->qk + ((k->b * a->Hq + h) * a->Sq + i) * a->Skv : NULL;
+    const float *mrow =
+        a->mask.p ? a->mask.p + k->b * a->mask.sb + h * a->mask.sh + i * a->mask.ss : NULL;
     if (a->softcap > 0) {
       float c = a->softcap, ic = 1.0f / a->softcap;
       for (int64_t j = 0; j < n; j++) s[j] = c * tanhf(s[j] * ic);
@@ -173,7 +166,33 @@ static void sdpa_block(const keel_sdpa *a, int64_t b, int64_t h, int64_t i0, int
       fill(qk + c1, a->Skv - c1, 0);
     }
   }
-  keel_gemm_f32(false, false, m, a->Dv, n, 1.0f, S, n > 0 ? n : 1, vp, a->v.ss, 0, y, a->y_ss);
+}
+
+/* Scores, softmax and output of one block: the keys are the union of its
+ * rows' allowed ranges (all of them when raw scores are wanted). */
+static void sdpa_block(const keel_sdpa *a, const blk *k, float *S) {
+  int64_t g = k->h0 / (a->Hq / a->Hkv), b = k->b;
+  int64_t lo[QB], hi[QB], c0 = a->Skv, c1 = 0;
+  for (int64_t r = 0; r < k->m; r++) {
+    row_range(a, b, k->i0 + r * k->di, &lo[r], &hi[r]);
+    if (hi[r] > lo[r]) {
+      c0 = lo[r] < c0 ? lo[r] : c0;
+      c1 = hi[r] > c1 ? hi[r] : c1;
+    }
+  }
+  bool raw = a->qk && a->qk_mode <= KEEL_SDPA_QK_SOFTCAP;
+  if (raw) c0 = 0, c1 = a->Skv;
+  if (c1 < c0) c0 = c1 = 0;
+  int64_t n = c1 - c0;
+  const float *q = a->q.p + b * a->q.sb + k->h0 * a->q.sh + k->i0 * a->q.ss;
+  const float *kp = a->k.p + b * a->k.sb + g * a->k.sh + c0 * a->k.ss;
+  const float *vp = a->v.p + b * a->v.sb + g * a->v.sh + c0 * a->v.ss;
+  float *y = a->y + b * a->y_sb + k->h0 * a->y_sh + k->i0 * a->y_ss;
+  keel_gemm_f32(false, true, k->m, n, a->Dk, a->scale, q, blk_ld(k, a->q.sh, a->q.ss), kp,
+                a->k.ss, 0, S, n);
+  sdpa_rows(a, k, lo, hi, c0, c1, raw, S);
+  keel_gemm_f32(false, false, k->m, a->Dv, n, 1.0f, S, n > 0 ? n : 1, vp, a->v.ss, 0, y,
+                blk_ld(k, a->y_sh, a->y_ss));
 }
 
 keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
@@ -181,19 +200,23 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
     return keel_err(KEEL_ERR_SHAPE, "%lld query heads are not a multiple of %lld kv heads",
                     (long long)a->Hq, (long long)a->Hkv);
   int64_t big = a->Skv;
-  const int64_t ld[] = {a->q.ss, a->k.ss, a->v.ss, a->y_ss, a->Dk, a->Dv};
+  const int64_t ld[] = {a->q.ss, a->q.sh, a->k.ss, a->v.ss, a->y_ss, a->y_sh, a->Dk, a->Dv};
   for (size_t i = 0; i < sizeof ld / sizeof ld[0]; i++) big = ld[i] > big ? ld[i] : big;
   KEEL_TRY(keel_blas_fits(big));
   if (a->B == 0 || a->Hq == 0 || a->Sq == 0) return KEEL_OK;
-  float *S;
+  int64_t reps = a->Hq / a->Hkv;
+  /* one query row and a group of heads: the group's rows form a block */
+  bool by_head = a->Sq == 1 && reps > 1;
+  int64_t run = by_head ? reps : a->Sq, rows = run < QB ? run : QB;
   void *p;
-  int64_t rows = a->Sq < QB ? a->Sq : QB;
   KEEL_TRY(keel_k_scratch_n(k, rows * (a->Skv > 0 ? a->Skv : 1), sizeof(float), &p));
-  S = p;
   for (int64_t b = 0; b < a->B; b++)
-    for (int64_t h = 0; h < a->Hq; h++)
-      for (int64_t i0 = 0; i0 < a->Sq; i0 += QB)
-        sdpa_block(a, b, h, i0, a->Sq - i0 < QB ? a->Sq - i0 : QB, S);
+    for (int64_t h = 0; h < a->Hq; h += by_head ? reps : 1)
+      for (int64_t r0 = 0; r0 < run; r0 += QB) {
+        int64_t m = run - r0 < QB ? run - r0 : QB;
+        blk bk = by_head ? (blk){b, h + r0, 0, m, 1, 0} : (blk){b, h, r0, m, 0, 1};
+        sdpa_block(a, &bk, p);
+      }
   return KEEL_OK;
 }
 
