@@ -45,7 +45,7 @@ typedef struct tv {
 
 static tv tv_new(const char *name, int dt, int rank, const int64_t *dims) {
   tv t = {name, dt, rank, {0}, NULL};
-  memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
+  if (rank) memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
   t.v = calloc((size_t)numel(rank, dims) + 1, sizeof(double));
   return t;
 }

@@ -365,6 +365,33 @@ static void error_cases(void) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tv_free(all[i]);
 }
 
+/* com.microsoft attention ops: bad shapes and unsupported features give
+ * errors (their results are checked against ONNX Runtime in
+ * tests/contrib). */
+static void ms_error_cases(void) {
+  tv q = tv_new("q", KEEL_FLOAT, 3, (int64_t[]){1, 2, 8}), k = tv_new("k", KEEL_FLOAT, 3, (int64_t[]){1, 3, 6});
+  tv v = tv_new("v", KEEL_FLOAT, 3, (int64_t[]){1, 3, 8});
+  tv in[3] = {q, k, v};
+  attr n2[] = {{"num_heads", 'i', 2, 0, NULL}, {0}};
+  oc_fails("com.microsoft", "MultiHeadAttention", 1, in, 3, "y", n2, KEEL_ERR_SHAPE);
+  tv k2 = tv_new("k", KEEL_FLOAT, 3, (int64_t[]){1, 2, 4}), v2 = tv_new("v", KEEL_FLOAT, 3, (int64_t[]){1, 2, 4});
+  tv sl = tv_new("seqlens", KEEL_INT32, 1, (int64_t[]){1}), tot = tv_new("total", KEEL_INT32, 0, NULL);
+  sl.v[0] = 5, tot.v[0] = 2; /* seqlens_k says 6 tokens, total 2 */
+  tv gin[7] = {q, k2, v2, {0}, {0}, sl, tot};
+  attr g[] = {{"num_heads", 'i', 2, 0, NULL}, {"kv_num_heads", 'i', 1, 0, NULL}, {0}};
+  oc_fails("com.microsoft", "GroupQueryAttention", 1, gin, 7, "y,pk,pv", g, KEEL_ERR_SHAPE);
+  attr sm[] = {{"num_heads", 'i', 2, 0, NULL}, {"kv_num_heads", 'i', 1, 0, NULL},
+               {"smooth_softmax", 'i', 1, 0, NULL}, {0}};
+  sl.v[0] = 1;
+  tv gin2[7] = {q, k2, v2, {0}, {0}, sl, tot};
+  oc_fails("com.microsoft", "GroupQueryAttention", 1, gin2, 7, "y,pk,pv", sm, KEEL_ERR_UNSUPPORTED);
+  tv x = tv_new("x", KEEL_FLOAT, 3, (int64_t[]){1, 2, 4}), w = tv_new("w", KEEL_FLOAT, 2, (int64_t[]){4, 10});
+  tv ain[2] = {x, w}; /* 10 columns do not split into Q, K, V */
+  oc_fails("com.microsoft", "Attention", 1, ain, 2, "y", n2, KEEL_ERR_SHAPE);
+  tv *all[] = {&q, &k, &v, &k2, &v2, &sl, &tot, &x, &w};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tv_free(all[i]);
+}
+
 int main(void) {
   int failed = 0;
   for (int i = 0; i < 400; i++) {
@@ -379,5 +406,6 @@ int main(void) {
   decode_case();
   for (int i = 0; i < 100; i++) flex_case();
   error_cases();
+  ms_error_cases();
   return check_report();
 }
