@@ -138,7 +138,7 @@ static void random_case(acase *c) {
   memset(c, 0, sizeof *c);
   c->opset = 23 + rnd(3);
   c->rank = 3 + rnd(2);
-  c->dt = rnd(4) == 0 ? KEEL_FLOAT16 : KEEL_FLOAT;
+  c->dt = rnd(4) == 0 ? KEEL_FLOAT16 : rnd(5) == 0 ? KEEL_DOUBLE : KEEL_FLOAT;
   c->B = 1 + rnd(2);
   c->Hkv = heads[rnd(4)];
   c->Hq = c->Hkv * (1 + rnd(3));
