@@ -54,16 +54,17 @@ def case(op, name, inputs, outputs, **attrs):
 # ------------------------------------------------------------- RotaryEmbedding
 
 def rotary_cases():
-    for name, (B, S, N, H, rd, inter, rank, scalar_pos) in {
-        "3d": (2, 3, 2, 8, 0, 0, 3, False),
-        "3d_interleaved": (2, 3, 3, 8, 0, 1, 3, False),
-        "4d_bnsh": (1, 4, 2, 6, 0, 0, 4, False),
-        "partial_dim": (2, 3, 2, 8, 4, 0, 3, False),
-        "partial_dim_interleaved": (1, 5, 2, 8, 4, 1, 3, False),
-        "scalar_position": (2, 3, 2, 8, 0, 0, 3, True),
+    for name, (B, S, N, H, rd, inter, rank, scalar_pos, dt) in {
+        "3d": (2, 3, 2, 8, 0, 0, 3, False, np.float32),
+        "3d_interleaved": (2, 3, 3, 8, 0, 1, 3, False, np.float32),
+        "4d_bnsh": (1, 4, 2, 6, 0, 0, 4, False, np.float32),
+        "partial_dim": (2, 3, 2, 8, 4, 0, 3, False, np.float32),
+        "partial_dim_interleaved": (1, 5, 2, 8, 4, 1, 3, False, np.float32),
+        "scalar_position": (2, 3, 2, 8, 0, 0, 3, True, np.float32),
+        "3d_fp16": (2, 3, 2, 8, 0, 0, 3, False, np.float16),
     }.items():
         half = (rd or H) // 2
-        x = rand(B, S, N * H) if rank == 3 else rand(B, N, S, H)
+        x = rand(B, S, N * H, dtype=dt) if rank == 3 else rand(B, N, S, H, dtype=dt)
         maxp = 16
         ang = RNG.uniform(0, 3, size=(maxp, half)).astype(np.float32)
         pos = np.array([3], np.int64) if scalar_pos else RNG.integers(0, maxp - 1, (B, S)).astype(np.int64)
@@ -73,7 +74,8 @@ def rotary_cases():
         if rank == 3:
             attrs["num_heads"] = N
         case("RotaryEmbedding", name,
-             [("input", x), ("position_ids", pos), ("cos_cache", np.cos(ang)), ("sin_cache", np.sin(ang))],
+             [("input", x), ("position_ids", pos), ("cos_cache", np.cos(ang).astype(dt)),
+              ("sin_cache", np.sin(ang).astype(dt))],
              ["output"], **attrs)
 
 
@@ -81,16 +83,16 @@ def rotary_cases():
 
 def mha_cases():
     def go(name, B=2, S=3, L=4, N=2, H=4, Hv=None, bias=False, kpm=None, ab=None, past=0,
-           uni=0, scale=None, qk=False, kv_bnsh=False):
+           uni=0, scale=None, qk=False, kv_bnsh=False, dt=np.float32):
         Hv = Hv or H
-        q = rand(B, S, N * H)
+        q = rand(B, S, N * H, dtype=dt)
         if kv_bnsh:
-            k, v = rand(B, N, L, H), rand(B, N, L, Hv)
+            k, v = rand(B, N, L, H, dtype=dt), rand(B, N, L, Hv, dtype=dt)
         else:
-            k, v = rand(B, L, N * H), rand(B, L, N * Hv)
+            k, v = rand(B, L, N * H, dtype=dt), rand(B, L, N * Hv, dtype=dt)
         T = past + L
         ins = [("query", q), ("key", k), ("value", v),
-               ("bias", rand(2 * N * H + N * Hv) if bias else None)]
+               ("bias", rand(2 * N * H + N * Hv, dtype=dt) if bias else None)]
         mask = None
         if kpm == "2d":
             mask = np.ones((B, T), np.int32)
@@ -106,8 +108,8 @@ def mha_cases():
         if ab:
             abias = rand(*[{"B": B, "1": 1, "N": N}[c] for c in ab], S, T)
         ins.append(("attention_bias", abias))
-        ins.append(("past_key", rand(B, N, past, H) if past else None))
-        ins.append(("past_value", rand(B, N, past, Hv) if past else None))
+        ins.append(("past_key", rand(B, N, past, H, dtype=dt) if past else None))
+        ins.append(("past_value", rand(B, N, past, Hv, dtype=dt) if past else None))
         attrs = {"num_heads": N, "unidirectional": uni}
         if scale:
             attrs["scale"] = scale
@@ -132,6 +134,7 @@ def mha_cases():
     go("kv_bnsh", kv_bnsh=True, N=3)
     go("key_lengths", kpm="1d")
     go("key_padding_mask_3d", kpm="3d")
+    go("past_fp16", past=3, L=1, S=1, bias=True, dt=np.float16)
 
 
 # ------------------------------------------------- Attention (com.microsoft)
@@ -183,23 +186,23 @@ def attention_cases():
 
 def gqa_cases():
     def go(name, B=2, S=3, N=4, Nkv=2, H=8, past=0, rotary=False, inter=0, window=-1,
-           softcap=None, scale=None, seqlens=None, packed=False):
+           softcap=None, scale=None, seqlens=None, packed=False, dt=np.float32):
         T = past + S
-        q, k, v = rand(B, S, N * H), rand(B, S, Nkv * H), rand(B, S, Nkv * H)
+        q, k, v = rand(B, S, N * H, dtype=dt), rand(B, S, Nkv * H, dtype=dt), rand(B, S, Nkv * H, dtype=dt)
         ins = []
         if packed:
             ins += [("query", np.concatenate([q, k, v], axis=2)), ("key", None), ("value", None)]
         else:
             ins += [("query", q), ("key", k), ("value", v)]
-        ins.append(("past_key", rand(B, Nkv, past, H)))
-        ins.append(("past_value", rand(B, Nkv, past, H)))
+        ins.append(("past_key", rand(B, Nkv, past, H, dtype=dt)))
+        ins.append(("past_value", rand(B, Nkv, past, H, dtype=dt)))
         sk = np.full((B,), T - 1, np.int32) if seqlens is None else np.array(seqlens, np.int32)
         ins.append(("seqlens_k", sk))
         ins.append(("total_sequence_length", np.array(T, np.int32)))
         attrs = {"num_heads": N, "kv_num_heads": Nkv}
         if rotary:
             ang = RNG.uniform(0, 3, size=(32, H // 2)).astype(np.float32)
-            ins += [("cos_cache", np.cos(ang)), ("sin_cache", np.sin(ang))]
+            ins += [("cos_cache", np.cos(ang).astype(dt)), ("sin_cache", np.sin(ang).astype(dt))]
             attrs["do_rotary"] = 1
             attrs["rotary_interleaved"] = inter
         if window > 0:
@@ -223,6 +226,8 @@ def gqa_cases():
     go("softcap", softcap=2.0)
     go("scale", scale=0.2)
     go("packed_qkv", packed=True)
+    go("decode_fp16", S=1, past=5, dt=np.float16)
+    go("rotary_prompt_fp16", rotary=True, H=16, dt=np.float16)
 
 
 # ------------------------------------------------------------------ ORT run

@@ -419,10 +419,20 @@ static keel_status gqa_lengths(gqa *g, int64_t *tot, int64_t *past) {
   return KEEL_OK;
 }
 
+/* v as the half type dt holds it (dt float: v). */
+static float round_half(int dt, float v) {
+  if (dt == KEEL_FLOAT16) return keel_f16_to_f32(keel_f32_to_f16(v));
+  if (dt == KEEL_BFLOAT16) return keel_bf16_to_f32(keel_f32_to_bf16(v));
+  return v;
+}
+
 /* Rotates the first rd values of each head of rows (b, s) of x (row
- * stride rs, heads at h*H) by the cache row of position past[b] + s. */
+ * stride rs, heads at h*H) by the cache row of position past[b] + s. The
+ * rotated values are rounded to the input type, as ONNX Runtime keeps
+ * them in it. */
 static void gqa_rotate(const gqa *g, float *x, int64_t heads, int64_t rs, const float *cs,
                        const float *sn, const int64_t *past, bool inter) {
+  int dt = g->q->dtype;
   int64_t half = g->rd / 2;
   for (int64_t b = 0; b < g->B; b++)
     for (int64_t s = 0; s < g->S; s++) {
@@ -432,8 +442,8 @@ static void gqa_rotate(const gqa *g, float *x, int64_t heads, int64_t rs, const 
         for (int64_t i = 0; i < half; i++) {
           int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
           float x1 = r[i1], x2 = r[i2];
-          r[i1] = c[i] * x1 - n[i] * x2;
-          r[i2] = n[i] * x1 + c[i] * x2;
+          r[i1] = round_half(dt, c[i] * x1 - n[i] * x2);
+          r[i2] = round_half(dt, n[i] * x1 + c[i] * x2);
         }
       }
     }
