@@ -241,6 +241,25 @@ static void mha_stage(const mha *m, float *q, float *kk, float *v, float *b) {
   }
 }
 
+/* present_key/value [B, N, T, H(v)] in float: the past rows, then the
+ * new keys and values (3-D or 4-D, bias added). */
+static void mha_present(const mha *m, const float *kf, const float *vf, float *kp, float *vp) {
+  for (int64_t b = 0; b < m->B; b++) {
+    for (int64_t h = 0; h < m->N && m->pk; h++)
+      for (int64_t t = 0; t < m->P; t++) {
+        size_t src = (size_t)((b * m->N + h) * m->P + t);
+        float *kr = kp + ((b * m->N + h) * m->T + t) * m->H;
+        float *vr = vp + ((b * m->N + h) * m->T + t) * m->Hv;
+        for (int64_t d = 0; d < m->H; d++)
+          kr[d] = (float)keel_elem_get_f64(m->pk->dtype, m->pk->data, src * (size_t)m->H + (size_t)d);
+        for (int64_t d = 0; d < m->Hv; d++)
+          vr[d] = (float)keel_elem_get_f64(m->pv->dtype, m->pv->data, src * (size_t)m->Hv + (size_t)d);
+      }
+    rows_to_bnsh(kp, kf, m->kv4, b, m->N, m->L, 0, m->L, m->H, m->T, m->P);
+    rows_to_bnsh(vp, vf, m->kv4, b, m->N, m->L, 0, m->L, m->Hv, m->T, m->P);
+  }
+}
+
 static keel_status op_mha(keel_kctx *k) {
   mha m;
   KEEL_TRY(mha_read(k, &m));
@@ -275,23 +294,7 @@ static keel_status op_mha(keel_kctx *k) {
   s.v = m.kv4 ? bnsh(vf, m.N, m.L, m.Hv) : bshd(vf, m.N, m.L, m.Hv);
   if (pres) {
     float *kp = take(&c, npk), *vp = take(&c, npv);
-    for (int64_t b = 0; b < m.B; b++) {
-      if (m.pk) {
-        /* the past rows, staged through the present buffers' own rows */
-        for (int64_t h = 0; h < m.N; h++)
-          for (int64_t t = 0; t < m.P; t++) {
-            size_t src = (size_t)(((b * m.N + h) * m.P + t));
-            for (int64_t d = 0; d < m.H; d++)
-              kp[((b * m.N + h) * m.T + t) * m.H + d] =
-                  (float)keel_elem_get_f64(m.pk->dtype, m.pk->data, src * (size_t)m.H + (size_t)d);
-            for (int64_t d = 0; d < m.Hv; d++)
-              vp[((b * m.N + h) * m.T + t) * m.Hv + d] =
-                  (float)keel_elem_get_f64(m.pv->dtype, m.pv->data, src * (size_t)m.Hv + (size_t)d);
-          }
-      }
-      rows_to_bnsh(kp, kf, m.kv4, b, m.N, m.L, 0, m.L, m.H, m.T, m.P);
-      rows_to_bnsh(vp, vf, m.kv4, b, m.N, m.L, 0, m.L, m.Hv, m.T, m.P);
-    }
+    mha_present(&m, kf, vf, kp, vp);
     s.k = bnsh(kp, m.N, m.T, m.H);
     s.v = bnsh(vp, m.N, m.T, m.Hv);
     from_f32(kp, pko);
@@ -627,6 +630,28 @@ static void cm_project(const cm *a, float *xf, float *wf, float *bf, float *qkv)
     for (int64_t j = 0; j < wc; j++) qkv[r * wc + j] += bf[j];
 }
 
+/* present [2, B, N, T, H] in float (kp then vp): the past rows, then the
+ * projected keys and values. */
+static void cm_present(const cm *a, const float *qkv, float *kp, float *vp) {
+  int64_t wc = a->w->shape[1], half = a->B * a->N * a->T * a->H;
+  for (int64_t b = 0; b < a->B; b++)
+    for (int64_t h = 0; h < a->N; h++) {
+      for (int64_t t = 0; t < a->P; t++)
+        for (int64_t d = 0; d < a->H; d++)
+          for (int kv = 0; kv < 2; kv++) {
+            size_t src = (size_t)((((kv * a->B + b) * a->N + h) * a->P + t) * a->H + d);
+            kp[kv * half + ((b * a->N + h) * a->T + t) * a->H + d] =
+                (float)keel_elem_get_f64(a->past->dtype, a->past->data, src);
+          }
+      for (int64_t t = 0; t < a->S; t++) {
+        const float *r = qkv + (b * a->S + t) * wc + h * a->H;
+        size_t row = (size_t)(((b * a->N + h) * a->T + a->P + t) * a->H);
+        memcpy(kp + row, r + a->Dq, sizeof(float) * (size_t)a->H);
+        memcpy(vp + row, r + 2 * a->Dq, sizeof(float) * (size_t)a->H);
+      }
+    }
+}
+
 static keel_status op_attention_cm(keel_kctx *k) {
   cm a;
   KEEL_TRY(cm_read(k, &a));
@@ -658,24 +683,9 @@ static keel_status op_attention_cm(keel_kctx *k) {
   s.v = (keel_sdpa_t){qkv + 2 * a.Dq, a.S * wc, a.Hv, wc};
   if (want) {
     int64_t half = a.B * a.N * a.T * a.H;
-    float *kp = pf, *vp = pf + half;
-    for (int64_t b = 0; b < a.B; b++)
-      for (int64_t h = 0; h < a.N; h++) {
-        for (int64_t t = 0; t < a.P; t++)
-          for (int64_t d = 0; d < a.H; d++)
-            for (int kv = 0; kv < 2; kv++) {
-              size_t src = (size_t)((((kv * a.B + b) * a.N + h) * a.P + t) * a.H + d);
-              pf[kv * half + ((b * a.N + h) * a.T + t) * a.H + d] =
-                  (float)keel_elem_get_f64(a.past->dtype, a.past->data, src);
-            }
-        for (int64_t t = 0; t < a.S; t++) {
-          const float *r = qkv + (b * a.S + t) * wc + h * a.H;
-          memcpy(kp + ((b * a.N + h) * a.T + a.P + t) * a.H, r + a.Dq, sizeof(float) * (size_t)a.H);
-          memcpy(vp + ((b * a.N + h) * a.T + a.P + t) * a.H, r + 2 * a.Dq, sizeof(float) * (size_t)a.H);
-        }
-      }
-    s.k = bnsh(kp, a.N, a.T, a.H);
-    s.v = bnsh(vp, a.N, a.T, a.H);
+    cm_present(&a, qkv, pf, pf + half);
+    s.k = bnsh(pf, a.N, a.T, a.H);
+    s.v = bnsh(pf + half, a.N, a.T, a.H);
     from_f32(pf, pres);
   }
   if (nmask) {
