@@ -27,6 +27,11 @@
   X(constant)            \
   X(grad)                \
   X(sequence)            \
+  X(attention)           \
+  X(transformer)         \
+  X(linear_attention)    \
+  X(flex_attention)      \
+  X(attention_ms)        \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
