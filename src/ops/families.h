@@ -25,6 +25,7 @@
   X(constant)            \
   X(grad)                \
   X(sequence)            \
+  X(contrib)             \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
