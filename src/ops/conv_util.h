@@ -12,7 +12,9 @@
  * The GEMM helpers are defined in matmul.c: cblas for float and double, and
  * a plain wrapping loop for int32 (the quantized ops). All matrices are
  * row-major; callers check sizes with keel_blas_fits() first because BLAS
- * indexes with `int`.
+ * indexes with `int`. MatMul, MatMulInteger's int32 product, Conv and
+ * DynamicQuantizeLinear's step are also callable here, for the fused
+ * com.microsoft ops (contrib.c, contrib_quant.c).
  */
 #ifndef KEEL_CONV_UTIL_H
 #define KEEL_CONV_UTIL_H
@@ -125,5 +127,11 @@ static inline int32_t keel_requant(int32_t acc, float scale, int32_t zp, int32_t
   if (v > (float)hi) return hi;
   return (int32_t)v;
 }
+
+/* DynamicQuantizeLinear's step (quant.c): uint8 scale and zero point from
+ * x's range widened to include 0, and q[i] = saturate(rint(x[i] / scale)
+ * + zp). All-zero x gives scale 0 and q = zp. */
+KEEL_INTERNAL void keel_dynq_u8(const float *x, int64_t n, uint8_t *q, float *scale,
+                                uint8_t *zp);
 
 #endif /* KEEL_CONV_UTIL_H */

@@ -26,6 +26,7 @@
   X(grad)                \
   X(sequence)            \
   X(contrib)             \
+  X(contrib_quant)       \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

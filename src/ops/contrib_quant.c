@@ -1,0 +1,632 @@
+/* contrib_quant.c: the quantized com.microsoft ops that ONNX Runtime's
+ * quantizer writes: MatMulNBits (blockwise 4/8-bit weights, how quantized
+ * LLMs ship), DynamicQuantizeMatMul, MatMulIntegerToFloat, QLinearAdd,
+ * QLinearMul, QLinearSigmoid, QLinearConcat and QLinearGlobalAveragePool.
+ * Semantics follow ONNX Runtime's contrib schemas; its outputs are the
+ * reference (tests/contrib, tools/gen_contrib_tests.py).
+ *
+ * MatMulNBits dequantizes a tile of weight columns at a time into float
+ * scratch (B^T, one row of K per column) and multiplies it with OpenBLAS,
+ * so the float weights never exist whole. The two integer-to-float
+ * matmuls run MatMulInteger's int32 product (matmul.c) and scale each
+ * column. The QLinear elementwise ops compute in float the way ONNX
+ * Runtime's MLAS does (scale ratios, round half to even, saturate), and
+ * the unary ones go through a 256-entry table built per call.
+ */
+#include <cblas.h>
+#include <math.h>
+
+#include "bcast.h"
+#include "conv_util.h"
+
+#define MS "com.microsoft"
+
+/* ============================================================ helpers */
+
+static const char *dtn(int dt) { return keel_dtype_name((keel_dtype)dt); }
+
+static inline int32_t sat(float v, int32_t lo, int32_t hi) {
+  if (!(v >= (float)lo)) return lo; /* also NaN */
+  if (v > (float)hi) return hi;
+  return (int32_t)v;
+}
+
+/* round half to even, plus zp, saturated to the 8-bit type dt */
+static inline int32_t q8(float v, int32_t zp, int dt) {
+  return sat(rintf(v) + (float)zp, dt == KEEL_UINT8 ? 0 : -128, dt == KEEL_UINT8 ? 255 : 127);
+}
+
+static inline int32_t get8(int dt, const void *p, int64_t i) {
+  return dt == KEEL_UINT8 ? ((const uint8_t *)p)[i] : ((const int8_t *)p)[i];
+}
+static inline void put8(int dt, void *p, int64_t i, int32_t v) {
+  if (dt == KEEL_UINT8) ((uint8_t *)p)[i] = (uint8_t)v;
+  else ((int8_t *)p)[i] = (int8_t)v;
+}
+
+/* A scalar scale (input is) and an optional scalar zero point (input iz)
+ * of the 8-bit type dt; what names them in messages. */
+static keel_status q_scalar(keel_kctx *k, int is, int iz, int dt, const char *what, float *scale,
+                            int32_t *zp) {
+  const keel_tensor *s, *z;
+  KEEL_TRY(keel_k_in(k, is, &s));
+  KEEL_TRY(keel_k_in_opt(k, iz, &z));
+  if (keel_tensor_numel(s) != 1 || !keel_dtype_is_float(s->dtype))
+    return keel_err(KEEL_ERR_SHAPE, "%s scale must be one float value", what);
+  *scale = (float)keel_elem_get_f64(s->dtype, s->data, 0);
+  *zp = 0;
+  if (!z) return KEEL_OK;
+  if (keel_tensor_numel(z) != 1)
+    return keel_err(KEEL_ERR_SHAPE, "%s zero point must be one value, got %lld", what,
+                    (long long)keel_tensor_numel(z));
+  if (z->dtype != dt)
+    return keel_err(KEEL_ERR_SHAPE, "%s zero point is %s but its tensor is %s", what,
+                    dtn(z->dtype), dtn(dt));
+  *zp = get8(dt, z->data, 0);
+  return KEEL_OK;
+}
+
+static keel_status need_q8(const keel_tensor *t, const char *op, const char *what) {
+  if (keel_is_q8(t->dtype)) return KEEL_OK;
+  return keel_err(KEEL_ERR_UNSUPPORTED, "%s (domain %s, opset 1): %s is %s; uint8 and int8 are "
+                  "supported", op, MS, what, dtn(t->dtype));
+}
+
+/* ========================================================= MatMulNBits */
+
+/* Weight columns dequantized per tile: about this many floats of scratch. */
+#define NBITS_TILE_FLOATS ((int64_t)1 << 16)
+
+typedef struct nbits {
+  int64_t K, N, bits, bs, nb, blob;  /* blob: bytes per block of one column */
+  const uint8_t *b;                  /* (N, nb, blob)                        */
+  const float *scales;               /* (N, nb)                              */
+  const uint8_t *zp8;                /* packed (N, ceil(nb * bits / 8)), or  */
+  const float *zpf;                  /* float (N, nb), or neither            */
+  const int32_t *g_idx;              /* (K) block of each k, or NULL         */
+  const float *bias;                 /* (N) or NULL                          */
+} nbits;
+
+static keel_status nbits_attrs(keel_kctx *k, nbits *q) {
+  q->K = keel_k_attr_i(k, "K", -1);
+  q->N = keel_k_attr_i(k, "N", -1);
+  q->bits = keel_k_attr_i(k, "bits", 4);
+  q->bs = keel_k_attr_i(k, "block_size", -1);
+  if (q->K <= 0 || q->N <= 0 || q->K > INT32_MAX || q->N > INT32_MAX)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "MatMulNBits needs attributes K and N in [1, 2^31), "
+                    "got K %lld, N %lld", (long long)q->K, (long long)q->N);
+  if (q->bits != 4 && q->bits != 8)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "MatMulNBits (domain %s, opset 1): bits %lld; 4 and 8 "
+                    "are supported", MS, (long long)q->bits);
+  if (q->bs < 16 || (q->bs & (q->bs - 1)) || q->bs > 4096)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "MatMulNBits: block_size %lld is not a power of 2 "
+                    ">= 16", (long long)q->bs);
+  q->nb = (q->K + q->bs - 1) / q->bs;
+  q->blob = q->bs * q->bits / 8;
+  return KEEL_OK;
+}
+
+/* Input i must hold exactly n elements of type dt. */
+static keel_status nbits_input(keel_kctx *k, int i, const char *what, int dt, int64_t n,
+                               const keel_tensor **t) {
+  KEEL_TRY(keel_k_in(k, i, t));
+  if ((*t)->dtype != dt || keel_tensor_numel(*t) != n) {
+    char s[128];
+    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: %s is %s %s, expected %s with %lld elements",
+                    what, dtn((*t)->dtype), keel_shape_str((*t)->rank, (*t)->shape, s, sizeof s),
+                    dtn(dt), (long long)n);
+  }
+  return KEEL_OK;
+}
+
+static keel_status nbits_zero_points(keel_kctx *k, nbits *q) {
+  const keel_tensor *z;
+  KEEL_TRY(keel_k_in_opt(k, 3, &z));
+  q->zp8 = NULL, q->zpf = NULL;
+  if (!z) return KEEL_OK;
+  int64_t per = (q->nb * q->bits + 7) / 8;
+  if (z->dtype == KEEL_UINT8) {
+    KEEL_TRY(nbits_input(k, 3, "zero_points (packed)", KEEL_UINT8, q->N * per, &z));
+    q->zp8 = z->data;
+  } else if (z->dtype == KEEL_FLOAT) {
+    KEEL_TRY(nbits_input(k, 3, "zero_points", KEEL_FLOAT, q->N * q->nb, &z));
+    q->zpf = z->data;
+  } else {
+    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: zero_points is %s; expected uint8 (packed) or "
+                    "float, A's type", dtn(z->dtype));
+  }
+  return KEEL_OK;
+}
+
+static keel_status nbits_inputs(keel_kctx *k, nbits *q) {
+  const keel_tensor *b, *s, *g, *bias;
+  KEEL_TRY(nbits_input(k, 1, "B", KEEL_UINT8, q->N * q->nb * q->blob, &b));
+  KEEL_TRY(nbits_input(k, 2, "scales", KEEL_FLOAT, q->N * q->nb, &s));
+  q->b = b->data, q->scales = s->data;
+  KEEL_TRY(nbits_zero_points(k, q));
+  q->g_idx = NULL, q->bias = NULL;
+  KEEL_TRY(keel_k_in_opt(k, 4, &g));
+  if (g) {
+    KEEL_TRY(nbits_input(k, 4, "g_idx", KEEL_INT32, q->K, &g));
+    q->g_idx = g->data;
+    for (int64_t i = 0; i < q->K; i++)
+      if (q->g_idx[i] < 0 || q->g_idx[i] >= q->nb)
+        return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: g_idx[%lld] = %d is outside [0, %lld)",
+                        (long long)i, q->g_idx[i], (long long)q->nb);
+  }
+  KEEL_TRY(keel_k_in_opt(k, 5, &bias));
+  if (bias) {
+    KEEL_TRY(nbits_input(k, 5, "bias", KEEL_FLOAT, q->N, &bias));
+    q->bias = bias->data;
+  }
+  return KEEL_OK;
+}
+
+/* Zero point of block j of column n, as a float. */
+static inline float nbits_zp(const nbits *q, int64_t n, int64_t j) {
+  if (q->zpf) return q->zpf[n * q->nb + j];
+  if (!q->zp8) return (float)(1 << (q->bits - 1));
+  if (q->bits == 8) return (float)q->zp8[n * q->nb + j];
+  uint8_t v = q->zp8[n * ((q->nb + 1) / 2) + j / 2];
+  return (float)((j & 1) ? v >> 4 : v & 15);
+}
+
+/* w (K floats) = column n of the weights: (q - zp) * scale per block. */
+static void nbits_column(const nbits *q, int64_t n, float *w) {
+  const uint8_t *col = q->b + n * q->nb * q->blob;
+  const float *sc = q->scales + n * q->nb;
+  if (q->g_idx) { /* each k names its block's scale and zero point */
+    for (int64_t kk = 0; kk < q->K; kk++) {
+      int64_t j = q->g_idx[kk], blk = kk / q->bs, e = kk % q->bs;
+      const uint8_t *p = col + blk * q->blob;
+      int v = q->bits == 8 ? p[e] : (e & 1) ? p[e / 2] >> 4 : p[e / 2] & 15;
+      w[kk] = ((float)v - nbits_zp(q, n, j)) * sc[j];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < q->nb; j++) {
+    const uint8_t *p = col + j * q->blob;
+    float s = sc[j], z = nbits_zp(q, n, j);
+    int64_t k0 = j * q->bs, len = KEEL_MIN(q->bs, q->K - k0);
+    float *o = w + k0;
+    if (q->bits == 8) {
+      for (int64_t e = 0; e < len; e++) o[e] = ((float)p[e] - z) * s;
+      continue;
+    }
+    int64_t e = 0;
+    for (; e + 1 < len; e += 2) {
+      o[e] = ((float)(p[e / 2] & 15) - z) * s;
+      o[e + 1] = ((float)(p[e / 2] >> 4) - z) * s;
+    }
+    if (e < len) o[e] = ((float)(p[e / 2] & 15) - z) * s;
+  }
+}
+
+/* Y (M, N) = A (M, K) x W^T, one tile of columns at a time. */
+static keel_status nbits_gemm(keel_kctx *k, const nbits *q, const float *a, int64_t M, float *y) {
+  int64_t tile = KEEL_MAX(1, KEEL_MIN(q->N, NBITS_TILE_FLOATS / q->K));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, tile * q->K, sizeof(float), &p));
+  float *w = p; /* (tile, K): W^T rows */
+  KEEL_TRY(keel_blas_fits(KEEL_MAX(M, KEEL_MAX(q->N, q->K))));
+  for (int64_t n0 = 0; n0 < q->N; n0 += tile) {
+    int64_t nt = KEEL_MIN(tile, q->N - n0);
+    for (int64_t c = 0; c < nt; c++) nbits_column(q, n0 + c, w + c * q->K);
+    if (M == 1)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)nt, (blasint)q->K, 1.0f, w,
+                  (blasint)q->K, a, 1, 0.0f, y + n0, 1);
+    else
+      keel_gemm_f32(false, true, M, nt, q->K, 1.0f, a, q->K, w, q->K, 0.0f, y + n0, q->N);
+  }
+  if (q->bias)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t n = 0; n < q->N; n++) y[m * q->N + n] += q->bias[n];
+  return KEEL_OK;
+}
+
+/* ------------------------------------------ accuracy_level 4: int8 A */
+
+/* Quantized column n: (q - zp) per element (in [-255, 255]), K padded to
+ * nb * bs with zeros. */
+static void nbits_column_int(const nbits *q, int64_t n, int16_t *w) {
+  const uint8_t *col = q->b + n * q->nb * q->blob;
+  for (int64_t j = 0; j < q->nb; j++) {
+    const uint8_t *p = col + j * q->blob;
+    int z = (int)nbits_zp(q, n, j);
+    int64_t k0 = j * q->bs, len = KEEL_MIN(q->bs, q->K - k0);
+    int16_t *o = w + k0;
+    for (int64_t e = 0; e < q->bs; e++) {
+      int v = q->bits == 8 ? p[e] : (e & 1) ? p[e / 2] >> 4 : p[e / 2] & 15;
+      o[e] = (int16_t)(e < len ? v - z : 0);
+    }
+  }
+}
+
+/* A's rows quantized per block of bs: scale amax / 127, values
+ * round(a / scale) (ONNX Runtime's CompInt8 path). qa (M, nb * bs), sa (M, nb). */
+static void nbits_quant_a(const nbits *q, const float *a, int64_t M, int8_t *qa, float *sa) {
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t j = 0; j < q->nb; j++) {
+      const float *x = a + m * q->K + j * q->bs;
+      int64_t len = KEEL_MIN(q->bs, q->K - j * q->bs);
+      float amax = 0;
+      for (int64_t e = 0; e < len; e++) amax = fmaxf(amax, fabsf(x[e]));
+      float s = amax / 127.0f, inv = s > 0 ? 1.0f / s : 0.0f;
+      int8_t *o = qa + (m * q->nb + j) * q->bs;
+      for (int64_t e = 0; e < q->bs; e++)
+        o[e] = (int8_t)(e < len ? sat(rintf(x[e] * inv), -127, 127) : 0);
+      sa[m * q->nb + j] = s;
+    }
+}
+
+static int32_t dot_i8(const int8_t *a, const int16_t *b, int64_t n) {
+  int32_t s = 0;
+  for (int64_t i = 0; i < n; i++) s += (int32_t)a[i] * (int32_t)b[i];
+  return s;
+}
+
+/* Y = sum over blocks of sa * scale * (qa . (q - zp)): A in int8. */
+static keel_status nbits_int8(keel_kctx *k, const nbits *q, const float *a, int64_t M, float *y) {
+  int64_t kp = q->nb * q->bs;
+  void *pa, *ps, *pw;
+  KEEL_TRY(keel_k_scratch_n(k, M * kp, 1, &pa));
+  KEEL_TRY(keel_k_scratch_n(k, M * q->nb, sizeof(float), &ps));
+  KEEL_TRY(keel_k_scratch_n(k, kp, sizeof(int16_t), &pw));
+  int8_t *qa = pa;
+  int16_t *w = pw;
+  float *sa = ps;
+  nbits_quant_a(q, a, M, qa, sa);
+  for (int64_t n = 0; n < q->N; n++) {
+    nbits_column_int(q, n, w);
+    const float *sc = q->scales + n * q->nb;
+    for (int64_t m = 0; m < M; m++) {
+      float acc = 0;
+      for (int64_t j = 0; j < q->nb; j++)
+        acc += sa[m * q->nb + j] * sc[j] *
+               (float)dot_i8(qa + m * kp + j * q->bs, w + j * q->bs, q->bs);
+      y[m * q->N + n] = acc + (q->bias ? q->bias[n] : 0.0f);
+    }
+  }
+  return KEEL_OK;
+}
+
+/* Y (..., N) = A (..., K) x dequantized B^T (+ bias). accuracy_level 4
+ * allows A in int8: with packed (or no) zero points and no g_idx, keel then
+ * quantizes A per block as ONNX Runtime does; otherwise it computes in
+ * float. */
+static keel_status op_matmul_nbits(keel_kctx *k) {
+  const keel_tensor *a;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  if (a->dtype != KEEL_FLOAT)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "MatMulNBits (domain %s, opset 1): A is %s; float is "
+                    "supported", MS, dtn(a->dtype));
+  nbits q;
+  KEEL_TRY(nbits_attrs(k, &q));
+  if (a->rank < 1 || a->shape[a->rank - 1] != q.K) {
+    char s[128];
+    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: A %s must end in K = %lld",
+                    keel_shape_str(a->rank, a->shape, s, sizeof s), (long long)q.K);
+  }
+  KEEL_TRY(nbits_inputs(k, &q));
+  int64_t shape[KEEL_MAX_RANK];
+  memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->rank);
+  shape[a->rank - 1] = q.N;
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, a->rank, shape, &y));
+  int64_t M = keel_shape_numel(a->rank - 1, a->shape);
+  if (M == 0) return KEEL_OK;
+  if (keel_k_attr_i(k, "accuracy_level", 0) == 4 && !q.g_idx && !q.zpf)
+    return nbits_int8(k, &q, a->data, M, y->data);
+  return nbits_gemm(k, &q, a->data, M, y->data);
+}
+
+/* =========================================== integer matmuls to float */
+
+/* Y = acc * (a_scale * b_scale[n]) + bias[n], columns of N. b_scale: one
+ * value or one per column; bias (N) optional. */
+static keel_status mm_int_to_float(keel_kctx *k, const keel_mm_int *r, float a_scale,
+                                   const keel_tensor *bs, const keel_tensor *bias) {
+  int64_t nbs = keel_tensor_numel(bs);
+  if (!keel_dtype_is_float(bs->dtype) || (nbs != 1 && nbs != r->N))
+    return keel_err(KEEL_ERR_SHAPE, "b_scale must be float with 1 or N = %lld values, got %s "
+                    "with %lld", (long long)r->N, dtn(bs->dtype), (long long)nbs);
+  if (bias && (bias->dtype != KEEL_FLOAT || keel_tensor_numel(bias) != r->N))
+    return keel_err(KEEL_ERR_SHAPE, "bias must be float with N = %lld values", (long long)r->N);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r->rank, r->shape, &y));
+  if (r->numel == 0) return KEEL_OK;
+  float *sc;
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, r->N, sizeof(float), &p));
+  sc = p;
+  for (int64_t n = 0; n < r->N; n++)
+    sc[n] = a_scale * (float)keel_elem_get_f64(bs->dtype, bs->data, nbs == 1 ? 0 : (size_t)n);
+  float *yd = y->data;
+  const float *bd = bias ? bias->data : NULL;
+  for (int64_t i = 0; i < r->numel; i++) {
+    int64_t n = i % r->N;
+    yd[i] = (float)r->acc[i] * sc[n] + (bd ? bd[n] : 0.0f);
+  }
+  return KEEL_OK;
+}
+
+/* The zero point of B must be one value or one per column, of B's type. */
+static keel_status check_bzp(const keel_tensor *b, const keel_tensor *bz) {
+  if (!bz) return KEEL_OK;
+  if (bz->dtype != b->dtype)
+    return keel_err(KEEL_ERR_SHAPE, "b_zero_point is %s but B is %s", dtn(bz->dtype),
+                    dtn(b->dtype));
+  return KEEL_OK;
+}
+
+/* Y = (A - a_zp) x (B - b_zp) * a_scale * b_scale + bias. */
+static keel_status op_matmul_integer_to_float(keel_kctx *k) {
+  const keel_tensor *a, *b, *as, *bs, *az, *bz, *bias;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  KEEL_TRY(keel_k_in(k, 1, &b));
+  KEEL_TRY(keel_k_in(k, 2, &as));
+  KEEL_TRY(keel_k_in(k, 3, &bs));
+  KEEL_TRY(keel_k_in_opt(k, 4, &az));
+  KEEL_TRY(keel_k_in_opt(k, 5, &bz));
+  KEEL_TRY(keel_k_in_opt(k, 6, &bias));
+  KEEL_TRY(need_q8(a, "MatMulIntegerToFloat", "A"));
+  KEEL_TRY(need_q8(b, "MatMulIntegerToFloat", "B"));
+  if (keel_tensor_numel(as) != 1 || !keel_dtype_is_float(as->dtype))
+    return keel_err(KEEL_ERR_SHAPE, "a_scale must be one float value");
+  if (az && (az->dtype != a->dtype || keel_tensor_numel(az) != 1))
+    return keel_err(KEEL_ERR_SHAPE, "a_zero_point must be one %s value, got %s with %lld",
+                    dtn(a->dtype), dtn(az->dtype), (long long)keel_tensor_numel(az));
+  KEEL_TRY(check_bzp(b, bz));
+  keel_mm_int r;
+  KEEL_TRY(keel_matmul_int32(k, a, b, az, bz, &r));
+  return mm_int_to_float(k, &r, (float)keel_elem_get_f64(as->dtype, as->data, 0), bs, bias);
+}
+
+/* A (float) is quantized to uint8 per tensor as DynamicQuantizeLinear
+ * does, then MatMulIntegerToFloat with B. */
+static keel_status op_dynamic_quantize_matmul(keel_kctx *k) {
+  const keel_tensor *a, *b, *bs, *bz, *bias;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  KEEL_TRY(keel_k_in(k, 1, &b));
+  KEEL_TRY(keel_k_in(k, 2, &bs));
+  KEEL_TRY(keel_k_in_opt(k, 3, &bz));
+  KEEL_TRY(keel_k_in_opt(k, 4, &bias));
+  if (a->dtype != KEEL_FLOAT)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "DynamicQuantizeMatMul (domain %s, opset 1): A is %s; "
+                    "float is supported", MS, dtn(a->dtype));
+  KEEL_TRY(need_q8(b, "DynamicQuantizeMatMul", "B"));
+  KEEL_TRY(check_bzp(b, bz));
+  int64_t n = keel_tensor_numel(a);
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, n, 1, &p));
+  float scale;
+  uint8_t zp;
+  keel_dynq_u8(a->data, n, p, &scale, &zp);
+  keel_tensor qa = *a, qz = {0};
+  qa.dtype = KEEL_UINT8, qa.data = p, qa.buf = NULL;
+  qz.dtype = KEEL_UINT8, qz.rank = 0, qz.data = &zp;
+  keel_mm_int r;
+  KEEL_TRY(keel_matmul_int32(k, &qa, b, &qz, bz, &r));
+  return mm_int_to_float(k, &r, scale, bs, bias);
+}
+
+/* ============================================= QLinear binary ops */
+
+typedef struct qbin {
+  int dt;
+  float sa, sb, sc;
+  int32_t za, zb, zc;
+} qbin;
+
+/* The ops' inputs: A, A_scale, A_zp, B, B_scale, B_zp, C_scale, C_zp. */
+static keel_status qbin_read(keel_kctx *k, const char *op, const keel_tensor **a,
+                             const keel_tensor **b, qbin *q) {
+  KEEL_TRY(keel_k_in(k, 0, a));
+  KEEL_TRY(keel_k_in(k, 3, b));
+  KEEL_TRY(need_q8(*a, op, "A"));
+  if ((*b)->dtype != (*a)->dtype)
+    return keel_err(KEEL_ERR_SHAPE, "%s: A is %s but B is %s", op, dtn((*a)->dtype),
+                    dtn((*b)->dtype));
+  q->dt = (*a)->dtype;
+  KEEL_TRY(q_scalar(k, 1, 2, q->dt, "A", &q->sa, &q->za));
+  KEEL_TRY(q_scalar(k, 4, 5, q->dt, "B", &q->sb, &q->zb));
+  return q_scalar(k, 6, 7, q->dt, "C", &q->sc, &q->zc);
+}
+
+/* C = f(A, B) over numpy broadcasting, element by element. */
+static keel_status qbin_run(keel_kctx *k, const char *op, bool mul) {
+  const keel_tensor *a, *b;
+  qbin q;
+  KEEL_TRY(qbin_read(k, op, &a, &b, &q));
+  int r;
+  int64_t shape[KEEL_MAX_RANK], sa[KEEL_MAX_RANK], sb[KEEL_MAX_RANK], idx[KEEL_MAX_RANK] = {0};
+  KEEL_TRY(keel_broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape));
+  keel_broadcast_strides(a->rank, a->shape, r, shape, sa);
+  keel_broadcast_strides(b->rank, b->shape, r, shape, sb);
+  keel_tensor *c;
+  KEEL_TRY(keel_k_out(k, 0, q.dt, r, shape, &c));
+  int64_t n = keel_tensor_numel(c), oa = 0, ob = 0;
+  /* Add as MLAS computes it: a * (sa/sc) + (b * (sb/sc) + zs) in two fused
+   * multiply-adds, zs = zc - za * (sa/sc) - zb * (sb/sc); ties then round
+   * the way ONNX Runtime's do. */
+  float ra = q.sa / q.sc, rb = q.sb / q.sc, rm = q.sa * q.sb / q.sc;
+  float zs = (float)q.zc - ra * (float)q.za - rb * (float)q.zb;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t va = get8(q.dt, a->data, oa), vb = get8(q.dt, b->data, ob);
+    int32_t o;
+    if (mul) o = q8((float)(va - q.za) * (float)(vb - q.zb) * rm, q.zc, q.dt);
+    else o = q8(fmaf(ra, (float)va, fmaf(rb, (float)vb, zs)), 0, q.dt);
+    put8(q.dt, c->data, i, o);
+    for (int d = r - 1; d >= 0; d--) {
+      oa += sa[d], ob += sb[d];
+      if (++idx[d] < shape[d]) break;
+      oa -= sa[d] * shape[d], ob -= sb[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+  return KEEL_OK;
+}
+
+static keel_status op_qlinear_add(keel_kctx *k) { return qbin_run(k, "QLinearAdd", false); }
+static keel_status op_qlinear_mul(keel_kctx *k) { return qbin_run(k, "QLinearMul", true); }
+
+/* ============================================= table-driven unary ops */
+
+/* table[v + 128 or v] = quantize(f(dequantize(v))) for every 8-bit v;
+ * f NULL: identity (requantization). */
+static void q_table(int dt, float xs, int32_t xz, float ys, int32_t yz, float (*f)(float),
+                    uint8_t *table) {
+  for (int i = 0; i < 256; i++) {
+    int32_t v = dt == KEEL_UINT8 ? i : i - 128;
+    float x = (float)(v - xz) * xs;
+    float y = f ? f(x) : x;
+    int32_t o = q8(y / ys, yz, dt);
+    table[i] = (uint8_t)o; /* int8 stored by its bit pattern */
+  }
+}
+
+/* dst[i] = table[src[i]] (int8 indexes from -128). */
+static void q_lookup(int dt, const uint8_t *table, const void *src, void *dst, int64_t n) {
+  const uint8_t *s = src;
+  uint8_t *o = dst;
+  int off = dt == KEEL_UINT8 ? 0 : 128;
+  for (int64_t i = 0; i < n; i++) o[i] = table[(uint8_t)(s[i] + off)];
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+static keel_status op_qlinear_sigmoid(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(need_q8(x, "QLinearSigmoid", "X"));
+  float xs, ys;
+  int32_t xz, yz;
+  KEEL_TRY(q_scalar(k, 1, 2, x->dtype, "X", &xs, &xz));
+  KEEL_TRY(q_scalar(k, 3, 4, x->dtype, "Y", &ys, &yz));
+  uint8_t table[256];
+  q_table(x->dtype, xs, xz, ys, yz, sigmoidf, table);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_reuse(k, 0, 0, x->dtype, x->rank, x->shape, &y));
+  q_lookup(x->dtype, table, x->data, y->data, keel_tensor_numel(x));
+  return KEEL_OK;
+}
+
+/* ======================================================= QLinearConcat */
+
+/* Inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per
+ * tensor; each X is requantized to Y's parameters (copied when they
+ * match) and the results are concatenated along axis. */
+static keel_status qconcat_check(keel_kctx *k, const keel_tensor *x0, int axis, int i,
+                                 const keel_tensor *x) {
+  bool ok = x->rank == x0->rank && x->dtype == x0->dtype;
+  for (int d = 0; ok && d < x->rank; d++) ok = d == axis || x->shape[d] == x0->shape[d];
+  (void)k;
+  if (ok) return KEEL_OK;
+  char s1[128], s2[128];
+  return keel_err(KEEL_ERR_SHAPE, "QLinearConcat: input %d %s (%s) does not concatenate with "
+                  "%s (%s) along axis %d", i, keel_shape_str(x->rank, x->shape, s1, sizeof s1),
+                  dtn(x->dtype), keel_shape_str(x0->rank, x0->shape, s2, sizeof s2),
+                  dtn(x0->dtype), axis);
+}
+
+static keel_status op_qlinear_concat(keel_kctx *k) {
+  if (k->n_in < 5 || (k->n_in - 2) % 3)
+    return keel_err(KEEL_ERR_SHAPE, "QLinearConcat takes Y_scale, Y_zero_point and triples "
+                    "(X, X_scale, X_zero_point); got %d inputs", k->n_in);
+  int nt = (k->n_in - 2) / 3, axis;
+  const keel_tensor *x0;
+  KEEL_TRY(keel_k_in(k, 2, &x0));
+  KEEL_TRY(need_q8(x0, "QLinearConcat", "X"));
+  KEEL_TRY(keel_k_axis(keel_k_attr_i(k, "axis", 0), x0->rank, "axis", &axis));
+  float ys;
+  int32_t yz;
+  KEEL_TRY(q_scalar(k, 0, 1, x0->dtype, "Y", &ys, &yz));
+  int64_t shape[KEEL_MAX_RANK];
+  memcpy(shape, x0->shape, sizeof(int64_t) * (size_t)x0->rank);
+  shape[axis] = 0;
+  for (int i = 0; i < nt; i++) {
+    const keel_tensor *x;
+    KEEL_TRY(keel_k_in(k, 2 + 3 * i, &x));
+    KEEL_TRY(qconcat_check(k, x0, axis, i, x));
+    shape[axis] += x->shape[axis];
+  }
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, x0->dtype, x0->rank, shape, &y));
+  int64_t outer = keel_shape_numel(axis, shape), inner = keel_shape_numel(x0->rank - axis - 1,
+                                                                          shape + axis + 1);
+  int64_t row = shape[axis] * inner, at = 0;
+  for (int i = 0; i < nt; i++) {
+    const keel_tensor *x;
+    float xs;
+    int32_t xz;
+    KEEL_TRY(keel_k_in(k, 2 + 3 * i, &x));
+    KEEL_TRY(q_scalar(k, 3 + 3 * i, 4 + 3 * i, x0->dtype, "X", &xs, &xz));
+    uint8_t table[256];
+    bool same = xs == ys && xz == yz;
+    if (!same) q_table(x0->dtype, xs, xz, ys, yz, NULL, table);
+    int64_t len = x->shape[axis] * inner;
+    for (int64_t o = 0; o < outer && len; o++) {
+      const uint8_t *src = (const uint8_t *)x->data + o * len;
+      uint8_t *dst = (uint8_t *)y->data + o * row + at;
+      if (same) memcpy(dst, src, (size_t)len);
+      else q_lookup(x0->dtype, table, src, dst, len);
+    }
+    at += len;
+  }
+  return KEEL_OK;
+}
+
+/* ============================================ QLinearGlobalAveragePool */
+
+/* Y (N, C, 1, ...) or, channels_last, (N, 1, ..., C) = the quantized mean
+ * over the spatial dims: (sum - x_zp * size) * x_scale / (y_scale * size). */
+static keel_status op_qlinear_gap(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(need_q8(x, "QLinearGlobalAveragePool", "X"));
+  if (x->rank < 3) {
+    char s[128];
+    return keel_err(KEEL_ERR_SHAPE, "QLinearGlobalAveragePool: X %s must be (N, C, d1, ...)",
+                    keel_shape_str(x->rank, x->shape, s, sizeof s));
+  }
+  float xs, ys;
+  int32_t xz, yz;
+  KEEL_TRY(q_scalar(k, 1, 2, x->dtype, "x", &xs, &xz));
+  KEEL_TRY(q_scalar(k, 3, 4, x->dtype, "y", &ys, &yz));
+  bool last = keel_k_attr_i(k, "channels_last", 0) != 0;
+  int cd = last ? x->rank - 1 : 1;
+  int64_t shape[KEEL_MAX_RANK], N = x->shape[0], C = x->shape[cd];
+  for (int d = 0; d < x->rank; d++) shape[d] = d == 0 || d == cd ? x->shape[d] : 1;
+  int64_t S = keel_tensor_numel(x) / (N * C > 0 ? N * C : 1);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, shape, &y));
+  if (N * C == 0) return KEEL_OK;
+  float scale = xs / (ys * (float)S);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < C; c++) {
+      int64_t sum = 0;
+      for (int64_t s = 0; s < S; s++)
+        sum += get8(x->dtype, x->data, last ? (n * S + s) * C + c : (n * C + c) * S + s);
+      float v = (float)(sum - (int64_t)xz * S) * scale;
+      put8(x->dtype, y->data, n * C + c, q8(v, yz, x->dtype));
+    }
+  return KEEL_OK;
+}
+
+/* ============================================================ table */
+
+#define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
+#define F32 KEEL_T(KEEL_FLOAT)
+const keel_opdef keel_ops_contrib_quant[] = {
+    {MS, "MatMulNBits", 1, KEEL_OPSET_MAX, op_matmul_nbits, 0, F32},
+    {MS, "MatMulIntegerToFloat", 1, KEEL_OPSET_MAX, op_matmul_integer_to_float, 0, Q8},
+    {MS, "DynamicQuantizeMatMul", 1, KEEL_OPSET_MAX, op_dynamic_quantize_matmul, 0, F32},
+    {MS, "QLinearAdd", 1, KEEL_OPSET_MAX, op_qlinear_add, 0, Q8},
+    {MS, "QLinearMul", 1, KEEL_OPSET_MAX, op_qlinear_mul, 0, Q8},
+    {MS, "QLinearSigmoid", 1, KEEL_OPSET_MAX, op_qlinear_sigmoid, 0, Q8},
+    {MS, "QLinearConcat", 1, KEEL_OPSET_MAX, op_qlinear_concat, 0, Q8},
+    {MS, "QLinearGlobalAveragePool", 1, KEEL_OPSET_MAX, op_qlinear_gap, 0, Q8},
+    {0},
+};
+#undef F32
+#undef Q8
