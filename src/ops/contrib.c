@@ -317,7 +317,7 @@ static keel_status skip_norm(keel_kctx *k, bool rms) {
   KEEL_TRY(need_float(skip, op, "skip"));
   if (x->rank < 2 || x->rank > 3) {
     char s[128];
-    return keel_err(KEEL_ERR_SHAPE, "%s: input %s must be 2-D or 3-D", op,
+    return keel_err(KEEL_ERR_SHAPE, "input %s must be 2-D or 3-D",
                     keel_shape_str(x->rank, x->shape, s, sizeof s));
   }
   KEEL_TRY(check_suffix(x, skip, "skip"));

@@ -99,7 +99,7 @@ static keel_status nbits_attrs(keel_kctx *k, nbits *q) {
     return keel_err(KEEL_ERR_UNSUPPORTED, "MatMulNBits (domain %s, opset 1): bits %lld; 4 and 8 "
                     "are supported", MS, (long long)q->bits);
   if (q->bs < 16 || (q->bs & (q->bs - 1)) || q->bs > 4096)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "MatMulNBits: block_size %lld is not a power of 2 "
+    return keel_err(KEEL_ERR_INVALID_MODEL, "block_size %lld is not a power of 2 "
                     ">= 16", (long long)q->bs);
   q->nb = (q->K + q->bs - 1) / q->bs;
   q->blob = q->bs * q->bits / 8;
@@ -112,7 +112,7 @@ static keel_status nbits_input(keel_kctx *k, int i, const char *what, int dt, in
   KEEL_TRY(keel_k_in(k, i, t));
   if ((*t)->dtype != dt || keel_tensor_numel(*t) != n) {
     char s[128];
-    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: %s is %s %s, expected %s with %lld elements",
+    return keel_err(KEEL_ERR_SHAPE, "%s is %s %s, expected %s with %lld elements",
                     what, dtn((*t)->dtype), keel_shape_str((*t)->rank, (*t)->shape, s, sizeof s),
                     dtn(dt), (long long)n);
   }
@@ -132,7 +132,7 @@ static keel_status nbits_zero_points(keel_kctx *k, nbits *q) {
     KEEL_TRY(nbits_input(k, 3, "zero_points", KEEL_FLOAT, q->N * q->nb, &z));
     q->zpf = z->data;
   } else {
-    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: zero_points is %s; expected uint8 (packed) or "
+    return keel_err(KEEL_ERR_SHAPE, "zero_points is %s; expected uint8 (packed) or "
                     "float, A's type", dtn(z->dtype));
   }
   return KEEL_OK;
@@ -151,7 +151,7 @@ static keel_status nbits_inputs(keel_kctx *k, nbits *q) {
     q->g_idx = g->data;
     for (int64_t i = 0; i < q->K; i++)
       if (q->g_idx[i] < 0 || q->g_idx[i] >= q->nb)
-        return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: g_idx[%lld] = %d is outside [0, %lld)",
+        return keel_err(KEEL_ERR_SHAPE, "g_idx[%lld] = %d is outside [0, %lld)",
                         (long long)i, q->g_idx[i], (long long)q->nb);
   }
   KEEL_TRY(keel_k_in_opt(k, 5, &bias));
@@ -304,7 +304,7 @@ static keel_status op_matmul_nbits(keel_kctx *k) {
   KEEL_TRY(nbits_attrs(k, &q));
   if (a->rank < 1 || a->shape[a->rank - 1] != q.K) {
     char s[128];
-    return keel_err(KEEL_ERR_SHAPE, "MatMulNBits: A %s must end in K = %lld",
+    return keel_err(KEEL_ERR_SHAPE, "A %s must end in K = %lld",
                     keel_shape_str(a->rank, a->shape, s, sizeof s), (long long)q.K);
   }
   KEEL_TRY(nbits_inputs(k, &q));
@@ -425,8 +425,7 @@ static keel_status qbin_read(keel_kctx *k, const char *op, const keel_tensor **a
   KEEL_TRY(keel_k_in(k, 3, b));
   KEEL_TRY(need_q8(*a, op, "A"));
   if ((*b)->dtype != (*a)->dtype)
-    return keel_err(KEEL_ERR_SHAPE, "%s: A is %s but B is %s", op, dtn((*a)->dtype),
-                    dtn((*b)->dtype));
+    return keel_err(KEEL_ERR_SHAPE, "A is %s but B is %s", dtn((*a)->dtype), dtn((*b)->dtype));
   q->dt = (*a)->dtype;
   KEEL_TRY(q_scalar(k, 1, 2, q->dt, "A", &q->sa, &q->za));
   KEEL_TRY(q_scalar(k, 4, 5, q->dt, "B", &q->sb, &q->zb));
@@ -523,7 +522,7 @@ static keel_status qconcat_check(keel_kctx *k, const keel_tensor *x0, int axis, 
   (void)k;
   if (ok) return KEEL_OK;
   char s1[128], s2[128];
-  return keel_err(KEEL_ERR_SHAPE, "QLinearConcat: input %d %s (%s) does not concatenate with "
+  return keel_err(KEEL_ERR_SHAPE, "input %d %s (%s) does not concatenate with "
                   "%s (%s) along axis %d", i, keel_shape_str(x->rank, x->shape, s1, sizeof s1),
                   dtn(x->dtype), keel_shape_str(x0->rank, x0->shape, s2, sizeof s2),
                   dtn(x0->dtype), axis);
@@ -586,7 +585,7 @@ static keel_status op_qlinear_gap(keel_kctx *k) {
   KEEL_TRY(need_q8(x, "QLinearGlobalAveragePool", "X"));
   if (x->rank < 3) {
     char s[128];
-    return keel_err(KEEL_ERR_SHAPE, "QLinearGlobalAveragePool: X %s must be (N, C, d1, ...)",
+    return keel_err(KEEL_ERR_SHAPE, "X %s must be (N, C, d1, ...)",
                     keel_shape_str(x->rank, x->shape, s, sizeof s));
   }
   float xs, ys;
