@@ -5,9 +5,12 @@
  * Semantics follow ONNX Runtime's contrib schemas; its outputs are the
  * reference (tests/contrib, tools/gen_contrib_tests.py).
  *
- * MatMulNBits dequantizes a tile of weight columns at a time into float
- * scratch (B^T, one row of K per column) and multiplies it with OpenBLAS,
- * so the float weights never exist whole. The two integer-to-float
+ * MatMulNBits multiplies up to 32 rows of A directly with the packed
+ * weights (per block: scale * (a . q - zp * sum a), four rows sharing each
+ * widened weight; an AVX2 + FMA kernel on x86-64 CPUs that have it, a
+ * portable loop elsewhere or with -DKEEL_NBITS_PORTABLE). More rows
+ * dequantize a tile of weight columns at a time into float scratch and
+ * multiply it with OpenBLAS, so the float weights never exist whole. The two integer-to-float
  * matmuls run MatMulInteger's int32 product (matmul.c) and scale each
  * column. The QLinear elementwise ops compute in float the way ONNX
  * Runtime's MLAS does (scale ratios, round half to even, saturate), and
@@ -75,7 +78,7 @@ static keel_status need_q8(const keel_tensor *t, const char *op, const char *wha
 /* ========================================================= MatMulNBits */
 
 /* Weight columns dequantized per tile: about this many floats of scratch. */
-#define NBITS_TILE_FLOATS ((int64_t)1 << 16)
+#define NBITS_TILE_FLOATS ((int64_t)1 << 18)
 
 typedef struct nbits {
   int64_t K, N, bits, bs, nb, blob;  /* blob: bytes per block of one column */
@@ -171,7 +174,9 @@ static inline float nbits_zp(const nbits *q, int64_t n, int64_t j) {
   return (float)((j & 1) ? v >> 4 : v & 15);
 }
 
-/* w (K floats) = column n of the weights: (q - zp) * scale per block. */
+/* w (K floats) = column n of the weights: (q - zp) * scale per block.
+ * 4-bit blocks go through a 16-entry table of the block's values: one
+ * load per weight instead of a conversion, a subtraction and a product. */
 static void nbits_column(const nbits *q, int64_t n, float *w) {
   const uint8_t *col = q->b + n * q->nb * q->blob;
   const float *sc = q->scales + n * q->nb;
@@ -193,16 +198,197 @@ static void nbits_column(const nbits *q, int64_t n, float *w) {
       for (int64_t e = 0; e < len; e++) o[e] = ((float)p[e] - z) * s;
       continue;
     }
-    int64_t e = 0;
-    for (; e + 1 < len; e += 2) {
-      o[e] = ((float)(p[e / 2] & 15) - z) * s;
-      o[e + 1] = ((float)(p[e / 2] >> 4) - z) * s;
+    float lut[16];
+    for (int v = 0; v < 16; v++) lut[v] = ((float)v - z) * s;
+    int64_t half = len / 2;
+    for (int64_t i = 0; i < half; i++) {
+      o[2 * i] = lut[p[i] & 15];
+      o[2 * i + 1] = lut[p[i] >> 4];
     }
-    if (e < len) o[e] = ((float)(p[e / 2] & 15) - z) * s;
+    if (len & 1) o[len - 1] = lut[p[half] & 15];
   }
 }
 
-/* Y (M, N) = A (M, K) x W^T, one tile of columns at a time. */
+/* ------------------------------------------------ few rows: direct dot */
+
+/* Rows up to this many multiply the packed weights directly: per block,
+ * y += scale * (sum a[e] * q[e] - zp * sum a[e]), so no float weight is
+ * ever written. A is staged once per call as (M, nb * bs) with 4-bit pairs
+ * split into even and odd halves per block (the two nibbles of a byte),
+ * zero-padded past K, plus its per-block sums. */
+#define NBITS_DOT_MAX_M 32
+
+/* out[r] = sum over blocks j of sc[j] * (a_r . q) for NBITS_ROWS staged
+ * rows a_r (a + r * kp) and one column of nb blocks of bs weights (bits 4:
+ * bs / 2 bytes per block, low nibbles first; bits 8: bs bytes). The weights
+ * are widened once and used for every row. The portable loop keeps eight
+ * partial sums per row; x86-64 adds an AVX2 + FMA version picked at run
+ * time by the CPU. */
+#define NBITS_ROWS 4
+
+static void col_dot(const float *a, int64_t kp, const uint8_t *p, const float *sc, int64_t nb,
+                    int64_t bs, int bits, float *out) {
+  int64_t bytes = bits == 8 ? bs : bs / 2, half = bs / 2;
+  for (int r = 0; r < NBITS_ROWS; r++) out[r] = 0;
+  for (int64_t j = 0; j < nb; j++, a += bs, p += bytes) {
+    float acc[NBITS_ROWS][8] = {{0}};
+    for (int64_t i = 0; i < bytes; i += 8)
+      for (int l = 0; l < 8; l++) {
+        float lo = (float)(bits == 8 ? p[i + l] : p[i + l] & 15), hi = (float)(p[i + l] >> 4);
+        for (int r = 0; r < NBITS_ROWS; r++)
+          acc[r][l] += bits == 8 ? a[r * kp + i + l] * lo
+                                 : a[r * kp + i + l] * lo + a[r * kp + half + i + l] * hi;
+      }
+    for (int r = 0; r < NBITS_ROWS; r++) {
+      const float *c = acc[r];
+      out[r] += sc[j] * (((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7])));
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(KEEL_NBITS_PORTABLE)
+#include <immintrin.h>
+#define NBITS_AVX2 1
+
+__attribute__((target("avx2,fma"))) static float hsum_avx2(__m256 v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
+}
+
+__attribute__((target("avx2,fma"))) static void col_dot_avx2(const float *a, int64_t kp,
+                                                             const uint8_t *p, const float *sc,
+                                                             int64_t nb, int64_t bs, int bits,
+                                                             float *out) {
+  int64_t bytes = bits == 8 ? bs : bs / 2, half = bs / 2;
+  const __m256i m15 = _mm256_set1_epi32(15);
+  __m256 t0 = _mm256_setzero_ps(), t1 = t0, t2 = t0, t3 = t0;
+  const float *a0 = a, *a1 = a + kp, *a2 = a + 2 * kp, *a3 = a + 3 * kp;
+  for (int64_t j = 0; j < nb; j++, p += bytes) {
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+    int64_t o = j * bs;
+    for (int64_t i = 0; i < bytes; i += 8) {
+      __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + i)));
+      __m256 lo = _mm256_cvtepi32_ps(bits == 8 ? b : _mm256_and_si256(b, m15));
+      c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + o + i), lo, c0);
+      c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + o + i), lo, c1);
+      c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + o + i), lo, c2);
+      c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + o + i), lo, c3);
+      if (bits == 8) continue;
+      __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+      int64_t h = o + half + i;
+      c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + h), hi, c0);
+      c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + h), hi, c1);
+      c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + h), hi, c2);
+      c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + h), hi, c3);
+    }
+    __m256 s = _mm256_set1_ps(sc[j]);
+    t0 = _mm256_fmadd_ps(s, c0, t0);
+    t1 = _mm256_fmadd_ps(s, c1, t1);
+    t2 = _mm256_fmadd_ps(s, c2, t2);
+    t3 = _mm256_fmadd_ps(s, c3, t3);
+  }
+  out[0] = hsum_avx2(t0), out[1] = hsum_avx2(t1), out[2] = hsum_avx2(t2), out[3] = hsum_avx2(t3);
+}
+
+/* The same for one row (M below NBITS_ROWS leaves no rows to share). */
+__attribute__((target("avx2,fma"))) static float col_dot1_avx2(const float *a, const uint8_t *p,
+                                                               const float *sc, int64_t nb,
+                                                               int64_t bs, int bits) {
+  int64_t bytes = bits == 8 ? bs : bs / 2, half = bs / 2;
+  const __m256i m15 = _mm256_set1_epi32(15);
+  __m256 t = _mm256_setzero_ps();
+  for (int64_t j = 0; j < nb; j++, a += bs, p += bytes) {
+    __m256 c = _mm256_setzero_ps();
+    for (int64_t i = 0; i < bytes; i += 8) {
+      __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(p + i)));
+      __m256 lo = _mm256_cvtepi32_ps(bits == 8 ? b : _mm256_and_si256(b, m15));
+      c = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), lo, c);
+      if (bits == 8) continue;
+      c = _mm256_fmadd_ps(_mm256_loadu_ps(a + half + i),
+                          _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), c);
+    }
+    t = _mm256_fmadd_ps(_mm256_set1_ps(sc[j]), c, t);
+  }
+  return hsum_avx2(t);
+}
+#endif
+
+/* The staged rows of A (see above) and their block sums, (nb, M). */
+static void nbits_stage_a(const nbits *q, const float *a, int64_t M, float *st, float *sums) {
+  int64_t kp = q->nb * q->bs, half = q->bs / 2;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t j = 0; j < q->nb; j++) {
+      const float *x = a + m * q->K + j * q->bs;
+      float *o = st + m * kp + j * q->bs, sum = 0;
+      int64_t len = KEEL_MIN(q->bs, q->K - j * q->bs);
+      for (int64_t e = 0; e < q->bs; e++) {
+        float v = e < len ? x[e] : 0.0f;
+        sum += v;
+        if (q->bits == 8) o[e] = v;
+        else o[(e & 1) * half + e / 2] = v;
+      }
+      sums[j * M + m] = sum;
+    }
+}
+
+/* How nbits_direct multiplies a group of rows of one column. */
+typedef enum { DOT_PORTABLE, DOT_AVX2_ROWS, DOT_AVX2_ONE } dot_kind;
+
+/* Column n for rows [m0, m0 + cnt): the weight part from a kernel, minus
+ * the zero points' part sum_j zs[j] * (block sum j of a), plus the bias.
+ * sums is (nb, M): block sums, row index fastest. */
+static void nbits_direct_rows(const nbits *q, const float *st, const float *sums, int64_t M,
+                              int64_t m0, int64_t cnt, int64_t n, const float *zs, dot_kind kind,
+                              float *y) {
+  int64_t kp = q->nb * q->bs;
+  const uint8_t *col = q->b + n * q->nb * q->blob;
+  const float *sc = q->scales + n * q->nb;
+  float v[NBITS_ROWS], zsum[NBITS_ROWS] = {0};
+#ifdef NBITS_AVX2
+  if (kind == DOT_AVX2_ONE) v[0] = col_dot1_avx2(st + m0 * kp, col, sc, q->nb, q->bs, (int)q->bits);
+  else if (kind == DOT_AVX2_ROWS) col_dot_avx2(st + m0 * kp, kp, col, sc, q->nb, q->bs, (int)q->bits, v);
+  else
+#endif
+    col_dot(st + m0 * kp, kp, col, sc, q->nb, q->bs, (int)q->bits, v);
+  for (int64_t j = 0; j < q->nb; j++)
+    for (int64_t r = 0; r < cnt; r++) zsum[r] += zs[j] * sums[j * M + m0 + r];
+  for (int64_t r = 0; r < cnt; r++)
+    y[(m0 + r) * q->N + n] = v[r] - zsum[r] + (q->bias ? q->bias[n] : 0.0f);
+}
+
+static keel_status nbits_direct(keel_kctx *k, const nbits *q, const float *a, int64_t M,
+                                float *y) {
+  /* the portable kernel reads NBITS_ROWS rows at a time: pad with zeros */
+  int64_t kp = q->nb * q->bs, Mp = (M + NBITS_ROWS - 1) / NBITS_ROWS * NBITS_ROWS;
+  void *ps, *pm, *pz;
+  KEEL_TRY(keel_k_scratch_n(k, Mp * kp, sizeof(float), &ps));
+  KEEL_TRY(keel_k_scratch_n(k, M * q->nb, sizeof(float), &pm));
+  KEEL_TRY(keel_k_scratch_n(k, q->nb, sizeof(float), &pz));
+  float *st = ps, *sums = pm, *zs = pz;
+  nbits_stage_a(q, a, M, st, sums);
+  memset(st + M * kp, 0, (size_t)((Mp - M) * kp) * sizeof(float));
+  bool avx2 = false;
+#ifdef NBITS_AVX2
+  avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  for (int64_t n = 0; n < q->N; n++) {
+    for (int64_t j = 0; j < q->nb; j++) zs[j] = q->scales[n * q->nb + j] * nbits_zp(q, n, j);
+    int64_t m0 = 0;
+    if (!avx2)
+      for (; m0 < M; m0 += NBITS_ROWS)
+        nbits_direct_rows(q, st, sums, M, m0, KEEL_MIN(NBITS_ROWS, M - m0), n, zs, DOT_PORTABLE, y);
+    for (; m0 + NBITS_ROWS <= M; m0 += NBITS_ROWS)
+      nbits_direct_rows(q, st, sums, M, m0, NBITS_ROWS, n, zs, DOT_AVX2_ROWS, y);
+    for (; m0 < M; m0++) nbits_direct_rows(q, st, sums, M, m0, 1, n, zs, DOT_AVX2_ONE, y);
+  }
+  return KEEL_OK;
+}
+
+/* ----------------------------------------------- many rows: tiles + sgemm */
+
+/* Y (M, N) = A (M, K) x W^T, one tile of dequantized columns at a time. */
 static keel_status nbits_gemm(keel_kctx *k, const nbits *q, const float *a, int64_t M, float *y) {
   int64_t tile = KEEL_MAX(1, KEEL_MIN(q->N, NBITS_TILE_FLOATS / q->K));
   void *p;
@@ -212,11 +398,7 @@ static keel_status nbits_gemm(keel_kctx *k, const nbits *q, const float *a, int6
   for (int64_t n0 = 0; n0 < q->N; n0 += tile) {
     int64_t nt = KEEL_MIN(tile, q->N - n0);
     for (int64_t c = 0; c < nt; c++) nbits_column(q, n0 + c, w + c * q->K);
-    if (M == 1)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, (blasint)nt, (blasint)q->K, 1.0f, w,
-                  (blasint)q->K, a, 1, 0.0f, y + n0, 1);
-    else
-      keel_gemm_f32(false, true, M, nt, q->K, 1.0f, a, q->K, w, q->K, 0.0f, y + n0, q->N);
+    keel_gemm_f32(false, true, M, nt, q->K, 1.0f, a, q->K, w, q->K, 0.0f, y + n0, q->N);
   }
   if (q->bias)
     for (int64_t m = 0; m < M; m++)
@@ -317,6 +499,7 @@ static keel_status op_matmul_nbits(keel_kctx *k) {
   if (M == 0) return KEEL_OK;
   if (keel_k_attr_i(k, "accuracy_level", 0) == 4 && !q.g_idx && !q.zpf)
     return nbits_int8(k, &q, a->data, M, y->data);
+  if (M <= NBITS_DOT_MAX_M && !q.g_idx) return nbits_direct(k, &q, a->data, M, y->data);
   return nbits_gemm(k, &q, a->data, M, y->data);
 }
 
