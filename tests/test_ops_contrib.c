@@ -149,7 +149,7 @@ static void nb_attrs(mb_node *n, const void *arg) {
   if (c->acc) mb_attr_i(n, "accuracy_level", c->acc);
 }
 
-enum { NB_MAX_K = 512, NB_MAX_N = 320, NB_MAX_M = 4 };
+enum { NB_MAX_K = 512, NB_MAX_N = 320, NB_MAX_M = 40 };
 
 typedef struct nb_data {
   float a[NB_MAX_M * NB_MAX_K], scales[NB_MAX_N * 32], zpf[NB_MAX_N * 32], bias[NB_MAX_N];
@@ -233,6 +233,10 @@ static void check_nbits(void) {
       {4, 512, 130, 4, 64, 0, true, false, 0, 0},  /* two column tiles, sgemm */
       {2, 100, 11, 4, 32, 1, false, false, 4, 0},  /* int8 A: close, not exact */
       {3, 64, 5, 8, 32, 1, true, false, 4, 0},
+      {7, 64, 9, 4, 16, 2, false, false, 0, 0},    /* 4-row groups, then single rows */
+      {6, 128, 5, 8, 32, 1, true, false, 0, 0},
+      {40, 96, 20, 4, 32, 1, true, false, 0, 0},   /* past 32 rows: tiles and sgemm */
+      {40, 64, 12, 4, 16, 0, false, true, 0, 0},   /* g_idx with many rows */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const nb_case *c = &cases[i];

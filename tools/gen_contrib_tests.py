@@ -137,6 +137,8 @@ def fused_matmul_cases():
          ["Y"], dict(alpha=2.0))
     case("fusedmatmul_batch_transb", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(2, 5, 4))],
          ["Y"], dict(transB=1))
+    case("fusedmatmul_vec_b", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(4))], ["Y"],
+         dict(alpha=3.0))
     case("fusedmatmul_transbatch_a", "FusedMatMul", [("A", f32(3, 2, 4)), ("B", f32(2, 4, 5))],
          ["Y"], dict(transBatchA=1))
     case("fusedmatmul_transbatch_b", "FusedMatMul", [("A", f32(2, 3, 4)), ("B", f32(4, 2, 5))],
@@ -192,6 +194,8 @@ def layernorm_cases():
          [("X", x), ("skip", s), ("gamma", g)], ["Y"], dict(epsilon=1e-3))
     case("skiplayernorm_skip2d", "SkipLayerNormalization",
          [("X", x), ("skip", f32(3, 16)), ("gamma", g), ("beta", be)], ["Y", "", "", "sum"])
+    case("skiplayernorm_2d", "SkipLayerNormalization",
+         [("X", f32(6, 16)), ("skip", f32(6, 16)), ("gamma", g), ("beta", be)], ["Y"])
     case("skiplayernorm_skipbatch1", "SkipLayerNormalization",
          [("X", x), ("skip", f32(1, 3, 16)), ("gamma", g), ("beta", None), ("bias", bi)], ["Y"])
     case("skipsimplifiedlayernorm_full", "SkipSimplifiedLayerNormalization",
@@ -288,6 +292,9 @@ def matmulnbits_cases():
     nbits("matmulnbits_gidx", 3, 64, 8, 16, gidx=True)
     nbits("matmulnbits_8bit", 3, 64, 8, 32, bits=8, zp="packed")
     nbits("matmulnbits_m1_large", 1, 256, 64, 32, zp="packed")
+    nbits("matmulnbits_m7_rowgroups", 7, 128, 16, 32, zp="packed", bias=True)
+    nbits("matmulnbits_m40_sgemm", 40, 64, 16, 16, zp="packed")
+    nbits("matmulnbits_m40_8bit", 40, 32, 8, 16, bits=8, zp="packed", bias=True)
 
 
 # ===================================================== quantized ops
@@ -310,6 +317,11 @@ def dynq_cases():
           ("a_scale", scalar(0.01)), ("b_scale", f32(6, lo=0.01, hi=0.05)),
           ("a_zero_point", scalar(128, np.uint8)), ("b_zero_point", None), ("bias", f32(6))],
          ["Y"], inits=["B", "a_scale", "b_scale", "a_zero_point", "bias"])
+    case("matmulintegertofloat_u8s8_3d_b", "MatMulIntegerToFloat",
+         [("A", ints(np.uint8, 2, 3, 8)), ("B", ints(np.int8, 2, 8, 4)),
+          ("a_scale", scalar(0.02)), ("b_scale", scalar(0.03)),
+          ("a_zero_point", scalar(3, np.uint8)), ("b_zero_point", scalar(-1, np.int8))],
+         ["Y"], inits=["a_scale", "b_scale", "a_zero_point", "b_zero_point"])
     case("matmulintegertofloat_s8s8_nozp", "MatMulIntegerToFloat",
          [("A", ints(np.int8, 4, 8)), ("B", ints(np.int8, 8, 3)),
           ("a_scale", scalar(0.05)), ("b_scale", scalar(0.04))], ["Y"],
@@ -329,6 +341,9 @@ def qlinear_cases():
     qbinary("qlinearadd_s8_bcast", "QLinearAdd", np.int8, (2, 3, 4), (4,), -3, 5, 1, 0.06)
     qbinary("qlinearmul_u8", "QLinearMul", np.uint8, (3, 5), (3, 5), 128, 110, 30, 0.9)
     qbinary("qlinearmul_s8_bcast", "QLinearMul", np.int8, (2, 1, 4), (3, 1), 2, -4, -10, 1.5)
+    qbinary("qlinearadd_u8_scalar_b", "QLinearAdd", np.uint8, (4, 5), (), 10, 200, 128, 0.04)
+    qbinary("qlinearmul_u8_large", "QLinearMul", np.uint8, (8, 40), (40,), 0, 255, 3, 0.2)
+    qbinary("qlinearadd_s8_large", "QLinearAdd", np.int8, (8, 40), (8, 1), 0, 0, 0, 0.05)
     for dt, zp in ((np.uint8, 128), (np.int8, -5)):
         tag = "u8" if dt == np.uint8 else "s8"
         case("qlinearsigmoid_" + tag, "QLinearSigmoid",
@@ -354,6 +369,16 @@ def qlinear_cases():
           ("X1_zero_point", scalar(7, np.int8))], ["Y"], dict(axis=-1),
          inits=["Y_scale", "Y_zero_point", "X0_scale", "X0_zero_point", "X1_scale",
                 "X1_zero_point"])
+    case("qlinearconcat_s8_axis0_three", "QLinearConcat",
+         [("Y_scale", scalar(0.03)), ("Y_zero_point", scalar(4, np.int8)),
+          ("X0", ints(np.int8, 1, 4)), ("X0_scale", scalar(0.03)),
+          ("X0_zero_point", scalar(4, np.int8)),
+          ("X1", ints(np.int8, 2, 4)), ("X1_scale", scalar(0.05)),
+          ("X1_zero_point", scalar(-9, np.int8)),
+          ("X2", ints(np.int8, 3, 4)), ("X2_scale", scalar(0.01)),
+          ("X2_zero_point", scalar(0, np.int8))], ["Y"], dict(axis=0),
+         inits=["Y_scale", "Y_zero_point", "X0_scale", "X0_zero_point", "X1_scale",
+                "X1_zero_point", "X2_scale", "X2_zero_point"])
     case("qlinearglobalavgpool_u8", "QLinearGlobalAveragePool",
          [("X", ints(np.uint8, 2, 3, 4, 5)), ("x_scale", scalar(0.05)),
           ("x_zero_point", scalar(128, np.uint8)), ("y_scale", scalar(0.02)),
