@@ -12,6 +12,7 @@
 
 #include "check.h"
 #include "mb.h"
+#include "tensor/dtype.h"
 
 static uint64_t rng = 0xD1B54A32D192ED03ull;
 static uint64_t next(void) {
@@ -250,6 +251,31 @@ static void check_nbits(void) {
       fprintf(stderr, "MatMulNBits case %zu: max error %g\n", i, err);
     CHECK(err < (c->acc ? 2e-2 : 1e-5));
   }
+}
+
+/* float16 A, scales and bias: the float reference within float16's
+ * precision (the product runs in float and rounds once). */
+static void check_nbits_half(void) {
+  static nb_data d;
+  nb_case c = {3, 64, 8, 4, 32, 1, true, false, 0, 0};
+  nb_fill(&c, &d);
+  uint16_t ah[3 * 64], sh[8 * 2], bh[8];
+  for (int i = 0; i < 3 * 64; i++) ah[i] = keel_f32_to_f16(d.a[i]), d.a[i] = keel_f16_to_f32(ah[i]);
+  for (int i = 0; i < 16; i++)
+    sh[i] = keel_f32_to_f16(d.scales[i]), d.scales[i] = keel_f16_to_f32(sh[i]);
+  for (int i = 0; i < 8; i++) bh[i] = keel_f32_to_f16(d.bias[i]), d.bias[i] = keel_f16_to_f32(bh[i]);
+  nb_ref(&c, &d, d.ref);
+  tin ins[6] = {T("A", KEEL_FLOAT16, 2, (int64_t[]){3, 64}, ah),
+                T("B", KEEL_UINT8, 3, (int64_t[]){8, 2, 16}, d.b),
+                T("scales", KEEL_FLOAT16, 1, (int64_t[]){16}, sh),
+                T("zero_points", KEEL_UINT8, 1, (int64_t[]){8}, d.zp8),
+                T("g_idx", KEEL_INT32, 1, (int64_t[]){64}, NULL),
+                T("bias", KEEL_FLOAT16, 1, (int64_t[]){8}, bh)};
+  int64_t ny;
+  CHECK_OK(run1("MatMulNBits", MS, ins, 6, nb_attrs, &c, d.y, 64, &ny));
+  CHECK(ny == 24 && max_rel(d.y, d.ref, 24) < 2e-3);
+  ins[2] = T("scales", KEEL_FLOAT, 1, (int64_t[]){16}, d.scales); /* not A's type */
+  CHECK_STATUS(run1("MatMulNBits", MS, ins, 6, nb_attrs, &c, d.y, 64, &ny), KEEL_ERR_SHAPE);
 }
 
 /* Bad MatMulNBits input: every one a clear error, never a crash. */
@@ -670,6 +696,7 @@ static void check_qlinear_concat(void) {
 
 int main(void) {
   check_nbits();
+  check_nbits_half();
   check_nbits_errors();
   check_fused_matmul();
   check_gelus();

@@ -245,17 +245,17 @@ def pack_zp(zp, bits):
 
 
 def nbits(name, M, K, N, bs, bits=4, zp="none", bias=False, a_shape=None, acc=None,
-          gidx=False, scales_2d=False):
+          gidx=False, scales_2d=False, ft=np.float32):
     nb = (K + bs - 1) // bs
     q = rng.integers(0, 2 ** bits, size=(N, nb, bs)).astype(np.uint8)
-    scales = rng.uniform(0.01, 0.1, size=(N, nb)).astype(np.float32)
-    ins = [("A", f32(*(a_shape or (M, K)))), ("B", pack_nbits(q, bits)),
+    scales = rng.uniform(0.01, 0.1, size=(N, nb)).astype(ft)
+    ins = [("A", f32(*(a_shape or (M, K))).astype(ft)), ("B", pack_nbits(q, bits)),
            ("scales", scales if scales_2d else scales.reshape(-1))]
     inits = ["B", "scales"]
     if zp == "packed":
         ins.append(("zero_points", pack_zp(rng.integers(0, 2 ** bits, size=(N, nb)), bits)))
     elif zp == "float":
-        ins.append(("zero_points", rng.uniform(0, 2 ** bits - 1, size=(N * nb,)).astype(np.float32)))
+        ins.append(("zero_points", rng.uniform(0, 2 ** bits - 1, size=(N * nb,)).astype(ft)))
     else:
         ins.append(("zero_points", None))
     if zp != "none":
@@ -268,7 +268,7 @@ def nbits(name, M, K, N, bs, bits=4, zp="none", bias=False, a_shape=None, acc=No
     elif bias:
         ins.append(("g_idx", None))
     if bias:
-        ins.append(("bias", f32(N)))
+        ins.append(("bias", f32(N).astype(ft)))
         inits.append("bias")
     attrs = dict(K=K, N=N, bits=bits, block_size=bs)
     if acc is not None:
@@ -295,6 +295,8 @@ def matmulnbits_cases():
     nbits("matmulnbits_m7_rowgroups", 7, 128, 16, 32, zp="packed", bias=True)
     nbits("matmulnbits_m40_sgemm", 40, 64, 16, 16, zp="packed")
     nbits("matmulnbits_m40_8bit", 40, 32, 8, 16, bits=8, zp="packed", bias=True)
+    nbits("matmulnbits_fp16_zp_bias", 3, 64, 8, 32, zp="packed", bias=True, ft=np.float16)
+    nbits("matmulnbits_fp16_floatzp", 2, 32, 6, 16, zp="float", ft=np.float16)
 
 
 # ===================================================== quantized ops

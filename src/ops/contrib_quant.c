@@ -122,7 +122,23 @@ static keel_status nbits_input(keel_kctx *k, int i, const char *what, int dt, in
   return KEEL_OK;
 }
 
-static keel_status nbits_zero_points(keel_kctx *k, nbits *q) {
+/* Input i of A's type ft (float or float16) with n elements, as floats
+ * (float16 staged into scratch). */
+static keel_status nbits_floats(keel_kctx *k, int i, const char *what, int ft, int64_t n,
+                                const float **out) {
+  const keel_tensor *t;
+  KEEL_TRY(nbits_input(k, i, what, ft, n, &t));
+  if (ft == KEEL_FLOAT) {
+    *out = t->data;
+    return KEEL_OK;
+  }
+  keel_tensor f;
+  KEEL_TRY(keel_k_to_f32(k, t, &f));
+  *out = f.data;
+  return KEEL_OK;
+}
+
+static keel_status nbits_zero_points(keel_kctx *k, int ft, nbits *q) {
   const keel_tensor *z;
   KEEL_TRY(keel_k_in_opt(k, 3, &z));
   q->zp8 = NULL, q->zpf = NULL;
@@ -131,22 +147,19 @@ static keel_status nbits_zero_points(keel_kctx *k, nbits *q) {
   if (z->dtype == KEEL_UINT8) {
     KEEL_TRY(nbits_input(k, 3, "zero_points (packed)", KEEL_UINT8, q->N * per, &z));
     q->zp8 = z->data;
-  } else if (z->dtype == KEEL_FLOAT) {
-    KEEL_TRY(nbits_input(k, 3, "zero_points", KEEL_FLOAT, q->N * q->nb, &z));
-    q->zpf = z->data;
-  } else {
-    return keel_err(KEEL_ERR_SHAPE, "zero_points is %s; expected uint8 (packed) or "
-                    "float, A's type", dtn(z->dtype));
+    return KEEL_OK;
   }
-  return KEEL_OK;
+  if (z->dtype == ft) return nbits_floats(k, 3, "zero_points", ft, q->N * q->nb, &q->zpf);
+  return keel_err(KEEL_ERR_SHAPE, "zero_points is %s; expected uint8 (packed) or %s, A's type",
+                  dtn(z->dtype), dtn(ft));
 }
 
-static keel_status nbits_inputs(keel_kctx *k, nbits *q) {
-  const keel_tensor *b, *s, *g, *bias;
+static keel_status nbits_inputs(keel_kctx *k, int ft, nbits *q) {
+  const keel_tensor *b, *g, *bias;
   KEEL_TRY(nbits_input(k, 1, "B", KEEL_UINT8, q->N * q->nb * q->blob, &b));
-  KEEL_TRY(nbits_input(k, 2, "scales", KEEL_FLOAT, q->N * q->nb, &s));
-  q->b = b->data, q->scales = s->data;
-  KEEL_TRY(nbits_zero_points(k, q));
+  KEEL_TRY(nbits_floats(k, 2, "scales", ft, q->N * q->nb, &q->scales));
+  q->b = b->data;
+  KEEL_TRY(nbits_zero_points(k, ft, q));
   q->g_idx = NULL, q->bias = NULL;
   KEEL_TRY(keel_k_in_opt(k, 4, &g));
   if (g) {
@@ -158,10 +171,7 @@ static keel_status nbits_inputs(keel_kctx *k, nbits *q) {
                         (long long)i, q->g_idx[i], (long long)q->nb);
   }
   KEEL_TRY(keel_k_in_opt(k, 5, &bias));
-  if (bias) {
-    KEEL_TRY(nbits_input(k, 5, "bias", KEEL_FLOAT, q->N, &bias));
-    q->bias = bias->data;
-  }
+  if (bias) KEEL_TRY(nbits_floats(k, 5, "bias", ft, q->N, &q->bias));
   return KEEL_OK;
 }
 
@@ -476,12 +486,20 @@ static keel_status nbits_int8(keel_kctx *k, const nbits *q, const float *a, int6
  * allows A in int8: with packed (or no) zero points and no g_idx, keel then
  * quantizes A per block as ONNX Runtime does; otherwise it computes in
  * float. */
+/* The product into y (M, N floats) by the path that fits. */
+static keel_status nbits_run(keel_kctx *k, const nbits *q, const float *a, int64_t M, float *y) {
+  if (keel_k_attr_i(k, "accuracy_level", 0) == 4 && !q->g_idx && !q->zpf)
+    return nbits_int8(k, q, a, M, y);
+  if (M <= NBITS_DOT_MAX_M && !q->g_idx) return nbits_direct(k, q, a, M, y);
+  return nbits_gemm(k, q, a, M, y);
+}
+
 static keel_status op_matmul_nbits(keel_kctx *k) {
   const keel_tensor *a;
   KEEL_TRY(keel_k_in(k, 0, &a));
-  if (a->dtype != KEEL_FLOAT)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "MatMulNBits (domain %s, opset 1): A is %s; float is "
-                    "supported", MS, dtn(a->dtype));
+  if (a->dtype != KEEL_FLOAT && a->dtype != KEEL_FLOAT16)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "MatMulNBits (domain %s, opset 1): A is %s; float and "
+                    "float16 are supported", MS, dtn(a->dtype));
   nbits q;
   KEEL_TRY(nbits_attrs(k, &q));
   if (a->rank < 1 || a->shape[a->rank - 1] != q.K) {
@@ -489,18 +507,22 @@ static keel_status op_matmul_nbits(keel_kctx *k) {
     return keel_err(KEEL_ERR_SHAPE, "A %s must end in K = %lld",
                     keel_shape_str(a->rank, a->shape, s, sizeof s), (long long)q.K);
   }
-  KEEL_TRY(nbits_inputs(k, &q));
+  KEEL_TRY(nbits_inputs(k, a->dtype, &q));
   int64_t shape[KEEL_MAX_RANK];
   memcpy(shape, a->shape, sizeof(int64_t) * (size_t)a->rank);
   shape[a->rank - 1] = q.N;
   keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, a->rank, shape, &y));
+  KEEL_TRY(keel_k_out(k, 0, a->dtype, a->rank, shape, &y));
   int64_t M = keel_shape_numel(a->rank - 1, a->shape);
   if (M == 0) return KEEL_OK;
-  if (keel_k_attr_i(k, "accuracy_level", 0) == 4 && !q.g_idx && !q.zpf)
-    return nbits_int8(k, &q, a->data, M, y->data);
-  if (M <= NBITS_DOT_MAX_M && !q.g_idx) return nbits_direct(k, &q, a->data, M, y->data);
-  return nbits_gemm(k, &q, a->data, M, y->data);
+  if (a->dtype == KEEL_FLOAT) return nbits_run(k, &q, a->data, M, y->data);
+  keel_tensor af; /* float16: in float, rounded once at the end */
+  void *yf;
+  KEEL_TRY(keel_k_to_f32(k, a, &af));
+  KEEL_TRY(keel_k_scratch_n(k, M * q.N, sizeof(float), &yf));
+  KEEL_TRY(nbits_run(k, &q, af.data, M, yf));
+  keel_f32_store(yf, y);
+  return KEEL_OK;
 }
 
 /* =========================================== integer matmuls to float */
@@ -800,7 +822,7 @@ static keel_status op_qlinear_gap(keel_kctx *k) {
 #define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 #define F32 KEEL_T(KEEL_FLOAT)
 const keel_opdef keel_ops_contrib_quant[] = {
-    {MS, "MatMulNBits", 1, KEEL_OPSET_MAX, op_matmul_nbits, 0, F32},
+    {MS, "MatMulNBits", 1, KEEL_OPSET_MAX, op_matmul_nbits, 0, F32 | KEEL_T(KEEL_FLOAT16)},
     {MS, "MatMulIntegerToFloat", 1, KEEL_OPSET_MAX, op_matmul_integer_to_float, 0, Q8},
     {MS, "DynamicQuantizeMatMul", 1, KEEL_OPSET_MAX, op_dynamic_quantize_matmul, 0, F32},
     {MS, "QLinearAdd", 1, KEEL_OPSET_MAX, op_qlinear_add, 0, Q8},
