@@ -558,6 +558,20 @@ static void check_int_to_float(void) {
   int64_t ny;
   CHECK_OK(run1("MatMulIntegerToFloat", MS, ins, 7, NULL, NULL, y, M * N, &ny));
   CHECK(ny == M * N && max_rel(y, ref, M * N) < 1e-5);
+  /* B's zero point as (1, N): the int32 product path */
+  int8_t bzr[N] = {5, -7, 0, 100};
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      double sum = 0;
+      for (int kk = 0; kk < K; kk++) sum += (double)(a[m * K + kk] - azp) * (b[kk * N + n] - bzr[n]);
+      ref[m * N + n] = sum * as * bs[n] + bias[n];
+    }
+  ins[5] = T("b_zero_point", KEEL_INT8, 2, (int64_t[]){1, N}, bzr);
+  CHECK_OK(run1("MatMulIntegerToFloat", MS, ins, 7, NULL, NULL, y, M * N, &ny));
+  CHECK(ny == M * N && max_rel(y, ref, M * N) < 1e-5);
+  ins[5] = T("b_zero_point", KEEL_INT8, 1, (int64_t[]){N}, bzr); /* (N): the float path */
+  CHECK_OK(run1("MatMulIntegerToFloat", MS, ins, 7, NULL, NULL, y, M * N, &ny));
+  CHECK(ny == M * N && max_rel(y, ref, M * N) < 1e-5);
   /* a b_zero_point of A's type, not B's */
   ins[5] = T("b_zero_point", KEEL_UINT8, 1, (int64_t[]){N}, bzp);
   CHECK_STATUS(run1("MatMulIntegerToFloat", MS, ins, 7, NULL, NULL, y, M * N, &ny), KEEL_ERR_SHAPE);

@@ -10,8 +10,11 @@
  * widened weight; an AVX2 + FMA kernel on x86-64 CPUs that have it, a
  * portable loop elsewhere or with -DKEEL_NBITS_PORTABLE). More rows
  * dequantize a tile of weight columns at a time into float scratch and
- * multiply it with OpenBLAS, so the float weights never exist whole. The two integer-to-float
- * matmuls run MatMulInteger's int32 product (matmul.c) and scale each
+ * multiply it with OpenBLAS, so the float weights never exist whole.
+ * accuracy_level 4 quantizes A to int8 per block, as ONNX Runtime does.
+ * The two integer-to-float matmuls shift their operands by the zero points
+ * into float and run MatMul's GEMM (exact differences and products; other
+ * zero-point layouts use MatMulInteger's int32 product), then scale each
  * column. The QLinear elementwise ops compute in float the way ONNX
  * Runtime's MLAS does (scale ratios, round half to even, saturate), and
  * the unary ones go through a 256-entry table built per call.
@@ -527,31 +530,59 @@ static keel_status op_matmul_nbits(keel_kctx *k) {
 
 /* =========================================== integer matmuls to float */
 
-/* Y = acc * (a_scale * b_scale[n]) + bias[n], columns of N. b_scale: one
- * value or one per column; bias (N) optional. */
-static keel_status mm_int_to_float(keel_kctx *k, const keel_mm_int *r, float a_scale,
-                                   const keel_tensor *bs, const keel_tensor *bias) {
-  int64_t nbs = keel_tensor_numel(bs);
-  if (!keel_dtype_is_float(bs->dtype) || (nbs != 1 && nbs != r->N))
-    return keel_err(KEEL_ERR_SHAPE, "b_scale must be float with 1 or N = %lld values, got %s "
-                    "with %lld", (long long)r->N, dtn(bs->dtype), (long long)nbs);
-  if (bias && (bias->dtype != KEEL_FLOAT || keel_tensor_numel(bias) != r->N))
-    return keel_err(KEEL_ERR_SHAPE, "bias must be float with N = %lld values", (long long)r->N);
-  keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r->rank, r->shape, &y));
-  if (r->numel == 0) return KEEL_OK;
-  float *sc;
+/* t - zp as a float tensor in scratch; zp: NULL, one value, or one per
+ * column of the last dim (cols). float holds every such difference and
+ * every product exactly; the sums round like any float matmul. */
+static keel_status shifted_f32(keel_kctx *k, const keel_tensor *t, const keel_tensor *zp,
+                               int64_t cols, keel_tensor *out) {
+  int64_t n = keel_tensor_numel(t), nz = zp ? keel_tensor_numel(zp) : 0;
   void *p;
-  KEEL_TRY(keel_k_scratch_n(k, r->N, sizeof(float), &p));
-  sc = p;
-  for (int64_t n = 0; n < r->N; n++)
-    sc[n] = a_scale * (float)keel_elem_get_f64(bs->dtype, bs->data, nbs == 1 ? 0 : (size_t)n);
-  float *yd = y->data;
-  const float *bd = bias ? bias->data : NULL;
-  for (int64_t i = 0; i < r->numel; i++) {
-    int64_t n = i % r->N;
-    yd[i] = (float)r->acc[i] * sc[n] + (bd ? bd[n] : 0.0f);
+  KEEL_TRY(keel_k_scratch_n(k, n, sizeof(float), &p));
+  float *f = p;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t z = nz == 0 ? 0 : get8(zp->dtype, zp->data, nz == 1 ? 0 : i % cols);
+    f[i] = (float)(get8(t->dtype, t->data, i) - z);
   }
+  *out = *t;
+  out->dtype = KEEL_FLOAT, out->data = f, out->buf = NULL;
+  return KEEL_OK;
+}
+
+/* Y = ((A - a_zp) x (B - b_zp)) * (a_scale * b_scale[n]) + bias[n] over
+ * columns n of N. b_scale: one value or one per column; bias (N) optional.
+ * Zero points of one value (or one per column of B) run the product as a
+ * float GEMM; other layouts run MatMulInteger's int32 product. */
+static keel_status int_mm_to_float(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
+                                   const keel_tensor *az, const keel_tensor *bz, float a_scale,
+                                   const keel_tensor *bs, const keel_tensor *bias) {
+  int64_t N = b->rank >= 2 ? b->shape[b->rank - 1] : 1, nbs = keel_tensor_numel(bs);
+  if (!keel_dtype_is_float(bs->dtype) || (nbs != 1 && nbs != N))
+    return keel_err(KEEL_ERR_SHAPE, "b_scale must be float with 1 or N = %lld values, got %s "
+                    "with %lld", (long long)N, dtn(bs->dtype), (long long)nbs);
+  if (bias && (bias->dtype != KEEL_FLOAT || keel_tensor_numel(bias) != N))
+    return keel_err(KEEL_ERR_SHAPE, "bias must be float with N = %lld values", (long long)N);
+  keel_tensor *y;
+  int64_t nbz = bz ? keel_tensor_numel(bz) : 1;
+  if ((!az || keel_tensor_numel(az) == 1) && (nbz == 1 || (bz->rank == 1 && nbz == N))) {
+    keel_tensor fa, fb;
+    KEEL_TRY(shifted_f32(k, a, az, 1, &fa));
+    KEEL_TRY(shifted_f32(k, b, bz, N, &fb));
+    KEEL_TRY(keel_matmul(k, &fa, &fb, &y));
+  } else {
+    keel_mm_int r;
+    KEEL_TRY(keel_matmul_int32(k, a, b, az, bz, &r));
+    KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r.rank, r.shape, &y));
+    for (int64_t i = 0; i < r.numel; i++) ((float *)y->data)[i] = (float)r.acc[i];
+  }
+  int64_t ny = keel_tensor_numel(y);
+  if (ny == 0) return KEEL_OK;
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, N, sizeof(float), &p));
+  float *sc = p, *yd = y->data;
+  for (int64_t n = 0; n < N; n++)
+    sc[n] = a_scale * (float)keel_elem_get_f64(bs->dtype, bs->data, nbs == 1 ? 0 : (size_t)n);
+  const float *bd = bias ? bias->data : NULL;
+  for (int64_t i = 0; i < ny; i++) yd[i] = yd[i] * sc[i % N] + (bd ? bd[i % N] : 0.0f);
   return KEEL_OK;
 }
 
@@ -582,9 +613,8 @@ static keel_status op_matmul_integer_to_float(keel_kctx *k) {
     return keel_err(KEEL_ERR_SHAPE, "a_zero_point must be one %s value, got %s with %lld",
                     dtn(a->dtype), dtn(az->dtype), (long long)keel_tensor_numel(az));
   KEEL_TRY(check_bzp(b, bz));
-  keel_mm_int r;
-  KEEL_TRY(keel_matmul_int32(k, a, b, az, bz, &r));
-  return mm_int_to_float(k, &r, (float)keel_elem_get_f64(as->dtype, as->data, 0), bs, bias);
+  return int_mm_to_float(k, a, b, az, bz, (float)keel_elem_get_f64(as->dtype, as->data, 0), bs,
+                         bias);
 }
 
 /* A (float) is quantized to uint8 per tensor as DynamicQuantizeLinear
@@ -610,9 +640,7 @@ static keel_status op_dynamic_quantize_matmul(keel_kctx *k) {
   keel_tensor qa = *a, qz = {0};
   qa.dtype = KEEL_UINT8, qa.data = p, qa.buf = NULL;
   qz.dtype = KEEL_UINT8, qz.rank = 0, qz.data = &zp;
-  keel_mm_int r;
-  KEEL_TRY(keel_matmul_int32(k, &qa, b, &qz, bz, &r));
-  return mm_int_to_float(k, &r, scale, bs, bias);
+  return int_mm_to_float(k, &qa, b, &qz, bz, scale, bs, bias);
 }
 
 /* ============================================= QLinear binary ops */
