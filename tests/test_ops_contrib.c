@@ -423,6 +423,19 @@ static void check_gelus(void) {
   for (int i = 0; i < NN; i++) ref[i] = (double)x[i] + bias[i % H] + skip[i];
   CHECK_OK(run1("BiasAdd", MS, ba, 3, NULL, NULL, y, NN, &ny));
   CHECK(max_rel(y, ref, NN) < 1e-6);
+  /* float16: the same formulas on the rounded inputs, within float16's precision */
+  uint16_t xh[NN], bh[H];
+  for (int i = 0; i < NN; i++) xh[i] = keel_f32_to_f16(x[i]);
+  for (int i = 0; i < H; i++) bh[i] = keel_f32_to_f16(bias[i]);
+  for (int i = 0; i < NN; i++) {
+    double v = (double)keel_f16_to_f32(xh[i]) + keel_f16_to_f32(bh[i % H]);
+    ref[i] = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  }
+  tin xh2[2] = {T("X", KEEL_FLOAT16, 2, dx, xh), T("bias", KEEL_FLOAT16, 1, db, bh)};
+  CHECK_OK(run1("FastGelu", MS, xh2, 2, NULL, NULL, y, NN, &ny));
+  CHECK(max_rel(y, ref, NN) < 2e-3);
+  xh2[1] = T("bias", KEEL_FLOAT, 1, db, bias); /* a bias of another type */
+  CHECK_STATUS(run1("FastGelu", MS, xh2, 2, NULL, NULL, y, NN, &ny), KEEL_ERR_SHAPE);
   /* a bias that is not X's last dimension */
   int64_t bad_b[1] = {H - 1};
   tin bb[2] = {xb[0], T("bias", KEEL_FLOAT, 1, bad_b, bias)};
@@ -471,6 +484,22 @@ static void check_skip_norms(void) {
       CHECK_OK(run1(op, MS, ins, rms ? 4 : 5, eps_attr, &eps, y, NN, &ny));
       CHECK(ny == NN && max_rel(y, ref, NN) < 1e-5);
     }
+  /* float16 input, skip and gamma: the float reference on the rounded values */
+  static uint16_t xh[NN], sh[NN], gh[H];
+  static float xr[NN], sr[NN], gr[H];
+  for (int i = 0; i < NN; i++) {
+    xh[i] = keel_f32_to_f16(x[i]), xr[i] = keel_f16_to_f32(xh[i]);
+    sh[i] = keel_f32_to_f16(skip[i]), sr[i] = keel_f16_to_f32(sh[i]);
+  }
+  for (int i = 0; i < H; i++) gh[i] = keel_f32_to_f16(g[i]), gr[i] = keel_f16_to_f32(gh[i]);
+  skip_ref(xr, sr, NN, gr, NULL, NULL, B * S, H, false, eps, ref, sum);
+  tin hin[3] = {T("X", KEEL_FLOAT16, 3, d3, xh), T("skip", KEEL_FLOAT16, 3, d3, sh),
+                T("gamma", KEEL_FLOAT16, 1, dh, gh)};
+  CHECK_OK(run1("SkipLayerNormalization", MS, hin, 3, eps_attr, &eps, y, NN, &ny));
+  CHECK(ny == NN && max_rel(y, ref, NN) < 2e-3);
+  hin[1] = T("skip", KEEL_FLOAT, 3, d3, skip); /* skip of another type */
+  CHECK_STATUS(run1("SkipLayerNormalization", MS, hin, 3, eps_attr, &eps, y, NN, &ny),
+               KEEL_ERR_SHAPE);
   /* a skip that fits neither the input nor its trailing part */
   int64_t bad[2] = {2, H};
   tin ins[3] = {T("X", KEEL_FLOAT, 3, d3, x), T("skip", KEEL_FLOAT, 2, bad, skip),

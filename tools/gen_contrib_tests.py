@@ -184,6 +184,31 @@ def gelu_cases():
          ["Y"], ref=lambda x, b, s: [x + b + s])
 
 
+def half_cases():
+    """float16 variants (ORT's CPU kernels take float16 for these)."""
+    h = np.float16
+    case("gelu_fp16", "Gelu", [("X", f32(2, 3, 8, lo=-4, hi=4).astype(h))], ["Y"])
+    case("fastgelu_fp16_bias", "FastGelu",
+         [("X", f32(2, 8, lo=-4, hi=4).astype(h)), ("bias", f32(8).astype(h))], ["Y"])
+    case("biasgelu_fp16", "BiasGelu",
+         [("A", f32(3, 8, lo=-4, hi=4).astype(h)), ("B", f32(8).astype(h))], ["Y"])
+    case("quickgelu_fp16", "QuickGelu", [("X", f32(4, 8, lo=-4, hi=4).astype(h))], ["Y"])
+    case("fusedmatmul_fp16_transb", "FusedMatMul",
+         [("A", f32(2, 3, 4).astype(h)), ("B", f32(5, 4).astype(h))], ["Y"],
+         dict(transB=1, alpha=0.5))
+    case("fusedconv_fp16_relu_sum", "FusedConv",
+         [("X", f32(1, 2, 5, 5).astype(h)), ("W", f32(3, 2, 3, 3).astype(h)),
+          ("B", f32(3).astype(h)), ("Z", f32(1, 3, 3, 3).astype(h))], ["Y"],
+         dict(activation="Relu"), inits=["W", "B"])
+    case("skiplayernorm_fp16_full", "SkipLayerNormalization",
+         [("X", f32(2, 3, 16).astype(h)), ("skip", f32(2, 3, 16).astype(h)),
+          ("gamma", f32(16, lo=0.5, hi=1.5).astype(h)), ("beta", f32(16).astype(h)),
+          ("bias", f32(16).astype(h))], ["Y", "", "", "sum"], dict(epsilon=1e-5))
+    case("skipsimplifiedlayernorm_fp16", "SkipSimplifiedLayerNormalization",
+         [("X", f32(4, 16).astype(h)), ("skip", f32(4, 16).astype(h)),
+          ("gamma", f32(16, lo=0.5, hi=1.5).astype(h))], ["Y"], dict(epsilon=1e-6))
+
+
 def layernorm_cases():
     x, s = f32(2, 3, 16), f32(2, 3, 16)
     g, be, bi = f32(16, lo=0.5, hi=1.5), f32(16), f32(16)
@@ -395,7 +420,7 @@ def qlinear_cases():
 
 def main():
     for f in (fused_matmul_cases, fused_conv_cases, gelu_cases, layernorm_cases,
-              matmulnbits_cases, dynq_cases, qlinear_cases):
+              matmulnbits_cases, dynq_cases, qlinear_cases, half_cases):
         f()
     filt = sys.argv[1] if len(sys.argv) > 1 else ""
     bad = 0

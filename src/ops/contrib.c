@@ -1,4 +1,4 @@
-/* contrib.c: the float com.microsoft ops that ONNX Runtime's graph
+/* contrib.c: the floating-point com.microsoft ops that ONNX Runtime's graph
  * optimizer writes when it fuses a subgraph: FusedMatMul, FusedConv, the
  * GELU family (Gelu, FastGelu, BiasGelu, QuickGelu), BiasAdd,
  * SkipLayerNormalization and SkipSimplifiedLayerNormalization. Semantics,
@@ -10,7 +10,8 @@
  * on the output: FusedMatMul permutes A and B as asked and calls MatMul,
  * FusedConv calls Conv and then adds Z and applies the activation, the
  * skip norms sum their inputs and call norm.c's LayerNormalization engine.
- * The activations are elementwise float loops.
+ * The activations are elementwise float loops; float16 / bfloat16 data
+ * is staged into float and rounded once into the output.
  */
 #include <math.h>
 
@@ -35,6 +36,35 @@ static keel_status need_float(const keel_tensor *t, const char *op, const char *
                   op, MS, what, keel_dtype_name((keel_dtype)t->dtype));
 }
 
+/* t (float, float16 or bfloat16) as float: t itself, or a staged copy. */
+static keel_status f32_view(keel_kctx *k, const keel_tensor *t, const char *op, const char *what,
+                            keel_tensor *out) {
+  if (keel_is_half(t->dtype)) return keel_k_to_f32(k, t, out);
+  KEEL_TRY(need_float(t, op, what));
+  *out = *t;
+  return KEEL_OK;
+}
+
+/* Output 0 of x's shape and type as a float buffer *yf: the output itself
+ * (sharing x's buffer when it may) or, for halves, scratch that out_end
+ * rounds into it. */
+static keel_status out_begin(keel_kctx *k, const keel_tensor *x, keel_tensor **y, float **yf) {
+  if (!keel_is_half(x->dtype)) {
+    KEEL_TRY(keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, y));
+    *yf = (*y)->data;
+    return KEEL_OK;
+  }
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, y));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(x), sizeof(float), &p));
+  *yf = p;
+  return KEEL_OK;
+}
+
+static void out_end(keel_tensor *y, const float *yf) {
+  if (keel_is_half(y->dtype)) keel_f32_store(yf, y);
+}
+
 /* An optional 1-D bias (input i) of X's last dimension, as a float
  * pointer (NULL when absent). */
 static keel_status last_dim_bias(keel_kctx *k, int i, const keel_tensor *x, const char *op,
@@ -43,15 +73,18 @@ static keel_status last_dim_bias(keel_kctx *k, int i, const keel_tensor *x, cons
   KEEL_TRY(keel_k_in_opt(k, i, &b));
   *out = NULL;
   if (!b) return KEEL_OK;
-  KEEL_TRY(need_float(b, op, what));
   int64_t h = x->rank ? x->shape[x->rank - 1] : 1;
-  if (b->rank != 1 || b->shape[0] != h) {
+  if (b->rank != 1 || b->shape[0] != h || b->dtype != x->dtype) {
     char s1[128], s2[128];
-    return keel_err(KEEL_ERR_SHAPE, "%s %s must be 1-D of X's last dimension (X is %s)", what,
-                    keel_shape_str(b->rank, b->shape, s1, sizeof s1),
+    return keel_err(KEEL_ERR_SHAPE, "%s %s (%s) must be 1-D of X's last dimension and type (X is "
+                    "%s %s)", what, keel_shape_str(b->rank, b->shape, s1, sizeof s1),
+                    keel_dtype_name((keel_dtype)b->dtype),
+                    keel_dtype_name((keel_dtype)x->dtype),
                     keel_shape_str(x->rank, x->shape, s2, sizeof s2));
   }
-  *out = b->data;
+  keel_tensor f;
+  KEEL_TRY(f32_view(k, b, op, what, &f));
+  *out = f.data;
   return KEEL_OK;
 }
 
@@ -97,13 +130,15 @@ static void gelu_rows(gelu_kind kind, float alpha, const float *x, const float *
 static keel_status gelu_op(keel_kctx *k, gelu_kind kind, const char *op, bool bias_in) {
   const keel_tensor *x;
   const float *bias = NULL;
+  keel_tensor xf, *y;
+  float *yf;
   KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(need_float(x, op, "X"));
+  KEEL_TRY(f32_view(k, x, op, "X", &xf));
   if (bias_in) KEEL_TRY(last_dim_bias(k, 1, x, op, "bias", &bias));
-  keel_tensor *y;
-  KEEL_TRY(keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  KEEL_TRY(out_begin(k, x, &y, &yf));
   int64_t n = keel_tensor_numel(x), h = x->rank ? x->shape[x->rank - 1] : 1;
-  if (n) gelu_rows(kind, keel_k_attr_f(k, "alpha", 1.702f), x->data, bias, y->data, n, h);
+  if (n) gelu_rows(kind, keel_k_attr_f(k, "alpha", 1.702f), xf.data, bias, yf, n, h);
+  out_end(y, yf);
   return KEEL_OK;
 }
 
@@ -277,30 +312,51 @@ static void fused_act_apply(const fused_act *a, float *y, int64_t n) {
 static keel_status op_fused_conv(keel_kctx *k) {
   const keel_tensor *x, *z;
   KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(need_float(x, "FusedConv", "X"));
+  if (!keel_is_half(x->dtype)) KEEL_TRY(need_float(x, "FusedConv", "X"));
   KEEL_TRY(keel_k_in_opt(k, 3, &z));
   fused_act act;
   KEEL_TRY(fused_act_read(k, &act));
-  keel_tensor *y;
+  keel_tensor *y, yf, zf;
   KEEL_TRY(keel_conv_forward(k, &y));
   int64_t n = keel_tensor_numel(y);
+  if (n == 0) return KEEL_OK;
+  KEEL_TRY(f32_view(k, y, "FusedConv", "Y", &yf)); /* halves: a float copy */
   if (z) {
-    if (z->dtype != KEEL_FLOAT || !same_shape(z->rank, z->shape, y->rank, y->shape)) {
+    if (z->dtype != y->dtype || !same_shape(z->rank, z->shape, y->rank, y->shape)) {
       char s1[128], s2[128];
-      return keel_err(KEEL_ERR_SHAPE, "Z %s (%s) must be float of the output's shape %s",
+      return keel_err(KEEL_ERR_SHAPE, "Z %s (%s) must have the output's type and shape %s",
                       keel_shape_str(z->rank, z->shape, s1, sizeof s1),
                       keel_dtype_name((keel_dtype)z->dtype),
                       keel_shape_str(y->rank, y->shape, s2, sizeof s2));
     }
-    float *yd = y->data;
-    const float *zd = z->data;
+    KEEL_TRY(f32_view(k, z, "FusedConv", "Z", &zf));
+    float *yd = yf.data;
+    const float *zd = zf.data;
     for (int64_t i = 0; i < n; i++) yd[i] += zd[i];
   }
-  if (n) fused_act_apply(&act, y->data, n);
+  fused_act_apply(&act, yf.data, n);
+  out_end(y, yf.data);
   return KEEL_OK;
 }
 
 /* ============================================= skip layer norms */
+
+/* Outputs 1 and 2 of the skip norms (float, when asked for). */
+static keel_status skip_stats(keel_kctx *k, const keel_tensor *x, const double *mean,
+                              const double *inv) {
+  int64_t shape[KEEL_MAX_RANK], h = x->shape[x->rank - 1];
+  int64_t rows = h ? keel_tensor_numel(x) / h : 0;
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[x->rank - 1] = 1;
+  for (int i = 1; i <= 2; i++) {
+    if (!keel_k_has_out(k, i)) continue;
+    keel_tensor *t;
+    KEEL_TRY(keel_k_out(k, i, KEEL_FLOAT, x->rank, shape, &t));
+    const double *src = i == 1 ? mean : inv;
+    for (int64_t r = 0; r < rows; r++) ((float *)t->data)[r] = (float)src[r];
+  }
+  return KEEL_OK;
+}
 
 /* Both skip norms: s = input + skip (+ bias), optionally output 3, then
  * LayerNormalization (or RMS) of s over the last dim with gamma (input 2)
@@ -309,23 +365,28 @@ static keel_status op_fused_conv(keel_kctx *k) {
 static keel_status skip_norm(keel_kctx *k, bool rms) {
   const char *op = rms ? "SkipSimplifiedLayerNormalization" : "SkipLayerNormalization";
   const keel_tensor *x, *skip, *gamma;
+  keel_tensor xf, sf;
   const float *bias;
   KEEL_TRY(keel_k_in(k, 0, &x));
   KEEL_TRY(keel_k_in(k, 1, &skip));
   KEEL_TRY(keel_k_in(k, 2, &gamma));
-  KEEL_TRY(need_float(x, op, "input"));
-  KEEL_TRY(need_float(skip, op, "skip"));
+  KEEL_TRY(f32_view(k, x, op, "input", &xf));
+  if (skip->dtype != x->dtype)
+    return keel_err(KEEL_ERR_SHAPE, "skip is %s but input is %s",
+                    keel_dtype_name((keel_dtype)skip->dtype), keel_dtype_name((keel_dtype)x->dtype));
   if (x->rank < 2 || x->rank > 3) {
     char s[128];
     return keel_err(KEEL_ERR_SHAPE, "input %s must be 2-D or 3-D",
                     keel_shape_str(x->rank, x->shape, s, sizeof s));
   }
   KEEL_TRY(check_suffix(x, skip, "skip"));
+  KEEL_TRY(f32_view(k, skip, op, "skip", &sf));
   KEEL_TRY(last_dim_bias(k, rms ? 3 : 4, x, op, "bias", &bias));
   int64_t n = keel_tensor_numel(x), h = x->shape[x->rank - 1], ns = keel_tensor_numel(skip);
-  keel_tensor sum = *x, *so;
-  if (keel_k_has_out(k, 3)) {
-    KEEL_TRY(keel_k_out(k, 3, KEEL_FLOAT, x->rank, x->shape, &so));
+  /* the sum, in float: output 3 itself when it is float and asked for */
+  keel_tensor sum = xf, *so = NULL;
+  if (keel_k_has_out(k, 3)) KEEL_TRY(keel_k_out(k, 3, x->dtype, x->rank, x->shape, &so));
+  if (so && so->dtype == KEEL_FLOAT) {
     sum.data = so->data;
   } else {
     void *p;
@@ -333,24 +394,15 @@ static keel_status skip_norm(keel_kctx *k, bool rms) {
     sum.data = p;
   }
   sum.buf = NULL;
-  const float *xd = x->data, *sd = skip->data;
+  const float *xd = xf.data, *sd = sf.data;
   float *o = sum.data;
   for (int64_t i = 0; i < n; i++) o[i] = xd[i] + sd[i % ns] + (bias ? bias[i % h] : 0.0f);
+  if (so && so->dtype != KEEL_FLOAT) keel_f32_store(o, so);
   keel_ln_args a = {op, x->rank - 1, rms, 2, rms ? -1 : 3, "gamma", "beta",
-                    keel_k_attr_f(k, "epsilon", 1e-12f)};
+                    keel_k_attr_f(k, "epsilon", 1e-12f), x->dtype};
   double *mean, *inv;
   KEEL_TRY(keel_layernorm_run(k, &sum, &a, &mean, &inv));
-  int64_t shape[KEEL_MAX_RANK];
-  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
-  shape[x->rank - 1] = 1;
-  for (int i = 1; i <= 2; i++) {
-    if (!keel_k_has_out(k, i)) continue;
-    keel_tensor *t;
-    KEEL_TRY(keel_k_out(k, i, KEEL_FLOAT, x->rank, shape, &t));
-    const double *src = i == 1 ? mean : inv;
-    for (int64_t r = 0; r < n / (h ? h : 1); r++) ((float *)t->data)[r] = (float)src[r];
-  }
-  return KEEL_OK;
+  return skip_stats(k, x, mean, inv);
 }
 
 static keel_status op_skip_layernorm(keel_kctx *k) { return skip_norm(k, false); }
@@ -359,17 +411,19 @@ static keel_status op_skip_simplified_layernorm(keel_kctx *k) { return skip_norm
 /* ============================================================ table */
 
 #define F32 KEEL_T(KEEL_FLOAT)
+#define F32H (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_FLOAT16) | KEEL_T(KEEL_BFLOAT16))
 const keel_opdef keel_ops_contrib[] = {
     {MS, "FusedMatMul", 1, KEEL_OPSET_MAX, op_fused_matmul, 0, KEEL_TS_FLOAT},
-    {MS, "FusedConv", 1, KEEL_OPSET_MAX, op_fused_conv, 0, F32},
-    {MS, "Gelu", 1, KEEL_OPSET_MAX, op_gelu, 0, F32},
-    {MS, "FastGelu", 1, KEEL_OPSET_MAX, op_fast_gelu, 0, F32},
-    {MS, "BiasGelu", 1, KEEL_OPSET_MAX, op_bias_gelu, 0, F32},
-    {MS, "QuickGelu", 1, KEEL_OPSET_MAX, op_quick_gelu, 0, F32},
+    {MS, "FusedConv", 1, KEEL_OPSET_MAX, op_fused_conv, 0, F32H},
+    {MS, "Gelu", 1, KEEL_OPSET_MAX, op_gelu, 0, F32H},
+    {MS, "FastGelu", 1, KEEL_OPSET_MAX, op_fast_gelu, 0, F32H},
+    {MS, "BiasGelu", 1, KEEL_OPSET_MAX, op_bias_gelu, 0, F32H},
+    {MS, "QuickGelu", 1, KEEL_OPSET_MAX, op_quick_gelu, 0, F32H},
     {MS, "BiasAdd", 1, KEEL_OPSET_MAX, op_bias_add, 0, F32},
-    {MS, "SkipLayerNormalization", 1, KEEL_OPSET_MAX, op_skip_layernorm, 0, F32},
+    {MS, "SkipLayerNormalization", 1, KEEL_OPSET_MAX, op_skip_layernorm, 0, F32H},
     {MS, "SkipSimplifiedLayerNormalization", 1, KEEL_OPSET_MAX, op_skip_simplified_layernorm, 0,
-     F32},
+     F32H},
     {0},
 };
+#undef F32H
 #undef F32

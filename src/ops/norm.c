@@ -173,6 +173,22 @@ static keel_status nio_begin(keel_kctx *k, const keel_tensor *x, const char *op,
   return KEEL_OK;
 }
 
+/* The same with Y of type ydt: a float X can feed a float16 / bfloat16 Y
+ * (through a float scratch Y that nio_end rounds into the output). */
+static keel_status nio_begin_as(keel_kctx *k, const keel_tensor *x, int ydt, const char *op,
+                                nio *io) {
+  if (ydt == x->dtype || x->dtype != KEEL_FLOAT || !keel_is_half(ydt))
+    return nio_begin(k, x, op, io);
+  KEEL_TRY(keel_k_out(k, 0, ydt, x->rank, x->shape, &io->out));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(x), sizeof(float), &p));
+  io->x = *x;
+  io->y = *x;
+  io->y.data = p;
+  io->y.buf = NULL;
+  return KEEL_OK;
+}
+
 static void nio_end(nio *io) {
   if (keel_is_half(io->out->dtype)) keel_f32_store(io->y.data, io->out);
 }
@@ -433,7 +449,7 @@ keel_status keel_layernorm_run(keel_kctx *k, const keel_tensor *x, const keel_ln
   KEEL_TRY(ln_param(k, a->i_scale, a->scale_name, x->rank - axis, x->shape + axis, D, 1.0, sb));
   KEEL_TRY(ln_param(k, a->i_bias, a->bias_name, x->rank - axis, x->shape + axis, D, 0.0, sb + D));
   nio io;
-  KEEL_TRY(nio_begin(k, x, a->op, &io));
+  KEEL_TRY(nio_begin_as(k, x, a->out_dtype ? a->out_dtype : x->dtype, a->op, &io));
   if (a->rms) { /* mean 0: the "deviations" are x itself, their mean is E[x^2] */
     memset(mean, 0, (size_t)rows * sizeof(double));
     memset(inv, 0, (size_t)rows * sizeof(double));

@@ -13,6 +13,8 @@ typedef struct keel_ln_args {
   int i_scale, i_bias;         /* input indices of Scale and B; < 0: absent */
   const char *scale_name, *bias_name; /* their names in messages            */
   double eps;
+  int out_dtype;               /* output 0's type; 0: x's (a float x may
+                                  give a float16 / bfloat16 output)         */
 } keel_ln_args;
 
 /* Output 0 = LayerNormalization of x (float, double or half; x may be a
