@@ -32,6 +32,8 @@
   X(linear_attention)    \
   X(flex_attention)      \
   X(attention_ms)        \
+  X(contrib)             \
+  X(contrib_quant)       \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

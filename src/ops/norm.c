@@ -1,5 +1,6 @@
-/* norm.c: the normalization family (BatchNormalization, LayerNormalization,
- * InstanceNormalization, GroupNormalization, MeanVarianceNormalization, LRN, LpNormalization)
+/* norm.c: the normalization family (BatchNormalization, LayerNormalization
+ * with ONNX Runtime's SimplifiedLayerNormalization, InstanceNormalization,
+ * GroupNormalization, MeanVarianceNormalization, LRN, LpNormalization)
  * and the classification losses (NegativeLogLikelihoodLoss,
  * SoftmaxCrossEntropyLoss).
  *
@@ -16,6 +17,7 @@
 
 #include "../base/pool.h"
 #include "bcast.h"
+#include "norm.h"
 
 /* ======================================================== group walk */
 
@@ -169,6 +171,22 @@ static keel_status nio_begin(keel_kctx *k, const keel_tensor *x, const char *op,
     KEEL_TRY(keel_k_to_f32(k, x, &io->x));
     io->y = io->x;
   }
+  return KEEL_OK;
+}
+
+/* The same with Y of type ydt: a float X can feed a float16 / bfloat16 Y
+ * (through a float scratch Y that nio_end rounds into the output). */
+static keel_status nio_begin_as(keel_kctx *k, const keel_tensor *x, int ydt, const char *op,
+                                nio *io) {
+  if (ydt == x->dtype || x->dtype != KEEL_FLOAT || !keel_is_half(ydt))
+    return nio_begin(k, x, op, io);
+  KEEL_TRY(keel_k_out(k, 0, ydt, x->rank, x->shape, &io->out));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(x), sizeof(float), &p));
+  io->x = *x;
+  io->y = *x;
+  io->y.data = p;
+  io->y.buf = NULL;
   return KEEL_OK;
 }
 
@@ -411,12 +429,13 @@ static keel_status op_mvn(keel_kctx *k) {
 
 /* ================================================ LayerNormalization */
 
-/* Expands input i (Scale or B), which must broadcast to the normalized
- * shape (rank nr), into D doubles; absent input: `def`. */
-static keel_status ln_param(keel_kctx *k, int i, int nr, const int64_t *nshape, int64_t D,
-                            double def, double *dst) {
-  const keel_tensor *t;
-  KEEL_TRY(keel_k_in_opt(k, i, &t));
+/* Expands input i (`what`: Scale or B), which must broadcast to the
+ * normalized shape (rank nr), into D doubles; absent input (or i < 0):
+ * `def`. */
+static keel_status ln_param(keel_kctx *k, int i, const char *what, int nr, const int64_t *nshape,
+                            int64_t D, double def, double *dst) {
+  const keel_tensor *t = NULL;
+  if (i >= 0) KEEL_TRY(keel_k_in_opt(k, i, &t));
   if (!t) {
     for (int64_t j = 0; j < D; j++) dst[j] = def;
     return KEEL_OK;
@@ -431,7 +450,7 @@ static keel_status ln_param(keel_kctx *k, int i, int nr, const int64_t *nshape, 
   if (!ok) {
     char s1[128], s2[128];
     return keel_err(KEEL_ERR_SHAPE, "%s %s (%s) does not broadcast to the normalized shape %s",
-                    i == 1 ? "Scale" : "B", keel_shape_str(t->rank, t->shape, s1, sizeof s1),
+                    what, keel_shape_str(t->rank, t->shape, s1, sizeof s1),
                     keel_dtype_name((keel_dtype)t->dtype), keel_shape_str(nr, nshape, s2, sizeof s2));
   }
   int64_t st[KEEL_MAX_RANK], idx[KEEL_MAX_RANK] = {0}, off = 0;
@@ -523,38 +542,84 @@ static bool ln_try_fast(keel_kctx *k, const keel_tensor *x, int axis, keel_statu
   return true;
 }
 
-static keel_status op_layernorm(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  {
-    int64_t a0 = keel_k_attr_i(k, "axis", -1);
-    keel_status st = KEEL_OK;
-    if (a0 >= -x->rank && a0 < x->rank && ln_try_fast(k, x, (int)(a0 < 0 ? a0 + x->rank : a0), &st))
-      return st;
-  }
-  int64_t a = keel_k_attr_i(k, "axis", -1);
-  int axis = (int)(a < 0 ? a + x->rank : a);
-  if (a < -x->rank || a > x->rank) /* axis == rank: normalize over nothing */
-    return keel_err(KEEL_ERR_SHAPE, "axis %lld is out of range for rank %d", (long long)a, x->rank);
+keel_status keel_layernorm_run(keel_kctx *k, const keel_tensor *x, const keel_ln_args *a,
+                               double **mean_out, double **inv_out) {
+  int axis = a->axis;
   uint8_t mask[KEEL_MAX_RANK];
   for (int d = 0; d < x->rank; d++) mask[d] = d >= axis;
   gwalk w;
   gwalk_make(x->rank, x->shape, mask, &w);
   int64_t rows = w.n_groups, D = keel_shape_numel(x->rank - axis, x->shape + axis);
-  double *mean, *sb, eps = keel_k_attr_f(k, "epsilon", 1e-5f);
+  double *mean, *sb;
   KEEL_TRY(dscratch(k, 2 * rows, &mean));
   KEEL_TRY(dscratch(k, 2 * D, &sb));
   double *inv = mean + rows;
-  KEEL_TRY(ln_param(k, 1, x->rank - axis, x->shape + axis, D, 1.0, sb));
-  KEEL_TRY(ln_param(k, 2, x->rank - axis, x->shape + axis, D, 0.0, sb + D));
+  KEEL_TRY(ln_param(k, a->i_scale, a->scale_name, x->rank - axis, x->shape + axis, D, 1.0, sb));
+  KEEL_TRY(ln_param(k, a->i_bias, a->bias_name, x->rank - axis, x->shape + axis, D, 0.0, sb + D));
   nio io;
-  KEEL_TRY(nio_begin(k, x, "LayerNormalization", &io));
-  gmoments(&w, &io.x, mean, inv);
-  for (int64_t r = 0; r < rows; r++) inv[r] = 1.0 / sqrt(inv[r] + eps);
+  KEEL_TRY(nio_begin_as(k, x, a->out_dtype ? a->out_dtype : x->dtype, a->op, &io));
+  if (a->rms) { /* mean 0: the "deviations" are x itself, their mean is E[x^2] */
+    memset(mean, 0, (size_t)rows * sizeof(double));
+    memset(inv, 0, (size_t)rows * sizeof(double));
+    if (w.numel) {
+      if (io.x.dtype == KEEL_FLOAT) gsum_float(&w, io.x.data, mean, inv);
+      else gsum_double(&w, io.x.data, mean, inv);
+    }
+    for (int64_t r = 0; r < rows; r++) inv[r] /= (double)D;
+  } else {
+    gmoments(&w, &io.x, mean, inv);
+  }
+  for (int64_t r = 0; r < rows; r++) inv[r] = 1.0 / sqrt(inv[r] + a->eps);
   if (io.x.dtype == KEEL_FLOAT) ln_apply_float(io.x.data, io.y.data, rows, D, mean, inv, sb, sb + D);
   else ln_apply_double(io.x.data, io.y.data, rows, D, mean, inv, sb, sb + D);
   nio_end(&io);
-  return ln_stats_out(k, x, axis, mean, inv);
+  if (mean_out) *mean_out = mean;
+  if (inv_out) *inv_out = inv;
+  return KEEL_OK;
+}
+
+/* The axis attribute for X of `rank` (axis == rank normalizes nothing). */
+static keel_status ln_axis(const keel_kctx *k, int rank, int *axis) {
+  int64_t a = keel_k_attr_i(k, "axis", -1);
+  if (a < -rank || a > rank)
+    return keel_err(KEEL_ERR_SHAPE, "axis %lld is out of range for rank %d", (long long)a, rank);
+  *axis = (int)(a < 0 ? a + rank : a);
+  return KEEL_OK;
+}
+
+/* ONNX's LayerNormalization (17) and ONNX Runtime's contrib one it grew
+ * from (ai.onnx domain, versions 1-16): the same inputs and outputs. */
+static keel_status op_layernorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  keel_ln_args a = {"LayerNormalization", 0, false, 1, 2, "Scale", "B",
+                    keel_k_attr_f(k, "epsilon", 1e-5f)};
+  KEEL_TRY(ln_axis(k, x->rank, &a.axis));
+  keel_status fst = KEEL_OK;
+  if (a.axis < x->rank && ln_try_fast(k, x, a.axis, &fst)) return fst;
+  double *mean, *inv;
+  KEEL_TRY(keel_layernorm_run(k, x, &a, &mean, &inv));
+  return ln_stats_out(k, x, a.axis, mean, inv);
+}
+
+/* ONNX Runtime's SimplifiedLayerNormalization (ai.onnx domain, version
+ * 1): RMS normalization, y = x / sqrt(mean(x^2) + epsilon) * scale, and
+ * optionally inv_std_var as output 1. */
+static keel_status op_simplified_layernorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  keel_ln_args a = {"SimplifiedLayerNormalization", 0, true, 1, -1, "scale", "",
+                    keel_k_attr_f(k, "epsilon", 1e-5f)};
+  KEEL_TRY(ln_axis(k, x->rank, &a.axis));
+  double *inv;
+  KEEL_TRY(keel_layernorm_run(k, x, &a, NULL, &inv));
+  int64_t st = keel_k_attr_i(k, "stash_type", KEEL_FLOAT);
+  if (!keel_dtype_is_float((int)st))
+    return keel_err(KEEL_ERR_INVALID_MODEL, "stash_type %lld is not a float type", (long long)st);
+  int64_t shape[KEEL_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) shape[d] = d < a.axis ? x->shape[d] : 1;
+  if (keel_k_has_out(k, 1)) KEEL_TRY(out_doubles(k, 1, (int)st, x->rank, shape, inv));
+  return KEEL_OK;
 }
 
 /* =============================================================== LRN */
@@ -779,7 +844,9 @@ const keel_opdef keel_ops_norm[] = {
     {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm, 0, KEEL_TS_FLOAT},
     {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm, 0, KEEL_TS_FLOAT},
     {"", "GroupNormalization", 18, KEEL_OPSET_MAX, op_groupnorm, 0, KEEL_TS_FLOAT},
-    {"", "LayerNormalization", 17, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "LayerNormalization", 1, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "SimplifiedLayerNormalization", 1, KEEL_OPSET_MAX, op_simplified_layernorm, 0,
+     KEEL_TS_FLOAT},
     {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn, 0, KEEL_TS_FLOAT},
     {"", "LRN", 1, KEEL_OPSET_MAX, op_lrn, 0, KEEL_TS_FLOAT},
     {"", "LpNormalization", 1, KEEL_OPSET_MAX, op_lpnorm, 0, KEEL_TS_FLOAT},
