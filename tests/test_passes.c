@@ -169,7 +169,56 @@ static void ln_case(int opset, bool extra) {
   keel_session_destroy(s1);
 }
 
+/* GELU as PyTorch writes it (form 0: Mul(Mul(x, 1+erf), 0.5) with Div by
+ * sqrt 2; form 1: Mul(Mul(x, 0.5), 1+erf) with Mul by 1/sqrt 2): one Gelu
+ * node, the same values within float rounding. */
+static mb_graph *gelu_model(int form) {
+  float c = form ? 0.70710678f : 1.41421356f, one = 1.0f, half = 0.5f;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){3, 50});
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "one", KEEL_FLOAT, 0, NULL, &one);
+  mb_init(g, "half", KEEL_FLOAT, 0, NULL, &half);
+  mb_add(g, form ? "Mul" : "Div", "x,c", "d");
+  mb_add(g, "Erf", "d", "e");
+  mb_add(g, "Add", form ? "one,e" : "e,one", "a");
+  if (form) {
+    mb_add(g, "Mul", "half,x", "h");
+    mb_add(g, "Mul", "a,h", "y");
+  } else {
+    mb_add(g, "Mul", "x,a", "m");
+    mb_add(g, "Mul", "m,half", "y");
+  }
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static void gelu_case(int form) {
+  static float x[150], y0[150], y1[150];
+  for (int i = 0; i < 150; i++) x[i] = (float)i / 15.0f - 5.0f;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *ss[2] = {mb_session_opts(gelu_model(form), 14, &plain),
+                           mb_session(gelu_model(form), 14)};
+  CHECK(ss[0] && ss[1]);
+  if (!ss[0] || !ss[1]) return;
+  CHECK(node_count(ss[1]) == 1);
+  float *ys[2] = {y0, y1};
+  for (int k = 0; k < 2; k++) {
+    keel_value_t *in = mb_tensor(ss[k], KEEL_FLOAT, 2, (int64_t[]){3, 50}, x);
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(ss[k], (const char *[]){"x"}, &in, 1, out));
+    if (out[0]) memcpy(ys[k], keel_value_data(out[0]), sizeof y0);
+    keel_value_release(out[0]), keel_value_release(in);
+    keel_session_destroy(ss[k]);
+  }
+  double worst = 0;
+  for (int i = 0; i < 150; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) - 1e-6 * fabs(y0[i]));
+  CHECK(worst < 1e-6);
+}
+
 int main(void) {
+  gelu_case(0);
+  gelu_case(1);
   ln_case(13, false);
   ln_case(18, false);
   ln_case(13, true);

@@ -13,6 +13,12 @@
  * node (opset 17's op, whatever the model's opset): one pass over the rows
  * instead of nine kernels and eight intermediate tensors. The node keeps
  * the final Add's name and lists the other eight in `fused`.
+ *
+ * fuse-gelu: the erf GELU as PyTorch writes it,
+ *     y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)
+ * (or Mul(Mul(x, 0.5), Add(...)), Div by sqrt 2 or Mul by 1/sqrt 2, the
+ * operands of each Add and Mul in either order) becomes one Gelu (opset
+ * 20's op).
  */
 #include <math.h>
 #include <stdio.h>
@@ -201,5 +207,104 @@ static keel_status fuse_ln_graph(keel_model *m, keel_graph *g) {
 
 keel_status keel_pass_fuse_layernorm(keel_model *m) {
   for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_ln_graph(m, m->graphs[i]));
+  return KEEL_OK;
+}
+
+/* ========================================================= fuse-gelu */
+
+static bool near(float v, double want) { return fabs((double)v - want) <= 1e-6 * fabs(want); }
+
+/* n multiplies `name` by the constant `c`: the other operand. */
+static bool mul_by(const keel_model *m, const keel_graph *g, const keel_node *n, const char *name,
+                   double c) {
+  float v;
+  const char *o = is_op(n, "Mul") ? other_in(n, name) : NULL;
+  return o && keel_ir_const_f32(m, g, o, &v) && near(v, c);
+}
+
+typedef struct gelu_match {
+  int32_t nodes[5];             /* scale, erf, add, mul, out (mul2)      */
+  const char *x;
+} gelu_match;
+
+/* From the Erf node e: the whole pattern, or false. */
+static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, gelu_match *t) {
+  const keel_node *erf = &g->nodes[e];
+  if (!is_op(erf, "Erf") || erf->n_in != 1) return false;
+  int32_t sc = keel_ir_producer(g, erf->in_names[0]);
+  if (sc < 0 || keel_ir_only_reader(g, erf->in_names[0]) != e) return false;
+  const keel_node *s = &g->nodes[sc];
+  float v;
+  const char *x = NULL;
+  if (is_op(s, "Div") && s->n_in == 2 && keel_ir_const_f32(m, g, s->in_names[1], &v) &&
+      near(v, 1.41421356237309504880))
+    x = s->in_names[0];
+  else if (is_op(s, "Mul") && s->n_in == 2)
+    for (int k = 0; k < 2 && !x; k++)
+      if (keel_ir_const_f32(m, g, s->in_names[1 - k], &v) && near(v, 0.70710678118654752440))
+        x = s->in_names[k];
+  if (!x) return false;
+  int32_t add = keel_ir_only_reader(g, erf->out_names[0]);
+  const char *one = add >= 0 && is_op(&g->nodes[add], "Add") ? other_in(&g->nodes[add], erf->out_names[0]) : NULL;
+  if (!one || !keel_ir_const_f32(m, g, one, &v) || v != 1.0f) return false;
+  int32_t mul = keel_ir_only_reader(g, g->nodes[add].out_names[0]);
+  if (mul < 0 || !is_op(&g->nodes[mul], "Mul")) return false;
+  const char *p = other_in(&g->nodes[mul], g->nodes[add].out_names[0]);
+  if (!p) return false;
+  if (!strcmp(p, x)) { /* x * (1 + erf) then * 0.5 */
+    int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
+    if (out < 0 || !mul_by(m, g, &g->nodes[out], g->nodes[mul].out_names[0], 0.5)) return false;
+    *t = (gelu_match){{sc, e, add, mul, out}, x};
+    return true;
+  }
+  int32_t h = keel_ir_producer(g, p); /* (x * 0.5) * (1 + erf) */
+  if (h < 0 || !mul_by(m, g, &g->nodes[h], x, 0.5) || keel_ir_only_reader(g, p) != mul) return false;
+  *t = (gelu_match){{sc, e, add, h, mul}, x};
+  return true;
+}
+
+static keel_status gelu_rewrite(keel_model *m, keel_graph *g, const gelu_match *t, bool *drop) {
+  keel_arena *a = m->arena;
+  keel_node *n = &g->nodes[t->nodes[4]];
+  const char **ins = keel_arena_array(a, 1, sizeof(char *));
+  const char **fused = keel_arena_array(a, 4, sizeof(char *));
+  if (!ins || !fused) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
+  for (int k = 0; k < 4; k++) {
+    char lb[256];
+    if (!(fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb))))
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
+    drop[t->nodes[k]] = true;
+  }
+  ins[0] = t->x;
+  n->op_type = "Gelu";
+  n->opset = 20;
+  n->n_in = 1, n->in_names = ins, n->in = NULL;
+  n->n_attr = 0, n->attrs = NULL;
+  n->n_fused = 4, n->fused = fused;
+  return KEEL_OK;
+}
+
+static keel_status fuse_gelu_graph(keel_model *m, keel_graph *g) {
+  size_t cap = (size_t)g->n_nodes + 1;
+  bool *drop = keel_sys_calloc(cap, sizeof(bool));
+  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
+  keel_status st = KEEL_OK;
+  int32_t found = 0;
+  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
+    gelu_match t;
+    if (drop[i] || !gelu_find(m, g, i, &t)) continue;
+    bool taken = false;
+    for (int k = 0; k < 5; k++) taken |= drop[t.nodes[k]];
+    if (taken) continue;
+    st = gelu_rewrite(m, g, &t, drop);
+    found++;
+  }
+  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
+  keel_sys_free(drop, cap * sizeof(bool));
+  return st;
+}
+
+keel_status keel_pass_fuse_gelu(keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_gelu_graph(m, m->graphs[i]));
   return KEEL_OK;
 }

@@ -14,6 +14,7 @@
  */
 #include <math.h>
 
+#include "vmath.h"
 #include "bcast.h"
 
 /* ============================================================ staging */
@@ -86,6 +87,18 @@ enum { ACT_GELU, ACT_GELU_TANH, ACT_SWISH, ACT_SWIGLU };
 DEF_ACT(float, expf, erff, tanhf)
 DEF_ACT(double, exp, erf, tanh)
 
+/* float GELU through the vectorized erf (ops/vmath.c), in chunks so that y
+ * may be x's own buffer. */
+static void gelu_float(const float *x, float *y, int64_t n) {
+  float t[256];
+  for (int64_t i = 0; i < n; i += 256) {
+    int64_t m = KEEL_MIN(256, n - i);
+    for (int64_t j = 0; j < m; j++) t[j] = x[i + j] * 0.70710678118654752440f;
+    keel_vm_erf(t, t, m);
+    for (int64_t j = 0; j < m; j++) y[i + j] = 0.5f * x[i + j] * (1.0f + t[j]);
+  }
+}
+
 static keel_status act_run(keel_kctx *k, const char *op, int kind, float alpha) {
   const keel_tensor *x, *b = NULL;
   KEEL_TRY(keel_k_in(k, 0, &x));
@@ -108,6 +121,7 @@ static keel_status act_run(keel_kctx *k, const char *op, int kind, float alpha) 
   if (b) KEEL_TRY(io_other(k, b, &bp));
   int64_t n = keel_tensor_numel(x);
   if (x->dtype == KEEL_DOUBLE) act_double(kind, o.x, bp, o.y, n, alpha);
+  else if (kind == ACT_GELU) gelu_float(o.x, o.y, n);
   else act_float(kind, o.x, bp, o.y, n, alpha);
   io_end(&o);
   return KEEL_OK;
