@@ -252,6 +252,22 @@ KEEL_API int keel_session_is_random(const keel_session_t *s);
  * as a JSON object (json = 1). Free *out with keel_free. */
 KEEL_API keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
 
+/* What the model file says about itself (ModelProto and the main graph).
+ * Strings are borrowed from the session and never NULL ("" when absent).
+ * metadata_props are in file order. */
+typedef struct keel_model_meta {
+  size_t size;           /* sizeof(keel_model_meta): lets the struct grow   */
+  const char *producer_name, *producer_version, *domain;
+  const char *description;        /* ModelProto.doc_string                  */
+  const char *graph_name, *graph_description;
+  int64_t ir_version, model_version;
+  size_t n_props;
+  const char *const *prop_keys, *const *prop_values;
+} keel_model_meta;
+
+/* Fill `meta` (meta->size must be set). */
+KEEL_API keel_status keel_session_meta(const keel_session_t *s, keel_model_meta *meta);
+
 /* --------------------------------------------------------- operators */
 
 /* One row of keel's kernel registry: op `name` of `domain` ("" = ai.onnx)
