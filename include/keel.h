@@ -160,6 +160,11 @@ KEEL_API const int64_t *keel_value_shape(const keel_value_t *v);
 KEEL_API int64_t keel_value_numel(const keel_value_t *v);
 /* Element data of a tensor (keel_string* for STRING); NULL if empty. */
 KEEL_API const void *keel_value_data(const keel_value_t *v);
+/* 1 when `v` is a tensor whose bytes sit in a block of keel's allocator
+ * that no other value refers to (not a constant of the model, not caller
+ * memory, not shared with another output): writing through
+ * keel_value_data then changes nothing anyone else can see. 0 otherwise. */
+KEEL_API int keel_value_exclusive(const keel_value_t *v);
 /* Element i of a numeric or bool tensor as a double (float16 and bfloat16
  * widened); NaN when out of range or not numeric. */
 KEEL_API double keel_value_at(const keel_value_t *v, int64_t i);

@@ -38,6 +38,8 @@ typedef struct keel_stats {
   double fragmentation;     /* 1 - largest free block / free bytes; 0 if none free */
   uint64_t meta_bytes;      /* bytes of keel's own bookkeeping (not tensors) */
   uint64_t bytes_allocated_total; /* sum of every block ever allocated     */
+  uint64_t n_alloc_retries; /* requests that reached the cap and were retried
+                               after giving back cached segments          */
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */
