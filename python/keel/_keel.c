@@ -18,7 +18,9 @@
  * keel_run runs with the GIL released; keel sessions are thread-safe, so
  * many Python threads may run one session.
  */
+#ifndef NPY_NO_DEPRECATED_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#endif
 #include "_keel.h"
 
 #include <numpy/arrayobject.h>
@@ -338,7 +340,7 @@ static PyObject *tensor_copy(const keel_value_t *v) {
       const keel_string *s = &((const keel_string *)src)[i];
       PyObject *o = PyUnicode_DecodeUTF8(s->data, (Py_ssize_t)s->len, "surrogateescape");
       if (!o) return Py_DECREF(a), NULL;
-      Py_SETREF(dst[i], o);
+      Py_XSETREF(dst[i], o);
     }
   } else if (dt == KEEL_BFLOAT16) { /* widened: bfloat16 is float32's high half */
     float *dst = PyArray_DATA(a);
@@ -751,6 +753,18 @@ static PyObject *session_feed_pointers(SessionObject *S, PyObject *feed) {
   return r;
 }
 
+/* _from_pb(bytes, kind=1) -> the value of a serialized TensorProto (kind 1),
+ * SequenceProto (2) or OptionalProto (3), as run() would return it. */
+static PyObject *session_from_pb(SessionObject *S, PyObject *args) {
+  Py_buffer b;
+  int kind = KEEL_KIND_TENSOR;
+  if (!ready(S) || !PyArg_ParseTuple(args, "y*|i:_from_pb", &b, &kind)) return NULL;
+  keel_value_t *v;
+  keel_status st = keel_value_from_pb(S->s, b.buf, (size_t)b.len, (keel_value_kind)kind, &v);
+  PyBuffer_Release(&b);
+  return st ? keelpy_raise(st, "reading a protobuf value") : value_to_py(v);
+}
+
 static PyMethodDef session_methods[] = {
     {"run", (PyCFunction)(void (*)(void))session_run, METH_FASTCALL,
      "run(output_names or None, input_feed) -> list of outputs"},
@@ -758,6 +772,8 @@ static PyMethodDef session_methods[] = {
      "[(name, type, shape, kind, optional, has_default, dtype)] of the graph inputs"},
     {"outputs", (PyCFunction)session_outputs, METH_NOARGS, "the same for the graph outputs"},
     {"meta", (PyCFunction)session_meta, METH_NOARGS, "the model's metadata as a dict"},
+    {"_from_pb", (PyCFunction)session_from_pb, METH_VARARGS,
+     "a serialized TensorProto, SequenceProto or OptionalProto as a Python value"},
     {"_feed_pointers", (PyCFunction)session_feed_pointers, METH_O,
      "addresses keel reads each fed input from (for tests)"},
     {NULL, NULL, 0, NULL}};
