@@ -765,6 +765,10 @@ static PyObject *session_from_pb(SessionObject *S, PyObject *args) {
   return st ? keelpy_raise(st, "reading a protobuf value") : value_to_py(v);
 }
 
+static PyObject *session_is_random(SessionObject *S, PyObject *unused) {
+  return ready(S) ? PyBool_FromLong(keel_session_is_random(S->s)) : NULL;
+}
+
 static PyMethodDef session_methods[] = {
     {"run", (PyCFunction)(void (*)(void))session_run, METH_FASTCALL,
      "run(output_names or None, input_feed) -> list of outputs"},
@@ -772,6 +776,8 @@ static PyMethodDef session_methods[] = {
      "[(name, type, shape, kind, optional, has_default, dtype)] of the graph inputs"},
     {"outputs", (PyCFunction)session_outputs, METH_NOARGS, "the same for the graph outputs"},
     {"meta", (PyCFunction)session_meta, METH_NOARGS, "the model's metadata as a dict"},
+    {"is_random", (PyCFunction)session_is_random, METH_NOARGS,
+     "True when the model draws random numbers (results differ between runs)"},
     {"_from_pb", (PyCFunction)session_from_pb, METH_VARARGS,
      "a serialized TensorProto, SequenceProto or OptionalProto as a Python value"},
     {"_feed_pointers", (PyCFunction)session_feed_pointers, METH_O,

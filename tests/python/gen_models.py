@@ -11,6 +11,7 @@ alias.onnx     outputs that alias the input (Identity), a constant, and the
                same value twice, beside a fresh one
 seq_opt.onnx   a sequence output, an optional input and an empty optional
 strings.onnx   Identity over a string tensor
+matmul.onnx    MatMul of a [m, k] and b [k, n] (the GIL test)
 """
 import os
 
@@ -105,8 +106,18 @@ def strings():
     save(m, "strings.onnx")
 
 
+def matmul():
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"], name="mm")], "matmul",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["m", "k"]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, ["k", "n"])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["m", "n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    save(m, "matmul.onnx")
+
+
 if __name__ == "__main__":
     os.makedirs(HERE, exist_ok=True)
-    for f in (stateful, one_node, alias, seq_opt, strings):
+    for f in (stateful, one_node, alias, seq_opt, strings, matmul):
         f()
     print("models written to", HERE)
