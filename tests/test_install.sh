@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# test_install.sh BUILD_DIR MODEL [SANITIZER_FLAGS]: install keel from
+# test_install.sh BUILD_DIR MODEL [CC [SANITIZER_FLAGS]]: install keel from
 # BUILD_DIR into a temporary prefix, then build tests/install/hello.c against
 # that tree twice, with pkg-config and with find_package(keel), and run both
-# on MODEL. The flags are the build's sanitizer flags (an ASan libkeel.so
-# needs its runtime in the program too).
+# on MODEL. CC and the flags are the build's compiler and sanitizer flags (an
+# ASan libkeel.so needs the same compiler's runtime in the program too).
 set -euo pipefail
 build=$(cd "$1" && pwd)
 model=$2
-san=${3:-}
+cc=${3:-cc}
+san=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -23,12 +24,12 @@ libdir=$(dirname "$(find "$prefix" -name 'libkeel.so.*' -type f | head -1)")
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 # shellcheck disable=SC2046,SC2086
-cc $san -o "$tmp/hello_pc" "$here/install/hello.c" $(pkg-config --cflags --libs keel) -Wl,-rpath,"$libdir"
+"$cc" $san -o "$tmp/hello_pc" "$here/install/hello.c" $(pkg-config --cflags --libs keel) -Wl,-rpath,"$libdir"
 "$tmp/hello_pc" "$model"
 
 echo "== find_package"
 cmake -S "$here/install" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" \
-      -DCMAKE_C_FLAGS="$san" -DCMAKE_BUILD_TYPE=Release >/dev/null
+      -DCMAKE_C_COMPILER="$cc" -DCMAKE_C_FLAGS="$san" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
 "$tmp/consumer/hello" "$model"
 # the installed command runs too
