@@ -221,9 +221,8 @@ class InferenceSession:
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise TypeError("sess_options must be a keel.SessionOptions, got "
                             f"{type(sess_options).__name__}")
-        for k in kwargs:
-            if k != "disabled_optimizers":
-                raise TypeError(f"InferenceSession() got an unexpected keyword argument '{k}'")
+        for k in kwargs:   # ONNX Runtime ignores the keywords it does not read
+            warnings.warn(f"keel: InferenceSession keyword '{k}' is ignored", RuntimeWarning, 2)
         _check_providers(providers, provider_options)
         self._options = sess_options if sess_options is not None else SessionOptions()
         _warn_ignored(self._options)

@@ -59,6 +59,11 @@ def test_session_options():
         keel.InferenceSession(model("one_node.onnx"), sess_options={"threads": 1})
 
 
+def test_unknown_keyword_warns():
+    with pytest.warns(RuntimeWarning, match="disabled_optimizers"):
+        keel.InferenceSession(model("one_node.onnx"), disabled_optimizers=["X"])
+
+
 def test_unknown_config_entry_warns():
     so = keel.SessionOptions()
     so.add_session_config_entry("my.own.key", "x")
