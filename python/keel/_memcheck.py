@@ -47,9 +47,11 @@ def _zeros_for(desc):
     return np.zeros(dims, dtype=np_dtype)
 
 
-def memcheck(model, feeds=None, iters=10, loop=None, mem_limit=0):
+def memcheck(model, feeds=None, iters=10, loop=None, mem_limit=0, debug_plant_leak=None):
     """Runs `model` (a path or bytes) `iters` times on `feeds` (inputs not
-    given are zeros) and returns a MemcheckResult."""
+    given are zeros) and returns a MemcheckResult. debug_plant_leak (tests
+    only, as keel memcheck --debug-plant-leak) keeps a reference to every
+    value of that name, to prove the verdict catches it."""
     if not isinstance(iters, int) or iters < 1:
         raise _keel.InvalidArgument(f"iters must be a positive int, got {iters!r}")
     track = {"iters": [], "leaked": []}
@@ -70,6 +72,8 @@ def memcheck(model, feeds=None, iters=10, loop=None, mem_limit=0):
 
     s = _keel.Session(model, mem_limit=mem_limit, on_iteration=on_iteration if loop else None)
     holder["s"] = s
+    if debug_plant_leak:
+        s._plant_leak(debug_plant_leak)
     try:
         feed = dict(feeds or {})
         for desc in s.inputs():

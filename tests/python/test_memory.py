@@ -114,6 +114,15 @@ def test_memcheck_steady_and_per_run_figures():
     assert all(x["reserved"] > 0 for x in r.runs)
 
 
+def test_memcheck_names_a_leak():
+    feed = {"h0": np.zeros((1, 8), np.float32), "start": np.array([1], np.int64),
+            "max_len": np.array(4, np.int64)}
+    r = keel.memcheck(GREEDY, feed, iters=4, debug_plant_leak="/cell/Add_1_output_0")
+    assert r.verdict == "leak" and not r.steady and r.grew_at == 2
+    assert r.runs[-1]["allocated"] > r.runs[0]["allocated"]
+    assert r.leaked and "/cell/Add_1" in r.leaked[0]["owner"]
+
+
 def test_memcheck_follows_a_loop():
     r = keel.memcheck(NESTED, nested_feed(5, 4), iters=3, loop="/Loop_1")
     assert r.steady and len(r.loop_iterations) == 5
