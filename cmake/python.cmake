@@ -20,6 +20,8 @@ if(NOT Python3_Development.Module_FOUND OR NOT Python3_NumPy_FOUND)
   return()
 endif()
 
+# tools/setup.sh reads it to say how to import build/python
+set(KEEL_PYTHON_EXECUTABLE ${Python3_EXECUTABLE} CACHE INTERNAL "the interpreter of build/python")
 set(KEEL_PY_DIR ${CMAKE_BINARY_DIR}/python/keel)
 Python3_add_library(keel_python MODULE WITH_SOABI
                     ${CMAKE_SOURCE_DIR}/python/keel/_keel.c

@@ -46,7 +46,7 @@ build() {
 
 # The interpreter CMake built the Python package for (Debian's python3).
 build_python() {
-  sed -n 's/^Python3_EXECUTABLE:[A-Z]*=//p' "$1/CMakeCache.txt"
+  sed -n 's/^KEEL_PYTHON_EXECUTABLE:INTERNAL=//p' "$1/CMakeCache.txt"
 }
 
 # pytest's summary line of a build's python_tests (run by ctest).
@@ -59,7 +59,10 @@ demo() {
   build build -DCMAKE_BUILD_TYPE=Release
   ./build/keel info tests/models/greedy_decode/model.onnx
   ./build/keel run tests/models/greedy_decode/model.onnx --data tests/models/greedy_decode/test_data_set_0
-  PYTHONPATH=build/python "$(build_python build)" -c \
+  local py
+  py=$(build_python build)
+  if [[ -z $py ]]; then echo "python: the package was not built (python3-dev, python3-numpy)"; return; fi
+  PYTHONPATH=build/python "$py" -c \
     'import keel; print("python: keel", keel.__version__, "in build/python (PYTHONPATH=build/python)")'
 }
 
