@@ -245,12 +245,13 @@ static int feed_tensor(SessionObject *S, const keel_io_info *io, keel_dtype dt, 
   PyArrayObject *a;
   if (PyArray_Check(obj)) {
     if (!same_elements(PyArray_DESCR((PyArrayObject *)obj), dt)) {
+      PyArray_Descr *wd = dt == KEEL_STRING ? NULL : PyArray_DescrFromType(npy_type(dt));
       PyObject *got = PyObject_Str((PyObject *)PyArray_DESCR((PyArrayObject *)obj));
-      PyObject *want = dt == KEEL_STRING ? PyUnicode_FromString("str") : PyObject_Str((PyObject *)PyArray_DescrFromType(npy_type(dt)));
+      PyObject *want = wd ? PyObject_Str((PyObject *)wd) : PyUnicode_FromString("str");
       if (got && want)
         keelpy_invalid("input '%s': got a %U array, expected tensor(%s) (numpy %U); "
                        "convert it with .astype()", io->name, got, onnx_elem_name(dt), want);
-      Py_XDECREF(got), Py_XDECREF(want);
+      Py_XDECREF(got), Py_XDECREF(want), Py_XDECREF(wd);
       return -1;
     }
     a = (PyArrayObject *)Py_NewRef(obj);
@@ -291,7 +292,10 @@ fail:
 /* One input of any kind: tensor, sequence (a list of arrays), optional. */
 static int feed_value(SessionObject *S, const keel_io_info *io, PyObject *obj, keel_value_t **out) {
   if (obj == Py_None) {
-    if (io->optional) return keel_none_create(S->s, out) ? (keelpy_raise(KEEL_ERR_OUT_OF_MEMORY, io->name), -1) : 0;
+    if (io->optional) {
+      keel_status st = keel_none_create(S->s, out);
+      return st ? (keelpy_raise(st, io->name), -1) : 0;
+    }
     PyObject *t = type_string(io);
     if (t) keelpy_invalid("input '%s': got None, expected %U", io->name, t);
     Py_XDECREF(t);
