@@ -667,12 +667,17 @@ static int convert_feed(SessionObject *S, PyObject *feed, run_args *a) {
   return check_missing(S, a, feed);
 }
 
-/* Indices of the requested outputs (None: all of them). */
+/* Indices of the requested outputs (None or empty: all of them, as in
+ * ONNX Runtime); NULL without an error set means all. */
 static PyObject *wanted_outputs(SessionObject *S, PyObject *names) {
   if (names == Py_None) return NULL;
   PyObject *seq = PySequence_Fast(names, "output_names must be a list of names or None");
   if (!seq) return NULL;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n == 0) {
+    Py_DECREF(seq);
+    return NULL;
+  }
   PyObject *idx = PyList_New(n);
   for (Py_ssize_t i = 0; idx && i < n; i++) {
     PyObject *name = PySequence_Fast_GET_ITEM(seq, i);

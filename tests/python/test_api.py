@@ -116,6 +116,7 @@ def test_run_output_names_and_order():
     twice, same = s.run(["twice", "same"], {"x": x})
     np.testing.assert_array_equal(twice, 2 * x)
     np.testing.assert_array_equal(same, x)
+    assert len(s.run([], {"x": x})) == 4          # empty: all, as ONNX Runtime
     a, b = s.run(["twice", "twice"], {"x": x})
     assert a is not b and np.array_equal(a, b)
     with pytest.raises(keel.InvalidArgument, match="nope"):
