@@ -265,6 +265,12 @@ class InferenceSession:
             return run(output_names, input_feed)
         return run_
 
+    def run(self, output_names, input_feed, run_options=None):  # noqa: F811
+        """run(output_names or None, {name: array}, run_options=None) ->
+        list of numpy arrays. (Each session binds a faster copy of this
+        in __init__; this one documents it and serves subclasses.)"""
+        return self._make_run()(output_names, input_feed, run_options)
+
     def run_with_ort_values(self, output_names, input_feed, run_options=None):
         return self.run(output_names, input_feed, run_options)
 
