@@ -160,6 +160,11 @@ KEEL_API const int64_t *keel_value_shape(const keel_value_t *v);
 KEEL_API int64_t keel_value_numel(const keel_value_t *v);
 /* Element data of a tensor (keel_string* for STRING); NULL if empty. */
 KEEL_API const void *keel_value_data(const keel_value_t *v);
+/* 1 when `v` is a tensor whose bytes sit in a block of keel's allocator
+ * that no other value refers to (not a constant of the model, not caller
+ * memory, not shared with another output): writing through
+ * keel_value_data then changes nothing anyone else can see. 0 otherwise. */
+KEEL_API int keel_value_exclusive(const keel_value_t *v);
 /* Element i of a numeric or bool tensor as a double (float16 and bfloat16
  * widened); NaN when out of range or not numeric. */
 KEEL_API double keel_value_at(const keel_value_t *v, int64_t i);
@@ -263,6 +268,22 @@ KEEL_API int keel_session_is_random(const keel_session_t *s);
  * which sub-graph, at what depth) and weight bytes; as text (json = 0) or
  * as a JSON object (json = 1). Free *out with keel_free. */
 KEEL_API keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
+
+/* What the model file says about itself (ModelProto and the main graph).
+ * Strings are borrowed from the session and never NULL ("" when absent).
+ * metadata_props are in file order. */
+typedef struct keel_model_meta {
+  size_t size;           /* sizeof(keel_model_meta): lets the struct grow   */
+  const char *producer_name, *producer_version, *domain;
+  const char *description;        /* ModelProto.doc_string                  */
+  const char *graph_name, *graph_description;
+  int64_t ir_version, model_version;
+  size_t n_props;
+  const char *const *prop_keys, *const *prop_values;
+} keel_model_meta;
+
+/* Fill `meta` (meta->size must be set). */
+KEEL_API keel_status keel_session_meta(const keel_session_t *s, keel_model_meta *meta);
 
 /* --------------------------------------------------------- operators */
 

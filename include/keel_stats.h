@@ -38,6 +38,8 @@ typedef struct keel_stats {
   double fragmentation;     /* 1 - largest free block / free bytes; 0 if none free */
   uint64_t meta_bytes;      /* bytes of keel's own bookkeeping (not tensors) */
   uint64_t bytes_allocated_total; /* sum of every block ever allocated     */
+  uint64_t n_alloc_retries; /* requests that reached the cap and were retried
+                               after giving back cached segments          */
   uint64_t prepared_bytes;  /* of `allocated`: kernels' prepared state (packed
                                weights, library primitives' buffers)      */
   uint64_t library_bytes;   /* memory a kernel library holds outside keel's

@@ -206,7 +206,54 @@ static void outputs_outlive_session(void) {
   keel_value_release(out[1]);
 }
 
+/* keel_session_meta reads what the file says about itself
+ * (tests/python/models/stateful.onnx, written by tests/python/gen_models.py);
+ * keel_value_exclusive tells fresh outputs from ones over memory others see. */
+static void metadata_and_exclusive(void) {
+  keel_session_t *s;
+  CHECK_OK(keel_session_create("tests/python/models/stateful.onnx", NULL, &s));
+  if (!s) return;
+  keel_model_meta m = {.size = sizeof m};
+  CHECK_OK(keel_session_meta(s, &m));
+  CHECK(!strcmp(m.producer_name, "keel-tests") && !strcmp(m.producer_version, "1.0"));
+  CHECK(!strcmp(m.domain, "ai.keel.test") && m.model_version == 3 && m.ir_version == 8);
+  CHECK(!strcmp(m.graph_name, "rnn_cell") && !strcmp(m.graph_description, "one step of an RNN cell"));
+  CHECK(!strcmp(m.description, "stateful model for the parity script"));
+  CHECK(m.n_props == 2 && !strcmp(m.prop_keys[0], "author") && !strcmp(m.prop_values[0], "keel") &&
+        !strcmp(m.prop_keys[1], "purpose") && !strcmp(m.prop_values[1], "state fed back"));
+  keel_model_meta small = {.size = 8};
+  CHECK(keel_session_meta(s, &small) == KEEL_ERR_INVALID_ARG);
+  keel_session_destroy(s);
+
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 1, (int64_t[]){4});
+  mb_output(g, "W", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "same", KEEL_FLOAT, -1, NULL);
+  mb_init(g, "W", KEEL_FLOAT, 1, (int64_t[]){4}, (float[]){1, 2, 3, 4});
+  mb_add(g, "Add", "x,W", "y");
+  mb_add(g, "Identity", "x", "same");
+  s = mb_session(g, 13);
+  CHECK(s != NULL);
+  if (!s) return;
+  keel_value_t *x, *out[3] = {0};
+  float xd[4] = {1, 1, 1, 1};
+  CHECK_OK(keel_tensor_wrap(s, KEEL_FLOAT, 1, (int64_t[]){4}, xd, NULL, NULL, &x));
+  CHECK_OK(keel_run(s, (const char *[]){"x"}, &x, 1, out));
+  CHECK(keel_value_exclusive(out[1]));    /* a fresh block */
+  CHECK(!keel_value_exclusive(out[2]));   /* the caller's memory */
+  CHECK(!keel_value_exclusive(x) && !keel_value_exclusive(NULL));
+  if (keel_value_exclusive(out[0])) ((float *)keel_value_data(out[0]))[0] = 99; /* a copy of W */
+  for (int i = 0; i < 3; i++) keel_value_release(out[i]);
+  CHECK_OK(keel_run(s, (const char *[]){"x"}, &x, 1, out));
+  CHECK(out[0] && keel_value_at(out[0], 0) == 1 && keel_value_at(out[1], 0) == 2);
+  for (int i = 0; i < 3; i++) keel_value_release(out[i]);
+  keel_value_release(x);
+  keel_session_destroy(s);
+}
+
 int main(void) {
+  metadata_and_exclusive();
   outputs_outlive_session();
   good_model_runs();
   truncations();

@@ -12,11 +12,14 @@ cd "$(dirname "$0")/.."
 
 # python3 and librsvg2-bin: the CLI test checks the trace JSON and renders
 # the memcheck SVG; clang: its UBSan also reports NULL+0 and float-to-int
-# overflow, which gcc's does not
+# overflow, which gcc's does not; python3-dev, python3-numpy: the Python
+# package (build/python); python3-pytest, python3-venv: its tests (one
+# installs it into a venv with pip); pkg-config: the installed-tree test;
 # libre2-dev: RegexFullMatch (RE2 syntax, as the ONNX spec says); the image
 # libraries: ImageDecoder (JPEG, PNG, WebP, TIFF, JPEG 2000)
 PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin
-          clang libclang-rt-14-dev libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
+          clang libclang-rt-14-dev python3-dev python3-numpy python3-pytest python3-venv
+          pkg-config libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
           libtiff-dev libopenjp2-7-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
@@ -44,21 +47,41 @@ build() {
   cmake --build "$dir" -j "$JOBS" >/dev/null
 }
 
+# The interpreter CMake built the Python package for (Debian's python3).
+build_python() {
+  sed -n 's/^KEEL_PYTHON_EXECUTABLE:INTERNAL=//p' "$1/CMakeCache.txt"
+}
+
+# pytest's summary line of a build's python_tests (run by ctest).
+python_summary() {
+  [[ -f $1/python-tests.log ]] && echo "== python tests ($1, pytest): $(cat "$1/python-tests.log")"
+  return 0
+}
+
 demo() {
   build build -DCMAKE_BUILD_TYPE=Release
   ./build/keel info tests/models/greedy_decode/model.onnx
   ./build/keel run tests/models/greedy_decode/model.onnx --data tests/models/greedy_decode/test_data_set_0
+  local py
+  py=$(build_python build)
+  if [[ -z $py ]]; then echo "python: the package was not built (python3-dev, python3-numpy)"; return; fi
+  PYTHONPATH=build/python "$py" -c \
+    'import keel; print("python: keel", keel.__version__, "in build/python (PYTHONPATH=build/python)")'
 }
 
 test_all() {
   build build -DCMAKE_BUILD_TYPE=Release
   echo "== tests: release"
+  rm -f build/python-tests.log
   (cd build && ctest --output-on-failure -j "$JOBS")
+  python_summary build
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=2 \
     -DKEEL_SANITIZE_ADDRESS=ON -DKEEL_SANITIZE_UNDEFINED=ON
   echo "== tests: AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer, KEEL_DEBUG=2"
+  rm -f build-asan/python-tests.log
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS")
+  python_summary build-asan
   build build-clang -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=2 \
     -DKEEL_SANITIZE_ADDRESS=ON -DKEEL_SANITIZE_UNDEFINED=ON
   echo "== tests: clang AddressSanitizer + UndefinedBehaviorSanitizer, KEEL_DEBUG=2"

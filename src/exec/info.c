@@ -1,4 +1,5 @@
-/* info.c: keel_session_describe: what a model is, as text or JSON. */
+/* info.c: keel_session_describe: what a model is, as text or JSON; and
+ * keel_session_meta, the model's own metadata as fields. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,5 +262,28 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "describe");
   }
   *out = b.p;
+  return KEEL_OK;
+}
+
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
+keel_status keel_session_meta(const keel_session_t *s, keel_model_meta *meta) {
+  if (!s || !meta || meta->size < sizeof *meta)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_meta: NULL argument or meta->size not set");
+  const keel_model *m = s->m;
+  *meta = (keel_model_meta){
+      .size = sizeof *meta,
+      .producer_name = or_empty(m->producer_name),
+      .producer_version = or_empty(m->producer_version),
+      .domain = or_empty(m->domain),
+      .description = or_empty(m->doc),
+      .graph_name = or_empty(m->main->name),
+      .graph_description = or_empty(m->main->doc),
+      .ir_version = m->ir_version,
+      .model_version = m->model_version,
+      .n_props = (size_t)m->n_props,
+      .prop_keys = m->prop_keys,
+      .prop_values = m->prop_values,
+  };
   return KEEL_OK;
 }

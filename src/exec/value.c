@@ -237,6 +237,10 @@ const void *keel_value_data(const keel_value_t *v) {
   return v && v->v.kind == KEEL_V_TENSOR ? v->v.t.data : NULL;
 }
 
+int keel_value_exclusive(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_TENSOR && keel_buffer_exclusive(v->v.t.buf);
+}
+
 double keel_value_at(const keel_value_t *v, int64_t i) {
   if (!v || v->v.kind != KEEL_V_TENSOR || i < 0 || i >= keel_tensor_numel(&v->v.t))
     return (double)NAN;

@@ -130,6 +130,7 @@ typedef struct keel_node {
 
 typedef struct keel_graph {
   const char *name;
+  const char *doc;             /* doc_string; NULL when absent            */
   const char *path;            /* "main/Loop_3/body/If_7/then"            */
   int32_t id;                  /* index in keel_model.graphs              */
   int32_t depth;               /* 0 for the main graph                    */
@@ -184,6 +185,8 @@ typedef struct keel_model {
   const char *base_dir;
   int64_t ir_version, model_version;
   const char *producer_name, *producer_version, *domain, *doc;
+  int32_t n_props;             /* metadata_props, in file order           */
+  const char **prop_keys, **prop_values;
   int32_t n_opsets;
   keel_opset *opsets;
   keel_graph *main;

@@ -78,6 +78,7 @@ struct keel_heap {
   uint64_t allocated_peak, reserved, reserved_peak;
   uint64_t n_alloc, n_free, n_cache_hit, n_seg_alloc, n_seg_free, n_segments;
   uint64_t n_oom, meta_bytes, bytes_total;
+  uint64_t n_retries;            /* cap reached: cached segments given back */
   uint64_t seq;
   keel_oom_info last_oom;
   keel_heap_hook hook;
@@ -221,6 +222,7 @@ static size_t release_free_segments(keel_heap *h) {
 static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
   size_t size = segment_size_for(n);
   if (h->limit && h->reserved + size > h->limit) {
+    h->n_retries++;
     release_free_segments(h);
     if (h->reserved + size > h->limit) size = keel_align_up(n, 4096);
     if (h->reserved + size > h->limit) {
@@ -484,6 +486,7 @@ void keel_heap_stats(keel_heap *h, keel_stats *st) {
   st->n_segments = h->n_segments;
   st->n_oom = h->n_oom;
   st->bytes_allocated_total = h->bytes_total;
+  st->n_alloc_retries = h->n_retries;
   st->mem_limit = h->limit;
   st->fragmentation =
       free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;

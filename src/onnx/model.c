@@ -785,12 +785,13 @@ static keel_status graph_node(loader *L, keel_graph *g, keel_pb s) {
 static keel_status graph_field(loader *L, keel_graph *g, keel_pb *r, uint32_t f,
                                uint32_t wt) {
   keel_pb s;
-  if (f != 1 && f != 2 && f != 5 && f != 11 && f != 12 && f != 13 && f != 15)
+  if (f != 1 && f != 2 && f != 5 && f != 10 && f != 11 && f != 12 && f != 13 && f != 15)
     return keel_pb_skip(r, wt);
   KEEL_TRY(keel_pb_get_bytes(r, wt, "graph field", &s));
   switch (f) {
     case 1: return graph_node(L, g, s);
     case 2: return (g->name = dup_bytes(L, s)) ? KEEL_OK : oom("a name");
+    case 10: return (g->doc = dup_bytes(L, s)) ? KEEL_OK : oom("a doc string");
     case 5: return graph_init(L, g, s, false);
     case 15: return graph_init(L, g, s, true);
     case 11: {
@@ -881,21 +882,44 @@ static keel_status opset_parse(loader *L, keel_pb msg, keel_opset *o) {
   return KEEL_OK;
 }
 
+/* One StringStringEntryProto of ModelProto.metadata_props (key 1, value 2). */
+static keel_status metadata_prop(loader *L, keel_pb msg) {
+  keel_model *m = L->m;
+  const char *kv[2] = {"", ""};
+  while (keel_pb_more(&msg)) {
+    uint32_t f, wt;
+    keel_pb s;
+    KEEL_TRY(keel_pb_tag(&msg, &f, &wt));
+    if (f != 1 && f != 2) {
+      KEEL_TRY(keel_pb_skip(&msg, wt));
+      continue;
+    }
+    KEEL_TRY(keel_pb_get_bytes(&msg, wt, "metadata_props entry", &s));
+    if (!(kv[f - 1] = dup_bytes(L, s))) return oom("metadata_props");
+  }
+  m->prop_keys[m->n_props] = kv[0];
+  m->prop_values[m->n_props++] = kv[1];
+  return KEEL_OK;
+}
+
 /* First pass over ModelProto: everything but the graph (opsets must be
  * known before nodes are read, and files may put them after the graph). */
 static keel_status model_header(loader *L, keel_pb msg, keel_pb *graph,
                                 bool *has_graph) {
   keel_model *m = L->m;
-  int32_t nops = 0;
+  int32_t nops = 0, nprops = 0;
   keel_pb r = msg;
   while (keel_pb_more(&r)) {
     uint32_t f, wt;
     KEEL_TRY(keel_pb_tag(&r, &f, &wt));
     if (f == 8) nops++;
+    if (f == 14) nprops++;
     KEEL_TRY(keel_pb_skip(&r, wt));
   }
   m->opsets = keel_arena_array(L->a, (size_t)nops, sizeof(keel_opset));
-  if (!m->opsets) return oom("opsets");
+  m->prop_keys = keel_arena_array(L->a, (size_t)nprops + 1, sizeof(char *));
+  m->prop_values = keel_arena_array(L->a, (size_t)nprops + 1, sizeof(char *));
+  if (!m->opsets || !m->prop_keys || !m->prop_values) return oom("opsets");
   r = msg;
   while (keel_pb_more(&r)) {
     uint32_t f, wt;
@@ -913,6 +937,10 @@ static keel_status model_header(loader *L, keel_pb msg, keel_pb *graph,
       case 8:
         KEEL_TRY(keel_pb_get_bytes(&r, wt, "opset_import", &s));
         KEEL_TRY(opset_parse(L, s, &m->opsets[m->n_opsets++]));
+        continue;
+      case 14:
+        KEEL_TRY(keel_pb_get_bytes(&r, wt, "metadata_props", &s));
+        KEEL_TRY(metadata_prop(L, s));
         continue;
       case 25:
         if (!grow((void **)&L->fn_msg, &L->cap_fn, L->n_fn, sizeof *L->fn_msg)) return oom("functions");
