@@ -54,13 +54,13 @@ static keel_status fold(keel_model *m, keel_graph *g, keel_node *c, const keel_n
   const char *label = keel_arena_strdup(ar, keel_node_label(a, lb, sizeof lb));
   if (!attrs || !params || !fused || !label)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing into graph '%s'", g->path);
-  memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof(keel_attr));
+  if (c->n_attr) memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof(keel_attr));
   params[0] = p[0], params[1] = p[1];
   attrs[c->n_attr] = (keel_attr){.name = KEEL_ACT_ATTR, .type = KEEL_ATTR_STRING,
                                  .s = a->op_type, .slen = strlen(a->op_type)};
   attrs[c->n_attr + 1] = (keel_attr){.name = KEEL_ACT_PARAMS, .type = KEEL_ATTR_FLOATS, .n = 2,
                                      .floats = params};
-  memcpy(fused, c->fused, (size_t)c->n_fused * sizeof(char *));
+  if (c->n_fused) memcpy(fused, c->fused, (size_t)c->n_fused * sizeof(char *));
   fused[c->n_fused] = label;
   c->attrs = attrs, c->n_attr += 2;
   c->fused = fused, c->n_fused++;
