@@ -68,6 +68,7 @@ check "no op table without profiled runs" bash -c "! grep -q 'time by op type' '
 usage() { "$KEEL" bench "$@" >/dev/null 2>&1; [[ $? -eq 2 ]]; }
 check "no model: usage" usage
 check "bad --iters: usage" usage "$DATA/test_add/model.onnx" --iters 0
+check "bad --threads: usage" usage "$DATA/test_add/model.onnx" --threads 100000
 check "unknown flag: usage" usage "$DATA/test_add/model.onnx" --bogus
 check "missing file: usage" usage /nonexistent/model.onnx
 

@@ -91,6 +91,7 @@ static int parse(int argc, char **argv, bench_args *a) {
     return cli_usage("bench", msg);
   }
   if (a->data && !cli_is_dir(a->data)) return cli_usage("bench", "--data is not a folder");
+  if (a->threads > 4096) return cli_usage("bench", "--threads above 4096");
   if (a->profile_runs < 0) a->profile_runs = a->iters < 3 ? a->iters : 3;
   return 0;
 }
