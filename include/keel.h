@@ -180,7 +180,14 @@ typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
 enum {
   /* Blocks carry no owner tags (for measuring what the tags cost; reports
    * then name the session only). */
-  KEEL_OPT_NO_OWNER_TAGS = 1
+  KEEL_OPT_NO_OWNER_TAGS = 1,
+  /* Run the model exactly as written: no optimizing graph passes (fusion,
+   * constant folding); for comparing against the optimized model. */
+  KEEL_OPT_NO_GRAPH_PASSES = 2,
+  /* Bind every node to its op's reference kernel, never a faster
+   * implementation (keel info lists which ones a session uses); the tests
+   * compare the two. */
+  KEEL_OPT_REFERENCE_KERNELS = 4
 };
 
 typedef struct keel_options {
@@ -194,9 +201,11 @@ typedef struct keel_options {
                        size_t allocated_bytes);
   void *iteration_ud;
   unsigned flags;        /* KEEL_OPT_*                                      */
-  /* Threads for intra-op parallelism; 0 = the default. (Read by the thread
-   * pool of issue 8; `keel bench --threads N` sets it.) */
-  unsigned threads;
+  /* Threads that compute one run (the caller plus threads - 1 workers of
+   * the session's pool); 0 = the CPUs this process may run on. Concurrent
+   * runs on one session share the pool: a run that finds it busy computes
+   * on its own thread alone. */
+  int threads;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

@@ -38,6 +38,11 @@ typedef struct keel_stats {
   double fragmentation;     /* 1 - largest free block / free bytes; 0 if none free */
   uint64_t meta_bytes;      /* bytes of keel's own bookkeeping (not tensors) */
   uint64_t bytes_allocated_total; /* sum of every block ever allocated     */
+  uint64_t prepared_bytes;  /* of `allocated`: kernels' prepared state (packed
+                               weights, library primitives' buffers)      */
+  uint64_t library_bytes;   /* memory a kernel library holds outside keel's
+                               allocator (its primitive objects, JIT code),
+                               as far as keel can measure it              */
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

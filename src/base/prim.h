@@ -31,4 +31,27 @@ KEEL_INTERNAL void keel_mutex_destroy(keel_mutex *m);
 KEEL_INTERNAL void keel_mutex_lock(keel_mutex *m);
 KEEL_INTERNAL void keel_mutex_unlock(keel_mutex *m);
 
+/* A condition variable used with keel_mutex. */
+typedef struct keel_cond {
+  _Alignas(16) unsigned char opaque[64];
+} keel_cond;
+KEEL_INTERNAL void keel_cond_init(keel_cond *c);
+KEEL_INTERNAL void keel_cond_destroy(keel_cond *c);
+KEEL_INTERNAL void keel_cond_wait(keel_cond *c, keel_mutex *m);
+KEEL_INTERNAL void keel_cond_broadcast(keel_cond *c);
+
+/* A joinable thread running fn(arg). The struct must stay in place until
+ * keel_thread_join. KEEL_ERR_RUNTIME with the OS reason when it cannot
+ * start. */
+typedef struct keel_thread {
+  uint64_t opaque;
+  void (*fn)(void *);
+  void *arg;
+} keel_thread;
+KEEL_INTERNAL keel_status keel_thread_start(keel_thread *t, void (*fn)(void *), void *arg);
+KEEL_INTERNAL void keel_thread_join(keel_thread *t);
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+KEEL_INTERNAL int keel_prim_cpu_count(void);
+
 #endif /* KEEL_PRIM_H */

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -77,4 +79,53 @@ void keel_mutex_lock(keel_mutex *m) {
 }
 void keel_mutex_unlock(keel_mutex *m) {
   pthread_mutex_unlock((pthread_mutex_t *)(void *)m->opaque);
+}
+
+/* ------------------------------------------------- condition variables */
+
+_Static_assert(sizeof(pthread_cond_t) <= sizeof(((keel_cond *)0)->opaque),
+               "keel_cond too small for pthread_cond_t");
+
+void keel_cond_init(keel_cond *c) { pthread_cond_init((pthread_cond_t *)(void *)c->opaque, NULL); }
+void keel_cond_destroy(keel_cond *c) { pthread_cond_destroy((pthread_cond_t *)(void *)c->opaque); }
+void keel_cond_wait(keel_cond *c, keel_mutex *m) {
+  pthread_cond_wait((pthread_cond_t *)(void *)c->opaque, (pthread_mutex_t *)(void *)m->opaque);
+}
+void keel_cond_broadcast(keel_cond *c) {
+  pthread_cond_broadcast((pthread_cond_t *)(void *)c->opaque);
+}
+
+/* ------------------------------------------------------------- threads */
+
+_Static_assert(sizeof(pthread_t) <= sizeof(uint64_t), "pthread_t does not fit keel_thread");
+
+static void *thread_main(void *p) {
+  keel_thread *t = p;
+  t->fn(t->arg);
+  return NULL;
+}
+
+keel_status keel_thread_start(keel_thread *t, void (*fn)(void *), void *arg) {
+  t->fn = fn, t->arg = arg;
+  pthread_t th;
+  int e = pthread_create(&th, NULL, thread_main, t);
+  if (e) return keel_err(KEEL_ERR_RUNTIME, "cannot start a thread: %s", strerror(e));
+  memcpy(&t->opaque, &th, sizeof th);
+  return KEEL_OK;
+}
+
+void keel_thread_join(keel_thread *t) {
+  pthread_t th;
+  memcpy(&th, &t->opaque, sizeof th);
+  pthread_join(th, NULL);
+}
+
+int keel_prim_cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }

@@ -30,6 +30,8 @@ bool cli_is_file(const char *path);
 
 /* Parses "123", "64K", "512M", "2G" into bytes; false when malformed. */
 bool cli_parse_size(const char *s, size_t *out);
+/* --threads N: 1..256 (0 means the default: every CPU). */
+bool cli_parse_threads(const char *s, int *out);
 
 /* A set of named inputs for one run. */
 typedef struct cli_inputs {

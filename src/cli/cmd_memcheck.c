@@ -17,6 +17,7 @@ typedef struct mc_args {
   const char *model, *data, *plot, *loop, *plant;
   long iters;
   size_t mem_limit;
+  int threads;
   bool leak;
 } mc_args;
 
@@ -71,6 +72,8 @@ static int parse(int argc, char **argv, mc_args *a) {
       char *end;
       a->iters = strtol(argv[++i], &end, 10);
       if (*end || a->iters < 1) return cli_usage("memcheck", "--iters needs a positive number");
+    } else if (!strcmp(s, "--threads") && v) {
+      if (!cli_parse_threads(argv[++i], &a->threads)) return cli_usage("memcheck", "bad --threads");
     } else if (!strcmp(s, "--mem-limit") && v) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("memcheck", "bad --mem-limit");
     } else if (s[0] == '-') return cli_usage("memcheck", "unknown or incomplete option");
@@ -163,7 +166,7 @@ int cmd_memcheck(int argc, char **argv) {
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   iter_log L = {.loop = a.loop};
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .on_iteration = on_iteration,
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads, .on_iteration = on_iteration,
                        .iteration_ud = &L};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);

@@ -13,6 +13,7 @@ typedef struct run_args {
   size_t n_inputs;
   long iters;
   size_t mem_limit;
+  int threads;
 } run_args;
 
 static int parse(int argc, char **argv, run_args *a) {
@@ -37,6 +38,8 @@ static int parse(int argc, char **argv, run_args *a) {
       char *end;
       a->iters = strtol(argv[++i], &end, 10);
       if (*end || a->iters < 1) return cli_usage("run", "--iters needs a positive number");
+    } else if (!strcmp(s, "--threads") && has_val) {
+      if (!cli_parse_threads(argv[++i], &a->threads)) return cli_usage("run", "bad --threads");
     } else if (!strcmp(s, "--mem-limit") && has_val) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("run", "bad --mem-limit");
     } else if (s[0] == '-') {
@@ -152,7 +155,8 @@ int cmd_run(int argc, char **argv) {
   run_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr};
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
+                       .threads = a.threads};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);

@@ -413,6 +413,7 @@ static int check_expected(const char *list, const results *R) {
 int cmd_test(int argc, char **argv) {
   const char *json = NULL, *expect = NULL, *paths[1024];
   size_t n_paths = 0, mem_limit = 0;
+  int threads = 0;
   int repeat = 1;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
@@ -422,7 +423,9 @@ int cmd_test(int argc, char **argv) {
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");
     }
     else if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
-    else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+      if (!cli_parse_threads(argv[++i], &threads)) return cli_usage("test", "bad --threads");
+    } else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) {
       if (!cli_parse_size(argv[++i], &mem_limit)) return cli_usage("test", "bad --mem-limit");
     } else if (argv[i][0] == '-') {
       char msg[256];
@@ -438,7 +441,7 @@ int cmd_test(int argc, char **argv) {
     }
   }
   if (!n_paths) return cli_usage("test", "no test folder given");
-  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit};
+  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads};
   results R = {0};
   test_list tests = {0};
   for (size_t i = 0; i < n_paths; i++) collect_tests(paths[i], &tests);

@@ -6,11 +6,12 @@
 static const char *g_usage[][2] = {
     {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"
             "               [--mem-limit SIZE] [--mem-report] [--mem-top N] [--trace FILE.json]\n"
+            "               [--threads N]\n"
             "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
             "  memory statistics. Inputs not given are generated (symbolic dims = 1).\n"
             "  --mem-report prints memory per node (top 20, or N); --trace writes a Chrome\n"
             "  trace (node timeline, allocated and reserved bytes)."},
-    {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE]\n"
+    {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
              "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
@@ -19,7 +20,7 @@ static const char *g_usage[][2] = {
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
              "  control-flow tree and weight bytes."},
     {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--loop NAME] [--plot FILE.svg]\n"
-                 "              [--mem-limit SIZE]\n"
+                 "              [--mem-limit SIZE] [--threads N]\n"
                  "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
                  "  run; exits 1 if allocated memory grew after the first run (or across the\n"
                  "  iterations of loop NAME), naming the values whose blocks survived.\n"

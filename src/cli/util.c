@@ -53,6 +53,14 @@ bool cli_is_file(const char *path) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+bool cli_parse_threads(const char *s, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < 0 || v > 256) return false;
+  *out = (int)v;
+  return true;
+}
+
 bool cli_parse_size(const char *s, size_t *out) {
   char *end;
   errno = 0;

@@ -60,6 +60,8 @@ typedef struct keel_site {
 struct keel_session_s {
   keel_model *m;
   keel_heap *heap;
+  struct keel_pool *threads;    /* the threads of every run (base/pool.h)   */
+  _Atomic uint64_t prepared_bytes; /* kernels' prepared state (keel_impl)   */
   keel_val *consts;             /* m->n_consts, kind TENSOR (STATIC)       */
   keel_options opts;
   uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */

@@ -93,6 +93,26 @@ static void count_ops(const keel_graph *g, opcount *c, size_t *nc, size_t cap) {
   }
 }
 
+/* "Conv: onednn" keys for nodes bound to a faster implementation. */
+static void count_impls(const keel_graph *g, opcount *c, size_t *nc, size_t cap, char *names,
+                        size_t name_cap, size_t *used) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    if (!n->impl) continue;
+    char key[128];
+    snprintf(key, sizeof key, "%s %s", n->op_type, n->impl->name);
+    size_t k = 0;
+    while (k < *nc && strcmp(c[k].name, key)) k++;
+    if (k == *nc && *nc < cap && *used + strlen(key) + 1 <= name_cap) {
+      c[*nc] = (opcount){names + *used, 0};
+      memcpy(names + *used, key, strlen(key) + 1);
+      *used += strlen(key) + 1;
+      (*nc)++;
+    }
+    if (k < *nc) c[k].n++;
+  }
+}
+
 static int by_count(const void *a, const void *b) {
   const opcount *x = a, *y = b;
   return x->n != y->n ? (y->n > x->n ? 1 : -1) : strcmp(x->name, y->name);
@@ -138,7 +158,7 @@ static void tree_json(sbuf *b, const keel_graph *g) {
 /* ---------------------------------------------------------- whole */
 
 static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
-                          int64_t nodes) {
+                          int64_t nodes, const opcount *ic, size_t nic) {
   put(b, "model      %s\n", m->path);
   put(b, "producer   %s %s\n", m->producer_name ? m->producer_name : "(none)",
       m->producer_version ? m->producer_version : "");
@@ -161,6 +181,13 @@ static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t
   }
   put(b, "nodes      %lld in %d graph(s):", (long long)nodes, m->n_graphs);
   for (size_t i = 0; i < nc; i++) put(b, "%s %s %lld", i ? "," : "", c[i].name, (long long)c[i].n);
+  put(b, "\nkernels   ");
+  int64_t fast = 0;
+  for (size_t i = 0; i < nic; i++) {
+    put(b, "%s %s %lld", i ? "," : "", ic[i].name, (long long)ic[i].n);
+    fast += ic[i].n;
+  }
+  put(b, "%s reference %lld", nic ? ";" : "", (long long)(nodes - fast));
   put(b, "\ncontrol flow\n  main (%d nodes)\n", g->n_nodes);
   tree_text(b, g, 4);
   put(b, "weights    %llu bytes in %d constants (%llu bytes copied, the rest mapped)\n",
@@ -168,7 +195,7 @@ static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t
 }
 
 static void describe_json(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
-                          int64_t nodes) {
+                          int64_t nodes, const opcount *ic, size_t nic) {
   put(b, "{\"model\": ");
   put_json_str(b, m->path);
   put(b, ", \"producer\": ");
@@ -197,6 +224,11 @@ static void describe_json(sbuf *b, const keel_model *m, const opcount *c, size_t
     put_json_str(b, c[i].name);
     put(b, ": %lld%s", (long long)c[i].n, i + 1 < nc ? ", " : "");
   }
+  put(b, "}, \"kernels\": {");
+  for (size_t i = 0; i < nic; i++) {
+    put_json_str(b, ic[i].name);
+    put(b, ": %lld%s", (long long)ic[i].n, i + 1 < nic ? ", " : "");
+  }
   put(b, "}, \"control_flow\": ");
   tree_json(b, g);
   put(b, ", \"weight_bytes\": %llu, \"weight_bytes_copied\": %llu, \"constants\": %d}\n",
@@ -209,15 +241,20 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
   size_t cap = 512, nc = 0;
   opcount *c = calloc(cap, sizeof *c);
   if (!c) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "describe");
+  opcount ic[64];
+  char names[4096];
+  size_t nic = 0, used = 0;
   int64_t nodes = 0;
   for (int32_t i = 0; i < m->n_graphs; i++) {
     count_ops(m->graphs[i], c, &nc, cap);
+    count_impls(m->graphs[i], ic, &nic, 64, names, sizeof names, &used);
     nodes += m->graphs[i]->n_nodes;
   }
   qsort(c, nc, sizeof *c, by_count);
+  qsort(ic, nic, sizeof *ic, by_count);
   sbuf b = {0};
-  if (json) describe_json(&b, m, c, nc, nodes);
-  else describe_text(&b, m, c, nc, nodes);
+  if (json) describe_json(&b, m, c, nc, nodes, ic, nic);
+  else describe_text(&b, m, c, nc, nodes, ic, nic);
   free(c);
   if (b.failed || !b.p) {
     free(b.p);

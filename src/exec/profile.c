@@ -66,7 +66,10 @@ const char *keel_site_text(const keel_session_t *s, uint32_t site, char *buf, si
     const keel_site *t = &s->sites[site];
     char lb[256];
     keel_node_label(t->node, lb, sizeof lb);
-    if (t->out >= 0 && t->out < t->node->n_out && t->node->out_names[t->out][0])
+    if (t->out == KEEL_SITE_OUT_PREPARED)
+      snprintf(buf, cap, "%s: prepared state of node %s (%s)", t->g->path, lb,
+               t->node->impl ? t->node->impl->name : "reference");
+    else if (t->out >= 0 && t->out < t->node->n_out && t->node->out_names[t->out][0])
       snprintf(buf, cap, "%s: node %s value '%s'", t->g->path, lb, t->node->out_names[t->out]);
     else snprintf(buf, cap, "%s: node %s (scratch)", t->g->path, lb);
   }

@@ -201,10 +201,10 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   for (int32_t i = 0; i < n_targets; i++)
     f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
   keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
-                 .n_out = n->n_out, .heap = R->s->heap,
+                 .n_out = n->n_out, .heap = R->s->heap, .pool = R->s->threads, .prep = n->prep,
                  .owner = {n->site & R->s->owner_mask, f->iter & R->s->owner_mask},
                  .run = R, .frame = f};
-  st = n->op->fn(&k);
+  st = n->impl ? n->impl->fn(&k) : n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);
   for (int32_t i = 0; i < n_targets; i++) {

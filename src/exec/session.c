@@ -9,7 +9,10 @@
  */
 #include <stdio.h>
 
+#include "../base/pool.h"
+#include "../ir/pass.h"
 #include "../ir/scope.h"
+#include "../ops/conv_util.h"
 #include "../mem/sysmem.h"
 #include "../onnx/onnx.h"
 #include "exec.h"
@@ -18,20 +21,40 @@
 
 /* ============================================================ binding */
 
+/* The constant tensor behind each input of n (NULL where computed). */
+static void node_consts(const keel_session_t *s, const keel_node *n, const keel_tensor **c) {
+  for (int32_t i = 0; i < n->n_in; i++) {
+    keel_ref r = n->in[i];
+    c[i] = r != KEEL_REF_NONE && keel_ref_kind(r) == KEEL_REF_CONST
+               ? &s->m->consts[keel_ref_const_index(r)]
+               : NULL;
+  }
+}
+
+/* Numbers the node's sites (one per output, or one for a node without
+ * outputs, then its prepared state) and, once the table exists, fills
+ * them. */
+static void number_sites(keel_session_t *s, const keel_graph *g, keel_node *n, uint32_t *site) {
+  n->site = *site;
+  for (int32_t k = 0; k < n->n_out; k++) {
+    if (s->sites) s->sites[*site] = (keel_site){g, n, k};
+    (*site)++;
+  }
+  if (n->n_out == 0) {
+    if (s->sites) s->sites[*site] = (keel_site){g, n, -1};
+    (*site)++;
+  }
+  n->prep_site = *site;
+  if (s->sites) s->sites[*site] = (keel_site){g, n, KEEL_SITE_OUT_PREPARED};
+  (*site)++;
+}
+
 static keel_status bind_graph(keel_session_t *s, const keel_graph *g, uint32_t *site) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *n = &g->nodes[i];
     n->op = keel_ops_find(n->domain, n->op_type, n->opset);
     if (!n->op) return keel_err_prefix(keel_ops_unsupported(n), "graph '%s'", g->path);
-    n->site = *site;
-    for (int32_t k = 0; k < n->n_out; k++) {
-      if (s->sites) s->sites[*site] = (keel_site){g, n, k};
-      (*site)++;
-    }
-    if (n->n_out == 0) {
-      if (s->sites) s->sites[*site] = (keel_site){g, n, -1};
-      (*site)++;
-    }
+    number_sites(s, g, n, site);
   }
   return KEEL_OK;
 }
@@ -46,6 +69,54 @@ static keel_status bind(keel_session_t *s) {
   n = KEEL_SITE_FIRST_NODE;
   for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(bind_graph(s, m->graphs[i], &n));
   return KEEL_OK;
+}
+
+/* ======================================================= prepare */
+
+/* Picks each node's implementation (the first listed one that supports
+ * it, else the reference kernel) and builds its prepared state. Needs the
+ * heap and the pool. */
+static keel_status prepare_node(keel_session_t *s, keel_node *n) {
+  const keel_impl *const *im = n->op->impls;
+  if (!im || (s->opts.flags & KEEL_OPT_REFERENCE_KERNELS)) return KEEL_OK;
+  const keel_tensor *consts[KEEL_IMPL_MAX_IN];
+  if (n->n_in > KEEL_IMPL_MAX_IN) return KEEL_OK; /* such nodes keep the reference */
+  node_consts(s, n, consts);
+  keel_prep_ctx p = {n, consts, s->heap, {n->prep_site & s->owner_mask, 0},
+                     keel_pool_threads(s->threads), &s->prepared_bytes};
+  for (; *im; im++) {
+    if (!(*im)->supports(&p)) continue;
+    void *state = NULL;
+    if ((*im)->prepare) {
+      keel_status st = (*im)->prepare(&p, &state);
+      if (st) {
+        char lb[256];
+        return keel_err_prefix(st, "graph '%s': preparing node %s for %s", n->graph->path,
+                               keel_node_label(n, lb, sizeof lb), (*im)->name);
+      }
+    }
+    n->impl = *im;
+    n->prep = state;
+    return KEEL_OK;
+  }
+  return KEEL_OK;
+}
+
+static keel_status prepare(keel_session_t *s) {
+  for (int32_t i = 0; i < s->m->n_graphs; i++)
+    for (int32_t k = 0; k < s->m->graphs[i]->n_nodes; k++)
+      KEEL_TRY(prepare_node(s, &s->m->graphs[i]->nodes[k]));
+  return KEEL_OK;
+}
+
+static void unprepare(keel_session_t *s) {
+  for (int32_t i = 0; i < s->m->n_graphs; i++)
+    for (int32_t k = 0; k < s->m->graphs[i]->n_nodes; k++) {
+      keel_node *n = &s->m->graphs[i]->nodes[k];
+      if (n->impl && n->impl->release && n->prep) n->impl->release(n->prep, s->heap);
+      n->impl = NULL, n->prep = NULL;
+    }
+  atomic_store(&s->prepared_bytes, 0);
 }
 
 /* ========================================================= io info */
@@ -104,7 +175,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
-  keel_status st = keel_ir_autodiff(m);
+  keel_status st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
   if (!st) st = bind(s);
@@ -112,6 +183,9 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (!st) st = keel_pool_create(s->opts.threads, &s->threads);
+  if (!st) keel_blas_init();
+  if (!st) st = prepare(s);
   if (st) {
     keel_err_prefix(st, "%s", m->path);
     keel_session_destroy(s);
@@ -168,6 +242,8 @@ void keel_session_destroy(keel_session_t *s) {
   if (s->heap) keel_profile_stop(s);
   keel_profile_free(s->profile_done);
   keel_run_pool_free(s);
+  if (s->heap) unprepare(s);
+  keel_pool_destroy(s->threads);
   for (size_t i = 0; i < s->n_leaked; i++) keel_val_clear(&s->leaked[i]);
   keel_sys_free(s->leaked, s->cap_leaked * sizeof(keel_val));
   const keel_graph *g = s->m->main;
@@ -305,6 +381,7 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get: NULL or unsized struct");
   keel_stats full = {.size = sizeof full};
   keel_heap_stats(s->heap, &full);
+  full.prepared_bytes = s->prepared_bytes;
   size_t n = KEEL_MIN(st->size, sizeof full);
   memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
   return KEEL_OK;

@@ -8,6 +8,8 @@
 /* Owner-tag sites: 0 = the session itself, 1 = values made through the
  * public API (run inputs), then one per node output. */
 enum { KEEL_SITE_SESSION = 0, KEEL_SITE_USER = 1, KEEL_SITE_FIRST_NODE = 2 };
+/* keel_site.out of a node's prepared-state site. */
+#define KEEL_SITE_OUT_PREPARED (-2)
 
 /* The internal value behind a public handle (borrowed). */
 KEEL_INTERNAL const keel_val *keel_value_val(const keel_value_t *v);

@@ -13,9 +13,39 @@ int64_t keel_model_opset(const keel_model *m, const char *domain) {
 }
 
 const char *keel_node_label(const keel_node *n, char *buf, size_t cap) {
-  if (n->name && n->name[0]) snprintf(buf, cap, "'%s' (%s)", n->name, n->op_type);
-  else snprintf(buf, cap, "#%d (%s)", n->index, n->op_type ? n->op_type : "?");
+  int k;
+  if (n->name && n->name[0]) k = snprintf(buf, cap, "'%s' (%s)", n->name, n->op_type);
+  else k = snprintf(buf, cap, "#%d (%s)", n->index, n->op_type ? n->op_type : "?");
+  for (int32_t i = 0; i < n->n_fused && k >= 0 && (size_t)k < cap; i++)
+    k += snprintf(buf + k, cap - (size_t)k, " + %s", n->fused[i]);
   return buf;
+}
+
+static int32_t uses_in(const keel_graph *g, const char *name) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *nd = &g->nodes[i];
+    for (int32_t k = 0; k < nd->n_in; k++) n += !strcmp(nd->in_names[k], name);
+    for (int32_t s = 0; s < nd->n_subs; s++) n += uses_in(nd->subs[s], name);
+  }
+  for (int32_t i = 0; i < g->n_out; i++) n += !strcmp(g->out_names[i], name);
+  return n;
+}
+
+int32_t keel_ir_uses(const keel_graph *g, const char *name) { return uses_in(g, name); }
+
+int32_t keel_ir_const_of(const keel_model *m, const keel_graph *g, const char *name) {
+  for (; g; g = g->parent) {
+    for (int32_t i = 0; i < g->n_in; i++) /* an input shadows outer names */
+      if (!strcmp(g->in_names[i], name)) return -1;
+    for (int32_t i = 0; i < g->ld.n_init; i++)
+      if (!strcmp(g->ld.init_names[i], name)) return g->ld.init_consts[i];
+    for (int32_t i = 0; i < g->n_nodes; i++)
+      for (int32_t k = 0; k < g->nodes[i].n_out; k++)
+        if (!strcmp(g->nodes[i].out_names[k], name)) return -1;
+  }
+  (void)m;
+  return -1;
 }
 
 const keel_attr *keel_node_attr(const keel_node *n, const char *name) {

@@ -103,6 +103,10 @@ typedef struct keel_node {
   keel_ref *in;                /* KEEL_REF_NONE when omitted              */
   int32_t *out;                /* local slot; -1 when omitted             */
   keel_attr *attrs;
+  /* nodes of the file a pass folded into this one ("'Relu_4' (Relu)"):
+   * labels, reports and traces name them too */
+  int32_t n_fused;
+  const char **fused;
   int32_t n_subs;              /* sub-graphs held in attributes           */
   struct keel_graph **subs;
   /* outer values the node's sub-graphs read, at any depth below: they stay
@@ -111,7 +115,10 @@ typedef struct keel_node {
   keel_ref *implicit;
   /* -- bound at session creation */
   const struct keel_opdef *op;
+  const struct keel_impl *impl; /* a faster implementation, or NULL: op->fn */
+  void *prep;                  /* impl's prepared state (session-owned)    */
   uint32_t site;               /* owner-tag site of output 0; +i for output i */
+  uint32_t prep_site;          /* owner-tag site of its prepared state     */
   /* -- plan */
   int32_t n_release;
   int32_t *release;            /* slots to drop right after the node runs  */
@@ -201,6 +208,13 @@ KEEL_INTERNAL const char *keel_node_label(const keel_node *n, char *buf, size_t 
  * owners re-pointed. */
 KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
                                                   const keel_node *with, int32_t n_with);
+
+/* Before resolution (passes): how many times `name` is read in g (node
+ * inputs at any depth below, graph outputs); the constant a name denotes
+ * as seen from g (an initializer or folded Constant of g or of a graph
+ * around it, not shadowed), or -1. */
+KEEL_INTERNAL int32_t keel_ir_uses(const keel_graph *g, const char *name);
+KEEL_INTERNAL int32_t keel_ir_const_of(const keel_model *m, const keel_graph *g, const char *name);
 
 /* Find an attribute by name, or NULL. */
 KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,

@@ -22,6 +22,8 @@
  */
 #include <limits.h>
 
+#include "../base/pool.h"
+#include "activation.h"
 #include "bcast.h"
 #include "conv_util.h"
 
@@ -252,14 +254,15 @@ static bool win_next(win_iter *it, win_run *u) {
   }
 
 /* y (m, p): row i = b[i], or zeros without a bias. */
-#define DEF_BIAS(name, T)                                                 \
-  static void name(void *py, const void *pb, int64_t m, int64_t p) {      \
-    T *y = py;                                                            \
-    const T *b = pb;                                                      \
-    for (int64_t i = 0; i < m; i++) {                                     \
-      T v = b ? b[i] : (T)0, *row = y + i * p;                            \
-      for (int64_t j = 0; j < p; j++) row[j] = v;                         \
-    }                                                                     \
+/* y (m rows of p values, rows ld apart) = b[row], or 0 without b. */
+#define DEF_BIAS(name, T)                                                            \
+  static void name(void *py, const void *pb, int64_t m, int64_t p, int64_t ld) {     \
+    T *y = py;                                                                       \
+    const T *b = pb;                                                                 \
+    for (int64_t i = 0; i < m; i++) {                                                \
+      T v = b ? b[i] : (T)0, *row = y + i * ld;                                      \
+      for (int64_t j = 0; j < p; j++) row[j] = v;                                    \
+    }                                                                                \
   }
 
 /* y (mg, P) += w (mg, cg*k) * x (cg, in...) with no col buffer: for each
@@ -305,11 +308,11 @@ DEF_DIRECT(direct_i32, int32_t, uint32_t)
 /* C (M x N) = op(A) x B, or += when acc. */
 static void gemm_f32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f32(ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
+  keel_gemm_f32(NULL, ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
 static void gemm_f64(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f64(ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
+  keel_gemm_f64(NULL, ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
 }
 static void gemm_i32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
                      int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
@@ -325,7 +328,7 @@ typedef struct conv_ty {
                  void *y);
   void (*gemm)(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                const void *B, int64_t ldb, void *C, int64_t ldc);
-  void (*bias)(void *y, const void *b, int64_t m, int64_t p);
+  void (*bias)(void *y, const void *b, int64_t m, int64_t p, int64_t ld);
   void (*direct)(const keel_win *w, const void *x, const void *wt, int64_t cg, int64_t mg,
                  void *y);
 } conv_ty;
@@ -441,28 +444,65 @@ static int conv_mode(const conv_geom *g) {
   return pointwise ? CONV_GEMM : g->mg <= DIRECT_MAX_M ? CONV_DIRECT : CONV_IM2COL;
 }
 
-/* One image: y (M, P) += W (*) x for every group. */
-static void conv_image(const conv_ty *ty, const conv_geom *g, int mode, const char *x,
-                       const char *wt, char *y, void *col, int64_t chunk) {
+/* Conv runs as independent tasks (image, group, chunk of output
+ * positions) on the session's pool: each task fills its slice of Y with
+ * the bias, then adds W_g x (its columns), through its worker's own col
+ * buffer in im2col mode. Direct mode (few output channels per group)
+ * takes a whole (image, group) plane per task. */
+typedef struct conv_job {
+  const conv_ty *ty;
+  const conv_geom *g;
+  int mode;
+  bool taps;                    /* the input has data to multiply         */
+  const char *x, *wt, *b;
+  char *y, *col;                /* col: one chunk buffer per worker       */
+  int64_t chunk, nchunks;
+  size_t col_bytes;
+} conv_job;
+
+static keel_status conv_task(void *ctx, int64_t t0, int64_t t1, int worker) {
+  const conv_job *j = ctx;
+  const conv_geom *g = j->g;
   const keel_win *w = &g->w;
-  size_t es = ty->es;
+  size_t es = j->ty->es;
   int64_t R = g->cg * w->k_size, P = w->out_size;
-  for (int64_t gi = 0; gi < g->group; gi++) {
-    const char *xg = x + (size_t)(gi * g->cg * w->in_size) * es; /* (Cg, in...)   */
-    const char *wg = wt + (size_t)(gi * g->mg * R) * es;        /* (Mg, Cg*k)    */
-    char *yg = y + (size_t)(gi * g->mg * P) * es;               /* (Mg, P)       */
-    if (mode == CONV_GEMM) {
-      ty->gemm(false, true, g->mg, P, g->cg, wg, R, xg, P, yg, P);
-    } else if (mode == CONV_DIRECT) {
-      ty->direct(w, xg, wg, g->cg, g->mg, yg);
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t n = t / (g->group * j->nchunks), r = t % (g->group * j->nchunks);
+    int64_t gi = r / j->nchunks, p0 = (r % j->nchunks) * j->chunk;
+    int64_t len = KEEL_MIN(j->chunk, P - p0);
+    char *yg = j->y + (size_t)((n * g->m + gi * g->mg) * P) * es;               /* (Mg, P)   */
+    const char *xg = j->x + (size_t)((n * g->c + gi * g->cg) * w->in_size) * es; /* (Cg, in) */
+    const char *wg = j->wt + (size_t)(gi * g->mg * R) * es;                      /* (Mg, R)   */
+    j->ty->bias(yg + (size_t)p0 * es, j->b ? j->b + (size_t)(gi * g->mg) * es : NULL, g->mg,
+                len, P);
+    if (!j->taps) continue;
+    if (j->mode == CONV_GEMM) {
+      j->ty->gemm(false, true, g->mg, len, g->cg, wg, R, xg + (size_t)p0 * es, P,
+                  yg + (size_t)p0 * es, P);
+    } else if (j->mode == CONV_DIRECT) {
+      j->ty->direct(w, xg, wg, g->cg, g->mg, yg);
     } else {
-      for (int64_t p0 = 0; p0 < P; p0 += chunk) {
-        int64_t len = KEEL_MIN(chunk, P - p0);
-        ty->im2col(w, xg, g->cg, p0, len, col);
-        ty->gemm(false, true, g->mg, len, R, wg, R, col, len, yg + (size_t)p0 * es, P);
-      }
+      char *col = j->col + (size_t)worker * j->col_bytes;
+      j->ty->im2col(w, xg, g->cg, p0, len, col);
+      j->ty->gemm(false, true, g->mg, len, R, wg, R, col, len, yg + (size_t)p0 * es, P);
     }
   }
+  return KEEL_OK;
+}
+
+/* Chunks of output positions: small enough that col stays in budget and
+ * that there are a few tasks per thread, large enough for GEMM to run on
+ * full tiles (64 columns). */
+static int64_t conv_chunk(const conv_geom *g, int mode, size_t es, int threads) {
+  int64_t P = g->w.out_size, R = KEEL_MAX(g->cg * g->w.k_size, 1);
+  if (mode == CONV_DIRECT) return P;
+  int64_t c = mode == CONV_IM2COL ? col_chunk(R, P, es) : P;
+  int64_t planes = g->n * g->group, want = 4 * (int64_t)threads;
+  if (threads > 1 && planes < want) {
+    int64_t per = (want + planes - 1) / planes;
+    c = KEEL_MIN(c, KEEL_MAX((P + per - 1) / per, 64));
+  }
+  return KEEL_MAX(c, 1);
 }
 
 /* Y (N, M, out...) = conv(X (N, C, in...), W (M, Cg, k...)) + B (M). */
@@ -470,21 +510,20 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
                             const void *wt, const void *b, void *y) {
   const keel_win *w = &g->w;
   int64_t R = g->cg * w->k_size, P = w->out_size;
-  size_t es = ty->es, xs = (size_t)(g->c * w->in_size) * es, ys = (size_t)(g->m * P) * es;
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(R, P), g->mg)));
-  int mode = conv_mode(g);
-  void *col = NULL;
-  int64_t chunk = col_chunk(KEEL_MAX(R, 1), P, es);
-  if (R > 0 && mode == CONV_IM2COL) KEEL_TRY(keel_k_scratch_n(k, R * chunk, es, &col));
+  int threads = keel_pool_threads(k->pool);
+  conv_job j = {ty, g, conv_mode(g), R > 0 && w->in_size > 0, x, wt, b, y, NULL, 0, 0, 0};
   /* An empty spatial input (in_size 0, padded to a non-empty output) has
    * no data pointer (NULL + 0 is UB) and adds nothing: Y is the bias. */
-  bool taps = R > 0 && w->in_size > 0;
-  for (size_t n = 0; n < (size_t)g->n; n++) {
-    ty->bias((char *)y + n * ys, b, g->m, P);
-    if (taps)
-      conv_image(ty, g, mode, (const char *)x + n * xs, wt, (char *)y + n * ys, col, chunk);
+  j.chunk = conv_chunk(g, j.mode, ty->es, threads);
+  j.nchunks = (P + j.chunk - 1) / j.chunk;
+  if (j.taps && j.mode == CONV_IM2COL) {
+    void *col;
+    j.col_bytes = (size_t)(R * j.chunk) * ty->es;
+    KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * R * j.chunk, ty->es, &col));
+    j.col = col;
   }
-  return KEEL_OK;
+  return keel_pool_for(k->pool, g->n * g->group * j.nchunks, 1, conv_task, &j);
 }
 
 typedef keel_status (*run_fn)(keel_kctx *k, const conv_ty *ty, const conv_geom *g, const void *x,
@@ -583,7 +622,7 @@ static keel_status convtr_run(keel_kctx *k, const conv_ty *ty, const conv_geom *
   void *col = NULL;
   if (R > 0 && g->cg > 0) KEEL_TRY(keel_k_scratch_n(k, R * chunk, es, &col));
   for (size_t n = 0; n < (size_t)g->n; n++) {
-    ty->bias((char *)y + n * ys, b, g->m, P);
+    ty->bias((char *)y + n * ys, b, g->m, P, P);
     if (col) convtr_image(ty, g, (const char *)x + n * xs, wt, (char *)y + n * ys, col, chunk);
   }
   return KEEL_OK;
@@ -609,12 +648,16 @@ static keel_status conv_float(keel_kctx *k, bool tr) {
   KEEL_TRY(keel_k_out(k, 0, x->dtype, g.rank, g.yshape, &y));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   run_fn run = tr ? convtr_run : conv_run;
-  if (keel_is_half(x->dtype)) return run_half(k, run, &g, x, wt, b, y);
-  return run(k, x->dtype == KEEL_FLOAT ? &TY_F32 : &TY_F64, &g, x->data, wt->data,
-             b ? b->data : NULL, y->data);
+  keel_act act;
+  KEEL_TRY(keel_act_of(k->node, &act));
+  if (keel_is_half(x->dtype)) KEEL_TRY(run_half(k, run, &g, x, wt, b, y));
+  else
+    KEEL_TRY(run(k, x->dtype == KEEL_FLOAT ? &TY_F32 : &TY_F64, &g, x->data, wt->data,
+                 b ? b->data : NULL, y->data));
+  return keel_act_apply(&act, y);
 }
 
-static keel_status op_conv(keel_kctx *k) { return conv_float(k, false); }
+keel_status keel_op_conv_ref(keel_kctx *k) { return conv_float(k, false); }
 static keel_status op_conv_transpose(keel_kctx *k) { return conv_float(k, true); }
 
 /* ================================================== quantized convs */
@@ -756,7 +799,7 @@ static keel_status op_qlinear_conv(keel_kctx *k) {
 /* Element-type sets used in the table below. */
 #define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 const keel_opdef keel_ops_conv[] = {
-    {"", "Conv", 1, KEEL_OPSET_MAX, op_conv, 0, KEEL_TS_FLOAT},
+    {"", "Conv", 1, KEEL_OPSET_MAX, keel_op_conv_ref, 0, KEEL_TS_FLOAT, keel_conv_impls},
     {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose, 0, KEEL_TS_FLOAT},
     {"", "ConvInteger", 10, KEEL_OPSET_MAX, op_conv_integer, 0, Q8},
     {"", "QLinearConv", 10, KEEL_OPSET_MAX, op_qlinear_conv, 0, Q8},

@@ -62,19 +62,33 @@ static inline int64_t keel_win_ext(const keel_win *w, int i) {
   return (w->k[i] - 1) * w->d[i] + 1;
 }
 
+/* ============================================================ Conv */
+
+/* Conv's reference kernel (conv.c: im2col + GEMM, every case the op
+ * allows) and its faster implementations (conv_fast.c), which fall back
+ * to the reference for inputs they do not take. */
+KEEL_INTERNAL keel_status keel_op_conv_ref(keel_kctx *k);
+extern const keel_impl *const keel_conv_impls[];
+
 /* ============================================================ GEMM */
 
 /* KEEL_ERR_UNSUPPORTED when `largest` (the biggest dimension or leading
  * dimension of a product) does not fit BLAS's int indexing. */
 KEEL_INTERNAL keel_status keel_blas_fits(int64_t largest);
+/* Turns OpenBLAS's own threads off (once per process): keel's pool is the
+ * only source of parallelism. */
+KEEL_INTERNAL void keel_blas_init(void);
 
 /* C (M x N) = alpha * op(A) * op(B) + beta * C, op = transpose when ta/tb.
  * lda/ldb/ldc are row strides of the stored matrices. beta == 0 never reads
- * C. M, N or K may be 0. */
-KEEL_INTERNAL void keel_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+ * C. M, N or K may be 0. With a pool, a large product is split into row
+ * (or column) panels run on the pool's threads, OpenBLAS single-threaded
+ * in each. */
+struct keel_pool;
+KEEL_INTERNAL void keel_gemm_f32(struct keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                  float alpha, const float *A, int64_t lda, const float *B,
                                  int64_t ldb, float beta, float *C, int64_t ldc);
-KEEL_INTERNAL void keel_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+KEEL_INTERNAL void keel_gemm_f64(struct keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                  double alpha, const double *A, int64_t lda, const double *B,
                                  int64_t ldb, double beta, double *C, int64_t ldc);
 

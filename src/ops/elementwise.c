@@ -403,12 +403,51 @@ static int64_t ipow_int(int64_t base, int64_t e) {
   return (int64_t)r;
 }
 
+/* float32 to a single exponent that exported graphs use (LayerNorm's
+ * square, sqrt, cube, reciprocal): loops that vectorize instead of one
+ * pow() call per element. Each gives what pow() gives, correctly rounded:
+ * x*x and 1/x are exact IEEE operations; sqrt differs from pow only at -0
+ * and -inf (pow gives +0 and +inf); the cube is formed in double, where
+ * x*x is exact. Returns false when the exponent is not one of these. */
+static bool pow_special(const float *x, float e, float *y, int64_t n) {
+  if (e == 2.0f) {
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * x[i];
+  } else if (e == 0.5f) {
+    for (int64_t i = 0; i < n; i++) {
+      float v = sqrtf(x[i]);
+      y[i] = x[i] == 0 ? 0.0f : x[i] == -INFINITY ? INFINITY : v;
+    }
+  } else if (e == 3.0f) {
+    for (int64_t i = 0; i < n; i++) {
+      double d = x[i];
+      y[i] = (float)(d * d * d);
+    }
+  } else if (e == -1.0f) {
+    for (int64_t i = 0; i < n; i++) y[i] = 1.0f / x[i];
+  } else if (e == 1.0f) {
+    memmove(y, x, sizeof(float) * (size_t)n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 /* Pow with any (T, T1) pair: element by element through double, exact for
  * integer bases and exponents. */
 static keel_status op_pow(keel_kctx *k) {
   const keel_tensor *a, *b0;
   KEEL_TRY(keel_k_in(k, 0, &a));
   KEEL_TRY(keel_k_in(k, 1, &b0));
+  if (a->dtype == KEEL_FLOAT && b0->dtype == KEEL_FLOAT && keel_tensor_numel(b0) == 1 &&
+      b0->rank <= a->rank) {
+    float e = *(const float *)b0->data;
+    keel_tensor *o;
+    if (e == 2.0f || e == 0.5f || e == 3.0f || e == -1.0f || e == 1.0f) {
+      KEEL_TRY(keel_k_reuse(k, 0, 0, KEEL_FLOAT, a->rank, a->shape, &o));
+      pow_special(a->data, e, o->data, keel_tensor_numel(a));
+      return KEEL_OK;
+    }
+  }
   keel_tensor bl;
   KEEL_TRY(legacy_bshape(k, a, b0, &bl));
   int r;

@@ -259,3 +259,19 @@ void keel_broadcast_strides(int r, const int64_t *shape, int rout, const int64_t
     s *= shape[j];
   }
 }
+
+/* ================================================= prepared state */
+
+keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, keel_block **out) {
+  keel_block *b = keel_heap_alloc(p->heap, bytes ? bytes : 1, p->owner);
+  if (!b) {
+    keel_oom_info o = keel_heap_oom_info(p->heap);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY,
+                    "cannot allocate %zu bytes of prepared state (allocated %llu, reserved %llu%s)",
+                    bytes, (unsigned long long)o.allocated, (unsigned long long)o.reserved,
+                    o.by_cap ? ", the cap is reached" : "");
+  }
+  atomic_fetch_add(p->bytes, b->size);
+  *out = b;
+  return KEEL_OK;
+}

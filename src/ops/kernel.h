@@ -23,6 +23,8 @@
 #ifndef KEEL_KERNEL_H
 #define KEEL_KERNEL_H
 
+#include <stdatomic.h>
+
 #include "../base/status.h"
 #include "../ir/ir.h"
 
@@ -45,6 +47,9 @@ typedef struct keel_kctx {
   int32_t n_in, n_out;
   keel_heap *heap;
   keel_owner owner;            /* site of output 0, current iteration      */
+  struct keel_pool *pool;      /* the session's threads (base/pool.h)     */
+  const void *prep;            /* the node's prepared state (keel_impl), or
+                                  NULL; read-only while runs use it        */
   struct keel_runctx *run;        /* executor state (control flow only)       */
   struct keel_frame *frame;
   int32_t n_scratch;
@@ -66,6 +71,50 @@ enum {
 #define KEEL_TS_NUM (KEEL_TS_FLOAT | KEEL_TS_INT)
 #define KEEL_TS_ALL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL) | KEEL_T(KEEL_STRING))
 
+/* ---------------------------------------------------- implementations
+ *
+ * A row's `fn` is the op's reference kernel: it runs every node the op
+ * allows. A row may also list faster implementations (a library primitive,
+ * keel's own fast path); at session creation each node is bound, once, to
+ * the first one whose supports() accepts it, else to the reference. The
+ * choice is shown by `keel info`.
+ *
+ * An implementation may prepare state once per node at binding (packed or
+ * reordered weights, a library primitive): memory from the session's
+ * allocator through keel_prep_alloc, owner-tagged "prepared state of node
+ * ...", counted in keel_stats.prepared_bytes, released with the session.
+ * Runs read it through keel_kctx.prep and never write it (many threads run
+ * one node at once). */
+typedef struct keel_prep_ctx {
+  const keel_node *node;
+  /* per input: its tensor when the input is a constant (an initializer),
+   * NULL when it is computed at run time or omitted */
+  const keel_tensor *const *consts;
+  keel_heap *heap;
+  keel_owner owner;            /* the node's prepared-state site          */
+  int threads;                 /* the session's pool size                 */
+  _Atomic uint64_t *bytes;     /* the session's prepared-bytes figure     */
+} keel_prep_ctx;
+/* Nodes with more inputs than this keep their reference kernel. */
+#define KEEL_IMPL_MAX_IN 16
+
+typedef struct keel_impl {
+  const char *name;            /* "onednn", "direct", ... (keel info)     */
+  /* true when this implementation computes the node exactly as the
+   * reference would (attributes, which inputs are constant, types) */
+  bool (*supports)(const keel_prep_ctx *p);
+  /* optional: builds *state (may leave it NULL) */
+  keel_status (*prepare)(const keel_prep_ctx *p, void **state);
+  /* optional: frees what prepare built */
+  void (*release)(void *state, keel_heap *heap);
+  keel_kernel_fn fn;
+} keel_impl;
+
+/* Prepared-state memory: a block of the session's heap tagged with the
+ * node's prepared-state site. NULL (with a message) on OOM or the cap. */
+KEEL_INTERNAL keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes,
+                                          keel_block **out);
+
 typedef struct keel_opdef {
   const char *domain;          /* "" for ai.onnx                          */
   const char *name;
@@ -73,6 +122,7 @@ typedef struct keel_opdef {
   keel_kernel_fn fn;
   uint32_t flags;              /* KEEL_OPF_*                              */
   uint64_t types;              /* element types of the main input(s), KEEL_T */
+  const keel_impl *const *impls; /* faster implementations, NULL-ended; or NULL */
 } keel_opdef;
 
 /* ------------------------------------------------------------ inputs */

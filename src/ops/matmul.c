@@ -14,10 +14,12 @@
  * output with its row and column scales.
  */
 #include <cblas.h>
+#include <stdatomic.h>
 #include <limits.h>
 
 #include "bcast.h"
 #include "conv_util.h"
+#include "../base/pool.h"
 
 /* ======================================================= GEMM layer */
 
@@ -43,28 +45,86 @@ DEF_SCALE(scale_f64, double)
 
 static enum CBLAS_TRANSPOSE blas_t(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
-void keel_gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta,
-                   float *C, int64_t ldc) {
+/* One GEMM call split into panels for the pool: rows of C when M is the
+ * larger side, else columns. */
+typedef struct gemm_job {
+  bool ta, tb, f64, by_rows;
+  int64_t M, N, K, lda, ldb, ldc;
+  double alpha, beta;
+  const void *A, *B;
+  void *C;
+} gemm_job;
+
+static void gemm_call(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  int64_t M = m1 - m0, N = n1 - n0;
+  /* A's row m is at m*lda (or column m when transposed), B's column n at n
+   * (or row n when transposed) */
+  size_t ao = (size_t)(j->ta ? m0 : m0 * j->lda), bo = (size_t)(j->tb ? n0 * j->ldb : n0);
+  size_t co = (size_t)(m0 * j->ldc + n0);
+  if (j->f64)
+    cblas_dgemm(CblasRowMajor, blas_t(j->ta), blas_t(j->tb), (blasint)M, (blasint)N,
+                (blasint)j->K, j->alpha, (const double *)j->A + ao, (blasint)j->lda,
+                (const double *)j->B + bo, (blasint)j->ldb, j->beta, (double *)j->C + co,
+                (blasint)j->ldc);
+  else
+    cblas_sgemm(CblasRowMajor, blas_t(j->ta), blas_t(j->tb), (blasint)M, (blasint)N,
+                (blasint)j->K, (float)j->alpha, (const float *)j->A + ao, (blasint)j->lda,
+                (const float *)j->B + bo, (blasint)j->ldb, (float)j->beta, (float *)j->C + co,
+                (blasint)j->ldc);
+}
+
+static keel_status gemm_panel(void *ctx, int64_t b, int64_t e, int worker) {
+  (void)worker;
+  const gemm_job *j = ctx;
+  if (j->by_rows) gemm_call(j, b, e, 0, j->N);
+  else gemm_call(j, 0, j->M, b, e);
+  return KEEL_OK;
+}
+
+/* Below this many multiply-adds a product runs on the calling thread: the
+ * wake-up of the workers would cost more than it saves. */
+#define GEMM_PAR_MIN ((int64_t)1 << 18)
+
+static void gemm_run(keel_pool *pool, gemm_job *j) {
+  int t = keel_pool_threads(pool);
+  if (t == 1 || j->M * j->N * j->K < GEMM_PAR_MIN) {
+    gemm_call(j, 0, j->M, 0, j->N);
+    return;
+  }
+  j->by_rows = j->M >= j->N;
+  /* panels of 16 rows or 64 columns keep OpenBLAS's kernels on full tiles */
+  (void)keel_pool_for(pool, j->by_rows ? j->M : j->N, j->by_rows ? 16 : 64, gemm_panel, j);
+}
+
+void keel_gemm_f32(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+                   float beta, float *C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     scale_f32(M, N, beta, C, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, blas_t(ta), blas_t(tb), (blasint)M, (blasint)N, (blasint)K, alpha,
-              A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+  gemm_job j = {ta, tb, false, false, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+  gemm_run(pool, &j);
 }
 
-void keel_gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                   const double *A, int64_t lda, const double *B, int64_t ldb, double beta,
-                   double *C, int64_t ldc) {
+void keel_gemm_f64(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                   double alpha, const double *A, int64_t lda, const double *B, int64_t ldb,
+                   double beta, double *C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     scale_f64(M, N, beta, C, ldc);
     return;
   }
-  cblas_dgemm(CblasRowMajor, blas_t(ta), blas_t(tb), (blasint)M, (blasint)N, (blasint)K, alpha,
-              A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+  gemm_job j = {ta, tb, true, false, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+  gemm_run(pool, &j);
+}
+
+void openblas_set_num_threads(int n);
+
+void keel_blas_init(void) {
+  static atomic_flag done = ATOMIC_FLAG_INIT;
+  if (!atomic_flag_test_and_set(&done)) openblas_set_num_threads(1);
 }
 
 /* i-k-j order so the inner loop streams a row of B into a row of C (it
@@ -159,34 +219,65 @@ static keel_status mm_check_blas(const mm_plan *p) {
 }
 
 /* C (M x N) = A (M x K) * B (K x N), all dense. */
-typedef void (*mm_fn)(int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C);
+typedef void (*mm_fn)(keel_pool *pool, int64_t M, int64_t N, int64_t K, const void *A,
+                      const void *B, void *C);
 
 /* Runs the plan with one typed product per batch (or one folded).
  * A (A's batch..., M, K), B (B's batch..., K, N), C (batch..., M, N). */
-static void mm_run(const mm_plan *p, size_t es, mm_fn fn, const void *A, const void *B, void *C) {
+typedef struct mm_job {
+  const mm_plan *p;
+  size_t es;
+  mm_fn fn;
+  const void *A, *B;
+  void *C;
+} mm_job;
+
+static void mm_batch(const mm_job *j, keel_pool *pool, int64_t i) {
+  const mm_plan *p = j->p;
+  size_t ma = (size_t)(p->M * p->K) * j->es, mb = (size_t)(p->K * p->N) * j->es;
+  size_t mc = (size_t)(p->M * p->N) * j->es;
+  int64_t oa, ob;
+  mm_offsets(p, i, &oa, &ob);
+  j->fn(pool, p->M, p->N, p->K, (const char *)j->A + (size_t)oa * ma,
+        (const char *)j->B + (size_t)ob * mb, (char *)j->C + (size_t)i * mc);
+}
+
+static keel_status mm_batches(void *ctx, int64_t b, int64_t e, int worker) {
+  (void)worker;
+  for (int64_t i = b; i < e; i++) mm_batch(ctx, NULL, i);
+  return KEEL_OK;
+}
+
+/* Batches of a product with as many batches as threads or more run one per
+ * task (each product single-threaded: attention's many small matrices);
+ * fewer, larger batches split each product instead. */
+static void mm_run(keel_pool *pool, const mm_plan *p, size_t es, mm_fn fn, const void *A,
+                   const void *B, void *C) {
   if (p->fold) {
-    fn(p->nbatch * p->M, p->N, p->K, A, B, C);
+    fn(pool, p->nbatch * p->M, p->N, p->K, A, B, C);
     return;
   }
-  size_t ma = (size_t)(p->M * p->K) * es, mb = (size_t)(p->K * p->N) * es;
-  size_t mc = (size_t)(p->M * p->N) * es;
-  for (int64_t i = 0; i < p->nbatch; i++) {
-    int64_t oa, ob;
-    mm_offsets(p, i, &oa, &ob);
-    fn(p->M, p->N, p->K, (const char *)A + (size_t)oa * ma, (const char *)B + (size_t)ob * mb,
-       (char *)C + (size_t)i * mc);
+  mm_job j = {p, es, fn, A, B, C};
+  if (p->nbatch >= keel_pool_threads(pool)) {
+    (void)keel_pool_for(pool, p->nbatch, 1, mm_batches, &j);
+    return;
   }
+  for (int64_t i = 0; i < p->nbatch; i++) mm_batch(&j, pool, i);
 }
 
 /* ================================================= MatMul products */
 
-static void mm_f32(int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
-  keel_gemm_f32(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+static void mm_f32(keel_pool *pool, int64_t M, int64_t N, int64_t K, const void *A,
+                   const void *B, void *C) {
+  keel_gemm_f32(pool, false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
 }
-static void mm_f64(int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
-  keel_gemm_f64(false, false, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
+static void mm_f64(keel_pool *pool, int64_t M, int64_t N, int64_t K, const void *A,
+                   const void *B, void *C) {
+  keel_gemm_f64(pool, false, false, M, N, K, 1.0, A, K, B, N, 0.0, C, N);
 }
-static void mm_i32(int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
+static void mm_i32(keel_pool *pool, int64_t M, int64_t N, int64_t K, const void *A,
+                   const void *B, void *C) {
+  (void)pool;
   keel_gemm_i32(M, N, K, A, K, B, N, false, C, N);
 }
 
@@ -194,8 +285,9 @@ static void mm_i32(int64_t M, int64_t N, int64_t K, const void *A, const void *B
  * wraps instead of overflowing (products in uint64: narrow unsigned types
  * would promote to int, where they can overflow). */
 #define DEF_MM_INT(name, T, U)                                                          \
-  static void name(int64_t M, int64_t N, int64_t K, const void *pa, const void *pb,    \
-                   void *pc) {                                                          \
+  static void name(keel_pool *pool, int64_t M, int64_t N, int64_t K, const void *pa,  \
+                   const void *pb, void *pc) {                                          \
+    (void)pool;                                                                         \
     const T *a = pa, *b = pb;                                                           \
     for (int64_t m = 0; m < M; m++) {                                                   \
       U *c = (U *)pc + m * N;                                                           \
@@ -259,7 +351,7 @@ static keel_status op_matmul(keel_kctx *k) {
     return KEEL_OK;
   }
   if (!half) {
-    mm_run(&p, keel_dtype_size((keel_dtype)dt), fn, a->data, b->data, y->data);
+    mm_run(k->pool, &p, keel_dtype_size((keel_dtype)dt), fn, a->data, b->data, y->data);
     return KEEL_OK;
   }
   keel_tensor fa, fb;
@@ -267,7 +359,7 @@ static keel_status op_matmul(keel_kctx *k) {
   KEEL_TRY(keel_k_to_f32(k, a, &fa));
   KEEL_TRY(keel_k_to_f32(k, b, &fb));
   KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(y), sizeof(float), &fy));
-  mm_run(&p, sizeof(float), fn, fa.data, fb.data, fy);
+  mm_run(k->pool, &p, sizeof(float), fn, fa.data, fb.data, fy);
   keel_f32_store(fy, y);
   return KEEL_OK;
 }
@@ -328,17 +420,17 @@ static keel_status gemm_setup(keel_kctx *k, const keel_tensor *a, const keel_ten
 }
 
 /* float/double: Y = broadcast(C), then one BLAS call with beta. */
-static keel_status gemm_blas(const gemm_args *g, const keel_tensor *a, const keel_tensor *b,
+static keel_status gemm_blas(keel_pool *pool, const gemm_args *g, const keel_tensor *a, const keel_tensor *b,
                              keel_tensor *y) {
   int64_t lda = a->shape[1], ldb = b->shape[1];
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(g->M, g->N), KEEL_MAX(g->K, KEEL_MAX(lda, ldb)))));
   if (g->c) KEEL_TRY(keel_bcast_copy(g->c, y));
   float beta = g->c ? g->beta : 0.0f;
   if (y->dtype == KEEL_FLOAT)
-    keel_gemm_f32(g->ta, g->tb, g->M, g->N, g->K, g->alpha, a->data, lda, b->data, ldb, beta,
+    keel_gemm_f32(pool, g->ta, g->tb, g->M, g->N, g->K, g->alpha, a->data, lda, b->data, ldb, beta,
                   y->data, g->N);
   else
-    keel_gemm_f64(g->ta, g->tb, g->M, g->N, g->K, g->alpha, a->data, lda, b->data, ldb, beta,
+    keel_gemm_f64(pool, g->ta, g->tb, g->M, g->N, g->K, g->alpha, a->data, lda, b->data, ldb, beta,
                   y->data, g->N);
   return KEEL_OK;
 }
@@ -400,7 +492,7 @@ static keel_status gemm_half(keel_kctx *k, gemm_args *g, const keel_tensor *a,
   fy.data = p;
   fy.dtype = KEEL_FLOAT;
   fy.buf = NULL;
-  KEEL_TRY(gemm_blas(g, &fa, &fb, &fy));
+  KEEL_TRY(gemm_blas(k->pool, g, &fa, &fb, &fy));
   keel_f32_store(p, y);
   return KEEL_OK;
 }
@@ -422,7 +514,7 @@ static keel_status op_gemm(keel_kctx *k) {
   if (g.M == 0 || g.N == 0) return KEEL_OK;
   if (is_int) return gemm_int(&g, a, b, y);
   if (keel_is_half(dt)) return gemm_half(k, &g, a, b, y);
-  return gemm_blas(&g, a, b, y);
+  return gemm_blas(k->pool, &g, a, b, y);
 }
 
 /* ================================================ quantized staging */
@@ -505,7 +597,7 @@ static keel_status op_matmul_integer(keel_kctx *k) {
   int32_t *sa, *sb;
   KEEL_TRY(q_shift(k, a, p.ra, p.as, az, true, &sa));
   KEEL_TRY(q_shift(k, b, p.rb, p.bs, bz, false, &sb));
-  mm_run(&p, sizeof(int32_t), mm_i32, sa, sb, y->data);
+  mm_run(k->pool, &p, sizeof(int32_t), mm_i32, sa, sb, y->data);
   return KEEL_OK;
 }
 
@@ -607,7 +699,7 @@ static keel_status op_qlinear_matmul(keel_kctx *k) {
   KEEL_TRY(keel_k_scratch_n(k, ny, sizeof(int32_t), &acc));
   KEEL_TRY(q_scales(k, &p, as, true, &fa));
   KEEL_TRY(q_scales(k, &p, bs, false, &fb));
-  mm_run(&p, sizeof(int32_t), mm_i32, sa, sb, acc);
+  mm_run(k->pool, &p, sizeof(int32_t), mm_i32, sa, sb, acc);
   q_requant_mm(&p, acc, fa, fb, &q, y);
   return KEEL_OK;
 }

@@ -1,0 +1,162 @@
+/* pool.c: the thread pool behind every parallel kernel (pool.h).
+ *
+ * Workers sleep on a condition variable between jobs. A job is published
+ * under the lock with a new generation number; every participant then takes
+ * chunks from one atomic cursor until the range is exhausted or a chunk has
+ * failed, and the caller waits until every worker has left the job. The
+ * pool is claimed with one atomic flag: a caller that cannot claim it runs
+ * the range itself, so the pool never queues and never deadlocks on a
+ * nested call.
+ */
+#include "pool.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "../mem/sysmem.h"
+#include "prim.h"
+#include "status.h"
+
+typedef struct worker {
+  keel_thread th;
+  struct keel_pool *pool;
+  int id;
+} worker;
+
+struct keel_pool {
+  int threads;                 /* participants: caller + workers          */
+  int cap;                     /* threads the allocation was sized for    */
+  worker *workers;             /* threads - 1                             */
+  keel_mutex lock;
+  keel_cond wake, done;
+  _Atomic int claimed;         /* a job owns the pool                     */
+  /* the job, written under `lock` before `gen` moves */
+  keel_pool_fn fn;
+  void *ctx;
+  int64_t n, chunk;
+  _Atomic int64_t cursor;
+  int busy_workers;            /* workers not yet done with the job       */
+  uint64_t gen;
+  bool stop;
+  /* first failure */
+  _Atomic int failed;
+  keel_status err;
+  char msg[KEEL_ERRMSG_MAX];
+};
+
+/* ============================================================ chunks */
+
+static void run_chunks(keel_pool *p, int id) {
+  for (;;) {
+    if (atomic_load_explicit(&p->failed, memory_order_relaxed)) return;
+    int64_t b = atomic_fetch_add_explicit(&p->cursor, p->chunk, memory_order_relaxed);
+    if (b >= p->n) return;
+    int64_t e = KEEL_MIN(b + p->chunk, p->n);
+    keel_status st = p->fn(p->ctx, b, e, id);
+    if (KEEL_UNLIKELY(st)) {
+      int expect = 0;
+      if (atomic_compare_exchange_strong(&p->failed, &expect, 1)) {
+        p->err = st;
+        snprintf(p->msg, sizeof p->msg, "%s", keel_last_error());
+      }
+      return;
+    }
+  }
+}
+
+static void worker_main(void *arg) {
+  worker *w = arg;
+  keel_pool *p = w->pool;
+  uint64_t seen = 0;
+  keel_mutex_lock(&p->lock);
+  for (;;) {
+    while (p->gen == seen && !p->stop) keel_cond_wait(&p->wake, &p->lock);
+    if (p->stop) break;
+    seen = p->gen;
+    keel_mutex_unlock(&p->lock);
+    run_chunks(p, w->id);
+    keel_mutex_lock(&p->lock);
+    if (--p->busy_workers == 0) keel_cond_broadcast(&p->done);
+  }
+  keel_mutex_unlock(&p->lock);
+}
+
+/* ========================================================= lifecycle */
+
+static size_t pool_bytes(int threads) {
+  return sizeof(keel_pool) + (size_t)(threads - 1) * sizeof(worker);
+}
+
+keel_status keel_pool_create(int threads, keel_pool **out) {
+  if (threads <= 0) threads = keel_prim_cpu_count();
+  threads = KEEL_MIN(threads, KEEL_POOL_MAX);
+  keel_pool *p = keel_sys_calloc(1, pool_bytes(threads));
+  if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "thread pool of %d threads", threads);
+  p->workers = (worker *)(void *)(p + 1);
+  p->cap = threads;
+  keel_mutex_init(&p->lock);
+  keel_cond_init(&p->wake);
+  keel_cond_init(&p->done);
+  p->threads = 1;
+  for (int i = 1; i < threads; i++) {
+    worker *w = &p->workers[i - 1];
+    w->pool = p, w->id = i;
+    keel_status st = keel_thread_start(&w->th, worker_main, w);
+    if (st) {
+      p->threads = i; /* the ones that started are joined */
+      keel_pool_destroy(p);
+      return keel_err_prefix(st, "thread pool of %d threads", threads);
+    }
+    p->threads = i + 1;
+  }
+  keel_assert(p->threads == threads);
+  *out = p;
+  return KEEL_OK;
+}
+
+void keel_pool_destroy(keel_pool *p) {
+  if (!p) return;
+  keel_assert(!atomic_load(&p->claimed));
+  keel_mutex_lock(&p->lock);
+  p->stop = true;
+  keel_cond_broadcast(&p->wake);
+  keel_mutex_unlock(&p->lock);
+  for (int i = 1; i < p->threads; i++) keel_thread_join(&p->workers[i - 1].th);
+  keel_cond_destroy(&p->wake);
+  keel_cond_destroy(&p->done);
+  keel_mutex_destroy(&p->lock);
+  keel_sys_free(p, pool_bytes(p->cap));
+}
+
+int keel_pool_threads(const keel_pool *p) { return p ? p->threads : 1; }
+
+size_t keel_pool_bytes(const keel_pool *p) { return p ? pool_bytes(p->threads) : 0; }
+
+/* ============================================================== jobs */
+
+keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn fn, void *ctx) {
+  if (n <= 0) return KEEL_OK;
+  if (grain < 1) grain = 1;
+  int expect = 0;
+  if (!p || p->threads == 1 || n <= grain ||
+      !atomic_compare_exchange_strong(&p->claimed, &expect, 1))
+    return fn(ctx, 0, n, 0);
+  /* about four chunks per participant balances uneven chunks without
+   * much cursor traffic */
+  int64_t chunk = (n + 4 * p->threads - 1) / (4 * p->threads);
+  keel_mutex_lock(&p->lock);
+  p->fn = fn, p->ctx = ctx, p->n = n, p->chunk = KEEL_MAX(chunk, grain);
+  atomic_store_explicit(&p->cursor, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->failed, 0, memory_order_relaxed);
+  p->busy_workers = p->threads - 1;
+  p->gen++;
+  keel_cond_broadcast(&p->wake);
+  keel_mutex_unlock(&p->lock);
+  run_chunks(p, 0);
+  keel_mutex_lock(&p->lock);
+  while (p->busy_workers > 0) keel_cond_wait(&p->done, &p->lock);
+  keel_mutex_unlock(&p->lock);
+  keel_status st = atomic_load(&p->failed) ? keel_err(p->err, "%s", p->msg) : KEEL_OK;
+  atomic_store(&p->claimed, 0);
+  return st;
+}

@@ -1,0 +1,47 @@
+/* pool.h: the one thread pool of a session, and its parallel-for.
+ *
+ * A pool has `threads` participants: the calling thread and threads - 1
+ * workers started at creation. keel_pool_for(p, n, grain, fn, ctx) splits
+ * [0, n) into chunks of at least `grain` items and calls fn(ctx, begin, end,
+ * worker) for each, on the caller and the workers; `worker` is in
+ * [0, keel_pool_threads(p)) and is distinct among the calls running at the
+ * same moment, so a kernel may index per-worker scratch with it (scratch it
+ * allocated before the call: workers never allocate).
+ *
+ * One job runs at a time. A caller that finds the pool busy (another run on
+ * the same session, or a call from inside a job) runs its whole range on
+ * its own thread as worker 0: concurrent runs never oversubscribe the
+ * cores and never wait for each other.
+ *
+ * Errors: the first fn that fails stops the job (chunks not yet started are
+ * skipped); keel_pool_for returns its status with its message, whichever
+ * thread it ran on.
+ *
+ * Libraries with their own threads (OpenBLAS) are called from inside
+ * pool jobs with their threading off, so the pool's threads are the only
+ * ones computing.
+ */
+#ifndef KEEL_POOL_H
+#define KEEL_POOL_H
+
+#include "common.h"
+
+typedef struct keel_pool keel_pool;
+
+typedef keel_status (*keel_pool_fn)(void *ctx, int64_t begin, int64_t end, int worker);
+
+/* threads <= 0: the CPUs this process may run on. Capped at KEEL_POOL_MAX. */
+#define KEEL_POOL_MAX 256
+KEEL_INTERNAL keel_status keel_pool_create(int threads, keel_pool **out);
+/* Joins the workers. NULL is fine. No job may be running. */
+KEEL_INTERNAL void keel_pool_destroy(keel_pool *p);
+/* Participants of a job (1 for a NULL pool). */
+KEEL_INTERNAL int keel_pool_threads(const keel_pool *p);
+/* Runs fn over [0, n) as described above. A NULL pool, n <= grain or a
+ * one-thread pool call fn(ctx, 0, n, 0) directly. */
+KEEL_INTERNAL keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain,
+                                        keel_pool_fn fn, void *ctx);
+/* Bookkeeping bytes the pool holds (for keel_stats meta figures). */
+KEEL_INTERNAL size_t keel_pool_bytes(const keel_pool *p);
+
+#endif /* KEEL_POOL_H */

@@ -1,0 +1,24 @@
+/* pass.c: the pass pipeline (pass.h): the list, in order, and its runner. */
+#include "pass.h"
+
+#include "../base/status.h"
+#include "scope.h"
+
+static const keel_pass g_passes[] = {
+    {"autodiff", keel_ir_autodiff, false},
+    {"fuse-activation", keel_pass_fuse_activation, true},
+};
+
+const keel_pass *keel_ir_pass_list(size_t *n) {
+  *n = KEEL_COUNTOF(g_passes);
+  return g_passes;
+}
+
+keel_status keel_ir_passes(keel_model *m, bool optimize) {
+  for (size_t i = 0; i < KEEL_COUNTOF(g_passes); i++) {
+    if (g_passes[i].optimizing && !optimize) continue;
+    keel_status st = g_passes[i].run(m);
+    if (st) return keel_err_prefix(st, "pass %s", g_passes[i].name);
+  }
+  return KEEL_OK;
+}

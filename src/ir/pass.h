@@ -1,0 +1,39 @@
+/* pass.h: the one ordered list of graph passes that run at load, between
+ * reading the model (onnx/) and resolving names into slots (ir/scope.c).
+ *
+ *   inline functions (in the loader) -> autodiff -> [shard] -> constant
+ *   folding -> fusion -> [layout] -> resolve -> plan
+ *
+ * A pass is a function of the whole model: it sees every graph, sub-graphs
+ * of If/Loop/Scan included (m->graphs), works on value names, and may
+ * replace nodes (keel_graph_replace_node) or add constants (keel_ir_add_const,
+ * the one helper for that). A node a pass makes out of several keeps their
+ * names in fused_from, so reports, traces and errors still name the nodes
+ * of the file.
+ *
+ * Optimizing passes can be switched off per session
+ * (KEEL_OPT_NO_GRAPH_PASSES) to run the model exactly as written: the tests
+ * compare the two.
+ */
+#ifndef KEEL_PASS_H
+#define KEEL_PASS_H
+
+#include "ir.h"
+
+typedef struct keel_pass {
+  const char *name;
+  keel_status (*run)(keel_model *m);
+  bool optimizing;             /* skipped with KEEL_OPT_NO_GRAPH_PASSES    */
+} keel_pass;
+
+/* Runs the pipeline in order; optimize = false runs only the passes that
+ * give the model its meaning (autodiff). */
+KEEL_INTERNAL keel_status keel_ir_passes(keel_model *m, bool optimize);
+
+/* The pipeline, for listing (keel info, tests). */
+KEEL_INTERNAL const keel_pass *keel_ir_pass_list(size_t *n);
+
+/* Passes (one file each). */
+KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
+
+#endif /* KEEL_PASS_H */

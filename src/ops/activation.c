@@ -1,0 +1,95 @@
+/* activation.c: fused activations (activation.h). */
+#include "activation.h"
+
+#include <math.h>
+
+#include "../tensor/dtype.h"
+
+static const char *const g_names[] = {"", "Relu", "LeakyRelu", "Clip", "HardSigmoid",
+                                      "HardSwish", "Sigmoid", "Tanh"};
+
+keel_act_kind keel_act_from_op(const char *op) {
+  for (int i = 1; i < (int)KEEL_COUNTOF(g_names); i++)
+    if (!strcmp(op, g_names[i])) return (keel_act_kind)i;
+  return KEEL_ACT_NONE;
+}
+
+keel_status keel_act_of(const keel_node *n, keel_act *act) {
+  *act = (keel_act){KEEL_ACT_NONE, 0, 0};
+  const keel_attr *a = keel_node_attr(n, KEEL_ACT_ATTR);
+  if (!a) return KEEL_OK;
+  keel_act_kind kind = a->type == KEEL_ATTR_STRING ? keel_act_from_op(a->s) : KEEL_ACT_NONE;
+  if (!kind) return keel_err(KEEL_ERR_INVALID_MODEL, "%s is not a fusable activation", KEEL_ACT_ATTR);
+  const keel_attr *p = keel_node_attr(n, KEEL_ACT_PARAMS);
+  int np = p && p->type == KEEL_ATTR_FLOATS ? p->n : 0;
+  if (np != 2) return keel_err(KEEL_ERR_INVALID_MODEL, "%s needs 2 values", KEEL_ACT_PARAMS);
+  *act = (keel_act){kind, p->floats[0], p->floats[1]};
+  return KEEL_OK;
+}
+
+/* One element, written as ops/unary.c writes each activation. */
+static inline float act1(const keel_act *p, float x) {
+  float t;
+  switch (p->kind) {
+    case KEEL_ACT_RELU: return x < 0 ? 0 : x;
+    case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;
+    case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;
+    case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
+    case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    case KEEL_ACT_SIGMOID: t = expf(-fabsf(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
+    case KEEL_ACT_TANH: return tanhf(x);
+    default: return x;
+  }
+}
+
+static inline double act1d(const keel_act *p, double x) {
+  double t;
+  switch (p->kind) {
+    case KEEL_ACT_RELU: return x < 0 ? 0 : x;
+    case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;
+    case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;
+    case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
+    case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    case KEEL_ACT_SIGMOID: t = exp(-fabs(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
+    case KEEL_ACT_TANH: return tanh(x);
+    default: return x;
+  }
+}
+
+/* The switch sits outside the loops so each loop is one simple body. */
+void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
+  switch (p->kind) {
+    case KEEL_ACT_NONE: return;
+    case KEEL_ACT_RELU:
+      for (int64_t i = 0; i < n; i++) y[i] = y[i] < 0 ? 0 : y[i];
+      return;
+    case KEEL_ACT_CLIP:
+      for (int64_t i = 0; i < n; i++) {
+        float t = y[i] < p->a ? p->a : y[i];
+        y[i] = t > p->b ? p->b : t;
+      }
+      return;
+    default:
+      for (int64_t i = 0; i < n; i++) y[i] = act1(p, y[i]);
+  }
+}
+
+keel_status keel_act_apply(const keel_act *p, keel_tensor *y) {
+  if (p->kind == KEEL_ACT_NONE) return KEEL_OK;
+  int64_t n = keel_tensor_numel(y);
+  switch (y->dtype) {
+    case KEEL_FLOAT: keel_act_apply_f32(p, y->data, n); return KEEL_OK;
+    case KEEL_DOUBLE:
+      for (int64_t i = 0; i < n; i++) ((double *)y->data)[i] = act1d(p, ((double *)y->data)[i]);
+      return KEEL_OK;
+    case KEEL_FLOAT16:
+    case KEEL_BFLOAT16:
+      for (int64_t i = 0; i < n; i++)
+        keel_elem_set_f64(y->dtype, y->data, (size_t)i,
+                          act1(p, (float)keel_elem_get_f64(y->dtype, y->data, (size_t)i)));
+      return KEEL_OK;
+    default:
+      return keel_err(KEEL_ERR_UNSUPPORTED, "a fused activation on %s",
+                      keel_dtype_name((keel_dtype)y->dtype));
+  }
+}
