@@ -11,8 +11,7 @@
 # a model. Then for each model and thread count it alternates the two
 # runtimes in rounds (keel, ORT, keel, ORT, ...), each a fresh process:
 #   keel:  build/keel bench MODEL --data test_data_set_0 --threads N --json
-#          (OPENBLAS_NUM_THREADS=N and OMP_NUM_THREADS=N too, so a library's
-#          own threads follow N)
+#          (keel_options.threads = N: the session's pool; no environment)
 #   ORT:   node bench/ort_bench.js MODEL test_data_set_0 --threads N --json
 #          (intraOpNumThreads N, interOpNumThreads 1, optimization 'all')
 # Both take the same inputs and the same number of timed runs per round
@@ -92,7 +91,7 @@ keel_version=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unkn
 # Timed runs per round: about SECONDS_PER_ROUND of keel's time, 5..2000.
 iters_for() { # model threads
   local j=$OUT/runs/calib.json
-  OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
+  "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
     --data "$MODELS_DIR/$1/test_data_set_0" --threads "$2" --iters 3 --warmup 1 \
     --profile-runs 0 --json "$j" >/dev/null
   python3 -c "import json,sys; m=json.load(open('$j'))['median_ms']; \
@@ -100,7 +99,7 @@ print(max(5, min(2000, int($SECONDS_PER_ROUND * 1000 / max(m, 1e-3)))))"
 }
 
 run_keel() { # model threads iters json
-  OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
+  "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
     --data "$MODELS_DIR/$1/test_data_set_0" --threads "$2" --iters "$3" --warmup 3 \
     --profile-runs 0 --json "$4" >/dev/null
 }
