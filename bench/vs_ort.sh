@@ -19,8 +19,10 @@
 # timed run of every round; peak RSS is the median over rounds of each
 # process's VmHWM (ORT's minus the node host's baseline before loading ORT).
 # Prints the CPU model and flags, one row per model and thread count (with
-# the spread of the per-round ratios and keel's peak RSS over issue 8's
-# bound), and the geometric mean of keel/ORT per thread count; writes the table and
+# the spread of the per-round ratios, keel's peak RSS over issue 8's bound,
+# and both runtimes' median process CPU time per run, which a shared machine
+# disturbs less than wall time), and the geometric means of keel/ORT per
+# thread count (wall, and CPU time); writes the table and
 # every JSON file under --out (default build/bench-results/).
 # --quick: 2 rounds of ~0.5 s each (default: 5 rounds of ~2 s).
 # --check: first compare keel's outputs with ORT's and PyTorch's
@@ -135,11 +137,15 @@ mb = lambda b: b / 1048576
 print(f"CPU: {cpu}; flags: {flags.strip()}")
 print(f"keel {kv} vs onnxruntime-node {ov}; {rounds} round(s), alternating; medians over all timed runs;")
 print(f"per-round: the lowest and highest ratio of one round's medians; bound: issue 8's "
-      f"1.1 x weights + allocated peak + 16 MB; load average at the end: {os.getloadavg()[0]:.1f}\n")
+      f"1.1 x weights + allocated peak + 16 MB; CPU: median process CPU time per run, every "
+      f"thread (ORT's waiting workers spin); load average at the end: {os.getloadavg()[0]:.1f}\n")
 print("| model | threads | keel median ms | ORT median ms | keel/ORT | per-round keel/ORT | "
-      "keel peak RSS MB | ORT peak RSS MB (net) | keel RSS / bound |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-geo = {}
+      "keel peak RSS MB | ORT peak RSS MB (net) | keel RSS / bound | keel CPU ms | ORT CPU ms | CPU keel/ORT |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+geo, geo_cpu = {}, {}
+def cpu_median(runs):
+    c = [x for j in runs for x in j.get("cpu_times_ms", [])]
+    return statistics.median(c) if c else float("nan")
 for t in threads:
     for m in models:
         k, o = load("keel", m, t), load("ort", m, t)
@@ -149,13 +155,16 @@ for t in threads:
         orss = statistics.median([j["peak_rss_net"] for j in o])
         per = sorted(a["median_ms"] / b["median_ms"] for a, b in zip(k, o))
         bound = statistics.median([j["peak_rss"] / j["rss_bound"] for j in k if j.get("rss_bound")] or [0])
+        kc, oc = cpu_median(k), cpu_median(o)
         geo.setdefault(t, []).append(km / om)
+        geo_cpu.setdefault(t, []).append(kc / oc)
         print(f"| {m} | {t} | {km:.3f} | {om:.3f} | {km / om:.2f} | {per[0]:.2f}-{per[-1]:.2f} | "
-              f"{mb(krss):.1f} | {mb(orss):.1f} | {bound:.2f} |")
+              f"{mb(krss):.1f} | {mb(orss):.1f} | {bound:.2f} | {kc:.3f} | {oc:.3f} | {kc / oc:.2f} |")
 print()
 for t in threads:
     g = math.exp(sum(math.log(r) for r in geo[t]) / len(geo[t]))
+    gc = math.exp(sum(math.log(r) for r in geo_cpu[t]) / len(geo_cpu[t]))
     print(f"geometric mean keel/ORT at {t} thread(s): {g:.2f} over {len(geo[t])} models "
-          f"(worst {max(geo[t]):.2f}, best {min(geo[t]):.2f})")
+          f"(worst {max(geo[t]):.2f}, best {min(geo[t]):.2f}); on CPU time {gc:.2f}")
 PY
 echo "(table in $OUT/table.md; every run's JSON in $OUT/runs/)"

@@ -2,9 +2,11 @@
  * RSS and the allocator's peaks over timed runs that carry no profiling;
  * then separate profiled runs for a per-op-type time table and, with
  * --flops, the achieved GFLOP/s of Conv, MatMul and Gemm nodes (FLOPs from
- * the shapes the profiler records at each node's last execution). */
+ * the shapes the profiler records at each node's last execution). Process
+ * CPU time per run beside the wall time: on a shared machine it moves less. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -28,6 +30,7 @@ typedef struct op_row {
 
 typedef struct bench_result {
   double median, p90, min, mean;    /* seconds */
+  double cpu_median;                /* process CPU seconds per run, all threads */
   uint64_t peak_rss, alloc_peak, reserved_peak, weight_bytes;
   op_row *ops, *fl;
   size_t n_ops, n_fl;
@@ -130,16 +133,25 @@ static double rss_bound(const bench_result *r) {
   return 1.1 * (double)r->weight_bytes + (double)r->alloc_peak + 16.0 * 1048576.0;
 }
 
-/* `n` runs; times[i] in seconds when times is not NULL. */
-static int run_n(keel_session_t *s, cli_inputs *in, long n, double *times) {
+/* CPU time of the whole process (every thread), in seconds. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* `n` runs; times[i] (wall) and cpu[i] (process CPU) in seconds when not
+ * NULL. */
+static int run_n(keel_session_t *s, cli_inputs *in, long n, double *times, double *cpu) {
   size_t nout = keel_session_output_count(s);
   keel_value_t **outs = calloc(nout + 1, sizeof *outs);
   if (!outs) return fail("bench", KEEL_ERR_OUT_OF_MEMORY);
   int rc = 0;
   for (long it = 0; it < n && !rc; it++) {
-    double t0 = cli_now();
+    double c0 = cpu ? cpu_now() : 0, t0 = cli_now();
     keel_status st = keel_run(s, in->names, in->values, in->n, outs);
     if (times) times[it] = cli_now() - t0;
+    if (cpu) cpu[it] = cpu_now() - c0;
     if (st) rc = fail("run", st);
     for (size_t i = 0; i < nout && !st; i++) keel_value_release(outs[i]), outs[i] = NULL;
   }
@@ -159,11 +171,11 @@ static double quantile(const double *sorted, size_t n, double q) {
 }
 
 static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, double *times,
-                      bench_result *r) {
-  int rc = run_n(s, in, a->warmup, NULL);
+                      double *cpu, bench_result *r) {
+  int rc = run_n(s, in, a->warmup, NULL, NULL);
   if (rc) return rc;
   keel_stats_reset_peaks(s);
-  if ((rc = run_n(s, in, a->iters, times))) return rc;
+  if ((rc = run_n(s, in, a->iters, times, cpu))) return rc;
   r->peak_rss = peak_rss();
   r->weight_bytes = weight_bytes(s);
   keel_stats st = {.size = sizeof st};
@@ -177,6 +189,8 @@ static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, do
   r->min = sorted[0];
   r->median = cli_median(sorted, n);
   r->mean = sum / (double)n;
+  for (size_t i = 0; i < n; i++) sorted[i] = cpu[i];
+  r->cpu_median = cli_median(sorted, n);
   free(sorted);
   return 0;
 }
@@ -265,7 +279,7 @@ static int profiled_runs(keel_session_t *s, cli_inputs *in, const bench_args *a,
   keel_status st = keel_profile_start(s, KEEL_PROFILE_MEMORY);
   if (st) return fail("profile", st);
   double t0 = cli_now();
-  int rc = run_n(s, in, a->profile_runs, NULL);
+  int rc = run_n(s, in, a->profile_runs, NULL, NULL);
   r->wall_ns = (uint64_t)((cli_now() - t0) * 1e9);
   keel_profile_stop(s);
   if (rc) return rc;
@@ -331,6 +345,7 @@ static void print_result(const bench_args *a, const bench_result *r) {
          r->median * 1e3, r->p90 * 1e3, r->min * 1e3, r->mean * 1e3);
   printf("          over %ld timed run(s) after %ld warmup run(s)\n", a->iters, a->warmup);
   printf("rate      %.2f runs/s\n", r->median > 0 ? 1.0 / r->median : 0.0);
+  printf("cpu       median %.3f ms per run (process CPU time, every thread)\n", r->cpu_median * 1e3);
   printf("memory    peak RSS %s   allocated peak %s   reserved peak %s\n",
          cli_bytes(r->peak_rss, b1, sizeof b1), cli_bytes(r->alloc_peak, b2, sizeof b2),
          cli_bytes(r->reserved_peak, b3, sizeof b3));
@@ -356,7 +371,14 @@ static void json_rows(FILE *f, const char *key, const op_row *rows, size_t n, do
   fprintf(f, "\n ]");
 }
 
-static int write_json(const bench_args *a, const bench_result *r, const double *times) {
+static void json_times(FILE *f, const char *key, const double *t, long n) {
+  fprintf(f, ",\n \"%s\": [", key);
+  for (long i = 0; i < n; i++) fprintf(f, "%s%.6f", i ? ", " : "", t[i] * 1e3);
+  fprintf(f, "]");
+}
+
+static int write_json(const bench_args *a, const bench_result *r, const double *times,
+                      const double *cpu) {
   FILE *f = fopen(a->json, "w");
   if (!f) {
     fprintf(stderr, "keel: cannot write %s\n", a->json);
@@ -366,13 +388,15 @@ static int write_json(const bench_args *a, const bench_result *r, const double *
              " \"median_ms\": %.6f, \"p90_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f,"
              " \"runs_per_s\": %.3f,\n \"peak_rss\": %llu, \"allocated_peak\": %llu,"
              " \"reserved_peak\": %llu,\n \"weight_bytes\": %llu, \"rss_bound\": %.0f,"
-             " \"profile_runs\": %ld, \"profile_wall_ms\": %.6f,\n \"times_ms\": [",
+             " \"profile_runs\": %ld, \"profile_wall_ms\": %.6f, \"cpu_median_ms\": %.6f",
           a->threads, a->iters, a->warmup, r->median * 1e3, r->p90 * 1e3, r->min * 1e3,
           r->mean * 1e3, r->median > 0 ? 1.0 / r->median : 0.0, (unsigned long long)r->peak_rss,
           (unsigned long long)r->alloc_peak, (unsigned long long)r->reserved_peak,
-          (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs, a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0);
-  for (long i = 0; i < a->iters; i++) fprintf(f, "%s%.6f", i ? ", " : "", times[i] * 1e3);
-  fprintf(f, "]");
+          (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs,
+          a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0,
+          r->cpu_median * 1e3);
+  json_times(f, "times_ms", times, a->iters);
+  json_times(f, "cpu_times_ms", cpu, a->iters);
   double runs = a->profile_runs ? (double)a->profile_runs : 1.0;
   json_rows(f, "ops", r->ops, r->n_ops, runs, (double)r->prof_ns);
   json_rows(f, "flops", r->fl, r->n_fl, runs, (double)r->prof_ns);
@@ -391,12 +415,14 @@ static int bench(keel_session_t *s, const bench_args *a) {
   int rc = st ? fail("inputs", st) : 0;
   bench_result r = {0};
   double *times = calloc((size_t)a->iters, sizeof *times);
-  if (!rc && !times) rc = fail("bench", KEEL_ERR_OUT_OF_MEMORY);
-  if (!rc) rc = timed_runs(s, &in, a, times, &r);
+  double *cpu = calloc((size_t)a->iters, sizeof *cpu);
+  if (!rc && (!times || !cpu)) rc = fail("bench", KEEL_ERR_OUT_OF_MEMORY);
+  if (!rc) rc = timed_runs(s, &in, a, times, cpu, &r);
   if (!rc) rc = profiled_runs(s, &in, a, &r);
   if (!rc) print_result(a, &r);
-  if (!rc && a->json) rc = write_json(a, &r, times);
+  if (!rc && a->json) rc = write_json(a, &r, times, cpu);
   free(times);
+  free(cpu);
   free(r.ops);
   free(r.fl);
   cli_inputs_free(&in);
