@@ -3,6 +3,7 @@
 #
 #   bench/vs_ort.sh [--quick] [--check] [--rounds N] [--seconds S] [--threads "1 2"]
 #                   [--models "detector gpt ..."] [--build DIR] [--out DIR]
+#                   [--label TEXT]   (names keel's build in the table)
 #
 # On a clean clone it builds keel if build/keel is missing (cmake, Release),
 # installs onnxruntime-node into build/ort/ if NODE_PATH does not already
@@ -37,6 +38,7 @@ THREADS="1 2"
 MODELS="mobilenet_v3 resnet50 detector gpt bert lstm"
 OUT=""
 CHECK=0
+LABEL=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) ROUNDS=2; SECONDS_PER_ROUND=0.5 ;;
@@ -47,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --models) MODELS=$2; shift ;;
     --build) BUILD=$(cd "$2" && pwd); shift ;;
     --out) OUT=$2; shift ;;
+    --label) LABEL=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_ort.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -88,7 +91,7 @@ fi
 cpu_model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_0-9]*)$' | tr '\n' ' ')
 ort_version=$(node -e "console.log(require('onnxruntime-node/package.json').version)")
-keel_version=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+keel_version=${LABEL:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
 
 # Timed runs per round: about SECONDS_PER_ROUND of keel's time, 5..2000.
 iters_for() { # model threads
