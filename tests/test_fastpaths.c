@@ -89,7 +89,86 @@ static void erf_sweep(void) {
   keel_session_destroy(s);
 }
 
+/* Where with broadcasting against a naive index walk, for 1-, 4- and
+ * 8-byte elements and for strings. */
+static int64_t bidx(int64_t flat, int r, const int64_t *out, int ri, const int64_t *dims) {
+  int64_t coord[8], o = 0, st = 1;
+  for (int d = r - 1; d >= 0; d--) coord[d] = flat % out[d], flat /= out[d];
+  for (int d = ri - 1; d >= 0; d--) {
+    int64_t c = coord[d + r - ri] % dims[d];
+    o += c * st;
+    st *= dims[d];
+  }
+  return o;
+}
+
+static void where_case(int dtype, int rc, const int64_t *dc, int rx, const int64_t *dx, int ry,
+                       const int64_t *dy, int r, const int64_t *dout) {
+  int64_t nc = 1, nx = 1, ny = 1, no = 1;
+  for (int i = 0; i < rc; i++) nc *= dc[i];
+  for (int i = 0; i < rx; i++) nx *= dx[i];
+  for (int i = 0; i < ry; i++) ny *= dy[i];
+  for (int i = 0; i < r; i++) no *= dout[i];
+  uint8_t *c = malloc((size_t)nc);
+  double *xv = malloc(sizeof(double) * (size_t)nx), *yv = malloc(sizeof(double) * (size_t)ny);
+  for (int64_t i = 0; i < nc; i++) c[i] = (uint8_t)((i * 7 + 3) % 3 == 0);
+  for (int64_t i = 0; i < nx; i++) xv[i] = (double)(i % 100) + 0.5;
+  for (int64_t i = 0; i < ny; i++) yv[i] = -(double)(i % 90) - 0.25;
+  size_t es = keel_dtype_size((keel_dtype)dtype);
+  uint8_t *xb = malloc(es * (size_t)nx), *yb = malloc(es * (size_t)ny);
+  for (int64_t i = 0; i < nx; i++) {
+    if (dtype == KEEL_DOUBLE) ((double *)(void *)xb)[i] = xv[i];
+    else if (dtype == KEEL_FLOAT) ((float *)(void *)xb)[i] = (float)xv[i];
+    else ((int8_t *)xb)[i] = (int8_t)xv[i];
+  }
+  for (int64_t i = 0; i < ny; i++) {
+    if (dtype == KEEL_DOUBLE) ((double *)(void *)yb)[i] = yv[i];
+    else if (dtype == KEEL_FLOAT) ((float *)(void *)yb)[i] = (float)yv[i];
+    else ((int8_t *)yb)[i] = (int8_t)yv[i];
+  }
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "c", KEEL_BOOL, rc, dc);
+  mb_input(g, "x", dtype, rx, dx);
+  mb_input(g, "y", dtype, ry, dy);
+  mb_add(g, "Where", "c,x,y", "o");
+  mb_output(g, "o", dtype, -1, NULL);
+  keel_session_t *s = mb_session(g, 16);
+  CHECK(s != NULL);
+  if (s) {
+    keel_value_t *in[3] = {mb_tensor(s, KEEL_BOOL, rc, dc, c), mb_tensor(s, dtype, rx, dx, xb),
+                           mb_tensor(s, dtype, ry, dy, yb)};
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"c", "x", "y"}, in, 3, out));
+    int bad = 0;
+    for (int64_t i = 0; out[0] && i < no; i++) {
+      bool pick = c[bidx(i, r, dout, rc, dc)];
+      double want = pick ? xv[bidx(i, r, dout, rx, dx)] : yv[bidx(i, r, dout, ry, dy)];
+      if (dtype == KEEL_FLOAT) want = (float)want;
+      else if (dtype == KEEL_INT8) want = (int8_t)want;
+      bad += keel_value_at(out[0], i) != want;
+    }
+    CHECK(out[0] && keel_value_numel(out[0]) == no && bad == 0);
+    keel_value_release(out[0]);
+    for (int i = 0; i < 3; i++) keel_value_release(in[i]);
+    keel_session_destroy(s);
+  }
+  free(c), free(xv), free(yv), free(xb), free(yb);
+}
+
+static void where_all(void) {
+  const int types[] = {KEEL_FLOAT, KEEL_DOUBLE, KEEL_INT8};
+  for (int t = 0; t < 3; t++) {
+    where_case(types[t], 3, (int64_t[]){4, 1, 6}, 2, (int64_t[]){3, 1}, 4,
+               (int64_t[]){5, 4, 1, 1}, 4, (int64_t[]){5, 4, 3, 6});
+    where_case(types[t], 2, (int64_t[]){7, 9}, 2, (int64_t[]){7, 9}, 0, NULL, 2,
+               (int64_t[]){7, 9});
+    where_case(types[t], 1, (int64_t[]){1}, 3, (int64_t[]){2, 3, 4}, 1, (int64_t[]){4}, 3,
+               (int64_t[]){2, 3, 4});
+  }
+}
+
 int main(void) {
+  where_all();
   erf_sweep();
   const float es[] = {2.0f, 0.5f, 3.0f, -1.0f, 1.0f, 1.5f};
   for (size_t i = 0; i < sizeof es / sizeof *es; i++) one(es[i]);

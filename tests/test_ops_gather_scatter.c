@@ -1,7 +1,8 @@
 /* test_ops_gather_scatter.c: the indexing family through real sessions.
  *
  * The tricky kernels (Gather, GatherElements, GatherND with batch_dims,
- * ScatterND, ScatterElements with reductions, TopK, Unique, CumSum) run on
+ * ScatterND, ScatterElements with reductions, TopK, Unique, CumSum, CumProd,
+ * TensorScatter) run on
  * random shapes against naive references written here with full
  * multi-index arithmetic; the generic data movers also run on strings,
  * float16 and bool. Error cases check the status, the message, that the
@@ -551,9 +552,10 @@ static void unique_strings(void) {
   (void)n;
 }
 
-/* ========================================================== CumSum */
+/* ================================================= CumSum, CumProd */
 
-static void cumsum_case(int dt) {
+/* prod: CumProd (opset 26) on values in [-3, 3], exact in every type. */
+static void cumul_case(int dt, bool prod) {
   int r = (int)rnd(1, 3), excl = (int)rnd(0, 1), rev = (int)rnd(0, 1);
   int64_t xd[3], axis = rnd(0, r - 1);
   random_shape(r, 1, 5, xd);
@@ -561,24 +563,26 @@ static void cumsum_case(int dt) {
   int32_t xi[128];
   uint16_t xh[128];
   for (int64_t e = 0; e < numel(r, xd); e++) {
-    x[e] = (float)rnd(-20, 20), xi[e] = (int32_t)x[e];
+    x[e] = (float)(prod ? rnd(-3, 3) : rnd(-20, 20)), xi[e] = (int32_t)x[e];
     xh[e] = dt == KEEL_BFLOAT16 ? keel_f32_to_bf16(x[e]) : keel_f32_to_f16(x[e]); /* exact */
   }
-  for (int64_t e = 0; e < numel(r, xd); e++) { /* naive: sum the whole range */
+  for (int64_t e = 0; e < numel(r, xd); e++) { /* naive: combine the whole range */
     int64_t u[3], v[3];
     unravel(e, r, xd, u);
     memcpy(v, u, sizeof v);
-    want[e] = 0;
+    want[e] = prod ? 1 : 0;
     for (v[axis] = 0; v[axis] < xd[axis]; v[axis]++) {
       bool before = rev ? v[axis] > u[axis] : v[axis] < u[axis];
-      if (before || (!excl && v[axis] == u[axis])) want[e] += x[ravel(r, xd, v)];
+      if (!before && (excl || v[axis] != u[axis])) continue;
+      if (prod) want[e] *= x[ravel(r, xd, v)];
+      else want[e] += x[ravel(r, xd, v)];
     }
   }
   mb_node *n;
-  mb_graph *g = graph_for("CumSum", 2, (int[]){dt, KEEL_INT32}, 1, (int[]){dt}, &n);
+  mb_graph *g = graph_for(prod ? "CumProd" : "CumSum", 2, (int[]){dt, KEEL_INT32}, 1, (int[]){dt}, &n);
   mb_attr_i(n, "exclusive", excl);
   mb_attr_i(n, "reverse", rev);
-  keel_session_t *s = mb_session(g, 14);
+  keel_session_t *s = mb_session(g, prod ? 26 : 14);
   const void *data = dt == KEEL_FLOAT ? (const void *)x : dt == KEEL_INT32 ? (const void *)xi : (const void *)xh;
   int32_t ax = (int32_t)(axis - (next() % 2 ? r : 0));
   keel_value_t *in[2] = {mb_tensor(s, dt, r, xd, data), mb_tensor(s, KEEL_INT32, 0, NULL, &ax)};
@@ -586,6 +590,95 @@ static void cumsum_case(int dt) {
   CHECK_OK(run(s, 2, in, out));
   CHECK(same_f32(out[0], r, xd, want));
   release_all(out, 1);
+  release_all(in, 2);
+  keel_session_destroy(s);
+}
+
+/* CumProd on int64 wraps like unsigned arithmetic; a bad axis is an error. */
+static void cumprod_edges(void) {
+  mb_node *n;
+  mb_graph *g = graph_for("CumProd", 2, (int[]){KEEL_INT64, KEEL_INT64}, 1, (int[]){KEEL_INT64}, &n);
+  keel_session_t *s = mb_session(g, 26);
+  int64_t x[3] = {INT64_MAX, 2, 3}, ax = 0, bad = 1;
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_INT64, 1, (int64_t[]){3}, x), mb_tensor(s, KEEL_INT64, 0, NULL, &ax)};
+  keel_value_t *out[1] = {0};
+  CHECK_OK(run(s, 2, in, out));
+  const int64_t *y = out[0] ? keel_value_data(out[0]) : NULL;
+  CHECK(y && y[0] == INT64_MAX && y[1] == (int64_t)((uint64_t)INT64_MAX * 2u) &&
+        y[2] == (int64_t)((uint64_t)INT64_MAX * 6u));
+  release_all(out, 1);
+  keel_value_release(in[1]);
+  in[1] = mb_tensor(s, KEEL_INT64, 0, NULL, &bad);
+  CHECK_STATUS(run(s, 2, in, out), KEEL_ERR_SHAPE);
+  release_all(in, 2);
+  keel_session_destroy(s);
+}
+
+/* ==================================================== TensorScatter */
+
+/* past (B, H, S, D) or (B, S, D), update with U <= S rows along axis,
+ * write_indices per batch (or omitted); naive reference per element. */
+static void tensor_scatter_case(void) {
+  int r = (int)rnd(3, 4), circ = (int)rnd(0, 1), with_wi = (int)rnd(0, 2) > 0;
+  int64_t pd[4], ud[4];
+  random_shape(r, 1, 4, pd);
+  int axis = (int)rnd(1, r - 1);
+  memcpy(ud, pd, sizeof pd);
+  ud[axis] = rnd(0, pd[axis]);
+  int64_t wi[4], np = numel(r, pd), nu = numel(r, ud);
+  for (int64_t b = 0; b < pd[0]; b++)
+    wi[b] = with_wi ? (circ ? rnd(0, pd[axis] - 1) : rnd(0, pd[axis] - ud[axis])) : 0;
+  float past[256], upd[256], want[256];
+  for (int64_t e = 0; e < np; e++) past[e] = want[e] = (float)e;
+  for (int64_t e = 0; e < nu; e++) upd[e] = (float)(1000 + e);
+  for (int64_t e = 0; e < nu; e++) {
+    int64_t u[4];
+    unravel(e, r, ud, u);
+    u[axis] = (wi[u[0]] + u[axis]) % pd[axis];
+    want[ravel(r, pd, u)] = upd[e];
+  }
+  mb_node *n;
+  mb_graph *g = graph_for("TensorScatter", with_wi ? 3 : 2, (int[]){KEEL_FLOAT, KEEL_FLOAT, KEEL_INT64}, 1,
+                          (int[]){KEEL_FLOAT}, &n);
+  mb_attr_i(n, "axis", axis - (rnd(0, 1) ? r : 0));
+  if (circ || rnd(0, 1)) mb_attr_s(n, "mode", circ ? "circular" : "linear");
+  keel_session_t *s = mb_session(g, 24);
+  keel_value_t *in[3] = {mb_tensor(s, KEEL_FLOAT, r, pd, past), mb_tensor(s, KEEL_FLOAT, r, ud, upd),
+                         mb_tensor(s, KEEL_INT64, 1, pd, wi)};
+  keel_value_t *out[1] = {0};
+  CHECK_OK(run(s, with_wi ? 3 : 2, in, out));
+  CHECK(same_f32(out[0], r, pd, want));
+  release_all(out, 1);
+  release_all(in, 3);
+  keel_session_destroy(s);
+}
+
+/* Linear writes past the end, negative indices, mismatched shapes and the
+ * batch axis are errors; the session stays usable. */
+static void tensor_scatter_errors(void) {
+  float past[24] = {0}, upd[12] = {0};
+  int64_t pd[3] = {2, 4, 3}, ud[3] = {2, 2, 3}, bd[3] = {2, 2, 2};
+  int64_t wis[3][2] = {{0, 3}, {-1, 0}, {0, 2}};
+  keel_status want[3] = {KEEL_ERR_SHAPE, KEEL_ERR_SHAPE, KEEL_OK};
+  mb_node *n;
+  mb_graph *g = graph_for("TensorScatter", 3, (int[]){KEEL_FLOAT, KEEL_FLOAT, KEEL_INT64}, 1,
+                          (int[]){KEEL_FLOAT}, &n);
+  keel_session_t *s = mb_session(g, 24);
+  for (int c = 0; c < 4; c++) {
+    keel_value_t *in[3] = {mb_tensor(s, KEEL_FLOAT, 3, pd, past),
+                           mb_tensor(s, KEEL_FLOAT, 3, c == 3 ? bd : ud, upd),
+                           mb_tensor(s, KEEL_INT64, 1, pd, wis[c == 3 ? 2 : c])};
+    keel_value_t *out[1] = {0};
+    CHECK_STATUS(run(s, 3, in, out), c == 3 ? KEEL_ERR_SHAPE : want[c]);
+    release_all(out, 1);
+    release_all(in, 3);
+  }
+  keel_session_destroy(s);
+  g = graph_for("TensorScatter", 2, (int[]){KEEL_FLOAT, KEEL_FLOAT}, 1, (int[]){KEEL_FLOAT}, &n);
+  mb_attr_i(n, "axis", 0);
+  s = mb_session(g, 24);
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 3, pd, past), mb_tensor(s, KEEL_FLOAT, 3, pd, past)}, *out[1] = {0};
+  CHECK_STATUS(run(s, 2, in, out), KEEL_ERR_SHAPE);
   release_all(in, 2);
   keel_session_destroy(s);
 }
@@ -893,7 +986,11 @@ int main(void) {
   topk_typed();
   for (int i = 0; i < 200; i++) unique_case();
   unique_strings();
-  for (int i = 0; i < 60; i++) cumsum_case(i % 4 == 0 ? KEEL_INT32 : i % 4 == 1 ? KEEL_FLOAT16 : i % 4 == 2 ? KEEL_BFLOAT16 : KEEL_FLOAT);
+  for (int i = 0; i < 120; i++)
+    cumul_case(i % 4 == 0 ? KEEL_INT32 : i % 4 == 1 ? KEEL_FLOAT16 : i % 4 == 2 ? KEEL_BFLOAT16 : KEEL_FLOAT, i >= 60);
+  cumprod_edges();
+  for (int i = 0; i < 60; i++) tensor_scatter_case();
+  tensor_scatter_errors();
   onehot_cases();
   compress_cases();
   nonzero_cases();

@@ -1,4 +1,4 @@
-/* test_ops_image.c: Resize, Upsample, GridSample, RoiAlign and
+/* test_ops_image.c: Resize, Upsample, GridSample (4-D and 5-D), AffineGrid, RoiAlign and
  * NonMaxSuppression through real sessions, against naive references
  * written here.
  *
@@ -666,6 +666,198 @@ static void check_gridsample(void) {
   keel_session_destroy(s);
 }
 
+/* ==================================================== GridSample 5-D */
+
+/* 3-D sampling (opset 20+): trilinear or nearest, every padding mode,
+ * against a reference that reads the 8 (or 1) voxels itself; when a point
+ * leaves the volume on some dim, border and reflection act on all three
+ * coordinates, as in the 2-D reference above. */
+typedef struct vcase {
+  int mode, pad, align;        /* 0 linear 1 nearest; zeros border reflection */
+  int64_t n, c, dim[3], out[3];
+} vcase;
+
+static double v_voxel(const vcase *v, const double *img, const int64_t *q, const double *lo, const double *hi) {
+  int64_t off = 0;
+  for (int d = 0; d < 3; d++) {
+    int64_t i = q[d];
+    if (v->pad == 0 && (i < 0 || i >= v->dim[d])) return 0;
+    if (v->pad == 2) i = (int64_t)g_reflect((double)i, lo[d], hi[d]);
+    off = off * v->dim[d] + clampi(i, v->dim[d]);
+  }
+  return img[off];
+}
+
+static double ref_volume(const vcase *v, const double *img, const float *g) {
+  double p[3], lo[3], hi[3];
+  bool out = false;
+  for (int d = 0; d < 3; d++) { /* g lists (x, y, z): z is dim 0 */
+    double nv = g[2 - d], len = (double)v->dim[d];
+    lo[d] = v->align ? 0 : -0.5, hi[d] = v->align ? len - 1 : len - 0.5;
+    p[d] = v->align ? (nv + 1) / 2 * (len - 1) : ((nv + 1) * len - 1) / 2;
+    if (v->mode == 1) p[d] = rint(p[d]);
+    out = out || p[d] < lo[d] || p[d] > hi[d];
+  }
+  for (int d = 0; d < 3 && out; d++) {
+    if (v->pad == 1) p[d] = fmin(fmax(p[d], 0), (double)v->dim[d] - 1);
+    if (v->pad == 2) p[d] = g_reflect(p[d], lo[d], hi[d]);
+  }
+  if (v->mode == 1) return v_voxel(v, img, (int64_t[]){(int64_t)p[0], (int64_t)p[1], (int64_t)p[2]}, lo, hi);
+  double acc = 0;
+  for (int corner = 0; corner < 8; corner++) {
+    int64_t q[3];
+    double w = 1;
+    for (int d = 0; d < 3; d++) {
+      int hi1 = (corner >> d) & 1;
+      double f = floor(p[d]);
+      q[d] = (int64_t)f + hi1;
+      w *= hi1 ? p[d] - f : 1 - (p[d] - f);
+    }
+    acc += w * v_voxel(v, img, q, lo, hi);
+  }
+  return acc;
+}
+
+static void check_gridsample_volume_case(const vcase *v) {
+  static const char *const gm[] = {"linear", "nearest"};
+  static const char *const gp[] = {"zeros", "border", "reflection"};
+  mb_graph *gr = mb_graph_new("main");
+  int64_t xd[5] = {v->n, v->c, v->dim[0], v->dim[1], v->dim[2]};
+  int64_t gd[5] = {v->n, v->out[0], v->out[1], v->out[2], 3};
+  mb_input(gr, "X", KEEL_FLOAT, 5, xd);
+  mb_input(gr, "G", KEEL_FLOAT, 5, gd);
+  mb_output(gr, "Y", KEEL_FLOAT, -1, NULL);
+  mb_node *nd = mb_add(gr, "GridSample", "X,G", "Y");
+  mb_attr_s(nd, "mode", gm[v->mode]);
+  mb_attr_s(nd, "padding_mode", gp[v->pad]);
+  mb_attr_i(nd, "align_corners", v->align);
+  keel_session_t *s = mb_session(gr, rnd(0, 1) ? 20 : 22);
+  float X[1024], G[1024];
+  double x[1024];
+  int64_t vol = v->dim[0] * v->dim[1] * v->dim[2], opl = v->out[0] * v->out[1] * v->out[2];
+  for (int64_t i = 0; i < prod(5, xd); i++) x[i] = X[i] = (float)rndf(-3, 3);
+  for (int64_t i = 0; i < prod(5, gd); i++) G[i] = rnd(0, 2) ? (float)rndf(-1.6, 1.6) : (float)rnd(-6, 6) / 4.0f;
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 5, xd, X), mb_tensor(s, KEEL_FLOAT, 5, gd, G)};
+  keel_status st;
+  keel_value_t *y = run_n(s, 2, (const char *[]){"X", "G"}, in, &st);
+  CHECK_OK(st);
+  bool ok = y != NULL && keel_value_rank(y) == 5;
+  for (int64_t n = 0; ok && n < v->n; n++)
+    for (int64_t c = 0; ok && c < v->c; c++)
+      for (int64_t p = 0; ok && p < opl; p++) {
+        double want = ref_volume(v, x + (n * v->c + c) * vol, G + (n * opl + p) * 3);
+        double got = keel_value_at(y, (n * v->c + c) * opl + p);
+        ok = fabs(got - want) <= 1e-4 + 1e-4 * fabs(want);
+        if (!ok) fprintf(stderr, "gridsample 3-D mode %d pad %d align %d: got %g want %g\n", v->mode, v->pad, v->align, got, want);
+      }
+  CHECK(ok);
+  keel_value_release(y);
+  keel_value_release(in[0]);
+  keel_value_release(in[1]);
+  keel_session_destroy(s);
+}
+
+/* 5-D X before opset 20 is not defined; a grid whose last dim is not 3
+ * is a shape error. */
+static void check_gridsample_volume(void) {
+  for (int i = 0; i < 60; i++) {
+    vcase v = {.mode = i % 2, .pad = (i / 2) % 3, .align = (i / 6) % 2};
+    v.n = rnd(1, 2), v.c = rnd(1, 2);
+    for (int d = 0; d < 3; d++) v.dim[d] = rnd(v.pad == 2 && v.align ? 2 : 1, 4), v.out[d] = rnd(1, 3);
+    check_gridsample_volume_case(&v);
+  }
+  for (int opset = 16; opset <= 20; opset += 4) {
+    mb_graph *gr = mb_graph_new("main");
+    mb_input(gr, "X", KEEL_FLOAT, -1, NULL);
+    mb_input(gr, "G", KEEL_FLOAT, -1, NULL);
+    mb_output(gr, "Y", KEEL_FLOAT, -1, NULL);
+    mb_add(gr, "GridSample", "X,G", "Y");
+    keel_session_t *s = mb_session(gr, opset);
+    keel_value_t *x = mb_tensor(s, KEEL_FLOAT, 5, (int64_t[]){1, 1, 1, 2, 2}, (float[]){1, 2, 3, 4});
+    keel_value_t *g = mb_tensor(s, KEEL_FLOAT, 5, (int64_t[]){1, 1, 1, 1, 2}, (float[]){0, 0});
+    keel_status st;
+    keel_value_t *y = run_n(s, 2, (const char *[]){"X", "G"}, (keel_value_t *[]){x, g}, &st);
+    CHECK(st == (opset < 20 ? KEEL_ERR_UNSUPPORTED : KEEL_ERR_SHAPE) && !y);
+    keel_value_release(x);
+    keel_value_release(g);
+    keel_session_destroy(s);
+  }
+}
+
+/* ========================================================= AffineGrid */
+
+/* Base coordinate i of len: linspace(-1, 1, len) with align_corners, the
+ * centres of len equal cells of [-1, 1] without (a single cell: 0). */
+static double ag_ref_base(int64_t i, int64_t len, int align) {
+  if (len == 1) return align ? -1 : 0; /* arange(-1, 1.0001, inf) in ONNX's reference */
+  return align ? -1 + 2.0 * (double)i / (double)(len - 1) : -1 + (2.0 * (double)i + 1) / (double)len;
+}
+
+static void check_affine_grid_case(int nd, int align) {
+  int64_t size[5] = {rnd(1, 2), rnd(1, 3)}, n = size[0];
+  for (int d = 0; d < nd; d++) size[2 + d] = rnd(1, 4);
+  float theta[2 * 12];
+  for (int i = 0; i < n * nd * (nd + 1); i++) theta[i] = (float)rndf(-2, 2);
+  mb_graph *gr = mb_graph_new("main");
+  mb_input(gr, "T", KEEL_FLOAT, -1, NULL);
+  mb_input(gr, "S", KEEL_INT64, -1, NULL);
+  mb_output(gr, "Y", KEEL_FLOAT, -1, NULL);
+  mb_attr_i(mb_add(gr, "AffineGrid", "T,S", "Y"), "align_corners", align);
+  keel_session_t *s = mb_session(gr, 20);
+  int64_t td[3] = {n, nd, nd + 1}, sd = nd + 2;
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 3, td, theta), mb_tensor(s, KEEL_INT64, 1, &sd, size)};
+  keel_status st;
+  keel_value_t *y = run_n(s, 2, (const char *[]){"T", "S"}, in, &st);
+  CHECK_OK(st);
+  bool ok = y && keel_value_rank(y) == nd + 2 && keel_value_shape(y)[nd + 1] == nd;
+  int64_t at = 0;
+  for (int64_t b = 0; ok && b < n; b++)
+    for (int64_t z = 0; z < (nd == 3 ? size[2] : 1); z++)
+      for (int64_t h = 0; h < size[nd]; h++)
+        for (int64_t w = 0; w < size[nd + 1]; w++) {
+          double base[4] = {ag_ref_base(w, size[nd + 1], align), ag_ref_base(h, size[nd], align), 0, 0};
+          if (nd == 3) base[2] = ag_ref_base(z, size[2], align);
+          base[nd] = 1;
+          for (int i = 0; i < nd; i++, at++) {
+            double want = 0;
+            for (int j = 0; j <= nd; j++) want += theta[(b * nd + i) * (nd + 1) + j] * base[j];
+            if (fabs(keel_value_at(y, at) - want) > 1e-5 + 1e-5 * fabs(want)) ok = false;
+          }
+        }
+  CHECK(ok);
+  keel_value_release(y);
+  keel_value_release(in[0]);
+  keel_value_release(in[1]);
+  keel_session_destroy(s);
+}
+
+/* theta that does not match size, and a size of the wrong length. */
+static void check_affine_grid(void) {
+  for (int i = 0; i < 40; i++) check_affine_grid_case(2 + i % 2, (i / 2) % 2);
+  mb_graph *gr = mb_graph_new("main");
+  mb_input(gr, "T", KEEL_FLOAT, -1, NULL);
+  mb_input(gr, "S", KEEL_INT64, -1, NULL);
+  mb_output(gr, "Y", KEEL_FLOAT, -1, NULL);
+  mb_add(gr, "AffineGrid", "T,S", "Y");
+  keel_session_t *s = mb_session(gr, 20);
+  float th[12] = {0};
+  int64_t s4[4] = {1, 1, 2, 2}, s3[3] = {1, 2, 2}, n4 = 4, n3 = 3;
+  keel_value_t *t23 = mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){1, 2, 3}, th);
+  keel_value_t *t34 = mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){1, 3, 4}, th);
+  keel_value_t *v4 = mb_tensor(s, KEEL_INT64, 1, &n4, s4), *v3 = mb_tensor(s, KEEL_INT64, 1, &n3, s3);
+  keel_status st;
+  keel_value_t *y = run_n(s, 2, (const char *[]){"T", "S"}, (keel_value_t *[]){t34, v4}, &st);
+  CHECK(st == KEEL_ERR_SHAPE && !y);
+  y = run_n(s, 2, (const char *[]){"T", "S"}, (keel_value_t *[]){t23, v3}, &st);
+  CHECK(st == KEEL_ERR_SHAPE && !y);
+  y = run_n(s, 2, (const char *[]){"T", "S"}, (keel_value_t *[]){t23, v4}, &st);
+  CHECK_OK(st);
+  keel_value_release(y);
+  keel_value_t *all[4] = {t23, t34, v4, v3};
+  for (int i = 0; i < 4; i++) keel_value_release(all[i]);
+  keel_session_destroy(s);
+}
+
 /* ========================================================= RoiAlign */
 
 typedef struct acase {
@@ -1063,6 +1255,8 @@ int main(void) {
   check_bad_attr("Resize", "nearest_mode", "randomly", 13);
   check_bad_attr("Upsample", "mode", "cubic", 9);
   check_gridsample();
+  check_gridsample_volume();
+  check_affine_grid();
   check_roialign();
   check_roialign_inverted_huge();
   for (int i = 0; i < 40; i++) check_nms_case(rnd(1, 2), rnd(1, 3), rnd(1, 16), (int)rnd(0, 1));

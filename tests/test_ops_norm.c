@@ -1,5 +1,5 @@
 /* test_ops_norm.c: the norm family (BatchNormalization, Instance-, Layer-,
- * MeanVariance- and LpNormalization, LRN) and the losses (NLL, softmax
+ * MeanVariance-, Group- and LpNormalization, LRN) and the losses (NLL, softmax
  * cross-entropy) through real sessions, against naive per-element
  * references written here, on random shapes and attributes; plus the
  * error cases (bad labels at run time leave the session usable). */
@@ -266,6 +266,57 @@ static void random_instancenorm_case(void) {
              D == 1 ? 1e-2 : 1e-4);
 }
 
+/* ============================================ GroupNormalization */
+
+/* Per (n, group): moments over the group's channels and spatial dims;
+ * scale/bias per group (opset 18) or per channel (opset 21). */
+static void random_groupnorm_case(void) {
+  static double xv[MAXN], sv[16], bv[16], yv[MAXN];
+  int dt = float_dt(), opset = rnd(2) ? 21 : 18;
+  int64_t dims[6];
+  int rank = random_nc_shape(dims);
+  int64_t G = 1 + rnd(3);
+  dims[1] = G * (1 + rnd(3));
+  int64_t C = dims[1], D = numel(rank - 2, dims + 2), n = numel(rank, dims), P = opset < 21 ? G : C;
+  int64_t cg = C / G, gsize = cg * D;
+  fill(xv, n, dt);
+  fill(sv, P, dt);
+  fill(bv, P, dt);
+  float eps = rnd(2) ? 1e-5f : 0.1f;
+  for (int64_t g = 0; g < n / gsize; g++) { /* g = (n, group) */
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < gsize; j++) m += xv[g * gsize + j] / (double)gsize;
+    for (int64_t j = 0; j < gsize; j++) v += (xv[g * gsize + j] - m) * (xv[g * gsize + j] - m) / (double)gsize;
+    for (int64_t j = 0; j < gsize; j++) {
+      int64_t c = (g % G) * cg + j / D, p = opset < 21 ? g % G : c;
+      yv[g * gsize + j] = (xv[g * gsize + j] - m) / sqrt(v + (double)eps) * sv[p] + bv[p];
+    }
+  }
+  tv in[3] = {mk("X", dt, rank, dims, xv), mk("S", dt, 1, &P, sv), mk("B", dt, 1, &P, bv)};
+  tv want = mk("Y", dt, rank, dims, yv);
+  attr at[3] = {{"num_groups", 'i', .i = G}, {"epsilon", 'f', .f = eps}};
+  check_case("GroupNormalization", opset, in, 3, "Y", at, &want, 1, gsize == 1 ? 1e-2 : 1e-4);
+}
+
+static void expect_error(const char *op, int opset, const tv *in, int n_in, const attr *at,
+                         keel_status want);
+
+static void check_groupnorm_errors(void) {
+  double x[24], p[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 24; i++) x[i] = i;
+  int64_t d[3] = {2, 3, 4};
+  tv in[3] = {mk("X", KEEL_FLOAT, 3, d, x), mk("S", KEEL_FLOAT, 1, (int64_t[]){3}, p),
+              mk("B", KEEL_FLOAT, 1, (int64_t[]){3}, p)};
+  attr g2[2] = {{"num_groups", 'i', .i = 2}}; /* 2 does not divide 3 channels */
+  expect_error("GroupNormalization", 21, in, 3, g2, KEEL_ERR_INVALID_MODEL);
+  expect_error("GroupNormalization", 21, in, 3, NULL, KEEL_ERR_INVALID_MODEL); /* no num_groups */
+  attr g3[2] = {{"num_groups", 'i', .i = 3}};
+  in[1] = mk("S", KEEL_FLOAT, 1, (int64_t[]){4}, p); /* 4 scales for 3 channels */
+  expect_error("GroupNormalization", 21, in, 3, g3, KEEL_ERR_SHAPE);
+  attr g1[2] = {{"num_groups", 'i', .i = 1}};
+  expect_error("GroupNormalization", 18, in, 3, g1, KEEL_ERR_SHAPE); /* opset 18: one per group */
+}
+
 /* ============================================ LayerNormalization */
 
 /* Scale/B shapes: the full normalized shape, its last dim, or a scalar. */
@@ -509,6 +560,7 @@ static void check_constant_input(void) {
 int main(void) {
   for (int i = 0; i < 80; i++) random_bn_case();
   for (int i = 0; i < 40; i++) random_instancenorm_case();
+  for (int i = 0; i < 60; i++) random_groupnorm_case();
   for (int i = 0; i < 80; i++) random_layernorm_case();
   for (int i = 0; i < 40; i++) random_mvn_case();
   for (int i = 0; i < 40; i++) random_lrn_case();
@@ -516,6 +568,7 @@ int main(void) {
   for (int i = 0; i < 80; i++) random_loss_case(i & 1);
   check_bad_label();
   check_errors();
+  check_groupnorm_errors();
   check_constant_input();
   return check_report();
 }

@@ -1,5 +1,5 @@
 /* test_ops_shape.c: the shape family through real sessions. Transpose,
- * Slice, Pad, Tile, DepthToSpace and SpaceToDepth run on random shapes and
+ * Slice, CenterCropPad, Pad, Tile, DepthToSpace and SpaceToDepth run on random shapes and
  * are compared with per-element index loops written here; the view ops must
  * share their input's buffer; every dtype class (1/2/4/8 bytes, strings)
  * goes through the copy engine; bad shapes and out-of-range axes are
@@ -301,6 +301,87 @@ static void check_slice(void) {
   release_all(&out, 1);
   release_all(in, 5);
   keel_session_destroy(s);
+}
+
+/* ================================================ CenterCropPad */
+
+/* Random shapes, targets and axes (some negative, some omitted) against
+ * an index loop: output coordinate c reads input c - pad + crop on each
+ * listed axis, or is zero. Strings pad with "". */
+static void center_crop_pad_case(void) {
+  int r = (int)rnd(1, 3), na = 0, strs = rnd(0, 4) == 0;
+  int64_t shape[3], axes[3], want[3], oshape[3], xs[3], c[3], off[3] = {0};
+  bool listed = rnd(0, 1);
+  for (int i = 0; i < r; i++) shape[i] = rnd(0, 5), oshape[i] = shape[i];
+  for (int i = 0; i < r; i++) {
+    if (listed && rnd(0, 2) == 0) continue;
+    axes[na] = rnd(0, 1) ? i - r : i;
+    want[na] = rnd(0, 6);
+    oshape[i] = want[na];
+    /* input index = output index + off: crop start, or minus the pad */
+    off[i] = shape[i] > want[na] ? (shape[i] - want[na]) / 2 : -((want[na] - shape[i]) / 2);
+    na++;
+  }
+  if (!listed) na = r;
+  mb_graph *g = graph("X,S", (int[]){strs ? KEEL_STRING : KEEL_FLOAT, KEEL_INT64}, "Y");
+  mb_node *n = mb_add(g, "CenterCropPad", "X,S", "Y");
+  if (listed) mb_attr_ints(n, "axes", na, axes);
+  keel_session_t *s = mb_session(g, 18);
+  float x[125];
+  keel_string xstr[125];
+  char text[125][4];
+  int64_t nx = numel(r, shape);
+  for (int64_t i = 0; i < nx; i++) {
+    x[i] = (float)(i + 1);
+    snprintf(text[i], sizeof text[i], "%d", (int)i + 1);
+    xstr[i] = (keel_string){text[i], strlen(text[i])};
+  }
+  strides(r, shape, xs);
+  keel_value_t *in[2] = {mb_tensor(s, strs ? KEEL_STRING : KEEL_FLOAT, r, shape, strs ? (void *)xstr : (void *)x),
+                         ints(s, na, want)};
+  keel_value_t *out = NULL;
+  CHECK_OK(run(s, "X,S", in, &out));
+  CHECK(shape_is(out, r, oshape));
+  for (int64_t o = 0; out && o < numel(r, oshape); o++) {
+    int64_t src = 0;
+    unravel(o, r, oshape, c);
+    for (int d = 0; d < r && src >= 0; d++) {
+      int64_t m = c[d] + off[d];
+      src = m < 0 || m >= shape[d] ? -1 : src + m * xs[d];
+    }
+    if (!strs) {
+      CHECK(keel_value_at(out, o) == (src < 0 ? 0 : x[src]));
+    } else {
+      const keel_string *e = (const keel_string *)keel_value_data(out) + o;
+      const char *w = src < 0 ? "" : text[src];
+      CHECK(e->len == strlen(w) && (!e->len || !memcmp(e->data, w, e->len)));
+    }
+  }
+  release_all(&out, 1);
+  release_all(in, 2);
+  keel_session_destroy(s);
+}
+
+/* A shape list that does not match the axes, a repeated axis and a
+ * negative target are errors. */
+static void check_center_crop_pad(void) {
+  for (int i = 0; i < 150; i++) center_crop_pad_case();
+  static const int64_t bad_axes[3][2] = {{0, 1}, {1, -1}, {0, 1}};
+  static const int64_t bad_want[3][2] = {{2, 2}, {2, 2}, {2, -1}};
+  static const int nax[3] = {1, 2, 2}, nwant[3] = {2, 2, 2};
+  for (int c = 0; c < 3; c++) {
+    mb_graph *g = graph("X,S", (int[]){KEEL_FLOAT, KEEL_INT64}, "Y");
+    mb_attr_ints(mb_add(g, "CenterCropPad", "X,S", "Y"), "axes", nax[c], bad_axes[c]);
+    keel_session_t *s = mb_session(g, 18);
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 2}, (float[]){1, 2, 3, 4}),
+                           ints(s, nwant[c], bad_want[c])};
+    keel_value_t *out = NULL;
+    keel_status st = run(s, "X,S", in, &out);
+    CHECK(st == KEEL_ERR_SHAPE || st == KEEL_ERR_INVALID_MODEL);
+    CHECK(out == NULL);
+    release_all(in, 2);
+    keel_session_destroy(s);
+  }
 }
 
 /* Slice-1 takes starts/ends/axes as attributes and has no steps. */
@@ -965,6 +1046,7 @@ int main(void) {
   check_transpose_default_and_errors();
   check_slice();
   check_slice_v1();
+  check_center_crop_pad();
   check_pad_modes();
   check_pad_versions();
   check_reshape();

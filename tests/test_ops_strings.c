@@ -1,8 +1,10 @@
 /* test_ops_strings.c: StringNormalizer on ASCII and non-ASCII text (Latin,
  * Greek, Cyrillic, invalid UTF-8) with and without case sensitivity, its
  * output shapes; TfIdfVectorizer against a naive n-gram counter on random
- * sequences and pools (int and string); and error cases that must leave
- * the session usable. */
+ * sequences and pools (int and string); StringConcat on random broadcast
+ * shapes; StringSplit against Python's str.split; RegexFullMatch on RE2
+ * patterns against Python's re.fullmatch; and error cases that
+ * must leave the session usable. */
 #include <stdbool.h>
 #include <string.h>
 
@@ -371,6 +373,218 @@ static void check_tfidf_errors(void) {
   keel_value_release(in);
 }
 
+/* ================================================== StringConcat */
+
+/* Random broadcast shapes; the reference indexes both inputs per element. */
+static void check_concat_random(void) {
+  static const char *const words[] = {"", "a", "bc", "déf", "ghij", "κλμ"};
+  for (int c = 0; c < 40; c++) {
+    int ra = (int)(next() % 3), rb = (int)(next() % 3), r = ra > rb ? ra : rb;
+    int64_t da[2], db[2], d[2];
+    for (int i = 0; i < r; i++) d[i] = 1 + (int64_t)(next() % 3);
+    for (int i = 0; i < ra; i++) da[i] = next() % 3 ? d[r - ra + i] : 1;
+    for (int i = 0; i < rb; i++) db[i] = next() % 3 ? d[r - rb + i] : 1;
+    for (int i = 0; i < r; i++) { /* the broadcast shape */
+      int64_t x = i >= r - ra ? da[i - (r - ra)] : 1, y = i >= r - rb ? db[i - (r - rb)] : 1;
+      d[i] = x > y ? x : y;
+    }
+    const char *va[9], *vb[9];
+    int na = 1, nb = 1;
+    for (int i = 0; i < ra; i++) na *= (int)da[i];
+    for (int i = 0; i < rb; i++) nb *= (int)db[i];
+    for (int i = 0; i < na; i++) va[i] = words[next() % 6];
+    for (int i = 0; i < nb; i++) vb[i] = words[next() % 6];
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "A", KEEL_STRING, -1, NULL);
+    mb_input(g, "B", KEEL_STRING, -1, NULL);
+    mb_output(g, "Y", KEEL_STRING, -1, NULL);
+    mb_add(g, "StringConcat", "A,B", "Y");
+    keel_session_t *s = mb_session(g, 20);
+    keel_value_t *in[2] = {str_tensor(s, ra, da, va, na), str_tensor(s, rb, db, vb, nb)}, *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"A", "B"}, in, 2, &out));
+    int64_t n = 1;
+    for (int i = 0; i < r; i++) n *= d[i];
+    CHECK(out && keel_value_rank(out) == r && keel_value_numel(out) == n);
+    for (int64_t e = 0; out && e < n; e++) {
+      int64_t i0 = r == 2 ? e / d[1] : 0, i1 = r == 2 ? e % d[1] : e; /* output coords */
+      int64_t ia = 0, ib = 0;
+      if (ra == 2) ia = (da[0] > 1 ? i0 : 0) * da[1] + (da[1] > 1 ? i1 : 0);
+      if (ra == 1) ia = da[0] > 1 ? i1 : 0;
+      if (rb == 2) ib = (db[0] > 1 ? i0 : 0) * db[1] + (db[1] > 1 ? i1 : 0);
+      if (rb == 1) ib = db[0] > 1 ? i1 : 0;
+      char want[32];
+      snprintf(want, sizeof want, "%s%s", va[ia], vb[ib]);
+      CHECK(str_at(out, e, want));
+    }
+    keel_value_release(out);
+    keel_value_release(in[0]);
+    keel_value_release(in[1]);
+    keel_session_destroy(s);
+  }
+}
+
+/* Shapes that do not broadcast and non-string inputs are errors. */
+static void check_concat_errors(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "A", KEEL_STRING, -1, NULL);
+  mb_input(g, "B", KEEL_STRING, -1, NULL);
+  mb_output(g, "Y", KEEL_STRING, -1, NULL);
+  mb_add(g, "StringConcat", "A,B", "Y");
+  keel_session_t *s = mb_session(g, 20);
+  const char *v[3] = {"a", "b", "c"};
+  keel_value_t *in[2] = {str_tensor(s, 1, (int64_t[]){2}, v, 2), str_tensor(s, 1, (int64_t[]){3}, v, 3)};
+  keel_value_t *out = NULL;
+  CHECK_STATUS(keel_run(s, (const char *[]){"A", "B"}, in, 2, &out), KEEL_ERR_SHAPE);
+  CHECK(out == NULL);
+  keel_value_release(in[1]);
+  in[1] = NULL;
+  CHECK_OK(keel_tensor_create(s, KEEL_FLOAT, 1, (int64_t[]){2}, (float[]){1, 2}, &in[1]));
+  CHECK_STATUS(keel_run(s, (const char *[]){"A", "B"}, in, 2, &out), KEEL_ERR_SHAPE);
+  keel_value_release(in[0]);
+  keel_value_release(in[1]);
+  keel_session_destroy(s);
+}
+
+/* =================================================== StringSplit */
+
+/* Expected pieces from Python's str.split (ONNX's reference). */
+typedef struct splitcase {
+  const char *x, *delim;       /* delim NULL: attribute absent */
+  int64_t maxsplit;            /* -1: attribute absent */
+  int n;
+  const char *want[4];
+} splitcase;
+
+static const splitcase SPLITS[] = {
+    {"a,b,,c", ",", -1, 4, {"a", "b", "", "c"}},
+    {"a,b,,c", ",", 1, 2, {"a", "b,,c"}},
+    {",a,", ",", -1, 3, {"", "a", ""}},
+    {"", ",", -1, 1, {""}},
+    {"abc", "bc", -1, 2, {"a", ""}},
+    {"aaa", "aa", -1, 2, {"", "a"}},
+    {"  a  b\tc\n ", NULL, -1, 3, {"a", "b", "c"}},
+    {"  a  b\tc\n ", "", 1, 2, {"a", "b\tc\n "}},
+    {"  a  b\tc\n ", NULL, 0, 1, {"a  b\tc\n "}},
+    {"", NULL, -1, 0, {0}},
+    {"   ", "", -1, 0, {0}},
+    {"x\xc2\xa0y\xe3\x80\x80z", NULL, -1, 3, {"x", "y", "z"}},
+    {"a--b--", "--", 2, 3, {"a", "b", ""}},
+    {"a b", NULL, 5, 2, {"a", "b"}},
+};
+
+/* Each case alone ([1]) and all of them in one [2, 7] tensor (padding to
+ * the longest). */
+static keel_session_t *split_session(const char *delim, int64_t maxsplit) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_STRING, -1, NULL);
+  mb_output(g, "Y", KEEL_STRING, -1, NULL);
+  mb_output(g, "Z", KEEL_INT64, -1, NULL);
+  mb_node *n = mb_add(g, "StringSplit", "X", "Y,Z");
+  if (delim) mb_attr_s(n, "delimiter", delim);
+  if (maxsplit >= 0) mb_attr_i(n, "maxsplit", maxsplit);
+  return mb_session(g, 20);
+}
+
+static void check_split_cases(void) {
+  for (size_t c = 0; c < sizeof SPLITS / sizeof SPLITS[0]; c++) {
+    const splitcase *sc = &SPLITS[c];
+    keel_session_t *s = split_session(sc->delim, sc->maxsplit);
+    const char *x[3] = {sc->x, "", sc->x};
+    keel_value_t *in = str_tensor(s, 2, (int64_t[]){3, 1}, x, 3), *out[2] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, out));
+    int empty_n = sc->delim && sc->delim[0] ? 1 : 0; /* "" splits to [""] with a delimiter */
+    int most = sc->n > empty_n ? sc->n : empty_n;
+    CHECK(out[0] && keel_value_rank(out[0]) == 3 && keel_value_shape(out[0])[2] == most);
+    const int64_t *z = out[1] ? keel_value_data(out[1]) : NULL;
+    CHECK(z && keel_value_rank(out[1]) == 2 && z[0] == sc->n && z[1] == empty_n && z[2] == sc->n);
+    for (int i = 0; out[0] && i < most; i++) {
+      CHECK(str_at(out[0], i, i < sc->n ? sc->want[i] : ""));
+      CHECK(str_at(out[0], most + i, ""));
+      CHECK(str_at(out[0], 2 * most + i, i < sc->n ? sc->want[i] : ""));
+    }
+    if (!z || z[0] != sc->n) fprintf(stderr, "  split case %zu\n", c);
+    keel_value_release(out[0]);
+    keel_value_release(out[1]);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  /* a number tensor is refused */
+  keel_session_t *s = split_session(",", -1);
+  keel_value_t *in = NULL, *out[2] = {0};
+  CHECK_OK(keel_tensor_create(s, KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){7}, &in));
+  CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, out), KEEL_ERR_SHAPE);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
+/* ================================================ RegexFullMatch */
+
+/* Expected values from Python's re.fullmatch (ONNX's reference) on
+ * patterns where RE2 and Python agree, plus RE2-only syntax (\pL). "." is
+ * one UTF-8 code point, as in RE2's default UTF-8 mode. */
+typedef struct rcase {
+  const char *pattern, *x;
+  bool want;
+} rcase;
+
+static const rcase REGEXES[] = {
+    {"a+b", "aaab", true},           {"a+b", "aaabc", false},
+    {"b", "abc", false},             {"", "", true},
+    {"(?i)hello", "HeLLo", true},    {"\\d{3}-\\d{4}", "555-1234", true},
+    {"\\d{3}-\\d{4}", "555-12345", false}, {"caf.", "caf\xc3\xa9", true},
+    {"x*", "", true},                {"\\pL+", "\xce\xba\xce\xbb\xce\xbc", true},
+    {"www\\.[\\w.-]+\\.\\bcom\\b", "www.bbc.co.uk", false},
+    {"www\\.[\\w.-]+\\.\\bcom\\b", "www.google.com", true},
+};
+
+static keel_session_t *regex_session(const char *pattern) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_STRING, -1, NULL);
+  mb_output(g, "Y", KEEL_BOOL, -1, NULL);
+  mb_node *n = mb_add(g, "RegexFullMatch", "X", "Y");
+  if (pattern) mb_attr_s(n, "pattern", pattern);
+  return mb_session(g, 20);
+}
+
+static void check_regex(void) {
+  for (size_t c = 0; c < sizeof REGEXES / sizeof REGEXES[0]; c++) {
+    keel_session_t *s = regex_session(REGEXES[c].pattern);
+    const char *x[2] = {REGEXES[c].x, REGEXES[c].x};
+    keel_value_t *in = str_tensor(s, 2, (int64_t[]){1, 2}, x, 2), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    const uint8_t *y = out ? keel_value_data(out) : NULL;
+    CHECK(y && keel_value_rank(out) == 2 && y[0] == REGEXES[c].want && y[1] == REGEXES[c].want);
+    if (!y || y[0] != REGEXES[c].want) fprintf(stderr, "  regex '%s' on '%s'\n", REGEXES[c].pattern, REGEXES[c].x);
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  /* RE2 has no backreferences or lookaround, and refuses patterns whose
+   * program is too large: bad patterns, like a missing one and a
+   * non-string input, are errors; the session stays usable */
+  static const char *const bad[] = {"(a)\\1", "(?=a)a", "(unclosed", "((a{1000}){1000}){1000}", NULL};
+  for (int i = 0; i < 5; i++) {
+    keel_session_t *s = regex_session(bad[i]);
+    const char *x[1] = {"a"};
+    keel_value_t *in = str_tensor(s, 1, (int64_t[]){1}, x, 1), *out = NULL;
+    CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_INVALID_MODEL);
+    CHECK(out == NULL);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  keel_session_t *s = regex_session("a");
+  keel_value_t *in = NULL, *out = NULL;
+  CHECK_OK(keel_tensor_create(s, KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){7}, &in));
+  CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_SHAPE);
+  keel_value_release(in);
+  const char *x[1] = {"a"};
+  in = str_tensor(s, 1, (int64_t[]){1}, x, 1);
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+  keel_value_release(out);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
 int main(void) {
   check_strnorm_ascii();
   check_strnorm_unicode();
@@ -380,5 +594,9 @@ int main(void) {
   check_tfidf_large_and_strings();
   check_tfidf_example();
   check_tfidf_errors();
+  check_concat_random();
+  check_concat_errors();
+  check_split_cases();
+  check_regex();
   return check_report();
 }

@@ -276,6 +276,9 @@ static void check_isnan_isinf(void) {
     CHECK(y[0] == 1 && y[1] == 0 && y[2] == 0);
     keel_value_release(out[0]);
   }
+  /* BitwiseNot has no bool or float form */
+  CHECK_STATUS(run_x(one_node("BitwiseNot", KEEL_FLOAT, KEEL_FLOAT, &n), 18, KEEL_FLOAT, 1,
+                     (float[]){1}, out), KEEL_ERR_UNSUPPORTED);
 }
 
 /* op on int64 data computed here with wrapping integer arithmetic. */
@@ -290,6 +293,7 @@ static int64_t i_abs(int64_t x, int b, bool s) { return s && x < 0 ? wrap((int64
 static int64_t i_neg(int64_t x, int b, bool s) { return wrap((int64_t)(0 - (uint64_t)x), b, s); }
 static int64_t i_sign(int64_t x, int b, bool s) { return s ? (x > 0) - (x < 0) : x != 0; }
 static int64_t i_relu(int64_t x, int b, bool s) { return s && x < 0 ? 0 : x; }
+static int64_t i_bnot(int64_t x, int b, bool s) { return (int64_t)~(uint64_t)x; }
 static int64_t i_erf(int64_t x, int b, bool s) {
   if (!s) return (uint64_t)x >= 6; /* x: uint64 as its bit pattern */
   return x <= -6 ? -1 : x >= 6 ? 1 : 0;
@@ -352,6 +356,7 @@ static void check_int_ops(void) {
   check_int_op("Sign", 13, i_sign, false);
   check_int_op("Relu", 14, i_relu, true);
   check_int_op("Erf", 13, i_erf, false);
+  check_int_op("BitwiseNot", 18, i_bnot, false);
   /* Shrink on uint8: 0..255 stays in range, results truncate */
   mb_node *n;
   mb_graph *g = one_node("Shrink", KEEL_UINT8, KEEL_UINT8, &n);

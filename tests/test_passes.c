@@ -102,7 +102,126 @@ static void one(const char *act, int opset, bool twice, bool dyn) {
   free(y0), free(y1);
 }
 
+/* LayerNorm as PyTorch exports it before opset 17, gamma behind an
+ * Identity (a shared weight): one LayerNormalization node after the
+ * passes, the same values within float rounding. `opset18` gives
+ * ReduceMean its axes as an input; `extra` makes the centered value a
+ * graph output too, which must stop the fusion. */
+static mb_graph *ln_model(int opset, bool extra) {
+  enum { D = 37 };
+  static float gam[D], bet[D];
+  for (int i = 0; i < D; i++) gam[i] = 0.5f + 0.03f * (float)i, bet[i] = 0.1f * (float)(i % 5) - 0.2f;
+  float two = 2.0f, eps = 1e-5f;
+  int64_t axes = -1;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){2, 5, D});
+  mb_init(g, "g0", KEEL_FLOAT, 1, (int64_t[]){D}, gam);
+  mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){D}, bet);
+  mb_init(g, "two", KEEL_FLOAT, 0, NULL, &two);
+  mb_init(g, "eps", KEEL_FLOAT, 0, NULL, &eps);
+  mb_add(g, "Identity", "g0", "g");
+  if (opset >= 18) {
+    mb_init(g, "axes", KEEL_INT64, 1, (int64_t[]){1}, &axes);
+    mb_add(g, "ReduceMean", "x,axes", "mean");
+  } else {
+    mb_attr_ints(mb_add(g, "ReduceMean", "x", "mean"), "axes", 1, &axes);
+  }
+  mb_add(g, "Sub", "x,mean", "d");
+  mb_add(g, "Pow", "d,two", "p");
+  if (opset >= 18) mb_add(g, "ReduceMean", "p,axes", "var");
+  else mb_attr_ints(mb_add(g, "ReduceMean", "p", "var"), "axes", 1, &axes);
+  mb_add(g, "Add", "var,eps", "ve");
+  mb_add(g, "Sqrt", "ve", "s");
+  mb_add(g, "Div", "d,s", "n");
+  mb_add(g, "Mul", "n,g", "m");
+  mb_add(g, "Add", "m,b", "y");
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  if (extra) mb_output(g, "d", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static void ln_case(int opset, bool extra) {
+  enum { N = 2 * 5 * 37 };
+  static float x[N];
+  for (int i = 0; i < N; i++) x[i] = (float)((i * 37) % 101) / 17.0f - 2.5f;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *s0 = mb_session_opts(ln_model(opset, extra), opset, &plain);
+  keel_session_t *s1 = mb_session(ln_model(opset, extra), opset);
+  CHECK(s0 && s1);
+  if (!s0 || !s1) return;
+  int want = extra ? 9 : 1;
+  if (node_count(s1) != want) fprintf(stderr, "layernorm opset %d: %d nodes\n", opset, node_count(s1));
+  CHECK(node_count(s1) == want);
+  float y0[N], y1[N];
+  keel_session_t *ss[2] = {s0, s1};
+  float *ys[2] = {y0, y1};
+  for (int k = 0; k < 2; k++) {
+    keel_value_t *in = mb_tensor(ss[k], KEEL_FLOAT, 3, (int64_t[]){2, 5, 37}, x);
+    keel_value_t *out[2] = {0};
+    CHECK_OK(keel_run(ss[k], (const char *[]){"x"}, &in, 1, out));
+    if (out[0]) memcpy(ys[k], keel_value_data(out[0]), sizeof y0);
+    keel_value_release(out[0]), keel_value_release(out[1]), keel_value_release(in);
+  }
+  double worst = 0;
+  for (int i = 0; i < N; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / (1e-6 + fabs(y0[i])));
+  CHECK(worst < 1e-5);
+  keel_session_destroy(s0);
+  keel_session_destroy(s1);
+}
+
+/* GELU as PyTorch writes it (form 0: Mul(Mul(x, 1+erf), 0.5) with Div by
+ * sqrt 2; form 1: Mul(Mul(x, 0.5), 1+erf) with Mul by 1/sqrt 2): one Gelu
+ * node, the same values within float rounding. */
+static mb_graph *gelu_model(int form) {
+  float c = form ? 0.70710678f : 1.41421356f, one = 1.0f, half = 0.5f;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){3, 50});
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "one", KEEL_FLOAT, 0, NULL, &one);
+  mb_init(g, "half", KEEL_FLOAT, 0, NULL, &half);
+  mb_add(g, form ? "Mul" : "Div", "x,c", "d");
+  mb_add(g, "Erf", "d", "e");
+  mb_add(g, "Add", form ? "one,e" : "e,one", "a");
+  if (form) {
+    mb_add(g, "Mul", "half,x", "h");
+    mb_add(g, "Mul", "a,h", "y");
+  } else {
+    mb_add(g, "Mul", "x,a", "m");
+    mb_add(g, "Mul", "m,half", "y");
+  }
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static void gelu_case(int form) {
+  static float x[150], y0[150], y1[150];
+  for (int i = 0; i < 150; i++) x[i] = (float)i / 15.0f - 5.0f;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *ss[2] = {mb_session_opts(gelu_model(form), 14, &plain),
+                           mb_session(gelu_model(form), 14)};
+  CHECK(ss[0] && ss[1]);
+  if (!ss[0] || !ss[1]) return;
+  CHECK(node_count(ss[1]) == 1);
+  float *ys[2] = {y0, y1};
+  for (int k = 0; k < 2; k++) {
+    keel_value_t *in = mb_tensor(ss[k], KEEL_FLOAT, 2, (int64_t[]){3, 50}, x);
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(ss[k], (const char *[]){"x"}, &in, 1, out));
+    if (out[0]) memcpy(ys[k], keel_value_data(out[0]), sizeof y0);
+    keel_value_release(out[0]), keel_value_release(in);
+    keel_session_destroy(ss[k]);
+  }
+  double worst = 0;
+  for (int i = 0; i < 150; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) - 1e-6 * fabs(y0[i]));
+  CHECK(worst < 1e-6);
+}
+
 int main(void) {
+  gelu_case(0);
+  gelu_case(1);
+  ln_case(13, false);
+  ln_case(18, false);
+  ln_case(13, true);
   fill();
   const char *acts[] = {"Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "Clip"};
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) one(acts[i], 14, false, false);

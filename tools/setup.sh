@@ -13,8 +13,11 @@ cd "$(dirname "$0")/.."
 # python3 and librsvg2-bin: the CLI test checks the trace JSON and renders
 # the memcheck SVG; clang: its UBSan also reports NULL+0 and float-to-int
 # overflow, which gcc's does not
+# libre2-dev: RegexFullMatch (RE2 syntax, as the ONNX spec says); the image
+# libraries: ImageDecoder (JPEG, PNG, WebP, TIFF, JPEG 2000)
 PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 librsvg2-bin
-          clang libclang-rt-14-dev)
+          clang libclang-rt-14-dev libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
+          libtiff-dev libopenjp2-7-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {
@@ -56,7 +59,7 @@ test_all() {
   echo "== tests: AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer, KEEL_DEBUG=2"
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS")
-  build build-clang -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=2 \
+  build build-clang -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=2 \
     -DKEEL_SANITIZE_ADDRESS=ON -DKEEL_SANITIZE_UNDEFINED=ON
   echo "== tests: clang AddressSanitizer + UndefinedBehaviorSanitizer, KEEL_DEBUG=2"
   (cd build-clang && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \

@@ -73,3 +73,44 @@ keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
   g->n_nodes = n;
   return KEEL_OK;
 }
+
+int32_t keel_ir_producer(const keel_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_out; k++)
+      if (!strcmp(g->nodes[i].out_names[k], name)) return i;
+  return -1;
+}
+
+int32_t keel_ir_only_reader(const keel_graph *g, const char *name) {
+  if (!name[0] || keel_ir_uses(g, name) != 1) return -1;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_in; k++)
+      if (!strcmp(g->nodes[i].in_names[k], name)) return g->nodes[i].n_subs ? -1 : i;
+  return -1; /* read by a graph output or a sub-graph */
+}
+
+bool keel_ir_const_f32(const keel_model *m, const keel_graph *g, const char *name, float *v) {
+  int32_t c = name[0] ? keel_ir_const_of(m, g, name) : -1;
+  if (c < 0) return false;
+  const keel_tensor *t = &m->consts[c];
+  if (t->dtype != KEEL_FLOAT || keel_tensor_numel(t) != 1) return false;
+  *v = *(const float *)t->data;
+  return true;
+}
+
+keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *drop) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += !drop[i];
+  keel_node *nodes = keel_arena_array(a, (size_t)n + 1, sizeof(keel_node));
+  if (!nodes) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "removing nodes of graph '%s'", g->path);
+  for (int32_t i = 0, k = 0; i < g->n_nodes; i++)
+    if (!drop[i]) nodes[k++] = g->nodes[i];
+  for (int32_t i = 0; i < n; i++) {
+    nodes[i].index = i;
+    nodes[i].graph = g;
+    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
+  }
+  g->nodes = nodes;
+  g->n_nodes = n;
+  return KEEL_OK;
+}

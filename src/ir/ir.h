@@ -216,6 +216,18 @@ KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, 
 KEEL_INTERNAL int32_t keel_ir_uses(const keel_graph *g, const char *name);
 KEEL_INTERNAL int32_t keel_ir_const_of(const keel_model *m, const keel_graph *g, const char *name);
 
+/* The node of g that writes `name` (index), or -1. */
+KEEL_INTERNAL int32_t keel_ir_producer(const keel_graph *g, const char *name);
+/* The one node of g that reads `name`, when nothing else does (no other
+ * input, no graph output, no sub-graph); else -1. */
+KEEL_INTERNAL int32_t keel_ir_only_reader(const keel_graph *g, const char *name);
+/* A float32 scalar constant (one element, any rank) named `name` as seen
+ * from g. */
+KEEL_INTERNAL bool keel_ir_const_f32(const keel_model *m, const keel_graph *g, const char *name,
+                                     float *v);
+/* Drops the nodes of g with drop[i] set (renumbering the rest). */
+KEEL_INTERNAL keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *drop);
+
 /* Find an attribute by name, or NULL. */
 KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,
                                               const char *name);

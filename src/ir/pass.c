@@ -6,6 +6,9 @@
 
 static const keel_pass g_passes[] = {
     {"autodiff", keel_ir_autodiff, false},
+    {"fold-identity", keel_pass_fold_identity, true},
+    {"fuse-layernorm", keel_pass_fuse_layernorm, true},
+    {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
 };
 

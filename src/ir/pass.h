@@ -35,5 +35,8 @@ KEEL_INTERNAL const keel_pass *keel_ir_pass_list(size_t *n);
 
 /* Passes (one file each). */
 KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
+KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
+KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
+KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
 
 #endif /* KEEL_PASS_H */

@@ -16,26 +16,6 @@
 #include "../ops/activation.h"
 #include "pass.h"
 
-/* The single reader of `name` in g, or -1 when there is not exactly one
- * plain node input reading it. */
-static int32_t only_reader(const keel_graph *g, const char *name) {
-  if (keel_ir_uses(g, name) != 1) return -1;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_in; k++)
-      if (!strcmp(g->nodes[i].in_names[k], name)) return g->nodes[i].n_subs ? -1 : i;
-  return -1; /* read by a graph output or a sub-graph */
-}
-
-/* A scalar float constant named `name` (Clip bounds), or false. */
-static bool const_scalar(const keel_model *m, const keel_graph *g, const char *name, float *v) {
-  int32_t c = keel_ir_const_of(m, g, name);
-  if (c < 0) return false;
-  const keel_tensor *t = &m->consts[c];
-  if (t->dtype != KEEL_FLOAT || keel_tensor_numel(t) != 1) return false;
-  *v = *(const float *)t->data;
-  return true;
-}
-
 /* The activation's parameters as the kernels read them; false when the
  * node cannot be folded. */
 static bool act_params(const keel_model *m, const keel_graph *g, const keel_node *a,
@@ -55,9 +35,9 @@ static bool act_params(const keel_model *m, const keel_graph *g, const keel_node
         if ((x = keel_node_attr(a, "max"))) p[1] = x->f;
         return true;
       }
-      if (a->n_in > 1 && a->in_names[1][0] && !const_scalar(m, g, a->in_names[1], &p[0]))
+      if (a->n_in > 1 && a->in_names[1][0] && !keel_ir_const_f32(m, g, a->in_names[1], &p[0]))
         return false;
-      if (a->n_in > 2 && a->in_names[2][0] && !const_scalar(m, g, a->in_names[2], &p[1]))
+      if (a->n_in > 2 && a->in_names[2][0] && !keel_ir_const_f32(m, g, a->in_names[2], &p[1]))
         return false;
       return true;
     default: return true;
@@ -98,7 +78,7 @@ static keel_status fuse_graph(keel_model *m, keel_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *c = &g->nodes[i];
     if (!is_conv(c) || !c->out_names[0][0]) continue;
-    int32_t j = only_reader(g, c->out_names[0]);
+    int32_t j = keel_ir_only_reader(g, c->out_names[0]);
     if (j < 0) continue;
     const keel_node *a = &g->nodes[j];
     keel_act_kind kind = keel_act_from_op(a->op_type);

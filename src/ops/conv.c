@@ -631,7 +631,7 @@ static keel_status convtr_run(keel_kctx *k, const conv_ty *ty, const conv_geom *
 /* ======================================================= float ops */
 
 /* Shared by Conv and ConvTranspose: inputs, types, geometry, dispatch. */
-static keel_status conv_float(keel_kctx *k, bool tr) {
+static keel_status conv_float(keel_kctx *k, bool tr, keel_tensor **yout) {
   const keel_tensor *x, *wt, *b;
   KEEL_TRY(keel_k_in(k, 0, &x));
   KEEL_TRY(keel_k_in(k, 1, &wt));
@@ -646,6 +646,7 @@ static keel_status conv_float(keel_kctx *k, bool tr) {
   conv_yshape(&g);
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, g.rank, g.yshape, &y));
+  if (yout) *yout = y;
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   run_fn run = tr ? convtr_run : conv_run;
   keel_act act;
@@ -657,8 +658,9 @@ static keel_status conv_float(keel_kctx *k, bool tr) {
   return keel_act_apply(&act, y);
 }
 
-keel_status keel_op_conv_ref(keel_kctx *k) { return conv_float(k, false); }
-static keel_status op_conv_transpose(keel_kctx *k) { return conv_float(k, true); }
+keel_status keel_op_conv_ref(keel_kctx *k) { return conv_float(k, false, NULL); }
+static keel_status op_conv_transpose(keel_kctx *k) { return conv_float(k, true, NULL); }
+keel_status keel_conv_forward(keel_kctx *k, keel_tensor **y) { return conv_float(k, false, y); }
 
 /* ================================================== quantized convs */
 

@@ -12,7 +12,9 @@
  * The GEMM helpers are defined in matmul.c: cblas for float and double, and
  * a plain wrapping loop for int32 (the quantized ops). All matrices are
  * row-major; callers check sizes with keel_blas_fits() first because BLAS
- * indexes with `int`.
+ * indexes with `int`. MatMul, MatMulInteger's int32 product, Conv and
+ * DynamicQuantizeLinear's step are also callable here, for the fused
+ * com.microsoft ops (contrib.c, contrib_quant.c).
  */
 #ifndef KEEL_CONV_UTIL_H
 #define KEEL_CONV_UTIL_H
@@ -99,6 +101,30 @@ KEEL_INTERNAL void keel_gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t 
                                  const int32_t *B, int64_t ldb, bool acc, int32_t *C,
                                  int64_t ldc);
 
+/* ================================================ MatMul as a call */
+
+/* Output 0 = MatMul(a, b) with numpy broadcasting (a and b of one type;
+ * they need not be the node's inputs). *y: the output. */
+KEEL_INTERNAL keel_status keel_matmul(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
+                                      keel_tensor **y);
+
+/* MatMulInteger's product in scratch: acc = (a - az) x (b - bz) in int32
+ * (az, bz: NULL, one value, a's per-row or b's per-column zero points of
+ * the operand's type), with MatMul's broadcasting. */
+typedef struct keel_mm_int {
+  int rank;
+  int64_t shape[KEEL_MAX_RANK];      /* output shape                       */
+  int64_t N, numel;                  /* columns; elements of acc           */
+  int32_t *acc;                      /* NULL when numel == 0               */
+} keel_mm_int;
+KEEL_INTERNAL keel_status keel_matmul_int32(keel_kctx *k, const keel_tensor *a,
+                                            const keel_tensor *b, const keel_tensor *az,
+                                            const keel_tensor *bz, keel_mm_int *r);
+
+/* Output 0 = Conv(input 0, input 1, input 2) with Conv's attributes
+ * (float types); *y: the output. */
+KEEL_INTERNAL keel_status keel_conv_forward(keel_kctx *k, keel_tensor **y);
+
 /* =================================================== requantization */
 
 /* The 8-bit types the quantized ops take. */
@@ -115,5 +141,11 @@ static inline int32_t keel_requant(int32_t acc, float scale, int32_t zp, int32_t
   if (v > (float)hi) return hi;
   return (int32_t)v;
 }
+
+/* DynamicQuantizeLinear's step (quant.c): uint8 scale and zero point from
+ * x's range widened to include 0, and q[i] = saturate(rint(x[i] / scale)
+ * + zp). All-zero x gives scale 0 and q = zp. */
+KEEL_INTERNAL void keel_dynq_u8(const float *x, int64_t n, uint8_t *q, float *scale,
+                                uint8_t *zp);
 
 #endif /* KEEL_CONV_UTIL_H */

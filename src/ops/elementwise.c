@@ -545,6 +545,48 @@ static keel_status op_min(keel_kctx *k) { return variadic(k, &OP_MIN, false); }
 
 /* ========================================================== Where */
 
+/* One row of Where: out[j] = c[j*sc] ? x[j*sx] : y[j*sy], strides 0 or 1
+ * (broadcast or dense), elements of es bytes. */
+#define WHERE_ROW(T)                                                              \
+  do {                                                                            \
+    const T *xt = (const T *)(const void *)x, *yt = (const T *)(const void *)y;   \
+    T *ot = (T *)(void *)out;                                                     \
+    for (int64_t j = 0; j < n; j++) ot[j] = c[j * sc] ? xt[j * sx] : yt[j * sy]; \
+  } while (0)
+
+static void where_row(const uint8_t *c, int64_t sc, const uint8_t *x, int64_t sx,
+                      const uint8_t *y, int64_t sy, uint8_t *out, int64_t n, size_t es) {
+  switch (es) {
+    case 1: WHERE_ROW(uint8_t); return;
+    case 2: WHERE_ROW(uint16_t); return;
+    case 4: WHERE_ROW(uint32_t); return;
+    case 8: WHERE_ROW(uint64_t); return;
+    default:
+      for (int64_t j = 0; j < n; j++)
+        memcpy(out + (size_t)j * es, c[j * sc] ? x + (size_t)(j * sx) * es : y + (size_t)(j * sy) * es,
+               es);
+  }
+}
+
+/* Where on strings: element by element through string copies. */
+static keel_status where_strings(const keel_tensor *c, const keel_tensor *x, const keel_tensor *y,
+                                 keel_tensor *o, int r, const int64_t *shape, const int64_t *sc,
+                                 const int64_t *sx, const int64_t *sy) {
+  int64_t total = keel_tensor_numel(o), idx[KEEL_MAX_RANK] = {0}, oc = 0, ox = 0, oy = 0;
+  const uint8_t *cd = c->data;
+  for (int64_t i = 0; i < total; i++) {
+    bool pick = cd[oc] != 0;
+    KEEL_TRY(keel_tensor_copy_elems(o, i, pick ? x : y, pick ? ox : oy, 1));
+    for (int d = r - 1; d >= 0; d--) {
+      oc += sc[d], ox += sx[d], oy += sy[d];
+      if (++idx[d] < shape[d]) break;
+      oc -= sc[d] * shape[d], ox -= sx[d] * shape[d], oy -= sy[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+  return KEEL_OK;
+}
+
 static keel_status op_where(keel_kctx *k) {
   const keel_tensor *c, *x, *y;
   KEEL_TRY(keel_k_in(k, 0, &c));
@@ -563,13 +605,21 @@ static keel_status op_where(keel_kctx *k) {
   keel_broadcast_strides(x->rank, x->shape, r, shape, sx);
   keel_broadcast_strides(y->rank, y->shape, r, shape, sy);
   size_t es = keel_dtype_size((keel_dtype)x->dtype);
-  int64_t total = keel_tensor_numel(o), idx[KEEL_MAX_RANK] = {0}, oc = 0, ox = 0, oy = 0;
+  int64_t total = keel_tensor_numel(o);
+  if (total == 0) return KEEL_OK;
+  if (x->dtype == KEEL_STRING) return where_strings(c, x, y, o, r, shape, sc, sx, sy);
+  /* rows of the last dim: one typed loop per row, the odometer over the
+   * outer dims once per row */
+  int L = r - 1;
+  int64_t len = r ? shape[L] : 1, rows = total / len, idx[KEEL_MAX_RANK] = {0};
+  int64_t lc = r ? sc[L] : 0, lx = r ? sx[L] : 0, ly = r ? sy[L] : 0, oc = 0, ox = 0, oy = 0;
   const uint8_t *cd = c->data;
-  for (int64_t i = 0; i < total; i++) {
-    bool pick = cd[oc] != 0;
-    if (x->dtype == KEEL_STRING) KEEL_TRY(keel_tensor_copy_elems(o, i, pick ? x : y, pick ? ox : oy, 1));
-    else memcpy((uint8_t *)o->data + (size_t)i * es, (const uint8_t *)(pick ? x : y)->data + (size_t)(pick ? ox : oy) * es, es);
-    for (int d = r - 1; d >= 0; d--) {
+  for (int64_t row = 0; row < rows; row++) {
+    uint8_t *out = (uint8_t *)o->data + (size_t)(row * len) * es;
+    const uint8_t *xd = (const uint8_t *)x->data + (size_t)ox * es;
+    const uint8_t *yd = (const uint8_t *)y->data + (size_t)oy * es;
+    where_row(cd + oc, lc, xd, lx, yd, ly, out, len, es);
+    for (int d = L - 1; d >= 0; d--) {
       oc += sc[d], ox += sx[d], oy += sy[d];
       if (++idx[d] < shape[d]) break;
       oc -= sc[d] * shape[d], ox -= sx[d] * shape[d], oy -= sy[d] * shape[d];

@@ -12,11 +12,13 @@
   X(gather_scatter)      \
   X(matmul)              \
   X(conv)                \
+  X(im2col)              \
   X(pool)                \
   X(reduce)              \
   X(norm)                \
   X(rnn)                 \
   X(image)               \
+  X(image_decode)         \
   X(signal)              \
   X(linalg)              \
   X(quant)               \
@@ -25,6 +27,13 @@
   X(constant)            \
   X(grad)                \
   X(sequence)            \
+  X(attention)           \
+  X(transformer)         \
+  X(linear_attention)    \
+  X(flex_attention)      \
+  X(attention_ms)        \
+  X(contrib)             \
+  X(contrib_quant)       \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

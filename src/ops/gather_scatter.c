@@ -1,6 +1,6 @@
 /* gather_scatter.c: the indexing family. Gather, GatherElements, GatherND,
  * Scatter (opset 9-10), ScatterElements, ScatterND, OneHot, Compress,
- * NonZero, TopK, Unique and CumSum.
+ * NonZero, TopK, Unique, CumSum, CumProd and TensorScatter (opset 24).
  *
  * Data movement is generic over element size: these kernels move bytes, so
  * every dtype works (float16, bfloat16 and bool included), and STRING
@@ -922,15 +922,16 @@ static keel_status op_unique(keel_kctx *k) {
   return unique_outputs(k, x, &s, axis, &u);
 }
 
-/* =========================================================== CumSum */
+/* ================================================== CumSum, CumProd */
 
 /* y along the axis of (outer, n, inner), row by row: each row of y is the
- * previous row of y plus a row of x (the same row, or the previous one when
- * exclusive). Integers wrap. */
-typedef void (*cumsum_fn)(const void *x, void *y, split3 s, bool excl, bool rev);
+ * previous row of y combined (+ or *) with a row of x (the same row, or
+ * the previous one when exclusive, where the first row is the identity:
+ * 0 or 1). Integers wrap (computed in uint64_t, then truncated). */
+typedef void (*cumul_fn)(const void *x, void *y, split3 s, bool excl, bool rev);
 
-#define DEF_CUMSUM(sfx, T, ADD)                                                          \
-  static void cumsum_##sfx(const void *px, void *py, split3 s, bool excl, bool rev) {   \
+#define DEF_CUMUL(name, sfx, T, OP, ID)                                                  \
+  static void name##_##sfx(const void *px, void *py, split3 s, bool excl, bool rev) {   \
     for (int64_t a = 0; a < s.outer; a++) {                                              \
       const T *x = (const T *)px + a * s.dim * s.inner;                                  \
       T *y = (T *)py + a * s.dim * s.inner;                                              \
@@ -939,38 +940,44 @@ typedef void (*cumsum_fn)(const void *x, void *y, split3 s, bool excl, bool rev)
         T *yr = y + j * s.inner;                                                         \
         const T *xr = x + (excl ? p : j) * s.inner, *yp = y + p * s.inner;              \
         if (step == 0)                                                                   \
-          for (int64_t i = 0; i < s.inner; i++) yr[i] = excl ? (T)0 : x[j * s.inner + i]; \
+          for (int64_t i = 0; i < s.inner; i++) yr[i] = excl ? (T)(ID) : x[j * s.inner + i]; \
         else                                                                             \
-          for (int64_t i = 0; i < s.inner; i++) yr[i] = (T)(ADD(yp[i], xr[i]));          \
+          for (int64_t i = 0; i < s.inner; i++) yr[i] = (T)(OP(yp[i], xr[i]));           \
       }                                                                                  \
     }                                                                                    \
   }
 #define ADD_F(a, b) ((a) + (b))
 #define ADD_I(a, b) ((uint64_t)(a) + (uint64_t)(b))
+#define MUL_F(a, b) ((a) * (b))
+#define MUL_I(a, b) ((uint64_t)(a) * (uint64_t)(b))
 
-DEF_CUMSUM(f32, float, ADD_F) DEF_CUMSUM(f64, double, ADD_F)
-DEF_CUMSUM(i8, int8_t, ADD_I) DEF_CUMSUM(i16, int16_t, ADD_I)
-DEF_CUMSUM(i32, int32_t, ADD_I) DEF_CUMSUM(i64, int64_t, ADD_I)
-DEF_CUMSUM(u8, uint8_t, ADD_I) DEF_CUMSUM(u16, uint16_t, ADD_I)
-DEF_CUMSUM(u32, uint32_t, ADD_I) DEF_CUMSUM(u64, uint64_t, ADD_I)
-
-static const cumsum_fn CUMSUM_FNS[KEEL_BFLOAT16 + 1] = {
-    [KEEL_FLOAT] = cumsum_f32, [KEEL_DOUBLE] = cumsum_f64, [KEEL_INT8] = cumsum_i8,
-    [KEEL_INT16] = cumsum_i16, [KEEL_INT32] = cumsum_i32, [KEEL_INT64] = cumsum_i64,
-    [KEEL_UINT8] = cumsum_u8,  [KEEL_UINT16] = cumsum_u16, [KEEL_UINT32] = cumsum_u32,
-    [KEEL_UINT64] = cumsum_u64};
+#define DEF_CUMUL_ALL(name, OPF, OPI, ID)                                                \
+  DEF_CUMUL(name, f32, float, OPF, ID) DEF_CUMUL(name, f64, double, OPF, ID)             \
+  DEF_CUMUL(name, i8, int8_t, OPI, ID) DEF_CUMUL(name, i16, int16_t, OPI, ID)            \
+  DEF_CUMUL(name, i32, int32_t, OPI, ID) DEF_CUMUL(name, i64, int64_t, OPI, ID)          \
+  DEF_CUMUL(name, u8, uint8_t, OPI, ID) DEF_CUMUL(name, u16, uint16_t, OPI, ID)          \
+  DEF_CUMUL(name, u32, uint32_t, OPI, ID) DEF_CUMUL(name, u64, uint64_t, OPI, ID)        \
+  static const cumul_fn name##_FNS[KEEL_BFLOAT16 + 1] = {                                \
+      [KEEL_FLOAT] = name##_f32, [KEEL_DOUBLE] = name##_f64, [KEEL_INT8] = name##_i8,    \
+      [KEEL_INT16] = name##_i16, [KEEL_INT32] = name##_i32, [KEEL_INT64] = name##_i64,   \
+      [KEEL_UINT8] = name##_u8,  [KEEL_UINT16] = name##_u16, [KEEL_UINT32] = name##_u32, \
+      [KEEL_UINT64] = name##_u64};
+DEF_CUMUL_ALL(cumsum, ADD_F, ADD_I, 0)
+DEF_CUMUL_ALL(cumprod, MUL_F, MUL_I, 1)
 
 /* float16 / bfloat16 accumulate in float and round each output once. */
-static keel_status op_cumsum(keel_kctx *k) {
+static keel_status cumulative(keel_kctx *k, const char *op, const cumul_fn *fns) {
   const keel_tensor *x;
   int64_t ax;
   int axis, dt;
+  char what[32];
   KEEL_TRY(keel_k_in(k, 0, &x));
   KEEL_TRY(keel_k_in_scalar_i64(k, 1, &ax));
-  KEEL_TRY(keel_k_axis(ax, x->rank, "CumSum: axis", &axis));
+  snprintf(what, sizeof what, "%s: axis", op);
+  KEEL_TRY(keel_k_axis(ax, x->rank, what, &axis));
   dt = x->dtype;
-  cumsum_fn fn = dt >= 0 && dt <= KEEL_BFLOAT16 ? CUMSUM_FNS[keel_is_half(dt) ? KEEL_FLOAT : dt] : NULL;
-  if (!fn) return keel_err(KEEL_ERR_UNSUPPORTED, "CumSum does not support %s", keel_dtype_name((keel_dtype)dt));
+  cumul_fn fn = dt >= 0 && dt <= KEEL_BFLOAT16 ? fns[keel_is_half(dt) ? KEEL_FLOAT : dt] : NULL;
+  if (!fn) return keel_err(KEEL_ERR_UNSUPPORTED, "%s does not support %s", op, keel_dtype_name((keel_dtype)dt));
   keel_tensor *o;
   KEEL_TRY(out_tensor(k, 0, dt, x->rank, x->shape, &o));
   if (keel_tensor_numel(o) == 0) return KEEL_OK;
@@ -986,6 +993,80 @@ static keel_status op_cumsum(keel_kctx *k) {
   KEEL_TRY(scratch_n(k, keel_tensor_numel(x), sizeof(float), &acc));
   fn(fx.data, acc, s, excl, rev);
   keel_f32_store(acc, o);
+  return KEEL_OK;
+}
+
+static keel_status op_cumsum(keel_kctx *k) { return cumulative(k, "CumSum", cumsum_FNS); }
+static keel_status op_cumprod(keel_kctx *k) { return cumulative(k, "CumProd", cumprod_FNS); }
+
+/* ====================================================== TensorScatter */
+
+/* The KV-cache update (opset 24): present = past, with update's rows
+ * written along `axis` from write_indices[b] on (batch b = the first
+ * coordinate), wrapping modulo max_sequence_length in circular mode. Every
+ * write index is checked before anything moves. */
+static keel_status tscatter_check(const keel_tensor *past, const keel_tensor *upd, int axis) {
+  char a[96], b[96];
+  bool ok = upd->dtype == past->dtype && upd->rank == past->rank &&
+            upd->shape[axis] <= past->shape[axis];
+  for (int d = 0; ok && d < past->rank; d++) ok = d == axis || upd->shape[d] == past->shape[d];
+  if (ok) return KEEL_OK;
+  return keel_err(KEEL_ERR_SHAPE,
+                  "TensorScatter: update %s %s does not fit past_cache %s %s along axis %d",
+                  keel_dtype_name((keel_dtype)upd->dtype), keel_shape_str(upd->rank, upd->shape, a, sizeof a),
+                  keel_dtype_name((keel_dtype)past->dtype), keel_shape_str(past->rank, past->shape, b, sizeof b),
+                  axis);
+}
+
+/* write_indices (int64 [batch], optional: zeros) into w, each checked. */
+static keel_status tscatter_indices(keel_kctx *k, int64_t batch, int64_t max_seq, int64_t seq,
+                                    bool circ, int64_t **w) {
+  KEEL_TRY(scratch_n(k, batch > 0 ? batch : 1, sizeof(int64_t), (void **)w));
+  const keel_tensor *wi;
+  KEEL_TRY(keel_k_in_opt(k, 2, &wi));
+  for (int64_t b = 0; b < batch; b++) (*w)[b] = 0;
+  if (!wi) return KEEL_OK;
+  if ((wi->dtype != KEEL_INT64 && wi->dtype != KEEL_INT32) || wi->rank != 1 || wi->shape[0] != batch)
+    return keel_err(KEEL_ERR_SHAPE, "TensorScatter: write_indices must be int64 [%lld], got %s of rank %d",
+                    (long long)batch, keel_dtype_name((keel_dtype)wi->dtype), wi->rank);
+  for (int64_t b = 0; b < batch; b++) {
+    int64_t v = wi->dtype == KEEL_INT64 ? ((const int64_t *)wi->data)[b] : ((const int32_t *)wi->data)[b];
+    if (v < 0 || (!circ && v > max_seq - seq))
+      return keel_err(KEEL_ERR_SHAPE,
+                      "TensorScatter: write_indices[%lld] = %lld is out of range for %lld rows into %lld (%s)",
+                      (long long)b, (long long)v, (long long)seq, (long long)max_seq,
+                      circ ? "circular" : "linear");
+    (*w)[b] = v;
+  }
+  return KEEL_OK;
+}
+
+static keel_status op_tensor_scatter(keel_kctx *k) {
+  const keel_tensor *past, *upd;
+  KEEL_TRY(keel_k_in(k, 0, &past));
+  KEEL_TRY(keel_k_in(k, 1, &upd));
+  int axis;
+  KEEL_TRY(keel_k_axis(keel_k_attr_i(k, "axis", -2), past->rank, "TensorScatter: axis", &axis));
+  if (axis == 0) return keel_err(KEEL_ERR_SHAPE, "TensorScatter: axis must not be the batch axis 0");
+  KEEL_TRY(tscatter_check(past, upd, axis));
+  const char *mode = keel_k_attr_s(k, "mode", "linear");
+  bool circ = strcmp(mode, "circular") == 0;
+  if (!circ && strcmp(mode, "linear") != 0)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "TensorScatter: mode '%s' is not 'linear' or 'circular'", mode);
+  split3 s = split_at(past, axis);
+  int64_t seq = upd->shape[axis], per_batch = dims_prod(past->shape, 1, axis), *w;
+  KEEL_TRY(tscatter_indices(k, past->shape[0], s.dim, seq, circ, &w));
+  keel_tensor *o;
+  KEEL_TRY(keel_k_reuse(k, 0, 0, past->dtype, past->rank, past->shape, &o));
+  if (keel_tensor_numel(o) == 0) return KEEL_OK;
+  if (o->data != past->data) KEEL_TRY(keel_tensor_copy_elems(o, 0, past, 0, keel_tensor_numel(past)));
+  for (int64_t a = 0; a < s.outer; a++) {
+    int64_t base = w[per_batch ? a / per_batch : 0];
+    for (int64_t i = 0; i < seq; i++) {
+      int64_t row = circ ? (base + i) % s.dim : base + i;
+      KEEL_TRY(keel_tensor_copy_elems(o, (a * s.dim + row) * s.inner, upd, (a * seq + i) * s.inner, s.inner));
+    }
+  }
   return KEEL_OK;
 }
 
@@ -1006,6 +1087,8 @@ const keel_opdef keel_ops_gather_scatter[] = {
     {"", "TopK", 1, KEEL_OPSET_MAX, op_topk, 0, KEEL_TS_NUM},
     {"", "Unique", 11, KEEL_OPSET_MAX, op_unique, 0, KEEL_TS_ALL},
     {"", "CumSum", 11, KEEL_OPSET_MAX, op_cumsum, 0, KEEL_TS_NUM},
+    {"", "TensorScatter", 24, KEEL_OPSET_MAX, op_tensor_scatter, 0, KEEL_TS_ALL},
+    {"", "CumProd", 26, KEEL_OPSET_MAX, op_cumprod, 0, KEEL_TS_NUM},
     {0},
 };
 #undef NUM_BOOL

@@ -1,6 +1,7 @@
 /* image.c: the image family: Resize (opsets 10 to 19), Upsample (1 to 9,
- * kept running past its deprecation at 10), GridSample (16, 4-D), RoiAlign
- * (10 and 16) and NonMaxSuppression (10 and 11).
+ * kept running past its deprecation at 10), GridSample (16; 20 and 22 with
+ * 5-D input too), AffineGrid (20), RoiAlign (10 and 16) and
+ * NonMaxSuppression (10 and 11).
  *
  * Resize follows ONNX's reference implementation (resize.py): it is
  * separable, each axis mapping output coordinates to input ones on its
@@ -754,24 +755,31 @@ static keel_status op_upsample(keel_kctx *k) {
 
 /* ========================================================= GridSample */
 
-/* As onnxruntime and ONNX's reference: the grid's [-1, 1] maps to the
- * corner pixels' centres (align_corners) or outer edges; border clamps and
- * reflection folds a coordinate only when it leaves [lo, hi]; then each
- * tap is looked up with the padding rule (zeros: outside reads 0). */
+/* As onnxruntime, over 2 or 3 spatial dims (opset 20 allows N-d; 4-D and
+ * 5-D X are what models use): the grid's [-1, 1] maps to the corner
+ * pixels' centres (align_corners) or outer edges; when a point leaves
+ * [lo, hi] on some dim, border clamps and reflection folds all of its
+ * coordinates (ONNX's Python reference does it per dim; the two differ
+ * only for cubic border sampling, which no conformance test reaches);
+ * then each tap is looked up with the padding rule (zeros: outside
+ * reads 0). Arrays are in X's dim order (D, H, W); the
+ * grid's last axis lists (x, y, z), the reverse. */
 enum { GS_LINEAR, GS_NEAREST, GS_CUBIC };
 enum { GS_ZEROS, GS_BORDER, GS_REFLECT };
+enum { GS_MAXD = 3, GS_MAXTAPS = 64 };
 
 typedef struct gs_geo {
-  int mode, pad;
+  int mode, pad, nd;
   bool align;
-  int64_t h, w;
-  double lo[2], hi[2];         /* x then y: where reflection folds         */
+  int64_t size[GS_MAXD];       /* X's spatial dims                         */
+  int64_t stride[GS_MAXD];     /* their element strides in one plane        */
+  double lo[GS_MAXD], hi[GS_MAXD]; /* where coordinates fold               */
 } gs_geo;
 
 typedef struct gs_taps {
   int n;
-  int64_t off[16];             /* plane offsets; -1 reads as 0             */
-  double w[16];
+  int64_t off[GS_MAXTAPS];     /* plane offsets; -1 reads as 0             */
+  double w[GS_MAXTAPS];
 } gs_taps;
 
 /* Folds x into [lo, hi] by repeated reflection (fmod keeps it exact and
@@ -794,45 +802,58 @@ static double gs_denorm(double v, int64_t len, bool align) {
   return align ? (v + 1) / 2 * (double)(len - 1) : ((v + 1) * (double)len - 1) / 2;
 }
 
-/* Plane offset of tap (r, c) under the padding rule; -1 for a zero. */
-static int64_t gs_pixel(const gs_geo *g, int64_t r, int64_t c) {
-  if (g->pad == GS_ZEROS) return (r < 0 || r >= g->h || c < 0 || c >= g->w) ? -1 : r * g->w + c;
-  if (g->pad == GS_REFLECT) {
-    c = (int64_t)gs_reflect((double)c, g->lo[0], g->hi[0]);
-    r = (int64_t)gs_reflect((double)r, g->lo[1], g->hi[1]);
-  }
-  return rs_clamp(r, g->h) * g->w + rs_clamp(c, g->w);
+/* Index q along dim d under the padding rule; -1 for a zero. */
+static int64_t gs_index(const gs_geo *g, int d, int64_t q) {
+  if (g->pad == GS_ZEROS) return q < 0 || q >= g->size[d] ? -1 : q;
+  if (g->pad == GS_REFLECT) q = (int64_t)gs_reflect((double)q, g->lo[d], g->hi[d]);
+  return rs_clamp(q, g->size[d]);
 }
 
-/* The taps of sampling point (x, y) in pixel units. */
-static void gs_taps_at(const gs_geo *g, double x, double y, gs_taps *t) {
-  if (g->mode == GS_NEAREST) x = nearbyint(x), y = nearbyint(y); /* half to even */
-  if (x < g->lo[0] || x > g->hi[0] || y < g->lo[1] || y > g->hi[1]) {
-    if (g->pad == GS_BORDER) {
-      x = fmin(fmax(x, 0), (double)(g->w - 1));
-      y = fmin(fmax(y, 0), (double)(g->h - 1));
-    } else if (g->pad == GS_REFLECT) {
-      x = gs_reflect(x, g->lo[0], g->hi[0]);
-      y = gs_reflect(y, g->lo[1], g->hi[1]);
-    }
-  }
+/* Along dim d at coordinate x: the taps' indices (-1: zero) and weights. */
+static int gs_axis_taps(const gs_geo *g, int d, double x, int64_t *q, double *w) {
   if (g->mode == GS_NEAREST) {
-    t->n = 1, t->w[0] = 1, t->off[0] = gs_pixel(g, (int64_t)y, (int64_t)x);
-    return;
+    q[0] = gs_index(g, d, (int64_t)x), w[0] = 1;
+    return 1;
   }
   int side = g->mode == GS_CUBIC ? 4 : 2;
-  double x0 = floor(x) - (side == 4), y0 = floor(y) - (side == 4), wx[4], wy[4];
-  double dx = x - x0 - (side == 4), dy = y - y0 - (side == 4);
+  double x0 = floor(x) - (side == 4), dx = x - x0 - (side == 4);
   for (int i = 0; i < side; i++) {
-    wx[i] = side == 4 ? img_cubic(dx + 1 - i, -0.75) : (i ? dx : 1 - dx);
-    wy[i] = side == 4 ? img_cubic(dy + 1 - i, -0.75) : (i ? dy : 1 - dy);
+    w[i] = side == 4 ? img_cubic(dx + 1 - i, -0.75) : (i ? dx : 1 - dx);
+    q[i] = gs_index(g, d, (int64_t)x0 + i);
   }
-  t->n = side * side;
-  for (int i = 0; i < side; i++)
-    for (int j = 0; j < side; j++) {
-      t->off[i * side + j] = gs_pixel(g, (int64_t)y0 + i, (int64_t)x0 + j);
-      t->w[i * side + j] = wy[i] * wx[j];
+  return side;
+}
+
+/* The taps of sampling point p (pixel units, X's dim order): the outer
+ * product of the per-dim taps. */
+static void gs_taps_at(const gs_geo *g, double *p, gs_taps *t) {
+  int64_t q[GS_MAXD][4];
+  double w[GS_MAXD][4];
+  int side[GS_MAXD];
+  bool out = false;
+  for (int d = 0; d < g->nd; d++) {
+    if (g->mode == GS_NEAREST) p[d] = nearbyint(p[d]); /* half to even */
+    out = out || p[d] < g->lo[d] || p[d] > g->hi[d];
+  }
+  for (int d = 0; d < g->nd; d++) {
+    if (out && g->pad == GS_BORDER) p[d] = fmin(fmax(p[d], 0), (double)(g->size[d] - 1));
+    else if (out && g->pad == GS_REFLECT) p[d] = gs_reflect(p[d], g->lo[d], g->hi[d]);
+    side[d] = gs_axis_taps(g, d, p[d], q[d], w[d]);
+  }
+  int idx[GS_MAXD] = {0};
+  t->n = 0;
+  for (;;) {
+    int64_t off = 0;
+    double wt = 1;
+    for (int d = 0; d < g->nd; d++) {
+      wt *= w[d][idx[d]];
+      off = off < 0 || q[d][idx[d]] < 0 ? -1 : off + q[d][idx[d]] * g->stride[d];
     }
+    t->off[t->n] = off, t->w[t->n++] = wt;
+    int d = g->nd - 1;
+    while (d >= 0 && ++idx[d] == side[d]) idx[d--] = 0;
+    if (d < 0) return;
+  }
 }
 
 static keel_status gs_attrs(keel_kctx *k, gs_geo *g) {
@@ -850,27 +871,43 @@ static keel_status gs_attrs(keel_kctx *k, gs_geo *g) {
   return KEEL_OK;
 }
 
-static keel_status gs_check(const keel_tensor *x, const keel_tensor *grid) {
-  if (x->rank != 4)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "GridSample: only 4-D X (N, C, H, W) is supported, got rank %d",
+/* X (N, C, D1..Dn) with n = 2 (any opset) or 3 (opset 20+); grid
+ * (N, out..., n). */
+static keel_status gs_check(keel_kctx *k, const keel_tensor *x, const keel_tensor *grid) {
+  int nd = x->rank - 2;
+  if (nd != 2 && !(nd == 3 && keel_k_opset(k) >= 20))
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "GridSample (opset %lld): X must be (N, C, H, W)%s, got rank %d",
+                    (long long)keel_k_opset(k), keel_k_opset(k) >= 20 ? " or (N, C, D, H, W)" : "",
                     x->rank);
   if (!keel_dtype_is_float(x->dtype) || !keel_dtype_is_float(grid->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "GridSample: X and grid must be floating point, got %s and %s",
                     keel_dtype_name((keel_dtype)x->dtype), keel_dtype_name((keel_dtype)grid->dtype));
-  if (grid->rank != 4 || grid->shape[0] != x->shape[0] || grid->shape[3] != 2)
-    return keel_err(KEEL_ERR_SHAPE, "GridSample: grid must be (N=%lld, H_out, W_out, 2)",
-                    (long long)x->shape[0]);
+  if (grid->rank != x->rank || grid->shape[0] != x->shape[0] || grid->shape[x->rank - 1] != nd)
+    return keel_err(KEEL_ERR_SHAPE, "GridSample: grid must be (N=%lld, %s, %d)", (long long)x->shape[0],
+                    nd == 2 ? "H_out, W_out" : "D_out, H_out, W_out", nd);
   return KEEL_OK;
 }
 
-/* Sampling point p of batch n, in pixel units, kept finite: NaN and far
- * values land outside the image. */
-static void gs_point(const gs_geo *g, const keel_tensor *grid, int64_t at, double *x, double *y) {
+/* Sampling point p of one grid entry, in pixel units, kept finite: NaN
+ * and far values land outside the image. */
+static void gs_point(const gs_geo *g, const keel_tensor *grid, int64_t at, double *p) {
   double lim = 1e15;
-  *x = gs_denorm(keel_elem_get_f64(grid->dtype, grid->data, (size_t)at), g->w, g->align);
-  *y = gs_denorm(keel_elem_get_f64(grid->dtype, grid->data, (size_t)at + 1), g->h, g->align);
-  *x = *x >= -lim ? fmin(*x, lim) : -lim;
-  *y = *y >= -lim ? fmin(*y, lim) : -lim;
+  for (int d = 0; d < g->nd; d++) {
+    double v = keel_elem_get_f64(grid->dtype, grid->data, (size_t)(at + g->nd - 1 - d));
+    v = gs_denorm(v, g->size[d], g->align);
+    p[d] = v >= -lim ? fmin(v, lim) : -lim;
+  }
+}
+
+static void gs_geometry(const keel_tensor *x, gs_geo *g) {
+  g->nd = x->rank - 2;
+  int64_t st = 1;
+  for (int d = g->nd - 1; d >= 0; d--) {
+    g->size[d] = x->shape[d + 2], g->stride[d] = st, st *= g->size[d];
+    g->lo[d] = g->align ? 0 : -0.5;
+    g->hi[d] = g->align ? (double)(g->size[d] - 1) : (double)g->size[d] - 0.5;
+  }
 }
 
 static keel_status op_gridsample(keel_kctx *k) {
@@ -879,27 +916,27 @@ static keel_status op_gridsample(keel_kctx *k) {
   KEEL_TRY(keel_k_in(k, 1, &grid));
   gs_geo g;
   KEEL_TRY(gs_attrs(k, &g));
-  KEEL_TRY(gs_check(x, grid));
-  int64_t N = x->shape[0], C = x->shape[1], ho = grid->shape[1], wo = grid->shape[2];
-  g.h = x->shape[2], g.w = x->shape[3];
-  g.lo[0] = g.align ? 0 : -0.5, g.hi[0] = g.align ? (double)(g.w - 1) : (double)g.w - 0.5;
-  g.lo[1] = g.align ? 0 : -0.5, g.hi[1] = g.align ? (double)(g.h - 1) : (double)g.h - 0.5;
+  KEEL_TRY(gs_check(k, x, grid));
+  gs_geometry(x, &g);
+  int64_t N = x->shape[0], C = x->shape[1], yshape[KEEL_MAX_RANK];
+  yshape[0] = N, yshape[1] = C;
+  memcpy(yshape + 2, grid->shape + 1, sizeof(int64_t) * (size_t)g.nd);
   keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, x->dtype, 4, (int64_t[]){N, C, ho, wo}, &y));
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, yshape, &y));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  if (g.h == 0 || g.w == 0) return keel_err(KEEL_ERR_SHAPE, "GridSample: X has an empty image");
+  int64_t plane = keel_shape_numel(g.nd, g.size), opl = keel_shape_numel(g.nd, yshape + 2);
+  if (plane == 0) return keel_err(KEEL_ERR_SHAPE, "GridSample: X has an empty image");
   int ct = img_ctype(x->dtype);
   keel_tensor xs;
   void *yd;
   KEEL_TRY(img_stage(k, x, ct, &xs));
   KEEL_TRY(img_out_data(k, y, ct, &yd));
-  int64_t plane = g.h * g.w, opl = ho * wo;
   for (int64_t n = 0; n < N; n++)
     for (int64_t p = 0; p < opl; p++) {
-      double px, py;
+      double pt[GS_MAXD];
       gs_taps t;
-      gs_point(&g, grid, (n * opl + p) * 2, &px, &py);
-      gs_taps_at(&g, px, py, &t);
+      gs_point(&g, grid, (n * opl + p) * g.nd, pt);
+      gs_taps_at(&g, pt, &t);
       for (int64_t c = 0; c < C; c++) {
         int64_t base = (n * C + c) * plane;
         double acc = 0;
@@ -909,6 +946,68 @@ static keel_status op_gridsample(keel_kctx *k) {
       }
     }
   img_finish(yd, ct, y);
+  return KEEL_OK;
+}
+
+/* ========================================================= AffineGrid */
+
+/* grid (N, D?, H, W, n) = theta (N, n, n + 1) x (x, y, z?, 1) over the
+ * evenly spaced base coordinates of `size` in [-1, 1] (the pixel centres
+ * of the corner pixels with align_corners, else their outer edges; a
+ * length-1 dim sits at -1 with align_corners, else 0). Computed in double,
+ * stored in theta's type. */
+static double ag_base(int64_t i, int64_t len, bool align) {
+  if (len <= 1) return align ? -1 : 0; /* ONNX's reference (PyTorch gives 0 for both) */
+  double step = 2.0 / (double)(align ? len - 1 : len);
+  return align ? -1 + step * (double)i : -1 + step * ((double)i + 0.5);
+}
+
+static keel_status ag_check(keel_kctx *k, const keel_tensor *theta, int64_t *size, int *nd) {
+  int n;
+  KEEL_TRY(keel_k_in_ints(k, 1, size, 5, &n));
+  *nd = n - 2;
+  char s[128];
+  if (n != 4 && n != 5)
+    return keel_err(KEEL_ERR_SHAPE, "AffineGrid: size must be (N, C, H, W) or (N, C, D, H, W), got %d values", n);
+  for (int i = 0; i < n; i++)
+    if (size[i] < 0) return keel_err(KEEL_ERR_SHAPE, "AffineGrid: size[%d] = %lld is negative", i, (long long)size[i]);
+  if (!keel_dtype_is_float(theta->dtype) || theta->rank != 3 || theta->shape[0] != size[0] ||
+      theta->shape[1] != *nd || theta->shape[2] != *nd + 1)
+    return keel_err(KEEL_ERR_SHAPE, "AffineGrid: theta %s %s is not (N=%lld, %d, %d) floats",
+                    keel_dtype_name((keel_dtype)theta->dtype), keel_shape_str(theta->rank, theta->shape, s, sizeof s),
+                    (long long)size[0], *nd, *nd + 1);
+  return KEEL_OK;
+}
+
+static keel_status op_affine_grid(keel_kctx *k) {
+  const keel_tensor *theta;
+  KEEL_TRY(keel_k_in(k, 0, &theta));
+  int64_t size[5], shape[5];
+  int nd;
+  KEEL_TRY(ag_check(k, theta, size, &nd));
+  bool align = keel_k_attr_i(k, "align_corners", 0) != 0;
+  shape[0] = size[0];
+  memcpy(shape + 1, size + 2, sizeof(int64_t) * (size_t)nd);
+  shape[nd + 1] = nd;
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, theta->dtype, nd + 2, shape, &y));
+  int64_t pts = keel_shape_numel(nd, size + 2), at = 0;
+  for (int64_t n = 0; n < size[0]; n++)
+    for (int64_t p = 0; p < pts; p++) {
+      double base[4] = {0, 0, 0, 1}; /* (x, y, z?, 1): x runs along the last dim */
+      int64_t r = p;
+      for (int d = nd - 1; d >= 0; d--) {
+        base[nd - 1 - d] = ag_base(r % size[2 + d], size[2 + d], align);
+        r /= size[2 + d];
+      }
+      base[nd] = 1;
+      for (int i = 0; i < nd; i++) {
+        double acc = 0;
+        for (int j = 0; j <= nd; j++)
+          acc += keel_elem_get_f64(theta->dtype, theta->data, (size_t)((n * nd + i) * (nd + 1) + j)) * base[j];
+        keel_elem_set_f64(y->dtype, y->data, (size_t)at++, acc);
+      }
+    }
   return KEEL_OK;
 }
 
@@ -1219,6 +1318,7 @@ const keel_opdef keel_ops_image[] = {
     {"", "Resize", 10, KEEL_OPSET_MAX, op_resize, 0, KEEL_TS_ALL},
     {"", "Upsample", 1, KEEL_OPSET_MAX, op_upsample, 0, KEEL_TS_ALL},
     {"", "GridSample", 16, KEEL_OPSET_MAX, op_gridsample, 0, KEEL_TS_FLOAT},
+    {"", "AffineGrid", 20, KEEL_OPSET_MAX, op_affine_grid, 0, KEEL_TS_FLOAT},
     {"", "RoiAlign", 10, KEEL_OPSET_MAX, op_roialign, 0, KEEL_TS_FLOAT},
     {"", "NonMaxSuppression", 10, KEEL_OPSET_MAX, op_nms, 0, KEEL_TS_FLOAT},
     {0},

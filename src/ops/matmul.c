@@ -326,10 +326,8 @@ static mm_fn mm_pick(int dt) {
 
 /* ============================================================ MatMul */
 
-static keel_status op_matmul(keel_kctx *k) {
-  const keel_tensor *a, *b;
-  KEEL_TRY(keel_k_in(k, 0, &a));
-  KEEL_TRY(keel_k_in(k, 1, &b));
+keel_status keel_matmul(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
+                        keel_tensor **yout) {
   if (a->dtype != b->dtype)
     return keel_err(KEEL_ERR_SHAPE, "A is %s but B is %s", keel_dtype_name((keel_dtype)a->dtype),
                     keel_dtype_name((keel_dtype)b->dtype));
@@ -344,6 +342,7 @@ static keel_status op_matmul(keel_kctx *k) {
   if (keel_dtype_is_float(dt)) KEEL_TRY(mm_check_blas(&p));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, dt, p.rank, p.shape, &y));
+  *yout = y;
   size_t ny = keel_tensor_nbytes(y);
   if (ny == 0) return KEEL_OK;
   if (p.K == 0) { /* empty sums; A and B may have no buffer at all */
@@ -362,6 +361,14 @@ static keel_status op_matmul(keel_kctx *k) {
   mm_run(k->pool, &p, sizeof(float), fn, fa.data, fb.data, fy);
   keel_f32_store(fy, y);
   return KEEL_OK;
+}
+
+static keel_status op_matmul(keel_kctx *k) {
+  const keel_tensor *a, *b;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  KEEL_TRY(keel_k_in(k, 1, &b));
+  keel_tensor *y;
+  return keel_matmul(k, a, b, &y);
 }
 
 /* ============================================================== Gemm */
@@ -580,24 +587,44 @@ static keel_status q_shift(keel_kctx *k, const keel_tensor *t, int r, const int6
 
 /* ===================================================== MatMulInteger */
 
+keel_status keel_matmul_int32(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
+                              const keel_tensor *az, const keel_tensor *bz, keel_mm_int *r) {
+  if (!keel_is_q8(a->dtype) || !keel_is_q8(b->dtype))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "A and B must be uint8 or int8, got %s and %s",
+                    keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
+  mm_plan p;
+  KEEL_TRY(mm_plan_make(a, b, &p));
+  r->rank = p.rank;
+  memcpy(r->shape, p.shape, sizeof(int64_t) * (size_t)p.rank);
+  r->N = p.N;
+  r->numel = keel_shape_numel(p.rank, p.shape);
+  r->acc = NULL;
+  if (r->numel == 0) return KEEL_OK;
+  void *acc;
+  KEEL_TRY(keel_k_scratch_n(k, r->numel, sizeof(int32_t), &acc));
+  r->acc = acc;
+  if (p.K == 0) {
+    memset(acc, 0, (size_t)r->numel * sizeof(int32_t));
+    return KEEL_OK;
+  }
+  int32_t *sa, *sb;
+  KEEL_TRY(q_shift(k, a, p.ra, p.as, az, true, &sa));
+  KEEL_TRY(q_shift(k, b, p.rb, p.bs, bz, false, &sb));
+  mm_run(k->pool, &p, sizeof(int32_t), mm_i32, sa, sb, r->acc);
+  return KEEL_OK;
+}
+
 static keel_status op_matmul_integer(keel_kctx *k) {
   const keel_tensor *a, *b, *az, *bz;
   KEEL_TRY(keel_k_in(k, 0, &a));
   KEEL_TRY(keel_k_in(k, 1, &b));
   KEEL_TRY(keel_k_in_opt(k, 2, &az));
   KEEL_TRY(keel_k_in_opt(k, 3, &bz));
-  if (!keel_is_q8(a->dtype) || !keel_is_q8(b->dtype))
-    return keel_err(KEEL_ERR_UNSUPPORTED, "A and B must be uint8 or int8, got %s and %s",
-                    keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
-  mm_plan p;
-  KEEL_TRY(mm_plan_make(a, b, &p));
+  keel_mm_int r;
+  KEEL_TRY(keel_matmul_int32(k, a, b, az, bz, &r));
   keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_INT32, p.rank, p.shape, &y));
-  if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  int32_t *sa, *sb;
-  KEEL_TRY(q_shift(k, a, p.ra, p.as, az, true, &sa));
-  KEEL_TRY(q_shift(k, b, p.rb, p.bs, bz, false, &sb));
-  mm_run(k->pool, &p, sizeof(int32_t), mm_i32, sa, sb, y->data);
+  KEEL_TRY(keel_k_out(k, 0, KEEL_INT32, r.rank, r.shape, &y));
+  if (r.numel) memcpy(y->data, r.acc, (size_t)r.numel * sizeof(int32_t));
   return KEEL_OK;
 }
 

@@ -1,5 +1,6 @@
-/* norm.c: the normalization family (BatchNormalization, LayerNormalization,
- * InstanceNormalization, MeanVarianceNormalization, LRN, LpNormalization)
+/* norm.c: the normalization family (BatchNormalization, LayerNormalization
+ * with ONNX Runtime's SimplifiedLayerNormalization, InstanceNormalization,
+ * GroupNormalization, MeanVarianceNormalization, LRN, LpNormalization)
  * and the classification losses (NegativeLogLikelihoodLoss,
  * SoftmaxCrossEntropyLoss).
  *
@@ -14,7 +15,9 @@
  */
 #include <math.h>
 
+#include "../base/pool.h"
 #include "bcast.h"
+#include "norm.h"
 
 /* ======================================================== group walk */
 
@@ -171,6 +174,22 @@ static keel_status nio_begin(keel_kctx *k, const keel_tensor *x, const char *op,
   return KEEL_OK;
 }
 
+/* The same with Y of type ydt: a float X can feed a float16 / bfloat16 Y
+ * (through a float scratch Y that nio_end rounds into the output). */
+static keel_status nio_begin_as(keel_kctx *k, const keel_tensor *x, int ydt, const char *op,
+                                nio *io) {
+  if (ydt == x->dtype || x->dtype != KEEL_FLOAT || !keel_is_half(ydt))
+    return nio_begin(k, x, op, io);
+  KEEL_TRY(keel_k_out(k, 0, ydt, x->rank, x->shape, &io->out));
+  void *p;
+  KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(x), sizeof(float), &p));
+  io->x = *x;
+  io->y = *x;
+  io->y.data = p;
+  io->y.buf = NULL;
+  return KEEL_OK;
+}
+
 static void nio_end(nio *io) {
   if (keel_is_half(io->out->dtype)) keel_f32_store(io->y.data, io->out);
 }
@@ -321,6 +340,58 @@ static keel_status op_instancenorm(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* ================================================ GroupNormalization */
+
+/* Statistics per (n, group of C / G channels), then a per-channel affine
+ * map. X is walked twice with two views of the same dense bytes: (N, G,
+ * rest) for the moments and (N, C, spatial) for the affine map. scale and
+ * bias are per group in opset 18 and per channel from opset 21 (where
+ * stash_type 1 asks for float statistics: keel's are double). */
+static keel_status gn_params(keel_kctx *k, int64_t C, int64_t G, double *par) {
+  bool per_group = keel_k_opset(k) < 21;
+  int64_t n = per_group ? G : C;
+  KEEL_TRY(param_vec(k, 1, "scale", n, par + 2 * C));
+  KEEL_TRY(param_vec(k, 2, "bias", n, par + 3 * C));
+  for (int64_t c = 0; c < C; c++) { /* spread to channels */
+    int64_t j = per_group ? c / (C / G) : c;
+    par[c] = par[2 * C + j];
+    par[C + c] = par[3 * C + j];
+  }
+  return KEEL_OK;
+}
+
+static keel_status op_groupnorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(need_rank(x, 2, "GroupNormalization"));
+  int64_t N = x->shape[0], C = x->shape[1], G = keel_k_attr_i(k, "num_groups", 0);
+  if (!keel_k_attr(k, "num_groups") || G <= 0 || C % G != 0)
+    return keel_err(KEEL_ERR_INVALID_MODEL,
+                    "GroupNormalization: num_groups %lld must be positive and divide the %lld channels",
+                    (long long)G, (long long)C);
+  int64_t sp = keel_shape_numel(x->rank - 2, x->shape + 2);
+  double *par, *mean, eps = keel_k_attr_f(k, "epsilon", 1e-5f);
+  KEEL_TRY(dscratch(k, 4 * C, &par));
+  KEEL_TRY(gn_params(k, C, G, par));
+  KEEL_TRY(dscratch(k, 2 * N * G + 2 * N * C, &mean));
+  double *var = mean + N * G, *a = var + N * G, *b = a + N * C;
+  nio io;
+  KEEL_TRY(nio_begin(k, x, "GroupNormalization", &io));
+  gwalk w;
+  int64_t gshape[3] = {N, G, C / G * sp}, cshape[3] = {N, C, sp};
+  gwalk_make(3, gshape, (const uint8_t[3]){0, 0, 1}, &w);
+  gmoments(&w, &io.x, mean, var);
+  for (int64_t i = 0; i < N * C; i++) { /* i = (n, c); its group is n * G + c / (C / G) */
+    int64_t c = i % C, g = i / C * G + c / (C / G);
+    a[i] = par[c] / sqrt(var[g] + eps);
+    b[i] = par[C + c] - mean[g] * a[i];
+  }
+  gwalk_make(3, cshape, (const uint8_t[3]){0, 0, 1}, &w);
+  gaffine(&w, &io.x, &io.y, a, b);
+  nio_end(&io);
+  return KEEL_OK;
+}
+
 /* ========================================= MeanVarianceNormalization */
 
 /* (X - mean) / (std + 1e-9) over `axes` (default [0, 2, 3]), as the ONNX
@@ -358,12 +429,13 @@ static keel_status op_mvn(keel_kctx *k) {
 
 /* ================================================ LayerNormalization */
 
-/* Expands input i (Scale or B), which must broadcast to the normalized
- * shape (rank nr), into D doubles; absent input: `def`. */
-static keel_status ln_param(keel_kctx *k, int i, int nr, const int64_t *nshape, int64_t D,
-                            double def, double *dst) {
-  const keel_tensor *t;
-  KEEL_TRY(keel_k_in_opt(k, i, &t));
+/* Expands input i (`what`: Scale or B), which must broadcast to the
+ * normalized shape (rank nr), into D doubles; absent input (or i < 0):
+ * `def`. */
+static keel_status ln_param(keel_kctx *k, int i, const char *what, int nr, const int64_t *nshape,
+                            int64_t D, double def, double *dst) {
+  const keel_tensor *t = NULL;
+  if (i >= 0) KEEL_TRY(keel_k_in_opt(k, i, &t));
   if (!t) {
     for (int64_t j = 0; j < D; j++) dst[j] = def;
     return KEEL_OK;
@@ -378,7 +450,7 @@ static keel_status ln_param(keel_kctx *k, int i, int nr, const int64_t *nshape, 
   if (!ok) {
     char s1[128], s2[128];
     return keel_err(KEEL_ERR_SHAPE, "%s %s (%s) does not broadcast to the normalized shape %s",
-                    i == 1 ? "Scale" : "B", keel_shape_str(t->rank, t->shape, s1, sizeof s1),
+                    what, keel_shape_str(t->rank, t->shape, s1, sizeof s1),
                     keel_dtype_name((keel_dtype)t->dtype), keel_shape_str(nr, nshape, s2, sizeof s2));
   }
   int64_t st[KEEL_MAX_RANK], idx[KEEL_MAX_RANK] = {0}, off = 0;
@@ -415,32 +487,139 @@ static keel_status ln_stats_out(keel_kctx *k, const keel_tensor *x, int axis,
   return KEEL_OK;
 }
 
-static keel_status op_layernorm(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  int64_t a = keel_k_attr_i(k, "axis", -1);
-  int axis = (int)(a < 0 ? a + x->rank : a);
-  if (a < -x->rank || a > x->rank) /* axis == rank: normalize over nothing */
-    return keel_err(KEEL_ERR_SHAPE, "axis %lld is out of range for rank %d", (long long)a, x->rank);
+/* The common case on its own path: float32 over the last axis with a 1-D
+ * Scale and B (or no B), no Mean / InvStdDev outputs. Rows go to the pool;
+ * each row is two passes (moments in double, then the affine map). */
+typedef struct ln_fast {
+  const float *x, *s, *b;
+  float *y;
+  int64_t D;
+  double eps;
+} ln_fast;
+
+static keel_status ln_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+  (void)worker;
+  const ln_fast *f = ctx;
+  int64_t D = f->D;
+  for (int64_t r = r0; r < r1; r++) {
+    const float *x = f->x + r * D;
+    float *y = f->y + r * D;
+    double sum = 0, sq = 0;
+    for (int64_t j = 0; j < D; j++) sum += x[j];
+    double mean = sum / (double)D;
+    for (int64_t j = 0; j < D; j++) {
+      double d = x[j] - mean;
+      sq += d * d;
+    }
+    float m = (float)mean, inv = (float)(1.0 / sqrt(sq / (double)D + f->eps));
+    if (f->b)
+      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j] + f->b[j];
+    else
+      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j];
+  }
+  return KEEL_OK;
+}
+
+static bool ln_vec(const keel_tensor *t, int64_t D) {
+  return t && t->dtype == KEEL_FLOAT && t->rank == 1 && t->shape[0] == D;
+}
+
+/* true when the fast path applies and ran (*st is its status). */
+static bool ln_try_fast(keel_kctx *k, const keel_tensor *x, int axis, keel_status *st) {
+  if (x->dtype != KEEL_FLOAT || x->rank < 1 || axis != x->rank - 1 || keel_k_has_out(k, 1) ||
+      keel_k_has_out(k, 2) || keel_k_attr_i(k, "stash_type", KEEL_FLOAT) != KEEL_FLOAT)
+    return false;
+  int64_t D = x->shape[axis];
+  const keel_tensor *s = NULL, *b = NULL;
+  if (keel_k_in_opt(k, 1, &s) || keel_k_in_opt(k, 2, &b) || !ln_vec(s, D) || (b && !ln_vec(b, D)) ||
+      D == 0)
+    return false;
+  keel_tensor *y;
+  if ((*st = keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y))) return true;
+  ln_fast f = {x->data, s->data, b ? b->data : NULL, y->data, D, keel_k_attr_f(k, "epsilon", 1e-5f)};
+  int64_t rows = keel_tensor_numel(x) / D;
+  *st = keel_pool_for(k->pool, rows, KEEL_MAX(1, 16384 / D), ln_rows, &f);
+  return true;
+}
+
+keel_status keel_layernorm_run(keel_kctx *k, const keel_tensor *x, const keel_ln_args *a,
+                               double **mean_out, double **inv_out) {
+  int axis = a->axis;
   uint8_t mask[KEEL_MAX_RANK];
   for (int d = 0; d < x->rank; d++) mask[d] = d >= axis;
   gwalk w;
   gwalk_make(x->rank, x->shape, mask, &w);
   int64_t rows = w.n_groups, D = keel_shape_numel(x->rank - axis, x->shape + axis);
-  double *mean, *sb, eps = keel_k_attr_f(k, "epsilon", 1e-5f);
+  double *mean, *sb;
   KEEL_TRY(dscratch(k, 2 * rows, &mean));
   KEEL_TRY(dscratch(k, 2 * D, &sb));
   double *inv = mean + rows;
-  KEEL_TRY(ln_param(k, 1, x->rank - axis, x->shape + axis, D, 1.0, sb));
-  KEEL_TRY(ln_param(k, 2, x->rank - axis, x->shape + axis, D, 0.0, sb + D));
+  KEEL_TRY(ln_param(k, a->i_scale, a->scale_name, x->rank - axis, x->shape + axis, D, 1.0, sb));
+  KEEL_TRY(ln_param(k, a->i_bias, a->bias_name, x->rank - axis, x->shape + axis, D, 0.0, sb + D));
   nio io;
-  KEEL_TRY(nio_begin(k, x, "LayerNormalization", &io));
-  gmoments(&w, &io.x, mean, inv);
-  for (int64_t r = 0; r < rows; r++) inv[r] = 1.0 / sqrt(inv[r] + eps);
+  KEEL_TRY(nio_begin_as(k, x, a->out_dtype ? a->out_dtype : x->dtype, a->op, &io));
+  if (a->rms) { /* mean 0: the "deviations" are x itself, their mean is E[x^2] */
+    memset(mean, 0, (size_t)rows * sizeof(double));
+    memset(inv, 0, (size_t)rows * sizeof(double));
+    if (w.numel) {
+      if (io.x.dtype == KEEL_FLOAT) gsum_float(&w, io.x.data, mean, inv);
+      else gsum_double(&w, io.x.data, mean, inv);
+    }
+    for (int64_t r = 0; r < rows; r++) inv[r] /= (double)D;
+  } else {
+    gmoments(&w, &io.x, mean, inv);
+  }
+  for (int64_t r = 0; r < rows; r++) inv[r] = 1.0 / sqrt(inv[r] + a->eps);
   if (io.x.dtype == KEEL_FLOAT) ln_apply_float(io.x.data, io.y.data, rows, D, mean, inv, sb, sb + D);
   else ln_apply_double(io.x.data, io.y.data, rows, D, mean, inv, sb, sb + D);
   nio_end(&io);
-  return ln_stats_out(k, x, axis, mean, inv);
+  if (mean_out) *mean_out = mean;
+  if (inv_out) *inv_out = inv;
+  return KEEL_OK;
+}
+
+/* The axis attribute for X of `rank` (axis == rank normalizes nothing). */
+static keel_status ln_axis(const keel_kctx *k, int rank, int *axis) {
+  int64_t a = keel_k_attr_i(k, "axis", -1);
+  if (a < -rank || a > rank)
+    return keel_err(KEEL_ERR_SHAPE, "axis %lld is out of range for rank %d", (long long)a, rank);
+  *axis = (int)(a < 0 ? a + rank : a);
+  return KEEL_OK;
+}
+
+/* ONNX's LayerNormalization (17) and ONNX Runtime's contrib one it grew
+ * from (ai.onnx domain, versions 1-16): the same inputs and outputs. */
+static keel_status op_layernorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  keel_ln_args a = {"LayerNormalization", 0, false, 1, 2, "Scale", "B",
+                    keel_k_attr_f(k, "epsilon", 1e-5f)};
+  KEEL_TRY(ln_axis(k, x->rank, &a.axis));
+  keel_status fst = KEEL_OK;
+  if (a.axis < x->rank && ln_try_fast(k, x, a.axis, &fst)) return fst;
+  double *mean, *inv;
+  KEEL_TRY(keel_layernorm_run(k, x, &a, &mean, &inv));
+  return ln_stats_out(k, x, a.axis, mean, inv);
+}
+
+/* ONNX Runtime's SimplifiedLayerNormalization (ai.onnx domain, version
+ * 1): RMS normalization, y = x / sqrt(mean(x^2) + epsilon) * scale, and
+ * optionally inv_std_var as output 1. */
+static keel_status op_simplified_layernorm(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  keel_ln_args a = {"SimplifiedLayerNormalization", 0, true, 1, -1, "scale", "",
+                    keel_k_attr_f(k, "epsilon", 1e-5f)};
+  KEEL_TRY(ln_axis(k, x->rank, &a.axis));
+  double *inv;
+  KEEL_TRY(keel_layernorm_run(k, x, &a, NULL, &inv));
+  int64_t st = keel_k_attr_i(k, "stash_type", KEEL_FLOAT);
+  if (!keel_dtype_is_float((int)st))
+    return keel_err(KEEL_ERR_INVALID_MODEL, "stash_type %lld is not a float type", (long long)st);
+  int64_t shape[KEEL_MAX_RANK];
+  for (int d = 0; d < x->rank; d++) shape[d] = d < a.axis ? x->shape[d] : 1;
+  if (keel_k_has_out(k, 1)) KEEL_TRY(out_doubles(k, 1, (int)st, x->rank, shape, inv));
+  return KEEL_OK;
 }
 
 /* =============================================================== LRN */
@@ -664,7 +843,10 @@ static keel_status op_sce_loss(keel_kctx *k) {
 const keel_opdef keel_ops_norm[] = {
     {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm, 0, KEEL_TS_FLOAT},
     {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm, 0, KEEL_TS_FLOAT},
-    {"", "LayerNormalization", 17, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "GroupNormalization", 18, KEEL_OPSET_MAX, op_groupnorm, 0, KEEL_TS_FLOAT},
+    {"", "LayerNormalization", 1, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "SimplifiedLayerNormalization", 1, KEEL_OPSET_MAX, op_simplified_layernorm, 0,
+     KEEL_TS_FLOAT},
     {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn, 0, KEEL_TS_FLOAT},
     {"", "LRN", 1, KEEL_OPSET_MAX, op_lrn, 0, KEEL_TS_FLOAT},
     {"", "LpNormalization", 1, KEEL_OPSET_MAX, op_lpnorm, 0, KEEL_TS_FLOAT},

@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "bcast.h"
+#include "conv_util.h"
 
 /* ============================================= quantization parameters */
 
@@ -269,6 +270,17 @@ static void dyn_params(const float *x, int64_t n, float *scale, float *zp) {
   *zp = z != z ? 0 : z < 0 ? 0 : z > 255 ? 255 : z; /* inf range: lo/inf is NaN */
 }
 
+void keel_dynq_u8(const float *x, int64_t n, uint8_t *q, float *scale, uint8_t *zp) {
+  float zf;
+  dyn_params(x, n, scale, &zf);
+  *zp = (uint8_t)zf;
+  if (!(*scale > 0)) {
+    if (n) memset(q, (int)zf, (size_t)n);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) q[i] = (uint8_t)q_saturate(rintf(x[i] / *scale), zf, 0, 255);
+}
+
 static keel_status op_dynamic_quantize_linear(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
@@ -276,21 +288,11 @@ static keel_status op_dynamic_quantize_linear(keel_kctx *k) {
     return keel_err(KEEL_ERR_SHAPE, "x must be float, got %s", dt_name(x->dtype));
   const float *xf;
   KEEL_TRY(as_f32(k, x, &xf));
-  int64_t n = keel_tensor_numel(x);
-  float scale, zp;
-  dyn_params(xf, n, &scale, &zp);
   keel_tensor *y, *ys, *yz;
   KEEL_TRY(keel_k_out(k, 0, KEEL_UINT8, x->rank, x->shape, &y));
   KEEL_TRY(keel_k_out(k, 1, KEEL_FLOAT, 0, NULL, &ys));
   KEEL_TRY(keel_k_out(k, 2, KEEL_UINT8, 0, NULL, &yz));
-  *(float *)ys->data = scale;
-  *(uint8_t *)yz->data = (uint8_t)zp;
-  uint8_t *out = y->data;
-  if (!(scale > 0)) {
-    if (n) memset(out, (int)zp, (size_t)n);
-    return KEEL_OK;
-  }
-  for (int64_t i = 0; i < n; i++) out[i] = (uint8_t)q_saturate(rintf(xf[i] / scale), zp, 0, 255);
+  keel_dynq_u8(xf, keel_tensor_numel(x), y->data, ys->data, yz->data);
   return KEEL_OK;
 }
 

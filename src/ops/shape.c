@@ -1,7 +1,7 @@
 /* shape.c: the ops that move, copy or describe elements without doing
  * arithmetic on them: Reshape, Flatten, Squeeze, Unsqueeze and Identity
  * (zero-copy: a view or a new reference), Transpose, DepthToSpace,
- * SpaceToDepth, Concat, Split, Slice, Expand, Tile, Pad, Trilu and
+ * SpaceToDepth, Concat, Split, Slice, CenterCropPad, Expand, Tile, Pad, Trilu and
  * ReverseSequence (copies), and Shape, Size, ConstantOfShape, Range and
  * EyeLike (new data from shapes and scalars).
  *
@@ -622,6 +622,50 @@ static keel_status op_slice(keel_kctx *k) {
   return sh_copy(o, 0, x, soff, &p);
 }
 
+/* ===================================================== CenterCropPad */
+
+/* Per listed axis: a larger input is cropped to a centered window (start
+ * rounded down), a smaller one is centered in zeros (the odd pixel goes
+ * to the end). The kept box is one affine copy into a zeroed output. */
+static keel_status op_center_crop_pad(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int r = x->rank, n, na;
+  int64_t want[KEEL_MAX_RANK], axes[KEEL_MAX_RANK], out[KEEL_MAX_RANK];
+  bool has_axes, mark[KEEL_MAX_RANK];
+  KEEL_TRY(keel_k_in_ints(k, 1, want, KEEL_MAX_RANK, &n));
+  KEEL_TRY(sh_attr_ints(k, "axes", axes, KEEL_MAX_RANK, &na, &has_axes));
+  if (!has_axes)
+    for (na = 0; na < r; na++) axes[na] = na;
+  if (n != na)
+    return keel_err(KEEL_ERR_SHAPE, "CenterCropPad: shape has %d values for %d axes", n, na);
+  KEEL_TRY(sh_mark_axes(axes, na, r, "CenterCropPad", mark));
+  memcpy(out, x->shape, sizeof(int64_t) * (size_t)r);
+  int64_t xs[KEEL_MAX_RANK], os[KEEL_MAX_RANK], crop[KEEL_MAX_RANK] = {0}, pad[KEEL_MAX_RANK] = {0};
+  for (int i = 0; i < na; i++) {
+    int a = (int)(axes[i] < 0 ? axes[i] + r : axes[i]);
+    if (want[i] < 0)
+      return keel_err(KEEL_ERR_SHAPE, "CenterCropPad: target size %lld for axis %d is negative",
+                      (long long)want[i], a);
+    out[a] = want[i];
+    if (x->shape[a] > want[i]) crop[a] = (x->shape[a] - want[i]) / 2;
+    else pad[a] = (want[i] - x->shape[a]) / 2;
+  }
+  keel_tensor *o;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, r, out, &o));
+  if (x->dtype != KEEL_STRING && o->data) memset(o->data, 0, keel_tensor_nbytes(o)); /* strings start "" */
+  sh_strides(r, x->shape, xs);
+  sh_strides(r, out, os);
+  sh_plan p = {.r = r};
+  int64_t soff = 0, doff = 0;
+  for (int i = 0; i < r; i++) {
+    p.dims[i] = KEEL_MIN(x->shape[i], out[i]);
+    p.ss[i] = xs[i], p.ds[i] = os[i];
+    soff += crop[i] * xs[i], doff += pad[i] * os[i];
+  }
+  return sh_copy(o, doff, x, soff, &p);
+}
+
 /* ==================================================== Expand, Tile */
 
 static keel_status op_expand(keel_kctx *k) {
@@ -1097,6 +1141,7 @@ const keel_opdef keel_ops_shape[] = {
     {"", "Concat", 1, KEEL_OPSET_MAX, op_concat, 0, KEEL_TS_ALL},
     {"", "Split", 1, KEEL_OPSET_MAX, op_split, 0, KEEL_TS_ALL},
     {"", "Slice", 1, KEEL_OPSET_MAX, op_slice, 0, KEEL_TS_ALL},
+    {"", "CenterCropPad", 18, KEEL_OPSET_MAX, op_center_crop_pad, 0, KEEL_TS_ALL},
     {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
     {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
     {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL},

@@ -1,4 +1,5 @@
-/* strings.c: the string operators StringNormalizer and TfIdfVectorizer,
+/* strings.c: the string operators StringNormalizer, TfIdfVectorizer,
+ * StringConcat, StringSplit and RegexFullMatch (through RE2: regex_re2.cc),
  * with the pieces they need: locale-free UTF-8 case mapping and a small
  * open-addressing hash table that lives in kernel scratch memory.
  *
@@ -16,6 +17,7 @@
  * walks it from each start position as ONNX Runtime's reference does.
  */
 #include "kernel.h"
+#include "regex_re2.h"
 
 /* ============================================================ UTF-8 */
 
@@ -576,9 +578,182 @@ static keel_status op_tfidf_vectorizer(keel_kctx *k) {
 
 /* ============================================================ table */
 
+/* ====================================================== StringConcat */
+
+/* x + y elementwise with numpy broadcasting: byte concatenation (UTF-8
+ * in, UTF-8 out). */
+static keel_status op_string_concat(keel_kctx *k) {
+  const keel_tensor *a, *b;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  KEEL_TRY(keel_k_in(k, 1, &b));
+  if (a->dtype != KEEL_STRING || b->dtype != KEEL_STRING)
+    return keel_err(KEEL_ERR_SHAPE, "StringConcat takes two string tensors, got %s and %s",
+                    keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
+  int r;
+  int64_t shape[KEEL_MAX_RANK], sa[KEEL_MAX_RANK], sb[KEEL_MAX_RANK], idx[KEEL_MAX_RANK] = {0};
+  KEEL_TRY(keel_broadcast_shape(a->rank, a->shape, b->rank, b->shape, &r, shape));
+  keel_broadcast_strides(a->rank, a->shape, r, shape, sa);
+  keel_broadcast_strides(b->rank, b->shape, r, shape, sb);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_STRING, r, shape, &y));
+  const keel_string *xa = a->data, *xb = b->data;
+  size_t ma = 0, mb = 0;
+  for (int64_t i = 0; i < keel_tensor_numel(a); i++) ma = KEEL_MAX(ma, xa[i].len);
+  for (int64_t i = 0; i < keel_tensor_numel(b); i++) mb = KEEL_MAX(mb, xb[i].len);
+  char *t;
+  KEEL_TRY(keel_k_scratch(k, ma + mb + 1, (void **)&t));
+  int64_t n = keel_tensor_numel(y), oa = 0, ob = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (xa[oa].len) memcpy(t, xa[oa].data, xa[oa].len);
+    if (xb[ob].len) memcpy(t + xa[oa].len, xb[ob].data, xb[ob].len);
+    KEEL_TRY(keel_tensor_set_string(y, (size_t)i, t, xa[oa].len + xb[ob].len));
+    for (int d = r - 1; d >= 0; d--) { /* odometer over the output */
+      oa += sa[d], ob += sb[d];
+      if (++idx[d] < shape[d]) break;
+      oa -= sa[d] * shape[d], ob -= sb[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+  return KEEL_OK;
+}
+
+/* ======================================================= StringSplit */
+
+/* Python's str.split, as ONNX's reference runs it. With a delimiter,
+ * every occurrence splits (empty pieces kept; at least one piece). With
+ * none (or ""), runs of whitespace separate and leading/trailing
+ * whitespace is dropped; after maxsplit splits the rest is one piece
+ * (its trailing whitespace kept). Whitespace is what Python's
+ * str.isspace accepts, decoded from UTF-8. */
+typedef struct splitter {
+  const char *s, *delim;
+  size_t n, dl, pos;
+  int64_t left;                /* splits still allowed; < 0: no limit */
+  bool done;
+} splitter;
+
+/* Bytes of the whitespace character at s[0..n), or 0. */
+static size_t ws_len(const char *s, size_t n) {
+  uint8_t b = (uint8_t)s[0];
+  if (b == ' ' || (b >= 0x09 && b <= 0x0D) || (b >= 0x1C && b <= 0x1F)) return 1;
+  if (b < 0x80) return 0;
+  uint32_t c;
+  size_t len = utf8_decode((const uint8_t *)s, n, &c);
+  bool ws = c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
+            c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return len && ws ? len : 0;
+}
+
+static bool split_next_ws(splitter *sp, span *tok) {
+  size_t w;
+  while (sp->pos < sp->n && (w = ws_len(sp->s + sp->pos, sp->n - sp->pos))) sp->pos += w;
+  if (sp->pos >= sp->n) return false;
+  size_t start = sp->pos;
+  if (sp->left == 0) {
+    sp->pos = sp->n;
+  } else {
+    while (sp->pos < sp->n && !ws_len(sp->s + sp->pos, sp->n - sp->pos)) sp->pos++;
+    if (sp->left > 0) sp->left--;
+  }
+  *tok = (span){sp->s + start, sp->pos - start};
+  return true;
+}
+
+static bool split_next(splitter *sp, span *tok) {
+  if (!sp->dl) return split_next_ws(sp, tok);
+  if (sp->done) return false;
+  size_t start = sp->pos, i = start;
+  if (sp->left != 0)
+    for (; i + sp->dl <= sp->n; i++)
+      if (!memcmp(sp->s + i, sp->delim, sp->dl)) break;
+  if (sp->left == 0 || i + sp->dl > sp->n) { /* the last piece */
+    *tok = (span){sp->s + start, sp->n - start};
+    sp->done = true;
+    return true;
+  }
+  *tok = (span){sp->s + start, i - start};
+  sp->pos = i + sp->dl;
+  if (sp->left > 0) sp->left--;
+  return true;
+}
+
+static splitter split_init(const keel_string *x, const char *delim, int64_t maxsplit) {
+  return (splitter){x->data, delim, x->len, strlen(delim), 0, maxsplit, false};
+}
+
+static keel_status op_string_split(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (x->dtype != KEEL_STRING)
+    return keel_err(KEEL_ERR_SHAPE, "StringSplit takes a string tensor, got %s",
+                    keel_dtype_name((keel_dtype)x->dtype));
+  if (x->rank + 1 > KEEL_MAX_RANK)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "StringSplit: output rank %d is above keel's limit of %d",
+                    x->rank + 1, KEEL_MAX_RANK);
+  const char *delim = keel_k_attr_s(k, "delimiter", "");
+  int64_t maxsplit = keel_k_attr_i(k, "maxsplit", -1), n = keel_tensor_numel(x), most = 0;
+  keel_tensor *z, *y;
+  KEEL_TRY(keel_k_out(k, 1, KEEL_INT64, x->rank, x->shape, &z));
+  const keel_string *xs = x->data;
+  int64_t *cnt = z->data;
+  span tok;
+  for (int64_t i = 0; i < n; i++) { /* pass 1: the counts */
+    splitter sp = split_init(&xs[i], delim, maxsplit);
+    for (cnt[i] = 0; split_next(&sp, &tok);) cnt[i]++;
+    most = KEEL_MAX(most, cnt[i]);
+  }
+  int64_t shape[KEEL_MAX_RANK];
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[x->rank] = most;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_STRING, x->rank + 1, shape, &y));
+  for (int64_t i = 0; i < n; i++) { /* pass 2: the pieces; the padding stays "" */
+    splitter sp = split_init(&xs[i], delim, maxsplit);
+    for (int64_t j = 0; split_next(&sp, &tok); j++)
+      KEEL_TRY(keel_tensor_set_string(y, (size_t)(i * most + j), tok.p, tok.n));
+  }
+  return KEEL_OK;
+}
+
+/* ==================================================== RegexFullMatch */
+
+/* Y[i] = whether all of X[i] matches `pattern`, in RE2 syntax (the
+ * specification's), through RE2 itself (regex_re2.cc). The compiled
+ * pattern lives for this call only and is freed on every path. */
+static keel_status op_regex_full_match(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (x->dtype != KEEL_STRING)
+    return keel_err(KEEL_ERR_SHAPE, "RegexFullMatch takes a string tensor, got %s",
+                    keel_dtype_name((keel_dtype)x->dtype));
+  const keel_attr *a = keel_k_attr(k, "pattern");
+  if (!a) return keel_err(KEEL_ERR_INVALID_MODEL, "RegexFullMatch: the pattern attribute is missing");
+  const char *pat = keel_k_attr_s(k, "pattern", "");
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+  char why[160];
+  keel_re2 *re = keel_re2_compile(pat, strlen(pat), why, sizeof why);
+  if (!re) return keel_err(KEEL_ERR_INVALID_MODEL, "RegexFullMatch: bad pattern '%s': %s", pat, why);
+  const keel_string *xs = x->data;
+  uint8_t *out = y->data;
+  keel_status st = KEEL_OK;
+  for (int64_t i = 0; i < keel_tensor_numel(x); i++) {
+    int m = keel_re2_full_match(re, xs[i].data ? xs[i].data : "", xs[i].len);
+    if (m < 0) {
+      st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "RegexFullMatch: RE2 failed on element %lld", (long long)i);
+      break;
+    }
+    out[i] = (uint8_t)m;
+  }
+  keel_re2_free(re);
+  return st;
+}
+
 /* Element-type sets used in the table below. */
 #define TFIDF_IN (KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_strings[] = {
+    {"", "StringConcat", 20, KEEL_OPSET_MAX, op_string_concat, 0, KEEL_T(KEEL_STRING)},
+    {"", "RegexFullMatch", 20, KEEL_OPSET_MAX, op_regex_full_match, 0, KEEL_T(KEEL_STRING)},
+    {"", "StringSplit", 20, KEEL_OPSET_MAX, op_string_split, 0, KEEL_T(KEEL_STRING)},
     {"", "StringNormalizer", 10, KEEL_OPSET_MAX, op_string_normalizer, 0, KEEL_T(KEEL_STRING)},
     {"", "TfIdfVectorizer", 9, KEEL_OPSET_MAX, op_tfidf_vectorizer, 0, TFIDF_IN},
     {0},

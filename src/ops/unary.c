@@ -1,4 +1,4 @@
-/* unary.c: the one-input elementwise ops: unary math (Abs ... Erf, Not,
+/* unary.c: the one-input elementwise ops: unary math (Abs ... Erf, Not, BitwiseNot,
  * IsNaN, IsInf), activations (Relu ... Mish), Clip, Dropout, and the type
  * conversions Cast and CastLike (numbers, bool, float16, bfloat16, and
  * strings both ways).
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "bcast.h"
+#include "vmath.h"
 #include "rng.h"
 
 /* ================================================ defined conversions */
@@ -144,31 +145,15 @@ UN_F(sinh, UN_SAME, MF(sinh, x)) UN_F(cosh, UN_SAME, MF(cosh, x))
 UN_F(asinh, UN_SAME, MF(asinh, x)) UN_F(acosh, UN_SAME, MF(acosh, x))
 UN_F(atanh, UN_SAME, MF(atanh, x))
 /* erf of an integer is in [-1, 1]: the truncating cast is always in range */
-/* float erf as a rational function of x (odd numerator, even
- * denominator; Eigen's and XLA's fast erf), a loop the compiler vectorizes:
- * within 2 float ulp of erf() plus 3e-7 absolute over the whole line
- * (tests/test_fastpaths.c sweeps it). NaN stays NaN (the clamp compares),
- * +-inf gives +-1. */
-static inline float erf_f32(float x) {
-  float c = x < -4.0f ? -4.0f : x > 4.0f ? 4.0f : x, z = c * c;
-  float p = -2.72614225801306e-10f;
-  p = p * z + 2.77068142495902e-08f;
-  p = p * z + -2.10102402082508e-06f;
-  p = p * z + -5.69250639462346e-05f;
-  p = p * z + -7.34990630326855e-04f;
-  p = p * z + -2.95459980854025e-03f;
-  p = p * z + -1.60960333262415e-02f;
-  float q = -1.45660718464996e-05f;
-  q = q * z + -2.13374055278905e-04f;
-  q = q * z + -1.68282697438203e-03f;
-  q = q * z + -7.37332916720468e-03f;
-  q = q * z + -1.42647390514189e-02f;
-  float r = c * p / q;
-  return r > 1.0f ? 1.0f : r < -1.0f ? -1.0f : r;
+/* float erf: vectorized rational approximation (ops/vmath.c) */
+static void u_erf_f32(const void *px, void *py, int64_t n, const un_params *p) {
+  (void)p;
+  keel_vm_erf(px, py, n);
 }
-DEF_UN(u_erf_f32, float, float, erf_f32(x)) DEF_UN(u_erf_f64, double, double, erf(x))
+DEF_UN(u_erf_f64, double, double, erf(x))
 UN_S(erf, UN_SAME, erf((double)x)) UN_U(erf, UN_SAME, erf((double)x))
 UN_B(not, UN_SAME, !x)
+UN_S(bnot, UN_SAME, ~x) UN_U(bnot, UN_SAME, ~x)
 UN_F(isnan, UN_BOOL, x != x)
 UN_F(isinf, UN_BOOL, (p->pos && x == INFINITY) || (p->neg && x == -INFINITY))
 
@@ -234,6 +219,7 @@ static const unop OP_ACOSH = {"Acosh", FLOATS(acosh), false};
 static const unop OP_ATANH = {"Atanh", FLOATS(atanh), false};
 static const unop OP_ERF = {"Erf", {UT_F(erf) UT_S(erf) UT_U(erf)}, false};
 static const unop OP_NOT = {"Not", {[KEEL_BOOL] = u_not_b8}, false};
+static const unop OP_BNOT = {"BitwiseNot", {UT_S(bnot) UT_U(bnot)}, false};
 static const unop OP_ISNAN = {"IsNaN", FLOATS(isnan), true};
 static const unop OP_ISINF = {"IsInf", FLOATS(isinf), true};
 static const unop OP_RELU = {"Relu", {UT_F(relu) UT_S(relu) UT_U(relu)}, false};
@@ -315,6 +301,7 @@ UNARY_KERNEL(op_acosh, OP_ACOSH)
 UNARY_KERNEL(op_atanh, OP_ATANH)
 UNARY_KERNEL(op_erf, OP_ERF)
 UNARY_KERNEL(op_not, OP_NOT)
+UNARY_KERNEL(op_bitwise_not, OP_BNOT)
 UNARY_KERNEL(op_isnan, OP_ISNAN)
 UNARY_KERNEL(op_relu, OP_RELU)
 UNARY_KERNEL(op_sigmoid, OP_SIGMOID)
@@ -820,6 +807,7 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Atanh", 9, KEEL_OPSET_MAX, op_atanh, 0, KEEL_TS_FLOAT},
     {"", "Erf", 9, KEEL_OPSET_MAX, op_erf, 0, KEEL_TS_NUM},
     {"", "Not", 1, KEEL_OPSET_MAX, op_not, 0, KEEL_T(KEEL_BOOL)},
+    {"", "BitwiseNot", 18, KEEL_OPSET_MAX, op_bitwise_not, 0, KEEL_TS_INT},
     {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT},
     {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT},
     {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM},

@@ -1,0 +1,78 @@
+/* vmath.c: vectorized float32 math (vmath.h). */
+#include "vmath.h"
+
+#include <math.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define VM_X86 1
+#endif
+
+/* ================================================================ erf */
+
+/* Eigen's and XLA's fast erf: an odd polynomial over an even one in the
+ * clamped argument. */
+static const float ERF_A[7] = {-2.72614225801306e-10f, 2.77068142495902e-08f,
+                               -2.10102402082508e-06f, -5.69250639462346e-05f,
+                               -7.34990630326855e-04f, -2.95459980854025e-03f,
+                               -1.60960333262415e-02f};
+static const float ERF_B[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f,
+                               -1.68282697438203e-03f, -7.37332916720468e-03f,
+                               -1.42647390514189e-02f};
+
+float keel_vm_erf1(float x) {
+  if (x != x) return x;
+  float c = x < -4.0f ? -4.0f : x > 4.0f ? 4.0f : x, z = c * c;
+  float p = ERF_A[0], q = ERF_B[0];
+  for (int i = 1; i < 7; i++) p = p * z + ERF_A[i];
+  for (int i = 1; i < 5; i++) q = q * z + ERF_B[i];
+  float r = c * p / q;
+  return r > 1.0f ? 1.0f : r < -1.0f ? -1.0f : r;
+}
+
+#ifdef VM_X86
+__attribute__((target("avx2"))) static void erf_avx2(const float *x, float *y, int64_t n) {
+  const __m256 lo = _mm256_set1_ps(-4.0f), hi = _mm256_set1_ps(4.0f);
+  const __m256 one = _mm256_set1_ps(1.0f), mone = _mm256_set1_ps(-1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    /* max/min return their second operand when one is NaN: v first keeps
+     * the clamp NaN-free, the blend below puts the NaN back */
+    __m256 c = _mm256_min_ps(_mm256_max_ps(v, lo), hi), z = _mm256_mul_ps(c, c);
+    __m256 p = _mm256_set1_ps(ERF_A[0]), q = _mm256_set1_ps(ERF_B[0]);
+    for (int k = 1; k < 7; k++) p = _mm256_add_ps(_mm256_mul_ps(p, z), _mm256_set1_ps(ERF_A[k]));
+    for (int k = 1; k < 5; k++) q = _mm256_add_ps(_mm256_mul_ps(q, z), _mm256_set1_ps(ERF_B[k]));
+    __m256 r = _mm256_div_ps(_mm256_mul_ps(c, p), q);
+    r = _mm256_max_ps(_mm256_min_ps(r, one), mone);
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    _mm256_storeu_ps(y + i, _mm256_blendv_ps(r, v, nan));
+  }
+  for (; i < n; i++) y[i] = keel_vm_erf1(x[i]);
+}
+#endif
+
+static int vm_level(void) {
+#ifdef VM_X86
+  static int level = -1;
+  int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+  if (l < 0) {
+    __builtin_cpu_init();
+    l = __builtin_cpu_supports("avx2") ? 1 : 0;
+    __atomic_store_n(&level, l, __ATOMIC_RELAXED);
+  }
+  return l;
+#else
+  return 0;
+#endif
+}
+
+void keel_vm_erf(const float *x, float *y, int64_t n) {
+#ifdef VM_X86
+  if (vm_level() >= 1) {
+    erf_avx2(x, y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] = keel_vm_erf1(x[i]);
+}
