@@ -10,7 +10,9 @@
 // model's inputs by the TensorProto's name, else in order. Prints (and with
 // --json writes) the median and p90 of session.run over the timed runs and
 // the peak RSS of this process (VmHWM) minus its baseline (VmHWM read before
-// onnxruntime-node is loaded: the node host's own pages). --dump DIR writes
+// onnxruntime-node is loaded: the node host's own pages), and the median
+// process CPU time per run (process.cpuUsage, every thread: ORT's workers
+// spin while they wait, so above 1 thread it counts that too). --dump DIR writes
 // each output as raw little-endian bytes plus DIR/outputs.json (names,
 // types, dims) for bench/check_outputs.py.
 'use strict';
@@ -159,11 +161,14 @@ async function main() {
   const feeds = loadFeeds(ort, session, a.pos[1]);
   let out = null;
   for (let i = 0; i < a.warmup; i++) out = await session.run(feeds);
-  const times = [];
+  const times = [], cpu = [];
   for (let i = 0; i < a.iters; i++) {
+    const c = process.cpuUsage();
     const s = process.hrtime.bigint();
     out = await session.run(feeds);
     times.push(Number(process.hrtime.bigint() - s) / 1e6);
+    const d = process.cpuUsage(c);
+    cpu.push((d.user + d.system) / 1e3);
   }
   if (a.dump) dumpOutputs(a.dump, session, out);
   const sorted = times.slice().sort((x, y) => x - y);
@@ -173,11 +178,12 @@ async function main() {
     model: a.pos[0], threads: a.threads, iters: a.iters, warmup: a.warmup, load_ms: loadMs,
     median_ms: quantile(sorted, 0.5), p90_ms: quantile(sorted, 0.9),
     runs_per_s: 1000 / quantile(sorted, 0.5), times_ms: times,
+    cpu_median_ms: quantile(cpu.slice().sort((x, y) => x - y), 0.5), cpu_times_ms: cpu,
     peak_rss: peak, baseline_rss: baselineRss, peak_rss_net: peak - baselineRss,
   };
   const mb = (b) => (b / 1048576).toFixed(1);
   console.log(`onnxruntime-node ${r.version}, ${a.threads} thread(s): median ${r.median_ms.toFixed(3)} ms, ` +
-              `p90 ${r.p90_ms.toFixed(3)} ms over ${a.iters} runs; peak RSS ${mb(peak)} MB ` +
+              `p90 ${r.p90_ms.toFixed(3)} ms over ${a.iters} runs, CPU ${r.cpu_median_ms.toFixed(3)} ms per run; peak RSS ${mb(peak)} MB ` +
               `(${mb(r.peak_rss_net)} MB over the host's ${mb(baselineRss)} MB)`);
   if (a.json) fs.writeFileSync(a.json, JSON.stringify(r, null, 1) + '\n');
 }

@@ -3,6 +3,7 @@
 #
 #   bench/vs_ort.sh [--quick] [--check] [--rounds N] [--seconds S] [--threads "1 2"]
 #                   [--models "detector gpt ..."] [--build DIR] [--out DIR]
+#                   [--label TEXT]   (names keel's build in the table)
 #
 # On a clean clone it builds keel if build/keel is missing (cmake, Release),
 # installs onnxruntime-node into build/ort/ if NODE_PATH does not already
@@ -11,8 +12,7 @@
 # a model. Then for each model and thread count it alternates the two
 # runtimes in rounds (keel, ORT, keel, ORT, ...), each a fresh process:
 #   keel:  build/keel bench MODEL --data test_data_set_0 --threads N --json
-#          (OPENBLAS_NUM_THREADS=N and OMP_NUM_THREADS=N too, so a library's
-#          own threads follow N)
+#          (keel_options.threads = N: the session's pool; no environment)
 #   ORT:   node bench/ort_bench.js MODEL test_data_set_0 --threads N --json
 #          (intraOpNumThreads N, interOpNumThreads 1, optimization 'all')
 # Both take the same inputs and the same number of timed runs per round
@@ -20,8 +20,10 @@
 # timed run of every round; peak RSS is the median over rounds of each
 # process's VmHWM (ORT's minus the node host's baseline before loading ORT).
 # Prints the CPU model and flags, one row per model and thread count (with
-# the spread of the per-round ratios and keel's peak RSS over issue 8's
-# bound), and the geometric mean of keel/ORT per thread count; writes the table and
+# the spread of the per-round ratios, keel's peak RSS over issue 8's bound,
+# and both runtimes' median process CPU time per run, which a shared machine
+# disturbs less than wall time), and the geometric means of keel/ORT per
+# thread count (wall, and CPU time); writes the table and
 # every JSON file under --out (default build/bench-results/).
 # --quick: 2 rounds of ~0.5 s each (default: 5 rounds of ~2 s).
 # --check: first compare keel's outputs with ORT's and PyTorch's
@@ -36,6 +38,7 @@ THREADS="1 2"
 MODELS="mobilenet_v3 resnet50 detector gpt bert lstm"
 OUT=""
 CHECK=0
+LABEL=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) ROUNDS=2; SECONDS_PER_ROUND=0.5 ;;
@@ -46,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --models) MODELS=$2; shift ;;
     --build) BUILD=$(cd "$2" && pwd); shift ;;
     --out) OUT=$2; shift ;;
+    --label) LABEL=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_ort.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -87,12 +91,12 @@ fi
 cpu_model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_0-9]*)$' | tr '\n' ' ')
 ort_version=$(node -e "console.log(require('onnxruntime-node/package.json').version)")
-keel_version=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
+keel_version=${LABEL:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
 
 # Timed runs per round: about SECONDS_PER_ROUND of keel's time, 5..2000.
 iters_for() { # model threads
   local j=$OUT/runs/calib.json
-  OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
+  "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
     --data "$MODELS_DIR/$1/test_data_set_0" --threads "$2" --iters 3 --warmup 1 \
     --profile-runs 0 --json "$j" >/dev/null
   python3 -c "import json,sys; m=json.load(open('$j'))['median_ms']; \
@@ -100,7 +104,7 @@ print(max(5, min(2000, int($SECONDS_PER_ROUND * 1000 / max(m, 1e-3)))))"
 }
 
 run_keel() { # model threads iters json
-  OPENBLAS_NUM_THREADS=$2 OMP_NUM_THREADS=$2 "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
+  "$KEEL" bench "$MODELS_DIR/$1/model.onnx" \
     --data "$MODELS_DIR/$1/test_data_set_0" --threads "$2" --iters "$3" --warmup 3 \
     --profile-runs 0 --json "$4" >/dev/null
 }
@@ -136,11 +140,15 @@ mb = lambda b: b / 1048576
 print(f"CPU: {cpu}; flags: {flags.strip()}")
 print(f"keel {kv} vs onnxruntime-node {ov}; {rounds} round(s), alternating; medians over all timed runs;")
 print(f"per-round: the lowest and highest ratio of one round's medians; bound: issue 8's "
-      f"1.1 x weights + allocated peak + 16 MB; load average at the end: {os.getloadavg()[0]:.1f}\n")
+      f"1.1 x weights + allocated peak + 16 MB; CPU: median process CPU time per run, every "
+      f"thread (ORT's waiting workers spin); load average at the end: {os.getloadavg()[0]:.1f}\n")
 print("| model | threads | keel median ms | ORT median ms | keel/ORT | per-round keel/ORT | "
-      "keel peak RSS MB | ORT peak RSS MB (net) | keel RSS / bound |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-geo = {}
+      "keel peak RSS MB | ORT peak RSS MB (net) | keel RSS / bound | keel CPU ms | ORT CPU ms | CPU keel/ORT |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+geo, geo_cpu = {}, {}
+def cpu_median(runs):
+    c = [x for j in runs for x in j.get("cpu_times_ms", [])]
+    return statistics.median(c) if c else float("nan")
 for t in threads:
     for m in models:
         k, o = load("keel", m, t), load("ort", m, t)
@@ -150,13 +158,16 @@ for t in threads:
         orss = statistics.median([j["peak_rss_net"] for j in o])
         per = sorted(a["median_ms"] / b["median_ms"] for a, b in zip(k, o))
         bound = statistics.median([j["peak_rss"] / j["rss_bound"] for j in k if j.get("rss_bound")] or [0])
+        kc, oc = cpu_median(k), cpu_median(o)
         geo.setdefault(t, []).append(km / om)
+        geo_cpu.setdefault(t, []).append(kc / oc)
         print(f"| {m} | {t} | {km:.3f} | {om:.3f} | {km / om:.2f} | {per[0]:.2f}-{per[-1]:.2f} | "
-              f"{mb(krss):.1f} | {mb(orss):.1f} | {bound:.2f} |")
+              f"{mb(krss):.1f} | {mb(orss):.1f} | {bound:.2f} | {kc:.3f} | {oc:.3f} | {kc / oc:.2f} |")
 print()
 for t in threads:
     g = math.exp(sum(math.log(r) for r in geo[t]) / len(geo[t]))
+    gc = math.exp(sum(math.log(r) for r in geo_cpu[t]) / len(geo_cpu[t]))
     print(f"geometric mean keel/ORT at {t} thread(s): {g:.2f} over {len(geo[t])} models "
-          f"(worst {max(geo[t]):.2f}, best {min(geo[t]):.2f})")
+          f"(worst {max(geo[t]):.2f}, best {min(geo[t]):.2f}); on CPU time {gc:.2f}")
 PY
 echo "(table in $OUT/table.md; every run's JSON in $OUT/runs/)"

@@ -29,6 +29,7 @@ check "bench runs 3 iterations" bench test_conv_with_strides_padding "$tmp/conv.
 cat "$tmp/out"
 for pat in "^model " "^threads   1" "^latency   median [0-9.]* ms   p90 [0-9.]* ms" \
            "over 3 timed run(s) after 1 warmup run(s)" "^rate      [0-9.]* runs/s" \
+           "^cpu       median [0-9.]* ms per run" \
            "^memory    peak RSS [0-9.]* [KMG]*B   allocated peak .*reserved peak" \
            "^bound     1.1 x weights .* = .*: peak RSS is [0-9.]* of it" \
            "^time by op type (3 profiled run(s)" "^  Conv  *1  *1 .*100.0%" \
@@ -43,6 +44,7 @@ d = json.load(open(sys.argv[1]))
 n, op, flops = int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 assert d["runtime"] == "keel" and d["iters"] == n, d
 assert len(d["times_ms"]) == n and all(t > 0 for t in d["times_ms"]), d["times_ms"]
+assert len(d["cpu_times_ms"]) == n and d["cpu_median_ms"] >= 0, d
 assert min(d["times_ms"]) <= d["median_ms"] <= d["p90_ms"] <= max(d["times_ms"]), d
 assert d["peak_rss"] > 0 and d["reserved_peak"] >= d["allocated_peak"] > 0, d
 assert d["weight_bytes"] >= 0 and d["rss_bound"] >= 1.1 * d["weight_bytes"] + 16 * 2**20, d
@@ -68,6 +70,7 @@ check "no op table without profiled runs" bash -c "! grep -q 'time by op type' '
 usage() { "$KEEL" bench "$@" >/dev/null 2>&1; [[ $? -eq 2 ]]; }
 check "no model: usage" usage
 check "bad --iters: usage" usage "$DATA/test_add/model.onnx" --iters 0
+check "bad --threads: usage" usage "$DATA/test_add/model.onnx" --threads 100000
 check "unknown flag: usage" usage "$DATA/test_add/model.onnx" --bogus
 check "missing file: usage" usage /nonexistent/model.onnx
 

@@ -2,9 +2,11 @@
  * RSS and the allocator's peaks over timed runs that carry no profiling;
  * then separate profiled runs for a per-op-type time table and, with
  * --flops, the achieved GFLOP/s of Conv, MatMul and Gemm nodes (FLOPs from
- * the shapes the profiler records at each node's last execution). */
+ * the shapes the profiler records at each node's last execution). Process
+ * CPU time per run beside the wall time: on a shared machine it moves less. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -12,7 +14,8 @@ typedef struct bench_args {
   const char *model, *data, *json;
   const char *inputs[KEEL_CLI_MAX_INPUTS];
   size_t n_inputs;
-  long iters, warmup, threads, profile_runs;
+  long iters, warmup, profile_runs;
+  int threads;
   bool flops;
   double peak_gflops;
   size_t mem_limit;
@@ -27,10 +30,12 @@ typedef struct op_row {
 
 typedef struct bench_result {
   double median, p90, min, mean;    /* seconds */
+  double cpu_median;                /* process CPU seconds per run, all threads */
   uint64_t peak_rss, alloc_peak, reserved_peak, weight_bytes;
   op_row *ops, *fl;
   size_t n_ops, n_fl;
   uint64_t prof_ns, wall_ns;        /* summed over the profiled runs */
+  double prof_cpu_per_wall;         /* process CPU / wall over them     */
 } bench_result;
 
 /* ============================================================= options */
@@ -53,7 +58,7 @@ static int parse_opt(int argc, char **argv, int *i, bench_args *a) {
   else if (!strcmp(s, "--input") && v && a->n_inputs < KEEL_CLI_MAX_INPUTS) a->inputs[a->n_inputs++] = v;
   else if (!strcmp(s, "--iters") && v) return parse_long(v, 1, &a->iters) ? 0 : cli_usage("bench", "--iters needs a positive number");
   else if (!strcmp(s, "--warmup") && v) return parse_long(v, 0, &a->warmup) ? 0 : cli_usage("bench", "--warmup needs a number >= 0");
-  else if (!strcmp(s, "--threads") && v) return parse_long(v, 0, &a->threads) ? 0 : cli_usage("bench", "--threads needs a number >= 0");
+  else if (!strcmp(s, "--threads") && v) return cli_parse_threads(v, &a->threads) ? 0 : cli_usage("bench", "bad --threads (0..256)");
   else if (!strcmp(s, "--profile-runs") && v) return parse_long(v, 0, &a->profile_runs) ? 0 : cli_usage("bench", "--profile-runs needs a number >= 0");
   else if (!strcmp(s, "--mem-limit") && v) return cli_parse_size(v, &a->mem_limit) ? 0 : cli_usage("bench", "bad --mem-limit");
   else if (!strcmp(s, "--peak") && v) {
@@ -129,16 +134,25 @@ static double rss_bound(const bench_result *r) {
   return 1.1 * (double)r->weight_bytes + (double)r->alloc_peak + 16.0 * 1048576.0;
 }
 
-/* `n` runs; times[i] in seconds when times is not NULL. */
-static int run_n(keel_session_t *s, cli_inputs *in, long n, double *times) {
+/* CPU time of the whole process (every thread), in seconds. */
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* `n` runs; times[i] (wall) and cpu[i] (process CPU) in seconds when not
+ * NULL. */
+static int run_n(keel_session_t *s, cli_inputs *in, long n, double *times, double *cpu) {
   size_t nout = keel_session_output_count(s);
   keel_value_t **outs = calloc(nout + 1, sizeof *outs);
   if (!outs) return fail("bench", KEEL_ERR_OUT_OF_MEMORY);
   int rc = 0;
   for (long it = 0; it < n && !rc; it++) {
-    double t0 = cli_now();
+    double c0 = cpu ? cpu_now() : 0, t0 = cli_now();
     keel_status st = keel_run(s, in->names, in->values, in->n, outs);
     if (times) times[it] = cli_now() - t0;
+    if (cpu) cpu[it] = cpu_now() - c0;
     if (st) rc = fail("run", st);
     for (size_t i = 0; i < nout && !st; i++) keel_value_release(outs[i]), outs[i] = NULL;
   }
@@ -158,11 +172,11 @@ static double quantile(const double *sorted, size_t n, double q) {
 }
 
 static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, double *times,
-                      bench_result *r) {
-  int rc = run_n(s, in, a->warmup, NULL);
+                      double *cpu, bench_result *r) {
+  int rc = run_n(s, in, a->warmup, NULL, NULL);
   if (rc) return rc;
   keel_stats_reset_peaks(s);
-  if ((rc = run_n(s, in, a->iters, times))) return rc;
+  if ((rc = run_n(s, in, a->iters, times, cpu))) return rc;
   r->peak_rss = peak_rss();
   r->weight_bytes = weight_bytes(s);
   keel_stats st = {.size = sizeof st};
@@ -176,6 +190,8 @@ static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, do
   r->min = sorted[0];
   r->median = cli_median(sorted, n);
   r->mean = sum / (double)n;
+  for (size_t i = 0; i < n; i++) sorted[i] = cpu[i];
+  r->cpu_median = cli_median(sorted, n);
   free(sorted);
   return 0;
 }
@@ -263,9 +279,11 @@ static int profiled_runs(keel_session_t *s, cli_inputs *in, const bench_args *a,
   if (!a->profile_runs) return 0;
   keel_status st = keel_profile_start(s, KEEL_PROFILE_MEMORY);
   if (st) return fail("profile", st);
-  double t0 = cli_now();
-  int rc = run_n(s, in, a->profile_runs, NULL);
-  r->wall_ns = (uint64_t)((cli_now() - t0) * 1e9);
+  double t0 = cli_now(), c0 = cpu_now();
+  int rc = run_n(s, in, a->profile_runs, NULL, NULL);
+  double wall = cli_now() - t0;
+  r->wall_ns = (uint64_t)(wall * 1e9);
+  r->prof_cpu_per_wall = wall > 0 ? (cpu_now() - c0) / wall : 0;
   keel_profile_stop(s);
   if (rc) return rc;
   size_t n = keel_profile_nodes(s, NULL, 0);
@@ -296,40 +314,57 @@ static void print_ops(const bench_args *a, const bench_result *r) {
   printf("  (shares of the top-level nodes' time; control-flow rows include their bodies)\n");
 }
 
-static void print_flops(const bench_args *a, const bench_result *r) {
+/* GFLOP/s on CPU time: node wall time scaled by the profiled runs' process
+ * CPU / wall (an estimate that takes out the time a shared machine gives
+ * to others; above 1 thread it is per CPU-second, i.e. per core). */
+static double cpu_gflops(const op_row *c, const bench_result *r) {
+  double cpu_ns = (double)c->ns * r->prof_cpu_per_wall;
+  return cpu_ns > 0 ? c->flops / cpu_ns : 0;
+}
+
+static void flops_row(const char *name, uint64_t nodes, double flops, double ns,
+                      const bench_args *a, const bench_result *r) {
   double runs = (double)a->profile_runs;
+  op_row c = {.ns = (uint64_t)ns, .flops = flops};
+  double g = cpu_gflops(&c, r);
+  printf("  %-20s %6llu %11.3f %11.3f %9.1f %9.1f", name, (unsigned long long)nodes,
+         flops / runs / 1e9, ns / runs / 1e6, ns > 0 ? flops / ns : 0.0, g);
+  if (a->peak_gflops > 0) printf("   %5.1f%%", 100.0 * g / a->peak_gflops);
+  printf("\n");
+}
+
+static void print_flops(const bench_args *a, const bench_result *r) {
   if (!r->n_fl) {
     printf("FLOPs: no Conv, ConvTranspose, MatMul or Gemm node ran\n");
     return;
   }
-  printf("FLOPs by class (2 per multiply-add, from the shapes of each node's last run):\n");
-  printf("  %-20s %6s %11s %11s %9s %s\n", "class", "nodes", "GFLOP/run", "ms/run", "GFLOP/s",
-         a->peak_gflops > 0 ? "  of peak" : "");
+  printf("FLOPs by class (2 per multiply-add, from the shapes of each node's last run;\n"
+         "  CPU: on CPU time, node time x the profiled runs' CPU/wall %.2f):\n", r->prof_cpu_per_wall);
+  printf("  %-20s %6s %11s %11s %9s %9s%s\n", "class", "nodes", "GFLOP/run", "ms/run", "GFLOP/s",
+         "CPU", a->peak_gflops > 0 ? "   of peak" : "");
   double tf = 0, tns = 0;
+  uint64_t tn = 0;
   for (size_t i = 0; i < r->n_fl; i++) {
     const op_row *c = &r->fl[i];
-    double gfs = c->ns ? c->flops / (double)c->ns : 0;
-    tf += c->flops, tns += (double)c->ns;
-    printf("  %-20s %6llu %11.3f %11.3f %9.1f", c->name, (unsigned long long)c->nodes,
-           c->flops / runs / 1e9, (double)c->ns / runs / 1e6, gfs);
-    if (a->peak_gflops > 0) printf("   %5.1f%%", 100.0 * gfs / a->peak_gflops);
-    printf("\n");
+    tf += c->flops, tns += (double)c->ns, tn += c->nodes;
+    flops_row(c->name, c->nodes, c->flops, (double)c->ns, a, r);
   }
-  printf("  %-20s %6s %11.3f %11.3f %9.1f", "all of them", "", tf / runs / 1e9, tns / runs / 1e6,
-         tns > 0 ? tf / tns : 0.0);
-  if (a->peak_gflops > 0) printf("   %5.1f%%  (peak %.1f GFLOP/s, given)", 100.0 * (tns > 0 ? tf / tns : 0) / a->peak_gflops, a->peak_gflops);
-  printf("\n");
+  flops_row("all of them", tn, tf, tns, a, r);
+  if (a->peak_gflops > 0)
+    printf("  (of peak: CPU-time GFLOP/s over --peak %.1f, e.g. fma_peak's 1-thread CPU-time figure)\n",
+           a->peak_gflops);
 }
 
 static void print_result(const bench_args *a, const bench_result *r) {
   char b1[32], b2[32], b3[32];
   printf("model     %s\n", a->model);
-  if (a->threads) printf("threads   %ld (keel_options.threads)\n", a->threads);
+  if (a->threads) printf("threads   %d (keel_options.threads)\n", a->threads);
   else printf("threads   default\n");
   printf("latency   median %.3f ms   p90 %.3f ms   min %.3f ms   mean %.3f ms\n",
          r->median * 1e3, r->p90 * 1e3, r->min * 1e3, r->mean * 1e3);
   printf("          over %ld timed run(s) after %ld warmup run(s)\n", a->iters, a->warmup);
   printf("rate      %.2f runs/s\n", r->median > 0 ? 1.0 / r->median : 0.0);
+  printf("cpu       median %.3f ms per run (process CPU time, every thread)\n", r->cpu_median * 1e3);
   printf("memory    peak RSS %s   allocated peak %s   reserved peak %s\n",
          cli_bytes(r->peak_rss, b1, sizeof b1), cli_bytes(r->alloc_peak, b2, sizeof b2),
          cli_bytes(r->reserved_peak, b3, sizeof b3));
@@ -355,23 +390,32 @@ static void json_rows(FILE *f, const char *key, const op_row *rows, size_t n, do
   fprintf(f, "\n ]");
 }
 
-static int write_json(const bench_args *a, const bench_result *r, const double *times) {
+static void json_times(FILE *f, const char *key, const double *t, long n) {
+  fprintf(f, ",\n \"%s\": [", key);
+  for (long i = 0; i < n; i++) fprintf(f, "%s%.6f", i ? ", " : "", t[i] * 1e3);
+  fprintf(f, "]");
+}
+
+static int write_json(const bench_args *a, const bench_result *r, const double *times,
+                      const double *cpu) {
   FILE *f = fopen(a->json, "w");
   if (!f) {
     fprintf(stderr, "keel: cannot write %s\n", a->json);
     return 1;
   }
-  fprintf(f, "{\"runtime\": \"keel\", \"threads\": %ld, \"iters\": %ld, \"warmup\": %ld,\n"
+  fprintf(f, "{\"runtime\": \"keel\", \"threads\": %d, \"iters\": %ld, \"warmup\": %ld,\n"
              " \"median_ms\": %.6f, \"p90_ms\": %.6f, \"min_ms\": %.6f, \"mean_ms\": %.6f,"
              " \"runs_per_s\": %.3f,\n \"peak_rss\": %llu, \"allocated_peak\": %llu,"
              " \"reserved_peak\": %llu,\n \"weight_bytes\": %llu, \"rss_bound\": %.0f,"
-             " \"profile_runs\": %ld, \"profile_wall_ms\": %.6f,\n \"times_ms\": [",
+             " \"profile_runs\": %ld, \"profile_wall_ms\": %.6f, \"cpu_median_ms\": %.6f",
           a->threads, a->iters, a->warmup, r->median * 1e3, r->p90 * 1e3, r->min * 1e3,
           r->mean * 1e3, r->median > 0 ? 1.0 / r->median : 0.0, (unsigned long long)r->peak_rss,
           (unsigned long long)r->alloc_peak, (unsigned long long)r->reserved_peak,
-          (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs, a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0);
-  for (long i = 0; i < a->iters; i++) fprintf(f, "%s%.6f", i ? ", " : "", times[i] * 1e3);
-  fprintf(f, "]");
+          (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs,
+          a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0,
+          r->cpu_median * 1e3);
+  json_times(f, "times_ms", times, a->iters);
+  json_times(f, "cpu_times_ms", cpu, a->iters);
   double runs = a->profile_runs ? (double)a->profile_runs : 1.0;
   json_rows(f, "ops", r->ops, r->n_ops, runs, (double)r->prof_ns);
   json_rows(f, "flops", r->fl, r->n_fl, runs, (double)r->prof_ns);
@@ -390,12 +434,14 @@ static int bench(keel_session_t *s, const bench_args *a) {
   int rc = st ? fail("inputs", st) : 0;
   bench_result r = {0};
   double *times = calloc((size_t)a->iters, sizeof *times);
-  if (!rc && !times) rc = fail("bench", KEEL_ERR_OUT_OF_MEMORY);
-  if (!rc) rc = timed_runs(s, &in, a, times, &r);
+  double *cpu = calloc((size_t)a->iters, sizeof *cpu);
+  if (!rc && (!times || !cpu)) rc = fail("bench", KEEL_ERR_OUT_OF_MEMORY);
+  if (!rc) rc = timed_runs(s, &in, a, times, cpu, &r);
   if (!rc) rc = profiled_runs(s, &in, a, &r);
   if (!rc) print_result(a, &r);
-  if (!rc && a->json) rc = write_json(a, &r, times);
+  if (!rc && a->json) rc = write_json(a, &r, times, cpu);
   free(times);
+  free(cpu);
   free(r.ops);
   free(r.fl);
   cli_inputs_free(&in);
@@ -406,8 +452,7 @@ int cmd_bench(int argc, char **argv) {
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit,
-                       .threads = (int)a.threads};
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);
