@@ -221,7 +221,10 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
   const int64_t ld[] = {a->q.ss, a->q.sh, a->k.ss, a->v.ss, a->y_ss, a->y_sh, a->Dk, a->Dv};
   for (size_t i = 0; i < sizeof ld / sizeof ld[0]; i++) big = ld[i] > big ? ld[i] : big;
   KEEL_TRY(keel_blas_fits(big));
-  if (a->B == 0 || a->Hq == 0 || a->Sq == 0) return KEEL_OK;
+  if (a->B == 0 || a->Hq == 0 || a->Sq == 0 || a->Dv == 0) return KEEL_OK;
+  if (a->Skv == 0 || a->Dk == 0) /* empty operands have NULL data */
+    return keel_err(KEEL_ERR_UNSUPPORTED, "attention over %lld keys of head size %lld",
+                    (long long)a->Skv, (long long)a->Dk);
   int64_t reps = a->Hq / a->Hkv;
   /* one query row and a group of heads: the group's rows form a block */
   bool by_head = a->Sq == 1 && reps > 1;
