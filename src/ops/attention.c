@@ -1,8 +1,9 @@
 /* attention.c: the scaled-dot-product attention core (attention.h) and the
  * ONNX Attention op (opsets 23, 24 and 25) built on it.
  *
- * The core walks (batch, query head, block of query rows). A block's
- * scores are one sgemm over the union of its rows' allowed keys (causal
+ * The core walks (batch, query head, block of query rows); when decoding
+ * (one query row) a block is instead the heads of one GQA group, which
+ * share their K and V. A block's scores are one sgemm over the union of its rows' allowed keys (causal
  * rows near the top of a block skip the keys no row of it may see), the
  * softmax is a pass over each row, and the output rows are a second sgemm
  * of the probabilities with the same keys of V. Scratch is one block of
@@ -17,7 +18,8 @@
  * query offset is past_key's length, or nonpad_kv_seqlen[b] - Sq for an
  * external cache. float16/bfloat16/double inputs run in float on staged
  * copies and round once into the outputs; softmax_precision is met by
- * computing in float for every input type.
+ * computing in float for every input type (for double inputs that is less
+ * than double precision: a known limit).
  */
 #include <math.h>
 
