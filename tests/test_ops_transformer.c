@@ -151,10 +151,26 @@ static void error_cases(void) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tv_free(all[i]);
 }
 
+/* Empty inputs give empty outputs (no reads through NULL data). */
+static void empty_cases(void) {
+  tv x = tv_new("X", KEEL_FLOAT16, 2, (int64_t[]){0, 4}), w = tv_new("scale", KEEL_FLOAT16, 1, (int64_t[]){4});
+  tv y = tv_new("Y", KEEL_FLOAT16, 2, (int64_t[]){0, 4});
+  tv rin[2] = {x, w};
+  oc_check("", "RMSNormalization", 23, rin, 2, "Y", NULL, &y, 1, 0);
+  tv a = tv_new("A", KEEL_FLOAT, 3, (int64_t[]){2, 0, 3}), b = tv_new("B", KEEL_FLOAT, 3, (int64_t[]){2, 0, 3});
+  tv ya = tv_new("Y", KEEL_FLOAT, 3, (int64_t[]){2, 0, 3});
+  tv gin[2] = {a, b};
+  oc_check("", "SwiGLU", 28, gin, 2, "Y", NULL, &ya, 1, 0);
+  oc_check("", "Gelu", 20, gin, 1, "Y", NULL, &ya, 1, 0);
+  tv *all[] = {&x, &w, &y, &a, &b, &ya};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) tv_free(all[i]);
+}
+
 int main(void) {
   for (int i = 0; i < 300; i++) rms_case();
   for (int i = 0; i < 300; i++) rope_case();
   for (int i = 0; i < 300; i++) act_case();
   error_cases();
+  empty_cases();
   return check_report();
 }

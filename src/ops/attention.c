@@ -1,8 +1,9 @@
 /* attention.c: the scaled-dot-product attention core (attention.h) and the
  * ONNX Attention op (opsets 23, 24 and 25) built on it.
  *
- * The core walks (batch, query head, block of query rows). A block's
- * scores are one sgemm over the union of its rows' allowed keys (causal
+ * The core walks (batch, query head, block of query rows); when decoding
+ * (one query row) a block is instead the heads of one GQA group, which
+ * share their K and V. A block's scores are one sgemm over the union of its rows' allowed keys (causal
  * rows near the top of a block skip the keys no row of it may see), the
  * softmax is a pass over each row, and the output rows are a second sgemm
  * of the probabilities with the same keys of V. Scratch is one block of
@@ -17,7 +18,8 @@
  * query offset is past_key's length, or nonpad_kv_seqlen[b] - Sq for an
  * external cache. float16/bfloat16/double inputs run in float on staged
  * copies and round once into the outputs; softmax_precision is met by
- * computing in float for every input type.
+ * computing in float for every input type (for double inputs that is less
+ * than double precision: a known limit).
  */
 #include <math.h>
 
@@ -27,29 +29,47 @@
 
 /* ===================================================== exp, softmax */
 
-void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
-  /* Cephes expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
-   * polynomial, 2^n put in the exponent bits. The magic constant rounds to
-   * nearest without a libm call, so the loop vectorizes. */
-  const float magic = 12582912.0f; /* 1.5 * 2^23 */
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i];
-    float c = v > -87.0f ? v : -87.0f; /* -inf and NaN: see below */
-    float t = c * 1.44269504088896341f + magic;
-    float m = t - magic;
-    float r = c - m * 0.693359375f - m * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)m + 127) << 23;
-    float s;
-    memcpy(&s, &e, sizeof s);
-    y[i] = v >= -87.0f ? p * s : v != v ? v : 0.0f; /* underflow: 0; NaN stays */
+/* Cephes expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
+ * polynomial, 2^n put in the exponent bits. The magic constant rounds to
+ * nearest without a libm call, so the loop vectorizes. A macro, so that an
+ * AVX2 copy can be compiled beside the baseline one. */
+#define EXP_NEG_LOOP(x, y, n)                                                        \
+  for (int64_t i = 0; i < (n); i++) {                                                \
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */                                \
+    float v = (x)[i];                                                                \
+    float c = v > -87.0f ? v : -87.0f; /* -inf and NaN: see below */                 \
+    float t = c * 1.44269504088896341f + magic;                                      \
+    float m = t - magic;                                                             \
+    float r = c - m * 0.693359375f - m * -2.12194440e-4f;                            \
+    float p = 1.9875691500e-4f;                                                      \
+    p = p * r + 1.3981999507e-3f;                                                    \
+    p = p * r + 8.3334519073e-3f;                                                    \
+    p = p * r + 4.1665795894e-2f;                                                    \
+    p = p * r + 1.6666665459e-1f;                                                    \
+    p = p * r + 5.0000001201e-1f;                                                    \
+    p = p * r * r + r + 1.0f;                                                        \
+    int32_t e = ((int32_t)m + 127) << 23;                                            \
+    float s;                                                                         \
+    memcpy(&s, &e, sizeof s);                                                        \
+    (y)[i] = v >= -87.0f ? p * s : v != v ? v : 0.0f; /* underflow: 0; NaN stays */  \
   }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KEEL_EXP_AVX2 1
+__attribute__((target("avx2,fma"))) static void exp_neg_avx2(const float *x, float *y,
+                                                             int64_t n) {
+  EXP_NEG_LOOP(x, y, n)
+}
+#endif
+
+void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
+#ifdef KEEL_EXP_AVX2
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    exp_neg_avx2(x, y, n);
+    return;
+  }
+#endif
+  EXP_NEG_LOOP(x, y, n)
 }
 
 /* ===================================================== the core */
@@ -203,7 +223,10 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
   const int64_t ld[] = {a->q.ss, a->q.sh, a->k.ss, a->v.ss, a->y_ss, a->y_sh, a->Dk, a->Dv};
   for (size_t i = 0; i < sizeof ld / sizeof ld[0]; i++) big = ld[i] > big ? ld[i] : big;
   KEEL_TRY(keel_blas_fits(big));
-  if (a->B == 0 || a->Hq == 0 || a->Sq == 0) return KEEL_OK;
+  if (a->B == 0 || a->Hq == 0 || a->Sq == 0 || a->Dv == 0) return KEEL_OK;
+  if (a->Skv == 0 || a->Dk == 0) /* empty operands have NULL data */
+    return keel_err(KEEL_ERR_UNSUPPORTED, "attention over %lld keys of head size %lld",
+                    (long long)a->Skv, (long long)a->Dk);
   int64_t reps = a->Hq / a->Hkv;
   /* one query row and a group of heads: the group's rows form a block */
   bool by_head = a->Sq == 1 && reps > 1;

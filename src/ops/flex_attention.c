@@ -162,12 +162,16 @@ static keel_status op_flex_attention(keel_kctx *k) {
   KEEL_TRY(flex_shapes(k, q, kk, v, &f));
   const int64_t big[] = {f.L, f.S, f.E, f.Dv};
   for (int i = 0; i < 4; i++) KEEL_TRY(keel_blas_fits(big[i]));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, v->dtype, 4, (int64_t[]){f.B, f.Hq, f.L, f.Dv}, &y));
+  if (keel_tensor_numel(y) == 0) return KEEL_OK;
+  if (f.S == 0 || f.E == 0)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "FlexAttention over %lld keys of head size %lld",
+                    (long long)f.S, (long long)f.E);
   const void *qc, *kc, *vc;
   KEEL_TRY(staged(k, q, f.ct, &qc));
   KEEL_TRY(staged(k, kk, f.ct, &kc));
   KEEL_TRY(staged(k, v, f.ct, &vc));
-  keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, v->dtype, 4, (int64_t[]){f.B, f.Hq, f.L, f.Dv}, &y));
   void *yc = y->data;
   if (y->dtype != f.ct)
     KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(y), keel_dtype_size((keel_dtype)f.ct), &yc));

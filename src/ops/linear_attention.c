@@ -190,9 +190,14 @@ static keel_status op_linear_attention(keel_kctx *k) {
   float *o = out->data, *S = st->data;
   if (out->dtype != KEEL_FLOAT) o = cur, cur += keel_tensor_numel(out);
   if (st->dtype != KEEL_FLOAT) S = cur;
-  int64_t ns = keel_tensor_numel(st);
-  if (ns && f[3]) memcpy(S, f[3], (size_t)ns * sizeof(float));
-  else if (ns) memset(S, 0, (size_t)ns * sizeof(float));
+  int64_t ns = keel_tensor_numel(st), no = keel_tensor_numel(out);
+  if (ns == 0 || no == 0) { /* no state (d_k or d_v is 0) or no output: all zeros */
+    if (no) memset(o, 0, (size_t)no * sizeof(float));
+    f32_put(o, out);
+    return KEEL_OK;
+  }
+  if (f[3]) memcpy(S, f[3], (size_t)ns * sizeof(float));
+  else memset(S, 0, (size_t)ns * sizeof(float));
   for (int64_t b = 0; b < l.B; b++)
     for (int64_t h = 0; h < l.Hkv; h++) {
       float *Sh = S + (b * l.Hkv + h) * l.Dk * l.Dv;
@@ -225,6 +230,9 @@ static keel_status ccs_check(const keel_tensor *x, const keel_tensor *w, const k
   return KEEL_OK;
 }
 
+/* p + off, or NULL for the NULL data of an empty tensor. */
+static const float *at(const float *p, int64_t off) { return p ? p + off : NULL; }
+
 /* Rounds v to what dtype holds (identity for float). */
 static float round_to(int dtype, float v) {
   if (dtype == KEEL_FLOAT16) return keel_f16_to_f32(keel_f32_to_f16(v));
@@ -239,7 +247,7 @@ static void ccs_row(const float *past, const float *x, const float *w, float bia
   size_t carry = (size_t)(K - 1) * sizeof(float); /* 0 for k == 1: state may be NULL */
   if (carry && past) memcpy(pad, past, carry);
   else if (carry) memset(pad, 0, carry);
-  memcpy(pad + K - 1, x, (size_t)L * sizeof(float));
+  if (L) memcpy(pad + K - 1, x, (size_t)L * sizeof(float));
   for (int64_t i = 0; i < L; i++) {
     float acc = bias;
     for (int64_t j = 0; j < K; j++) acc += w[j] * pad[i + j];
@@ -285,8 +293,8 @@ static keel_status op_causal_conv_with_state(keel_kctx *k) {
   for (int64_t bb = 0; bb < B; bb++)
     for (int64_t c = 0; c < C; c++) {
       int64_t r = bb * C + c;
-      ccs_row(pf ? pf + r * (K - 1) : NULL, xf + r * L, wf + c * K, bf ? bf[c] : 0.0f, K, L,
-              silu, x->dtype, pad, yf + r * L, sf + r * (K - 1));
+      ccs_row(at(pf, r * (K - 1)), at(xf, r * L), wf + c * K, bf ? bf[c] : 0.0f, K, L, silu,
+              x->dtype, pad, (float *)at(yf, r * L), (float *)at(sf, r * (K - 1)));
     }
   f32_put(yf, y);
   f32_put(sf, st);

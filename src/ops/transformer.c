@@ -36,7 +36,7 @@ static keel_status io_begin(keel_kctx *k, const keel_tensor *x, const char *op, 
   o->half = keel_is_half(x->dtype);
   o->x = x->data;
   o->y = o->out->data;
-  if (o->half) {
+  if (o->half && keel_tensor_numel(x) > 0) {
     keel_tensor f;
     void *p;
     KEEL_TRY(keel_k_to_f32(k, x, &f));
@@ -118,6 +118,7 @@ static keel_status act_run(keel_kctx *k, const char *op, int kind, float alpha) 
   io o;
   const void *bp = NULL;
   KEEL_TRY(io_begin(k, x, op, &o));
+  if (keel_tensor_numel(x) == 0) return KEEL_OK;
   if (b) KEEL_TRY(io_other(k, b, &bp));
   int64_t n = keel_tensor_numel(x);
   if (x->dtype == KEEL_DOUBLE) act_double(kind, o.x, bp, o.y, n, alpha);
@@ -212,6 +213,7 @@ static keel_status op_rms_norm(keel_kctx *k) {
   else KEEL_TRY(expand_scale(s, x->rank - axis, x->shape + axis, p));
   io o;
   KEEL_TRY(io_begin(k, x, "RMSNormalization", &o));
+  if (keel_tensor_numel(x) == 0) return KEEL_OK;
   if (x->dtype == KEEL_DOUBLE) rms_double(o.x, o.y, outer, inner, p, wn, eps);
   else rms_float(o.x, o.y, outer, inner, p, wn, eps);
   io_end(&o);
@@ -341,6 +343,7 @@ static keel_status op_rotary(keel_kctx *k) {
   io o;
   const void *cp, *sp;
   KEEL_TRY(io_begin(k, x, "RotaryEmbedding", &o));
+  if (keel_tensor_numel(x) == 0) return KEEL_OK;
   KEEL_TRY(io_other(k, c, &cp));
   KEEL_TRY(io_other(k, s, &sp));
   if (x->dtype == KEEL_DOUBLE) rope_double(&r, o.x, o.y, cp, sp);
@@ -405,6 +408,7 @@ static keel_status op_rotary_ms(keel_kctx *k) {
   io o;
   const void *cp, *sp;
   KEEL_TRY(io_begin(k, x, "RotaryEmbedding", &o));
+  if (keel_tensor_numel(x) == 0) return KEEL_OK;
   KEEL_TRY(io_other(k, c, &cp));
   KEEL_TRY(io_other(k, s, &sp));
   if (x->dtype == KEEL_DOUBLE) rope_double(&r, o.x, o.y, cp, sp);
