@@ -130,6 +130,9 @@ static keel_status stack_put(keel_kctx *k, stack *s, const keel_val *e, int64_t 
   if (e->kind != KEEL_V_TENSOR)
     return keel_err(KEEL_ERR_SHAPE, "%s must be a tensor", what);
   const keel_tensor *t = &e->t;
+  if (keel_dtype_is_packed(t->dtype)) /* rows are stacked by whole bytes */
+    return keel_err(KEEL_ERR_UNSUPPORTED, "%s is %s: stacking packed sub-byte tensors is not supported",
+                    what, keel_dtype_name((keel_dtype)t->dtype));
   if (s->count == 0 && s->v.kind == KEEL_V_EMPTY) {
     s->dtype = t->dtype;
     s->rank = t->rank;
@@ -356,6 +359,9 @@ static keel_status take_slice(keel_kctx *k, const keel_tensor *src, int axis, in
   int r = 0;
   for (int d = 0; d < src->rank; d++)
     if (d != axis) shape[r++] = src->shape[d];
+  if (keel_dtype_is_packed(src->dtype))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "scan input is %s: slicing packed sub-byte tensors is not supported",
+                    keel_dtype_name((keel_dtype)src->dtype));
   size_t es = keel_dtype_size((keel_dtype)src->dtype);
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; d++) outer *= src->shape[d];

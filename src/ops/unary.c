@@ -729,15 +729,41 @@ static int dtype_by_name(const char *s) {
   return 0;
 }
 
+/* Cast-24's round_mode (float8e8m0 destinations only). */
+static keel_status cast_round_mode(keel_kctx *k, int *rm) {
+  const char *s = keel_k_attr_s(k, "round_mode", "up");
+  if (!strcmp(s, "up")) *rm = KEEL_ROUND_UP;
+  else if (!strcmp(s, "down")) *rm = KEEL_ROUND_DOWN;
+  else if (!strcmp(s, "nearest")) *rm = KEEL_ROUND_NEAREST;
+  else return keel_err(KEEL_ERR_INVALID_MODEL, "round_mode '%s' is not up, down or nearest", s);
+  return KEEL_OK;
+}
+
+/* Either side a narrow type (float8, float4, int4, int2): element by
+ * element through keel_small_convert, with `saturate` (opset 19) and
+ * `round_mode` (opset 24). Strings go through float32 or int64. */
+static keel_status cast_small(keel_kctx *k, const keel_tensor *x, int to) {
+  int rm;
+  KEEL_TRY(cast_round_mode(k, &rm));
+  bool sat = keel_k_attr_i(k, "saturate", 1) != 0;
+  if (x->dtype == KEEL_STRING || to == KEEL_STRING)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "cast between string and %s is not supported",
+                    keel_dtype_name((keel_dtype)(to == KEEL_STRING ? x->dtype : to)));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, to, x->rank, x->shape, &y));
+  keel_small_convert(x->dtype, x->data, to, y->data, (size_t)keel_tensor_numel(x), sat, rm);
+  return KEEL_OK;
+}
+
 /* Cast and CastLike: X -> type `to`, by the kind of each side. */
 static keel_status cast_to(keel_kctx *k, int to) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
-  if (to != KEEL_STRING && !cast_numeric(to))
+  if (to != KEEL_STRING && !cast_numeric(to) && !keel_dtype_is_small(to))
     return keel_err(KEEL_ERR_UNSUPPORTED, "cannot cast to type %d (%s)", to,
-                    to > KEEL_BFLOAT16 ? "float8 and 4-bit types are not supported"
-                                       : keel_dtype_name((keel_dtype)to));
+                    keel_dtype_name((keel_dtype)to));
   if (x->dtype == to) return keel_k_out_ref(k, 0, k->in[0]);
+  if (keel_dtype_is_small(to) || keel_dtype_is_small(x->dtype)) return cast_small(k, x, to);
   if (x->dtype == KEEL_STRING) return cast_from_string(k, x, to);
   if (!cast_numeric(x->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "cannot cast from %s",
@@ -814,8 +840,8 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Shrink", 9, KEEL_OPSET_MAX, op_shrink, 0, KEEL_TS_NUM},
     {"", "Mish", 18, KEEL_OPSET_MAX, op_mish, 0, KEEL_TS_FLOAT},
     {"", "Clip", 1, KEEL_OPSET_MAX, op_clip, 0, KEEL_TS_NUM},
-    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL},
-    {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL},
+    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Dropout", 1, KEEL_OPSET_MAX, op_dropout, 0, KEEL_TS_FLOAT},
     {0},
 };
