@@ -792,6 +792,34 @@ static keel_status op_cast_like(keel_kctx *k) {
   return cast_to(k, like->dtype);
 }
 
+/* BitCast (opset 26): the same bytes read as another type of the same
+ * width; the output shares the input's buffer. */
+static keel_status op_bitcast(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t to = keel_k_attr_i(k, "to", 0);
+  if (!keel_dtype_valid((int)to) || to == KEEL_STRING || to == KEEL_COMPLEX64 ||
+      to == KEEL_COMPLEX128)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "BitCast 'to' = %lld is not a supported type",
+                    (long long)to);
+  if (x->dtype == KEEL_STRING) return keel_err(KEEL_ERR_SHAPE, "BitCast of a string tensor");
+  int bx = keel_dtype_bits((keel_dtype)x->dtype), by = keel_dtype_bits((keel_dtype)to);
+  if (bx != by)
+    return keel_err(KEEL_ERR_SHAPE, "BitCast from %s (%d bits) to %s (%d bits): widths differ",
+                    keel_dtype_name((keel_dtype)x->dtype), bx, keel_dtype_name((keel_dtype)to), by);
+  KEEL_TRY(keel_k_view(k, 0, x, x->rank, x->shape));
+  k->out[0]->t.dtype = (int32_t)to;
+  if (to == KEEL_BOOL && x->dtype != KEEL_BOOL) { /* bool bytes are 0 or 1 in keel */
+    keel_tensor *y;
+    keel_val_clear(k->out[0]);
+    KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+    const uint8_t *s = x->data;
+    uint8_t *d = y->data;
+    for (int64_t i = 0; i < keel_tensor_numel(x); i++) d[i] = s[i] != 0;
+  }
+  return KEEL_OK;
+}
+
 /* ============================================================= table */
 
 /* One row per op from its first version: every version up to 18 shares a
@@ -842,6 +870,8 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Clip", 1, KEEL_OPSET_MAX, op_clip, 0, KEEL_TS_NUM},
     {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "BitCast", 26, KEEL_OPSET_MAX, op_bitcast, 0,
+     (KEEL_TS_ALL & ~KEEL_T(KEEL_STRING)) | KEEL_TS_SMALL},
     {"", "Dropout", 1, KEEL_OPSET_MAX, op_dropout, 0, KEEL_TS_FLOAT},
     {0},
 };
