@@ -743,8 +743,10 @@ static keel_status sh_pad_list(keel_kctx *k, int r, int64_t *pads) {
     KEEL_TRY(keel_k_in_ints(k, 1, got, 2 * KEEL_MAX_RANK, &n));
     if (ver >= 18) KEEL_TRY(sh_in_ints_opt(k, 3, axes, KEEL_MAX_RANK, &na, &has_axes));
   }
-  if (!has_axes)
+  if (!has_axes) { /* omitted (or listed as ""): every axis */
+    na = r;
     for (int i = 0; i < r; i++) axes[i] = i;
+  }
   if (n != 2 * na)
     return keel_err(KEEL_ERR_SHAPE, "Pad: %d pads for %d axes (need %d)", n, na, 2 * na);
   KEEL_TRY(sh_mark_axes(axes, na, r, "Pad", mark));
