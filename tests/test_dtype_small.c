@@ -1,0 +1,279 @@
+/* test_dtype_small.c: the narrow element types (tensor/dtype_small.c).
+ *
+ * Every float8 / float4 / e8m0 code's decode and a sweep of 3279 float32
+ * values' encodes into every narrow type (saturating or not, every e8m0
+ * round_mode) against tests/data/dtype_small.txt, which
+ * tools/gen_dtype_small.py writes from ONNX's reference implementation.
+ * Then packing, sizes, TensorProto int32_data, and the kernels that take
+ * the types (Cast, QuantizeLinear / DequantizeLinear against a naive
+ * blocked reference, BitCast) plus the refusal of kernels that do not. */
+#include <string.h>
+
+#include "check.h"
+#include "mb.h"
+#include "tensor/dtype_small.h"
+
+#define COUNTOF(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct col {
+  int t;
+  bool sat;
+  int rm;
+} col;
+
+static const col COLS[] = {
+    {KEEL_FLOAT8E4M3FN, 1, 0},   {KEEL_FLOAT8E4M3FN, 0, 0},   {KEEL_FLOAT8E4M3FNUZ, 1, 0},
+    {KEEL_FLOAT8E4M3FNUZ, 0, 0}, {KEEL_FLOAT8E5M2, 1, 0},     {KEEL_FLOAT8E5M2, 0, 0},
+    {KEEL_FLOAT8E5M2FNUZ, 1, 0}, {KEEL_FLOAT8E5M2FNUZ, 0, 0}, {KEEL_FLOAT4E2M1, 1, 0},
+    {KEEL_FLOAT8E8M0, 1, KEEL_ROUND_UP},      {KEEL_FLOAT8E8M0, 0, KEEL_ROUND_UP},
+    {KEEL_FLOAT8E8M0, 1, KEEL_ROUND_DOWN},    {KEEL_FLOAT8E8M0, 0, KEEL_ROUND_DOWN},
+    {KEEL_FLOAT8E8M0, 1, KEEL_ROUND_NEAREST}, {KEEL_FLOAT8E8M0, 0, KEEL_ROUND_NEAREST},
+    {KEEL_INT4, 1, 0},           {KEEL_UINT4, 1, 0},          {KEEL_INT2, 1, 0},
+    {KEEL_UINT2, 1, 0}};
+
+static int type_by_name(const char *s) {
+  static const struct { const char *n; int t; } m[] = {
+      {"FLOAT8E4M3FN", KEEL_FLOAT8E4M3FN}, {"FLOAT8E4M3FNUZ", KEEL_FLOAT8E4M3FNUZ},
+      {"FLOAT8E5M2", KEEL_FLOAT8E5M2},     {"FLOAT8E5M2FNUZ", KEEL_FLOAT8E5M2FNUZ},
+      {"FLOAT8E8M0", KEEL_FLOAT8E8M0},     {"FLOAT4E2M1", KEEL_FLOAT4E2M1}};
+  for (size_t i = 0; i < COUNTOF(m); i++)
+    if (!strcmp(s, m[i].n)) return m[i].t;
+  return 0;
+}
+
+static float f32_of(unsigned u) {
+  float f;
+  uint32_t v = u;
+  memcpy(&f, &v, 4);
+  return f;
+}
+
+/* Decode lines: value bits equal (NaN: both NaN). Encode lines: codes equal. */
+static void check_tables(void) {
+  FILE *f = fopen("tests/data/dtype_small.txt", "r");
+  CHECK(f != NULL);
+  if (!f) return;
+  char line[512];
+  int n_dec = 0, n_enc = 0, bad = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (line[0] == 'D') {
+      char name[32];
+      unsigned code, want;
+      if (sscanf(line, "D %31s %x %x", name, &code, &want) != 3) continue;
+      float got = (float)keel_small_decode(type_by_name(name), code), w = f32_of(want);
+      bool ok = (isnan(got) && isnan(w)) || memcmp(&got, &w, 4) == 0;
+      if (!ok && bad++ < 10) fprintf(stderr, "decode %s %02x: %g, expected %g\n", name, code, got, w);
+      n_dec++;
+    } else if (line[0] == 'E') {
+      char *p = line + 2;
+      float x = f32_of((unsigned)strtoul(p, &p, 16));
+      for (size_t c = 0; c < COUNTOF(COLS); c++) {
+        unsigned want = (unsigned)strtoul(p, &p, 16);
+        unsigned got = keel_small_encode(COLS[c].t, x, COLS[c].sat, COLS[c].rm);
+        if (got != want && bad++ < 10)
+          fprintf(stderr, "encode %.9g as %s (column %zu): %02x, expected %02x\n", x,
+                  keel_dtype_name((keel_dtype)COLS[c].t), c, got, want);
+      }
+      n_enc++;
+    }
+  }
+  fclose(f);
+  CHECK(n_dec == 5 * 256 + 16);
+  CHECK(n_enc > 3000);
+  CHECK(bad == 0);
+}
+
+/* Sizes, names and the packed layout (low bits first). */
+static void check_layout(void) {
+  CHECK(keel_dtype_size(KEEL_INT4) == 0 && keel_dtype_bits(KEEL_INT4) == 4);
+  CHECK(keel_dtype_size(KEEL_FLOAT8E5M2) == 1 && keel_dtype_bits(KEEL_INT2) == 2);
+  CHECK(keel_dtype_nbytes(KEEL_UINT4, 5) == 3 && keel_dtype_nbytes(KEEL_INT2, 5) == 2);
+  CHECK(keel_dtype_nbytes(KEEL_FLOAT, 5) == 20 && keel_dtype_nbytes(KEEL_INT2, 0) == 0);
+  CHECK(!strcmp(keel_dtype_name(KEEL_FLOAT8E4M3FNUZ), "float8e4m3fnuz"));
+  CHECK(!strcmp(keel_dtype_name(KEEL_FLOAT4E2M1), "float4e2m1"));
+  uint8_t b[2] = {0, 0};
+  keel_small_put(KEEL_INT4, b, 0, 0x3);
+  keel_small_put(KEEL_INT4, b, 1, 0xA);
+  keel_small_put(KEEL_INT4, b, 2, 0xF);
+  CHECK(b[0] == 0xA3 && b[1] == 0x0F);
+  CHECK(keel_small_decode_int(KEEL_INT4, keel_small_get(KEEL_INT4, b, 1)) == -6);
+  uint8_t c = 0;
+  for (unsigned i = 0; i < 4; i++) keel_small_put(KEEL_UINT2, &c, i, i);
+  CHECK(c == 0xE4); /* 3,2,1,0 from the top */
+  CHECK(keel_small_decode_int(KEEL_INT2, 2) == -2 && keel_small_decode_int(KEEL_UINT2, 2) == 2);
+}
+
+/* ---------------------------------------------------------- kernels */
+
+/* Cast float -> int4 -> float of 5 values (odd: a half-used last byte). */
+static void check_cast_int4(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){5});
+  mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+  mb_output(g, "P", KEEL_INT4, -1, NULL);
+  mb_attr_i(mb_add(g, "Cast", "X", "P"), "to", KEEL_INT4);
+  mb_attr_i(mb_add(g, "Cast", "P", "Y"), "to", KEEL_FLOAT);
+  keel_session_t *s = mb_session(g, 25);
+  keel_value_t *out[2] = {0};
+  if (!s) return;
+  float x[5] = {-9.5f, 7.9f, -8, 3, 16};
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){5}, x);
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, out));
+  if (out[0] && out[1]) {
+    float want[5] = {7, 7, -8, 3, 0}; /* truncated, then the low 4 bits */
+    for (int i = 0; i < 5; i++) CHECK(keel_value_at(out[0], i) == want[i]);
+    const uint8_t *p = keel_value_data(out[1]);
+    CHECK(p[0] == 0x77 && p[1] == 0x38 && p[2] == 0x00);
+    CHECK(keel_value_dtype(out[1]) == KEEL_INT4 && keel_value_numel(out[1]) == 5);
+    /* TensorProto round trip keeps the packing */
+    void *pb;
+    size_t len;
+    CHECK_OK(keel_value_to_pb(out[1], "P", &pb, &len));
+    keel_value_t *back = NULL;
+    CHECK_OK(keel_value_from_pb(s, pb, len, KEEL_KIND_TENSOR, &back));
+    CHECK(back && keel_value_dtype(back) == KEEL_INT4 && keel_value_at(back, 4) == 0 &&
+          keel_value_at(back, 1) == 7);
+    keel_value_release(back);
+    keel_free(pb);
+  }
+  for (int i = 0; i < 2; i++) keel_value_release(out[i]);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
+/* A packed TensorProto in int32_data form: one entry per byte. */
+static void check_int32_data(void) {
+  /* dims [3], data_type 22 (int4), int32_data [0x9F, 0x02] packed */
+  const uint8_t pb[] = {0x08, 0x03, 0x10, 0x16, 0x2A, 0x03, 0x9F, 0x01, 0x02};
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, 0, NULL);
+  mb_output(g, "X", KEEL_FLOAT, -1, NULL);
+  keel_session_t *s = mb_session(g, 13);
+  if (!s) return;
+  keel_value_t *v = NULL;
+  CHECK_OK(keel_value_from_pb(s, pb, sizeof pb, KEEL_KIND_TENSOR, &v));
+  CHECK(v && keel_value_numel(v) == 3 && keel_value_at(v, 0) == -1 && keel_value_at(v, 1) == -7 &&
+        keel_value_at(v, 2) == 2);
+  keel_value_release(v);
+  const uint8_t bad[] = {0x08, 0x03, 0x10, 0x16, 0x2A, 0x01, 0x9F}; /* one byte for 3 */
+  CHECK_STATUS(keel_value_from_pb(s, bad, sizeof bad, KEEL_KIND_TENSOR, &v), KEEL_ERR_INVALID_MODEL);
+  keel_session_destroy(s);
+}
+
+/* Naive blocked quantization: scale entry of element (r, c) is (r, c / B). */
+static void check_blocked_quant(void) {
+  enum { R = 3, C = 5, B = 2, S = 3 };
+  float x[R * C], sc[R * S];
+  int8_t zp[R * S];
+  for (int i = 0; i < R * C; i++) x[i] = (float)(i * 7 % 23) - 11.25f;
+  for (int i = 0; i < R * S; i++) sc[i] = 0.5f + 0.25f * (float)i, zp[i] = (int8_t)(i - 4);
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, 2, (int64_t[]){R, C});
+  mb_init(g, "s", KEEL_FLOAT, 2, (int64_t[]){R, S}, sc);
+  mb_init(g, "z", KEEL_INT4, 2, (int64_t[]){R, S}, (uint8_t[]){0xDC, 0xFE, 0x10, 0x32, 0x04});
+  mb_output(g, "Q", KEEL_INT4, -1, NULL);
+  mb_output(g, "D", KEEL_FLOAT, -1, NULL);
+  mb_node *q = mb_add(g, "QuantizeLinear", "X,s,z", "Q");
+  mb_attr_i(q, "axis", 1);
+  mb_attr_i(q, "block_size", B);
+  mb_node *d = mb_add(g, "DequantizeLinear", "Q,s,z", "D");
+  mb_attr_i(d, "axis", 1);
+  mb_attr_i(d, "block_size", B);
+  keel_session_t *s = mb_session(g, 21);
+  if (!s) return;
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){R, C}, x), *out[2] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, out));
+  for (int r = 0; out[0] && out[1] && r < R; r++)
+    for (int c = 0; c < C; c++) {
+      int e = r * S + c / B;
+      double v = rint((double)(x[r * C + c] / sc[e])) + zp[e];
+      v = v < -8 ? -8 : v > 7 ? 7 : v;
+      CHECK(keel_value_at(out[0], r * C + c) == v);
+      CHECK(keel_value_at(out[1], r * C + c) == (float)(v - zp[e]) * sc[e]);
+    }
+  for (int i = 0; i < 2; i++) keel_value_release(out[i]);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
+/* float8 quantization saturates unless saturate=0; DequantizeLinear reads
+ * the codes back. */
+static void check_float8_quant(void) {
+  for (int sat = 0; sat < 2; sat++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){4});
+    mb_init(g, "s", KEEL_FLOAT, 0, NULL, (float[]){2});
+    mb_init(g, "z", KEEL_FLOAT8E4M3FN, 0, NULL, (uint8_t[]){0});
+    mb_output(g, "D", KEEL_FLOAT, -1, NULL);
+    mb_attr_i(mb_add(g, "QuantizeLinear", "X,s,z", "Q"), "saturate", sat);
+    mb_add(g, "DequantizeLinear", "Q,s,z", "D");
+    keel_session_t *s = mb_session(g, 19);
+    if (!s) return;
+    float x[4] = {1, -3.3f, 2000, -INFINITY};
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){4}, x), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    if (out) {
+      CHECK(keel_value_at(out, 0) == 1 && keel_value_at(out, 1) == -3.25);
+      CHECK(sat ? keel_value_at(out, 2) == 896 : isnan(keel_value_at(out, 2)));
+      CHECK(sat ? keel_value_at(out, 3) == -896 : isnan(keel_value_at(out, 3)));
+    }
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+}
+
+/* BitCast keeps bits; widths must match. A kernel without the narrow
+ * types in its row refuses them by name. */
+static void check_bitcast_and_refusal(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(g, "Y", KEEL_INT32, -1, NULL);
+  mb_attr_i(mb_add(g, "BitCast", "X", "Y"), "to", KEEL_INT32);
+  keel_session_t *s = mb_session(g, 26);
+  if (s) {
+    float x[2] = {1.0f, -2.0f};
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){2}, x), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    CHECK(out && ((const int32_t *)keel_value_data(out))[0] == 0x3F800000 &&
+          ((const uint32_t *)keel_value_data(out))[1] == 0xC0000000u);
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(g, "Y", KEEL_INT64, -1, NULL);
+  mb_attr_i(mb_add(g, "BitCast", "X", "Y"), "to", KEEL_INT64);
+  s = mb_session(g, 26);
+  if (s) {
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){2}, (float[]){1, 2}), *out = NULL;
+    CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_SHAPE);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  g = mb_graph_new("main"); /* Relu has no int4 row */
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){3});
+  mb_output(g, "Y", KEEL_INT4, -1, NULL);
+  mb_attr_i(mb_add(g, "Cast", "X", "P"), "to", KEEL_INT4);
+  mb_add(g, "Relu", "P", "Y");
+  s = mb_session(g, 21);
+  if (s) {
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){3}, (float[]){1, 2, 3}), *out = NULL;
+    CHECK_STATUS(keel_run(s, (const char *[]){"X"}, &in, 1, &out), KEEL_ERR_UNSUPPORTED);
+    CHECK(strstr(keel_last_error(), "Relu") && strstr(keel_last_error(), "int4"));
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+}
+
+int main(void) {
+  check_tables();
+  check_layout();
+  check_cast_int4();
+  check_int32_data();
+  check_blocked_quant();
+  check_float8_quant();
+  check_bitcast_and_refusal();
+  return check_report();
+}
