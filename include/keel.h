@@ -105,9 +105,12 @@ KEEL_API const char *keel_dtype_name(keel_dtype t);
  * for the sub-byte types (UINT4, INT4, FLOAT4E2M1: 4 bits; UINT2, INT2: 2
  * bits), which have no whole size per element. Their tensors are packed as
  * ONNX stores them: element i sits in byte i*bits/8 at bit (i*bits)%8, low
- * bits first, and a tensor of n elements takes ceil(n*bits/8) bytes (the
- * unused high bits of the last byte are zero). Size buffers with
- * keel_dtype_nbytes, which is right for every type. */
+ * bits first, and a tensor of n elements takes ceil(n*bits/8) bytes (keel
+ * writes the unused high bits of the last byte as zero and ignores them on
+ * reading). Size buffers with keel_dtype_nbytes, which is right for every
+ * type. Kernels take these types only where docs/operators.md lists them
+ * (Cast, CastLike, BitCast, QuantizeLinear, DequantizeLinear); any other
+ * op given one fails with KEEL_ERR_UNSUPPORTED naming the op and type. */
 KEEL_API size_t keel_dtype_size(keel_dtype t);
 /* Bits per element: 8 * keel_dtype_size, or 4 / 2 for the sub-byte types. */
 KEEL_API int keel_dtype_bits(keel_dtype t);
