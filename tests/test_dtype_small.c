@@ -252,6 +252,24 @@ static void check_bitcast_and_refusal(void) {
     keel_value_release(in);
     keel_session_destroy(s);
   }
+  g = mb_graph_new("main"); /* views keep the packed bytes: Reshape an int4 [2,3] to [3,2] */
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){6});
+  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){3, 2});
+  mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+  mb_attr_i(mb_add(g, "Cast", "X", "P"), "to", KEEL_INT4);
+  mb_add(g, "Reshape", "P,shp", "R");
+  mb_attr_i(mb_add(g, "Cast", "R", "Y"), "to", KEEL_FLOAT);
+  s = mb_session(g, 21);
+  if (s) {
+    float x[6] = {-8, -1, 0, 1, 6, 7};
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){6}, x), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    CHECK(out && keel_value_rank(out) == 2 && keel_value_shape(out)[0] == 3);
+    for (int i = 0; out && i < 6; i++) CHECK(keel_value_at(out, i) == x[i]);
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
   g = mb_graph_new("main"); /* Relu has no int4 row */
   mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){3});
   mb_output(g, "Y", KEEL_INT4, -1, NULL);

@@ -1088,11 +1088,12 @@ static keel_status op_reverse_sequence(keel_kctx *k) {
  * its input's shape (a string input needs the dtype attribute). */
 #define INDEX_TYPES (KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_shape[] = {
-    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL},
-    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL},
-    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL},
-    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL},
-    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL},
+    /* views and shape readers take the narrow types (their bytes are not touched) */
+    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL},
     {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space, 0, KEEL_TS_ALL},
     {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth, 0, KEEL_TS_ALL},
@@ -1102,8 +1103,8 @@ const keel_opdef keel_ops_shape[] = {
     {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
     {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
     {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL},
-    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL},
-    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL},
+    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0, INDEX_TYPES},
     {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM},
     {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like, 0, KEEL_TS_ALL},
