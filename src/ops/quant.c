@@ -220,6 +220,7 @@ static keel_status dequantize_classic(keel_kctx *k) {
 typedef struct qmap {
   int64_t outer, d, inner, block, so, sc, si;
   double *scale, *zp; /* one per scale entry; zp NULL when omitted */
+  float *sf, *zf;     /* the same as float (zf zeros when omitted)  */
 } qmap;
 
 static bool quant_out_type(int t) {
@@ -276,12 +277,16 @@ static keel_status qmap_load(keel_kctx *k, const char *sname, const char *zname,
     return keel_err(KEEL_ERR_SHAPE, "%s and %s must have the same shape", zname, sname);
   KEEL_TRY(qmap_layout(k, sname, x, scale, q));
   void *p;
-  KEEL_TRY(keel_k_scratch_n(k, 2 * ns, sizeof(double), &p));
+  KEEL_TRY(keel_k_scratch_n(k, 3 * ns, sizeof(double), &p));
   q->scale = p;
   q->zp = zp ? q->scale + ns : NULL;
+  q->sf = (float *)(q->scale + 2 * ns);
+  q->zf = q->sf + ns;
   for (int64_t c = 0; c < ns; c++) {
     q->scale[c] = keel_elem_get_f64(scale->dtype, scale->data, (size_t)c);
     if (zp) q->zp[c] = keel_elem_get_f64(zp->dtype, zp->data, (size_t)c);
+    q->sf[c] = (float)q->scale[c];
+    q->zf[c] = zp ? (float)q->zp[c] : 0.0f;
   }
   return KEEL_OK;
 }
@@ -347,6 +352,37 @@ static void quant_general(const keel_tensor *x, const qmap *q, int prec, bool sa
     }
 }
 
+/* float32 data, float precision, an integer output: the general loop's
+ * arithmetic in float with the dispatch hoisted (r + zp only matters
+ * inside the clip range, where it is exact). */
+#define QF_LOOP(STORE)                                                                      \
+  for (int64_t o = 0; o < q->outer; o++)                                                    \
+    for (int64_t c = 0; c < q->d; c++) {                                                    \
+      int64_t base = o * q->so + (c / q->block) * q->sc;                                    \
+      for (int64_t i = 0; i < q->inner; i++, e++) {                                         \
+        int64_t si = base + i * q->si;                                                      \
+        float r = rintf(x[e] / q->sf[si]);                                                  \
+        float v = (r != r ? 0.0f : r) + q->zf[si];                                          \
+        int32_t iv = (int32_t)(v < lo ? lo : v > hi ? hi : v);                              \
+        STORE;                                                                              \
+      }                                                                                     \
+    }
+
+static void quant_fast_f32(const float *x, const qmap *q, int yt, void *y) {
+  double dlo, dhi;
+  int_range(yt, &dlo, &dhi);
+  float lo = (float)dlo, hi = (float)dhi;
+  size_t e = 0;
+  switch (yt) {
+    case KEEL_UINT8: QF_LOOP(((uint8_t *)y)[e] = (uint8_t)iv) break;
+    case KEEL_INT8: QF_LOOP(((int8_t *)y)[e] = (int8_t)iv) break;
+    case KEEL_UINT16: QF_LOOP(((uint16_t *)y)[e] = (uint16_t)iv) break;
+    case KEEL_INT16: QF_LOOP(((int16_t *)y)[e] = (int16_t)iv) break;
+    default: QF_LOOP(keel_small_put(yt, y, e, keel_small_encode_int(yt, iv))) break;
+  }
+}
+#undef QF_LOOP
+
 static keel_status quantize_general(keel_kctx *k, const keel_tensor *x, const keel_tensor *scale,
                                     const keel_tensor *zp, int ydt) {
   if (!quant_out_type(ydt))
@@ -358,7 +394,10 @@ static keel_status quantize_general(keel_kctx *k, const keel_tensor *x, const ke
   KEEL_TRY(qmap_load(k, "y_scale", "y_zero_point", x, scale, zp, &q));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, ydt, x->rank, x->shape, &y));
-  quant_general(x, &q, prec, keel_k_attr_i(k, "saturate", 1) != 0, y);
+  if (x->dtype == KEEL_FLOAT && prec == KEEL_FLOAT && !keel_dtype_is_small_float(ydt))
+    quant_fast_f32(x->data, &q, ydt, y->data);
+  else
+    quant_general(x, &q, prec, keel_k_attr_i(k, "saturate", 1) != 0, y);
   return KEEL_OK;
 }
 
@@ -396,6 +435,46 @@ static void dequant_general(const keel_tensor *x, const qmap *q, bool dbl, void 
     }
 }
 
+/* Float output from x of at most 16 bits, the type dispatch hoisted: each
+ * code's value from a table (8 bits and fewer) or read typed (16 bits);
+ * the scale and zero point hoisted per row unless blocks vary along it.
+ * x - zp is exact in float (integers of at most 16 bits; float8 with the
+ * zero point 0 the reference requires), then one float multiply, as the
+ * general loop computes it. */
+#define DEQ_LOOP(GET)                                                                       \
+  for (int64_t o = 0; o < q->outer; o++)                                                    \
+    for (int64_t c = 0; c < q->d; c++) {                                                    \
+      int64_t base = o * q->so + (c / q->block) * q->sc;                                    \
+      if (q->si == 0) {                                                                     \
+        float s = q->sf[base], z = q->zf[base];                                             \
+        for (int64_t i = 0; i < q->inner; i++, e++) y[e] = (GET - z) * s;                   \
+      } else {                                                                              \
+        for (int64_t i = 0; i < q->inner; i++, e++)                                         \
+          y[e] = (GET - q->zf[base + i]) * q->sf[base + i];                                 \
+      }                                                                                     \
+    }
+
+static void dequant_fast(const keel_tensor *x, const qmap *q, float *y) {
+  size_t e = 0;
+  const uint8_t *p = x->data;
+  int t = x->dtype, bits = keel_dtype_bits((keel_dtype)t);
+  if (t == KEEL_INT16 || t == KEEL_UINT16) {
+    const int16_t *s16 = x->data;
+    const uint16_t *u16 = x->data;
+    if (t == KEEL_INT16) DEQ_LOOP((float)s16[e])
+    else DEQ_LOOP((float)u16[e])
+    return;
+  }
+  float lut[256];
+  for (unsigned c = 0; c < (1u << bits); c++)
+    lut[c] = keel_dtype_is_small(t) ? (float)keel_small_decode(t, c)
+                                    : t == KEEL_INT8 ? (float)(int8_t)c : (float)c;
+  if (bits == 8) DEQ_LOOP(lut[p[e]])
+  else if (bits == 4) DEQ_LOOP(lut[(p[e >> 1] >> ((e & 1) << 2)) & 15u])
+  else DEQ_LOOP(lut[(p[e >> 2] >> ((e & 3) << 1)) & 3u])
+}
+#undef DEQ_LOOP
+
 static bool dequant_in_type(int t) {
   return t == KEEL_UINT8 || t == KEEL_INT8 || t == KEEL_UINT16 || t == KEEL_INT16 ||
          t == KEEL_INT32 || keel_dtype_is_small_int(t) ||
@@ -411,13 +490,16 @@ static keel_status dequantize_general(keel_kctx *k, const keel_tensor *x, const 
   KEEL_TRY(qmap_load(k, "x_scale", "x_zero_point", x, scale, zp, &q));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, ydt, x->rank, x->shape, &y));
+  bool fast = keel_dtype_bits((keel_dtype)x->dtype) <= 16;
   if (ydt == KEEL_FLOAT || ydt == KEEL_DOUBLE) {
-    dequant_general(x, &q, ydt == KEEL_DOUBLE, y->data);
+    if (fast && ydt == KEEL_FLOAT) dequant_fast(x, &q, y->data);
+    else dequant_general(x, &q, ydt == KEEL_DOUBLE, y->data);
     return KEEL_OK;
   }
   void *p; /* float16 / bfloat16: computed in float, rounded once */
   KEEL_TRY(keel_k_scratch_n(k, keel_tensor_numel(x), sizeof(float), &p));
-  dequant_general(x, &q, false, p);
+  if (fast) dequant_fast(x, &q, p);
+  else dequant_general(x, &q, false, p);
   keel_f32_store(p, y);
   return KEEL_OK;
 }
