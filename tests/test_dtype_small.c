@@ -285,6 +285,64 @@ static void check_bitcast_and_refusal(void) {
   }
 }
 
+/* X (float) -> Cast to t -> op -> Cast to float: the data-movement ops
+ * that take the narrow types move codes, packed or not. */
+static void check_moved(int t, const char *op, const char *ins, mb_graph *g, int opset,
+                        const float *x, int64_t nx, const float *want, int64_t nwant) {
+  mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){nx});
+  mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+  mb_attr_i(mb_add(g, "Cast", "X", "P"), "to", t);
+  mb_node *n = mb_add(g, op, ins, "R");
+  if (!strcmp(op, "Transpose")) mb_attr_ints(n, "perm", 2, (int64_t[]){1, 0});
+  mb_attr_i(mb_add(g, "Cast", "R", "Y"), "to", KEEL_FLOAT);
+  keel_session_t *s = mb_session(g, opset);
+  CHECK(s != NULL);
+  if (!s) return;
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, &nx, x), *out = NULL;
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+  CHECK(out && keel_value_numel(out) == nwant);
+  for (int64_t i = 0; out && i < nwant && i < keel_value_numel(out); i++)
+    if (keel_value_at(out, i) != want[i]) {
+      fprintf(stderr, "%s of %s: element %lld is %g, expected %g\n", op,
+              keel_dtype_name((keel_dtype)t), (long long)i, keel_value_at(out, i), want[i]);
+      CHECK(0);
+    }
+  keel_value_release(out);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
+static void check_data_movement(void) {
+  static const int types[] = {KEEL_INT4, KEEL_UINT4, KEEL_FLOAT8E4M3FN, KEEL_FLOAT4E2M1};
+  for (size_t i = 0; i < COUNTOF(types); i++) {
+    int t = types[i];
+    float x[6] = {1, 2, 3, 4, 6, 0}; /* representable in every type above */
+    mb_graph *g = mb_graph_new("main"); /* [2,3] -> [3,2] */
+    mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){2, 3});
+    mb_add(g, "Reshape", "P,shp", "P2");
+    check_moved(t, "Transpose", "P2", g, 21, x, 6, (float[]){1, 4, 2, 6, 3, 0}, 6);
+    g = mb_graph_new("main"); /* pads [1, 2] with the constant 3 (an odd total) */
+    mb_init(g, "pads", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){1, 2});
+    mb_init(g, "c3", KEEL_FLOAT, 0, NULL, (float[]){3});
+    mb_attr_i(mb_add(g, "Cast", "c3", "cv"), "to", t);
+    check_moved(t, "Pad", "P,pads,cv", g, 21, x, 6, (float[]){3, 1, 2, 3, 4, 6, 0, 3, 3}, 9);
+  }
+  mb_graph *g = mb_graph_new("main"); /* ConstantOfShape with an int4 value, 5 elements */
+  mb_input(g, "X", KEEL_INT64, 1, (int64_t[]){1});
+  mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+  mb_attr_t(mb_add(g, "ConstantOfShape", "X", "C"), "value", KEEL_INT4, 1, (int64_t[]){1},
+            (uint8_t[]){0x0D});
+  mb_attr_i(mb_add(g, "Cast", "C", "Y"), "to", KEEL_FLOAT);
+  keel_session_t *s = mb_session(g, 21);
+  if (!s) return;
+  keel_value_t *in = mb_tensor(s, KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){5}), *out = NULL;
+  CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+  for (int i = 0; out && i < 5; i++) CHECK(keel_value_at(out, i) == -3);
+  keel_value_release(out);
+  keel_value_release(in);
+  keel_session_destroy(s);
+}
+
 int main(void) {
   check_tables();
   check_layout();
@@ -293,5 +351,6 @@ int main(void) {
   check_blocked_quant();
   check_float8_quant();
   check_bitcast_and_refusal();
+  check_data_movement();
   return check_report();
 }

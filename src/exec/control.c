@@ -612,9 +612,11 @@ static keel_status op_sequence_map(keel_kctx *k) {
  * carries, Scan scans and SequenceMap maps, which may be of any type. */
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_control[] = {
-    {"", "If", 1, KEEL_OPSET_MAX, op_if, 0, NUM_BOOL},
-    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop, 0, KEEL_TS_ALL},
-    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan, 0, KEEL_TS_ALL},
+    /* values pass through by reference; packed (4-, 2-bit) scan inputs and
+     * scan outputs are refused where they are sliced or stacked */
+    {"", "If", 1, KEEL_OPSET_MAX, op_if, 0, NUM_BOOL | KEEL_TS_SMALL},
+    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "SequenceMap", 17, KEEL_OPSET_MAX, op_sequence_map, 0, KEEL_TS_ALL},
     {0},
 };
