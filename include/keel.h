@@ -111,7 +111,8 @@ KEEL_API const char *keel_dtype_name(keel_dtype t);
  * type. Kernels take these types only where docs/operators.md lists them
  * (the ops ONNX defines them for: Cast, CastLike, BitCast, QuantizeLinear,
  * DequantizeLinear, Constant, ConstantOfShape, Reshape, Flatten, Squeeze,
- * Unsqueeze, Identity, Shape, Size, Transpose, Pad, If, Loop, Scan); any
+ * Unsqueeze, Identity, Shape, Size, Transpose, Pad, If, Loop, Scan, and
+ * IsNaN / IsInf for float8); any
  * other op given one fails with KEEL_ERR_UNSUPPORTED naming the op and
  * type. */
 KEEL_API size_t keel_dtype_size(keel_dtype t);

@@ -343,6 +343,37 @@ static void check_data_movement(void) {
   keel_session_destroy(s);
 }
 
+/* IsNaN / IsInf on float8: e5m2 has infinities, e4m3fn only NaN. */
+static void check_classify(void) {
+  static const struct { const char *op; int t; int pos, neg; double want[4]; } cases[] = {
+      {"IsNaN", KEEL_FLOAT8E4M3FN, 1, 1, {0, 1, 1, 1}}, /* saturate=0: inf -> NaN */
+      {"IsInf", KEEL_FLOAT8E5M2, 1, 1, {0, 0, 1, 1}},
+      {"IsInf", KEEL_FLOAT8E5M2, 0, 1, {0, 0, 0, 1}},
+      {"IsInf", KEEL_FLOAT8E4M3FN, 1, 1, {0, 0, 0, 0}}};
+  for (size_t i = 0; i < COUNTOF(cases); i++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, 1, (int64_t[]){4});
+    mb_output(g, "Y", KEEL_BOOL, -1, NULL);
+    mb_node *c = mb_add(g, "Cast", "X", "P");
+    mb_attr_i(c, "to", cases[i].t);
+    mb_attr_i(c, "saturate", 0);
+    mb_node *n = mb_add(g, cases[i].op, "P", "Y");
+    if (cases[i].op[2] == 'I') {
+      mb_attr_i(n, "detect_positive", cases[i].pos);
+      mb_attr_i(n, "detect_negative", cases[i].neg);
+    }
+    keel_session_t *s = mb_session(g, 21);
+    if (!s) continue;
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){4},
+                                 (float[]){1.5f, NAN, INFINITY, -INFINITY}), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &out));
+    for (int j = 0; out && j < 4; j++) CHECK(keel_value_at(out, j) == cases[i].want[j]);
+    keel_value_release(out);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
   check_tables();
   check_layout();
@@ -352,5 +383,6 @@ int main(void) {
   check_float8_quant();
   check_bitcast_and_refusal();
   check_data_movement();
+  check_classify();
   return check_report();
 }

@@ -292,7 +292,30 @@ UNARY_KERNEL(op_acosh, OP_ACOSH)
 UNARY_KERNEL(op_atanh, OP_ATANH)
 UNARY_KERNEL(op_erf, OP_ERF)
 UNARY_KERNEL(op_not, OP_NOT)
-UNARY_KERNEL(op_isnan, OP_ISNAN)
+
+/* IsNaN / IsInf on the float8 types (opset 20): each code decoded once
+ * into a table. */
+static keel_status classify_float8(keel_kctx *k, const keel_tensor *x, bool inf, bool pos,
+                                   bool neg) {
+  bool hit[256];
+  for (unsigned c = 0; c < 256; c++) {
+    double v = keel_small_decode(x->dtype, c);
+    hit[c] = inf ? isinf(v) && (v > 0 ? pos : neg) : isnan(v);
+  }
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+  const uint8_t *s = x->data;
+  uint8_t *d = y->data;
+  for (int64_t i = 0; i < keel_tensor_numel(x); i++) d[i] = hit[s[i]];
+  return KEEL_OK;
+}
+
+static keel_status op_isnan(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (keel_dtype_is_small(x->dtype)) return classify_float8(k, x, false, false, false);
+  return unary(k, &OP_ISNAN, &(un_params){0});
+}
 UNARY_KERNEL(op_relu, OP_RELU)
 UNARY_KERNEL(op_sigmoid, OP_SIGMOID)
 UNARY_KERNEL(op_tanh, OP_TANH)
@@ -306,6 +329,9 @@ UNARY_KERNEL(op_hardswish, OP_HSWISH)
 static keel_status op_isinf(keel_kctx *k) {
   un_params p = {.pos = keel_k_attr_i(k, "detect_positive", 1) != 0,
                  .neg = keel_k_attr_i(k, "detect_negative", 1) != 0};
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (keel_dtype_is_small(x->dtype)) return classify_float8(k, x, true, p.pos, p.neg);
   return unary(k, &OP_ISINF, &p);
 }
 
@@ -851,8 +877,8 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Atanh", 9, KEEL_OPSET_MAX, op_atanh, 0, KEEL_TS_FLOAT},
     {"", "Erf", 9, KEEL_OPSET_MAX, op_erf, 0, KEEL_TS_NUM},
     {"", "Not", 1, KEEL_OPSET_MAX, op_not, 0, KEEL_T(KEEL_BOOL)},
-    {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT},
-    {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT},
+    {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
+    {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
     {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM},
     {"", "Sigmoid", 1, KEEL_OPSET_MAX, op_sigmoid, 0, KEEL_TS_FLOAT},
     {"", "Tanh", 1, KEEL_OPSET_MAX, op_tanh, 0, KEEL_TS_FLOAT},
