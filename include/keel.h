@@ -108,13 +108,12 @@ KEEL_API const char *keel_dtype_name(keel_dtype t);
  * bits first, and a tensor of n elements takes ceil(n*bits/8) bytes (keel
  * writes the unused high bits of the last byte as zero and ignores them on
  * reading). Size buffers with keel_dtype_nbytes, which is right for every
- * type. Kernels take these types only where docs/operators.md lists them
- * (the ops ONNX defines them for: Cast, CastLike, BitCast, QuantizeLinear,
- * DequantizeLinear, Constant, ConstantOfShape, Reshape, Flatten, Squeeze,
- * Unsqueeze, Identity, Shape, Size, Transpose, Pad, If, Loop, Scan, and
- * IsNaN / IsInf for float8); any
- * other op given one fails with KEEL_ERR_UNSUPPORTED naming the op and
- * type. */
+ * type. Kernels take the types after BFLOAT16 (float8, float4, int4,
+ * int2) only where docs/operators.md lists them, the ops ONNX defines them
+ * for: Cast, CastLike, BitCast, QuantizeLinear, DequantizeLinear, Constant,
+ * ConstantOfShape, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Shape,
+ * Size, Transpose, Pad, If, Loop, Scan, and IsNaN / IsInf for float8; any
+ * other op given one fails with KEEL_ERR_UNSUPPORTED naming op and type. */
 KEEL_API size_t keel_dtype_size(keel_dtype t);
 /* Bits per element: 8 * keel_dtype_size, or 4 / 2 for the sub-byte types. */
 KEEL_API int keel_dtype_bits(keel_dtype t);
