@@ -196,6 +196,48 @@ static void check_blocked_quant(void) {
   keel_session_destroy(s);
 }
 
+/* Per-axis (axis 0) quantization into every integer type but the 8-bit
+ * ones (those have their own loops, tested in test_ops_quant.c), with zero
+ * points, against the naive formula; dequantization back. */
+static void check_quant_int_types(void) {
+  static const struct { int t; double lo, hi; } T[] = {
+      {KEEL_UINT16, 0, 65535}, {KEEL_INT16, -32768, 32767}, {KEEL_UINT4, 0, 15},
+      {KEEL_INT4, -8, 7},      {KEEL_UINT2, 0, 3},          {KEEL_INT2, -2, 1}};
+  enum { R = 3, C = 5 };
+  for (size_t k = 0; k < COUNTOF(T); k++) {
+    float x[R * C], sc[R] = {0.5f, 3.0f, 0.001f}, zf[R];
+    for (int i = 0; i < R * C; i++) x[i] = (float)((i * 37) % 41) - 20.5f;
+    for (int r = 0; r < R; r++) zf[r] = (float)(T[k].lo + (double)r * (T[k].hi - T[k].lo) / 2);
+    zf[1] = (float)rint(zf[1]);
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, 2, (int64_t[]){R, C});
+    mb_init(g, "s", KEEL_FLOAT, 1, (int64_t[]){R}, sc);
+    mb_init(g, "zf", KEEL_FLOAT, 1, (int64_t[]){R}, zf);
+    mb_output(g, "Q", T[k].t, -1, NULL);
+    mb_output(g, "D", KEEL_FLOAT, -1, NULL);
+    mb_attr_i(mb_add(g, "Cast", "zf", "z"), "to", T[k].t);
+    mb_attr_i(mb_add(g, "QuantizeLinear", "X,s,z", "Q"), "axis", 0);
+    mb_attr_i(mb_add(g, "DequantizeLinear", "Q,s,z", "D"), "axis", 0);
+    keel_session_t *s = mb_session(g, 21);
+    if (!s) continue;
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){R, C}, x), *out[2] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, out));
+    int bad = 0;
+    for (int i = 0; out[0] && out[1] && i < R * C; i++) {
+      int r = i / C;
+      double v = rint((double)(x[i] / sc[r])) + zf[r];
+      v = v < T[k].lo ? T[k].lo : v > T[k].hi ? T[k].hi : v;
+      bad += keel_value_at(out[0], i) != v;
+      bad += keel_value_at(out[1], i) != (float)(v - zf[r]) * sc[r];
+    }
+    if (bad) fprintf(stderr, "quantize to %s: %d mismatches\n", keel_dtype_name((keel_dtype)T[k].t), bad);
+    CHECK(out[0] && bad == 0);
+    for (int i = 0; i < 2; i++) keel_value_release(out[i]);
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+}
+
 /* float8 quantization saturates unless saturate=0; DequantizeLinear reads
  * the codes back. */
 static void check_float8_quant(void) {
@@ -381,6 +423,7 @@ int main(void) {
   check_int32_data();
   check_blocked_quant();
   check_float8_quant();
+  check_quant_int_types();
   check_bitcast_and_refusal();
   check_data_movement();
   check_classify();
