@@ -182,8 +182,29 @@ void keel_small_from_f32(int t, const float *src, size_t n, void *dst, size_t at
  * (and bool) travel as int64, so they wrap exactly; reals as double. The
  * standard side is read and written with keel_elem_* (float to integer
  * saturates there, as Cast's own loops do). */
+/* From a narrow type to a standard one: each code decoded once. */
+static void convert_from_small(int from, const void *src, int to, void *dst, size_t n) {
+  double lut[256];
+  bool int_src = keel_dtype_is_small_int(from);
+  for (unsigned c = 0; c < (1u << keel_small_bits(from)); c++) lut[c] = keel_small_decode(from, c);
+  if (to == KEEL_FLOAT) {
+    float *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = (float)lut[keel_small_get(from, src, i)];
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    double v = lut[keel_small_get(from, src, i)];
+    if (int_src) keel_elem_set_i64(to, dst, i, (int64_t)v);
+    else keel_elem_set_f64(to, dst, i, v);
+  }
+}
+
 void keel_small_convert(int from, const void *src, int to, void *dst, size_t n, bool saturate,
                         int round_mode) {
+  if (keel_dtype_is_small(from) && !keel_dtype_is_small(to)) {
+    convert_from_small(from, src, to, dst, n);
+    return;
+  }
   bool int_src = keel_dtype_is_int(from) || from == KEEL_BOOL || keel_dtype_is_small_int(from);
   bool small_to = keel_dtype_is_small(to), small_int_to = keel_dtype_is_small_int(to);
   for (size_t i = 0; i < n; i++) {
