@@ -101,6 +101,13 @@ static void check_layout(void) {
   for (unsigned i = 0; i < 4; i++) keel_small_put(KEEL_UINT2, &c, i, i);
   CHECK(c == 0xE4); /* 3,2,1,0 from the top */
   CHECK(keel_small_decode_int(KEEL_INT2, 2) == -2 && keel_small_decode_int(KEEL_UINT2, 2) == 2);
+  /* a double goes through float32 first (ml_dtypes): just above a tie in
+   * double is the tie itself in float32, which rounds to even */
+  double above = 1.0625 + ldexp(1.0, -40);
+  CHECK(keel_small_encode(KEEL_FLOAT8E4M3FN, above, true, 0) == 0x38);      /* 1.0 */
+  CHECK(keel_small_encode(KEEL_FLOAT8E4M3FN, 1.0625f * 1.0000001f, true, 0) == 0x39); /* 1.125 */
+  CHECK(keel_small_encode(KEEL_FLOAT8E5M2, 1e300, false, 0) == 0x7C);     /* inf */
+  CHECK(keel_small_encode(KEEL_FLOAT8E5M2, -1e300, true, 0) == 0xFB);     /* -max */
 }
 
 /* ---------------------------------------------------------- kernels */

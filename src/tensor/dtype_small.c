@@ -154,7 +154,9 @@ unsigned keel_small_encode(int t, double v, bool saturate, int round_mode) {
   if (keel_dtype_is_small_int(t)) return int_encode_real(t, v);
   if (t == KEEL_FLOAT8E8M0) return keel_e8m0_encode((float)v, saturate, round_mode);
   const minifloat *f = mf_of(t);
-  return f ? mf_encode(f, v, saturate) : 0;
+  /* through float32 first, as ml_dtypes (the reference) converts a double:
+   * 1.0625 + 2^-40 becomes the tie 1.0625 and then 1.0 in E4M3FN */
+  return f ? mf_encode(f, (double)(float)v, saturate) : 0;
 }
 
 /* ================================================================ bulk */

@@ -9,7 +9,8 @@
  * encoders map codes to and from double and int64 with ONNX's rules (which
  * are those of ml_dtypes, the library its reference implementation uses):
  *
- *   - float8 from a real: round to nearest even; out of range saturates to
+ *   - float8 from a real (a double is first rounded to float32, as
+ *     ml_dtypes does): round to nearest even; out of range saturates to
  *     +-max when `saturate` (also infinities), else becomes NaN (E4M3FN,
  *     the FNUZ types) or infinity (E5M2). FNUZ types have no -0.
  *   - FLOAT4E2M1 (no NaN, no infinity) always saturates to +-6.
