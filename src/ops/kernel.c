@@ -140,7 +140,8 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
     const keel_tensor *src = &k->in[in_i]->t;
     int64_t numel;
     KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
-    if (keel_dtype_bits((keel_dtype)dtype) == keel_dtype_bits((keel_dtype)src->dtype) &&
+    bool packed = keel_dtype_is_packed(dtype) || keel_dtype_is_packed(src->dtype);
+    if ((!packed || keel_dtype_bits((keel_dtype)dtype) == keel_dtype_bits((keel_dtype)src->dtype)) &&
         keel_dtype_nbytes((keel_dtype)dtype, numel) == keel_tensor_nbytes(src) && numel > 0) {
       keel_val *v = k->out[i];
       keel_tensor_view(src, rank, shape, &v->t);
