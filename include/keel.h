@@ -86,13 +86,39 @@ typedef enum keel_dtype {
   KEEL_UINT64 = 13,
   KEEL_COMPLEX64 = 14,
   KEEL_COMPLEX128 = 15,
-  KEEL_BFLOAT16 = 16
+  KEEL_BFLOAT16 = 16,
+  KEEL_FLOAT8E4M3FN = 17,    /* 1-4-3, no infinity, one NaN pattern per sign  */
+  KEEL_FLOAT8E4M3FNUZ = 18,  /* 1-4-3, no infinity, no -0, NaN is 0x80        */
+  KEEL_FLOAT8E5M2 = 19,      /* 1-5-2, IEEE-like (infinities and NaNs)        */
+  KEEL_FLOAT8E5M2FNUZ = 20,  /* 1-5-2, no infinity, no -0, NaN is 0x80        */
+  KEEL_UINT4 = 21,           /* packed, see below                            */
+  KEEL_INT4 = 22,
+  KEEL_FLOAT4E2M1 = 23,      /* 1-2-1, finite values only                    */
+  KEEL_FLOAT8E8M0 = 24,      /* exponent only: 2^(e-127), 0xFF is NaN         */
+  KEEL_UINT2 = 25,
+  KEEL_INT2 = 26
 } keel_dtype;
 
 /* "float32", "int64", ... ; "undefined" for unknown codes. */
 KEEL_API const char *keel_dtype_name(keel_dtype t);
-/* Bytes per element; 0 for UNDEFINED, sizeof(keel_string) for STRING. */
+/* Bytes per element; 0 for UNDEFINED, sizeof(keel_string) for STRING, and 0
+ * for the sub-byte types (UINT4, INT4, FLOAT4E2M1: 4 bits; UINT2, INT2: 2
+ * bits), which have no whole size per element. Their tensors are packed as
+ * ONNX stores them: element i sits in byte i*bits/8 at bit (i*bits)%8, low
+ * bits first, and a tensor of n elements takes ceil(n*bits/8) bytes (keel
+ * writes the unused high bits of the last byte as zero and ignores them on
+ * reading). Size buffers with keel_dtype_nbytes, which is right for every
+ * type. Kernels take the types after BFLOAT16 (float8, float4, int4,
+ * int2) only where docs/operators.md lists them, the ops ONNX defines them
+ * for: Cast, CastLike, BitCast, QuantizeLinear, DequantizeLinear, Constant,
+ * ConstantOfShape, Reshape, Flatten, Squeeze, Unsqueeze, Identity, Shape,
+ * Size, Transpose, Pad, If, Loop, Scan, and IsNaN / IsInf for float8; any
+ * other op given one fails with KEEL_ERR_UNSUPPORTED naming op and type. */
 KEEL_API size_t keel_dtype_size(keel_dtype t);
+/* Bits per element: 8 * keel_dtype_size, or 4 / 2 for the sub-byte types. */
+KEEL_API int keel_dtype_bits(keel_dtype t);
+/* Bytes that n elements of t take: ceil(n * bits / 8). */
+KEEL_API size_t keel_dtype_nbytes(keel_dtype t, int64_t n);
 
 /* The highest tensor rank keel handles. */
 #define KEEL_MAX_RANK 12

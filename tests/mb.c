@@ -139,7 +139,7 @@ static void tensor_proto(buf *t, const char *name, int dtype, int rank, const in
     const char *const *s = data;
     for (int64_t i = 0; i < n; i++) field_str(t, 6, s[i]);
   } else {
-    field_bytes(t, 9, data, (size_t)n * keel_dtype_size((keel_dtype)dtype));
+    field_bytes(t, 9, data, keel_dtype_nbytes((keel_dtype)dtype, n));
   }
 }
 

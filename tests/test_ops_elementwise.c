@@ -57,6 +57,30 @@ static void check_broadcast_errors(void) {
 }
 
 /* One binary op on int32 data through a session, against C. */
+/* Equal on strings (opset 19), broadcast: equal length and bytes, embedded
+ * NUL bytes included. */
+static void check_equal_strings(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "A", KEEL_STRING, 2, (int64_t[]){2, 2});
+  mb_input(g, "B", KEEL_STRING, 1, (int64_t[]){2});
+  mb_output(g, "C", KEEL_BOOL, -1, NULL);
+  mb_add(g, "Equal", "A,B", "C");
+  keel_session_t *s = mb_session(g, 19);
+  CHECK(s != NULL);
+  if (!s) return;
+  keel_string A[4] = {{"ab", 2}, {"", 0}, {"a\0c", 3}, {"x", 1}}, B[2] = {{"ab", 2}, {"a\0d", 3}};
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_STRING, 2, (int64_t[]){2, 2}, A),
+                         mb_tensor(s, KEEL_STRING, 1, (int64_t[]){2}, B)};
+  keel_value_t *out[1] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"A", "B"}, in, 2, out));
+  double want[4] = {1, 0, 0, 0};
+  for (int i = 0; out[0] && i < 4; i++) CHECK(keel_value_at(out[0], i) == want[i]);
+  keel_value_release(out[0]);
+  keel_value_release(in[0]);
+  keel_value_release(in[1]);
+  keel_session_destroy(s);
+}
+
 static void check_session_op(const char *op, int32_t (*ref)(int32_t, int32_t), int out_bool) {
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "A", KEEL_INT32, 2, (int64_t[]){2, 3});
@@ -155,5 +179,6 @@ int main(void) {
   check_session_op("Div", r_div, 0);
   check_session_op("Greater", r_gt, 1);
   check_session_op("Equal", r_eq, 1);
+  check_equal_strings();
   return check_report();
 }

@@ -495,6 +495,21 @@ static void check_pad_versions(void) {
   release_all(&in, 1);
   keel_session_destroy(s);
 
+  /* Pad-18+ with the axes input omitted: the pads cover every axis */
+  int dt2[2] = {KEEL_INT32, KEEL_INT64};
+  g = graph("X,P", dt2, "Y");
+  mb_attr_s(mb_add(g, "Pad", "X,P", "Y"), "mode", "edge");
+  s = mb_session(g, 25);
+  keel_value_t *in2[2] = {mb_tensor(s, dt, 2, (int64_t[]){1, 2}, (int32_t[]){3, 4}),
+                          ints(s, 4, (int64_t[]){0, 1, 1, 0})};
+  CHECK_OK(run(s, "X,P", in2, &out));
+  CHECK(shape_is(out, 2, (int64_t[]){2, 3}));
+  double want2[6] = {3, 3, 4, 3, 3, 4};
+  for (int i = 0; out && i < 6; i++) CHECK(keel_value_at(out, i) == want2[i]);
+  release_all(&out, 1);
+  release_all(in2, 2);
+  keel_session_destroy(s);
+
   int dts[4] = {KEEL_STRING, KEEL_INT64, KEEL_STRING, KEEL_INT64};
   g = graph("X,P,C,A", dts, "Y");
   mb_add(g, "Pad", "X,P,C,A", "Y");

@@ -147,6 +147,33 @@ static void check_dft_random_lengths(void) {
   keel_session_destroy(b), keel_session_destroy(bl);
 }
 
+/* inverse + onesided is irfft: the n/2+1 bins of a real signal's naive
+ * DFT give the signal back as [1, n, 1]; dft_length defaults to
+ * 2 * (bins - 1), so odd lengths pass it. */
+static void check_dft_irfft(void) {
+  keel_session_t *s = dft_session(KEEL_DOUBLE, 1, 1, 1, false, 17);
+  keel_session_t *sl = dft_session(KEEL_DOUBLE, 1, 1, 1, true, 17);
+  CHECK(s && sl);
+  if (!s || !sl) return;
+  static const int64_t lens[] = {2, 3, 4, 7, 10, 16, 33};
+  static double x[2 * MAXN], bins[2 * MAXN], want[MAXN];
+  for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+    int64_t n = lens[t], m = n / 2 + 1;
+    for (int64_t i = 0; i < n; i++) x[2 * i] = want[i] = urand() * 10, x[2 * i + 1] = 0;
+    naive_dft(x, n, n, false, bins);
+    keel_value_t *in[2] = {tensor(s, KEEL_DOUBLE, 3, (int64_t[]){1, m, 2}, bins),
+                           scalar_i64(s, n)};
+    keel_value_t *y = n % 2 ? run(sl, 2, (const char *[]){"X", "L"}, in, NULL)
+                            : run(s, 1, (const char *[]){"X"}, in, NULL);
+    CHECK(y && keel_value_rank(y) == 3 && keel_value_shape(y)[1] == n &&
+          keel_value_shape(y)[2] == 1);
+    CHECK(y && max_err(y, want, n) <= 1e-10 * (norm1(want, n) + 1));
+    keel_value_release(y);
+    release_all(in, 2);
+  }
+  keel_session_destroy(s), keel_session_destroy(sl);
+}
+
 /* inverse(forward(x)) == x through a two-node graph. */
 static void check_dft_roundtrip(void) {
   mb_graph *g = mb_graph_new("main");
@@ -541,6 +568,7 @@ static void check_mel(void) {
 int main(void) {
   check_dft_random_lengths();
   check_dft_roundtrip();
+  check_dft_irfft();
   check_dft_real_axis(0, 17);
   check_dft_real_axis(1, 17);
   check_dft_real_axis(1, 20);

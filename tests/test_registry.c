@@ -13,7 +13,7 @@
  * except undefined and the complex types. */
 static uint64_t tensor_types(void) {
   uint64_t m = 0;
-  for (int d = KEEL_FLOAT; d <= KEEL_BFLOAT16; d++)
+  for (int d = KEEL_FLOAT; d <= KEEL_INT2; d++)
     if (d != KEEL_COMPLEX64 && d != KEEL_COMPLEX128) m |= 1ull << d;
   return m;
 }

@@ -12,7 +12,7 @@ static void types_text(uint64_t m, char *buf, size_t cap) {
     snprintf(buf, cap, "(not stated)");
     return;
   }
-  for (int d = 1; d <= KEEL_BFLOAT16; d++) {
+  for (int d = 1; d <= KEEL_INT2; d++) {
     if (!(m >> d & 1)) continue;
     size_t at = strlen(buf);
     snprintf(buf + at, cap - at, "%s%s", at ? ", " : "", keel_dtype_name((keel_dtype)d));

@@ -37,7 +37,9 @@ typedef struct results {
 /* ======================================================== comparing */
 
 static bool is_float(keel_dtype t) {
-  return t == KEEL_FLOAT || t == KEEL_DOUBLE || t == KEEL_FLOAT16 || t == KEEL_BFLOAT16;
+  return t == KEEL_FLOAT || t == KEEL_DOUBLE || t == KEEL_FLOAT16 || t == KEEL_BFLOAT16 ||
+         (t >= KEEL_FLOAT8E4M3FN && t <= KEEL_FLOAT8E5M2FNUZ) || t == KEEL_FLOAT4E2M1 ||
+         t == KEEL_FLOAT8E8M0;
 }
 
 static void shape_text(const keel_value_t *v, char *buf, size_t cap) {

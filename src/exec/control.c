@@ -130,6 +130,9 @@ static keel_status stack_put(keel_kctx *k, stack *s, const keel_val *e, int64_t 
   if (e->kind != KEEL_V_TENSOR)
     return keel_err(KEEL_ERR_SHAPE, "%s must be a tensor", what);
   const keel_tensor *t = &e->t;
+  if (keel_dtype_is_packed(t->dtype)) /* rows are stacked by whole bytes */
+    return keel_err(KEEL_ERR_UNSUPPORTED, "%s is %s: stacking packed sub-byte tensors is not supported",
+                    what, keel_dtype_name((keel_dtype)t->dtype));
   if (s->count == 0 && s->v.kind == KEEL_V_EMPTY) {
     s->dtype = t->dtype;
     s->rank = t->rank;
@@ -356,6 +359,9 @@ static keel_status take_slice(keel_kctx *k, const keel_tensor *src, int axis, in
   int r = 0;
   for (int d = 0; d < src->rank; d++)
     if (d != axis) shape[r++] = src->shape[d];
+  if (keel_dtype_is_packed(src->dtype))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "scan input is %s: slicing packed sub-byte tensors is not supported",
+                    keel_dtype_name((keel_dtype)src->dtype));
   size_t es = keel_dtype_size((keel_dtype)src->dtype);
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; d++) outer *= src->shape[d];
@@ -606,9 +612,11 @@ static keel_status op_sequence_map(keel_kctx *k) {
  * carries, Scan scans and SequenceMap maps, which may be of any type. */
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_control[] = {
-    {"", "If", 1, KEEL_OPSET_MAX, op_if, 0, NUM_BOOL},
-    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop, 0, KEEL_TS_ALL},
-    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan, 0, KEEL_TS_ALL},
+    /* values pass through by reference; packed (4-, 2-bit) scan inputs and
+     * scan outputs are refused where they are sliced or stacked */
+    {"", "If", 1, KEEL_OPSET_MAX, op_if, 0, NUM_BOOL | KEEL_TS_SMALL},
+    {"", "Loop", 1, KEEL_OPSET_MAX, op_loop, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Scan", 8, KEEL_OPSET_MAX, op_scan, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "SequenceMap", 17, KEEL_OPSET_MAX, op_sequence_map, 0, KEEL_TS_ALL},
     {0},
 };

@@ -197,6 +197,10 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
+  if (KEEL_UNLIKELY((st = keel_k_check_in_types(n, f->in, n->n_in)))) {
+    char lb[256];
+    return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
+  }
   int32_t n_targets = KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS);
   for (int32_t i = 0; i < n_targets; i++)
     f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];

@@ -126,7 +126,7 @@ keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
   if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "tensor header");
   atomic_init(&b->refs, 1);
   b->kind = KEEL_BUF_EXTERNAL;
-  b->nbytes = (size_t)numel * keel_dtype_size(dtype);
+  b->nbytes = keel_dtype_nbytes(dtype, numel);
   b->data = data;
   b->heap = s->heap;
   b->on_release = on_release;

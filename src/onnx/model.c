@@ -158,6 +158,7 @@ static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
     if (!*name) return oom("a tensor name");
   }
   size_t esize = keel_dtype_size((keel_dtype)tp.dtype);
+  if (esize == 0) esize = 1; /* packed sub-byte types: any byte address */
   const uint8_t *src = NULL;
   if (tp.external) {
     if (tp.dtype == KEEL_STRING)
@@ -217,6 +218,9 @@ static keel_status sparse_tensor(loader *L, keel_pb msg, keel_tensor *out,
   KEEL_TRY(static_tensor(L, indices, &idx, NULL));
   int64_t numel;
   KEEL_TRY(keel_shape_check(vals.dtype, rank, dims, &numel));
+  if (keel_dtype_is_packed(vals.dtype))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "sparse tensors of %s (a packed sub-byte type)",
+                    keel_dtype_name((keel_dtype)vals.dtype));
   size_t es = keel_dtype_size((keel_dtype)vals.dtype);
   int64_t nnz = keel_tensor_numel(&vals);
   bool coo = idx.rank == 2;

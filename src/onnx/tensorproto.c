@@ -108,6 +108,13 @@ static keel_status parse_field(keel_pb *r, uint32_t f, uint32_t wt,
 
 static uint32_t typed_field(int dtype);
 
+/* Entries of the typed field: one per element, except for the packed
+ * sub-byte types, whose int32_data holds one packed byte per entry (two
+ * 4-bit or four 2-bit elements, low bits first). */
+static size_t typed_count(const keel_tp *tp) {
+  return keel_dtype_is_packed(tp->dtype) ? tp->nbytes : (size_t)tp->numel;
+}
+
 /* How many values the typed repeated field of tp's type holds (packed runs
  * and single fields alike), without decoding them. */
 static keel_status count_typed(const keel_tp *tp, size_t *n) {
@@ -150,7 +157,7 @@ keel_status keel_tp_parse(keel_pb msg, keel_tp *tp) {
     return keel_err(KEEL_ERR_INVALID_MODEL, "tensor '%.*s' has data_type %d",
                     (int)tp->name_len, (const char *)tp->name, tp->dtype);
   KEEL_TRY(keel_shape_check(tp->dtype, tp->rank, tp->dims, &tp->numel));
-  tp->nbytes = (size_t)tp->numel * keel_dtype_size((keel_dtype)tp->dtype);
+  tp->nbytes = keel_dtype_nbytes((keel_dtype)tp->dtype, tp->numel);
   if (tp->has_raw && tp->dtype != KEEL_STRING && tp->raw_len != tp->nbytes)
     return keel_err(KEEL_ERR_INVALID_MODEL,
                     "tensor '%.*s': raw_data has %zu bytes, its shape needs %zu",
@@ -160,9 +167,9 @@ keel_status keel_tp_parse(keel_pb msg, keel_tp *tp) {
     /* typed values: count them before anyone allocates for the shape */
     size_t n;
     KEEL_TRY(count_typed(tp, &n));
-    if (n != (size_t)tp->numel)
-      return keel_err(KEEL_ERR_INVALID_MODEL, "tensor '%.*s' holds %zu values, its shape needs %lld",
-                      (int)tp->name_len, (const char *)tp->name, n, (long long)tp->numel);
+    if (n != typed_count(tp))
+      return keel_err(KEEL_ERR_INVALID_MODEL, "tensor '%.*s' holds %zu values, its shape needs %zu",
+                      (int)tp->name_len, (const char *)tp->name, n, typed_count(tp));
   }
   return KEEL_OK;
 }
@@ -191,7 +198,8 @@ static void store_int(int dtype, void *dst, size_t i, uint64_t v) {
       ((uint16_t *)dst)[i] = (uint16_t)v; break;
     case KEEL_INT32: ((int32_t *)dst)[i] = (int32_t)v; break;
     case KEEL_UINT32: ((uint32_t *)dst)[i] = (uint32_t)v; break;
-    default: ((uint64_t *)dst)[i] = v; break; /* int64, uint64 */
+    case KEEL_INT64: case KEEL_UINT64: ((uint64_t *)dst)[i] = v; break;
+    default: ((uint8_t *)dst)[i] = (uint8_t)v; break; /* float8 codes; packed bytes */
   }
 }
 
@@ -233,7 +241,7 @@ static keel_status decode_one(keel_pb *r, uint32_t f, uint32_t wt,
 static keel_status decode_typed(const keel_tp *tp, void *dst, keel_strdup_fn sd,
                                 void *sd_ud) {
   uint32_t want = typed_field(tp->dtype);
-  size_t n = 0, total = (size_t)tp->numel;
+  size_t n = 0, total = typed_count(tp);
   keel_pb r = tp->msg;
   while (keel_pb_more(&r)) {
     uint32_t f, wt;

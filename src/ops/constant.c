@@ -39,6 +39,6 @@ static keel_status op_constant(keel_kctx *k) {
 }
 
 const keel_opdef keel_ops_constant[] = {
-    {"", "Constant", 1, KEEL_OPSET_MAX, op_constant, 0, KEEL_TS_ALL},
+    {"", "Constant", 1, KEEL_OPSET_MAX, op_constant, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {0},
 };

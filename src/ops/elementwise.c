@@ -259,7 +259,18 @@ static const binop OP_DIV = {"Div", ARITH(div), false};
 static const binop OP_MAX = {"Max", ARITH(max), false};
 static const binop OP_MIN = {"Min", ARITH(min), false};
 static const binop OP_PRELU = {"PRelu", ARITH(prelu), false};
-static const binop OP_EQ = {"Equal", {F_TAB(eq) S_TAB(eq) U_TAB(eq) B_TAB(eq)}, true};
+/* Equal on strings (opset 19): same length and bytes. */
+static void eq_str(const void *pa, int64_t sa, const void *pb, int64_t sb, void *po, int64_t n) {
+  const keel_string *a = pa, *b = pb;
+  uint8_t *o = po;
+  for (int64_t i = 0; i < n; i++) {
+    const keel_string *x = &a[i * sa], *y = &b[i * sb];
+    o[i] = x->len == y->len && (x->len == 0 || !memcmp(x->data, y->data, x->len));
+  }
+}
+
+static const binop OP_EQ = {"Equal", {F_TAB(eq) S_TAB(eq) U_TAB(eq) B_TAB(eq)[KEEL_STRING] = eq_str},
+                            true};
 static const binop OP_GT = {"Greater", ARITH(gt), true};
 static const binop OP_LT = {"Less", ARITH(lt), true};
 static const binop OP_GE = {"GreaterOrEqual", ARITH(ge), true};
@@ -641,7 +652,7 @@ const keel_opdef keel_ops_elementwise[] = {
     {"", "Div", 1, KEEL_OPSET_MAX, op_div, 0, KEEL_TS_NUM},
     {"", "Pow", 1, KEEL_OPSET_MAX, op_pow, 0, KEEL_TS_NUM},
     {"", "Mod", 10, KEEL_OPSET_MAX, op_mod, 0, KEEL_TS_NUM},
-    {"", "Equal", 1, KEEL_OPSET_MAX, op_equal, 0, NUM_BOOL},
+    {"", "Equal", 1, KEEL_OPSET_MAX, op_equal, 0, NUM_BOOL | KEEL_T(KEEL_STRING)},
     {"", "Greater", 1, KEEL_OPSET_MAX, op_greater, 0, KEEL_TS_NUM},
     {"", "Less", 1, KEEL_OPSET_MAX, op_less, 0, KEEL_TS_NUM},
     {"", "GreaterOrEqual", 12, KEEL_OPSET_MAX, op_greater_eq, 0, KEEL_TS_NUM},

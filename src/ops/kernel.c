@@ -88,9 +88,30 @@ static keel_status out_index(const keel_kctx *k, int i) {
   return KEEL_OK;
 }
 
+/* The narrow types (float8, float4, int4, int2; numbered after bfloat16)
+ * reach only kernels whose row lists them: others would misread them (a
+ * packed tensor has no byte stride per element). */
+static keel_status refuse_type(const keel_node *n, const char *what, int i, int dtype) {
+  return keel_err(KEEL_ERR_UNSUPPORTED, "%s %d is %s: op %s (domain %s, opset %lld) does not support "
+                  "that element type", what, i, keel_dtype_name((keel_dtype)dtype), n->op_type,
+                  n->domain[0] ? n->domain : "ai.onnx", (long long)n->opset);
+}
+
+static bool type_ok(const keel_node *n, int dtype) {
+  return dtype <= KEEL_BFLOAT16 || !n->op || (n->op->types & KEEL_T(dtype)) != 0;
+}
+
+keel_status keel_k_check_in_types(const keel_node *n, const keel_val *const *in, int n_in) {
+  for (int i = 0; i < n_in; i++)
+    if (in[i] && in[i]->kind == KEEL_V_TENSOR && KEEL_UNLIKELY(!type_ok(n, in[i]->t.dtype)))
+      return refuse_type(n, "input", i, in[i]->t.dtype);
+  return KEEL_OK;
+}
+
 keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *shape,
                        keel_tensor **t) {
   KEEL_TRY(out_index(k, i));
+  if (KEEL_UNLIKELY(!type_ok(k->node, dtype))) return refuse_type(k->node, "output", i, dtype);
   keel_val *v = k->out[i];
   keel_assert(v->kind == KEEL_V_EMPTY);
   KEEL_TRY(keel_tensor_alloc(k->heap, dtype, rank, shape, owner_of(k, i), &v->t));
@@ -119,8 +140,9 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
     const keel_tensor *src = &k->in[in_i]->t;
     int64_t numel;
     KEEL_TRY(keel_shape_check(dtype, rank, shape, &numel));
-    if ((size_t)numel * keel_dtype_size((keel_dtype)dtype) == keel_tensor_nbytes(src) &&
-        numel > 0) {
+    bool packed = keel_dtype_is_packed(dtype) || keel_dtype_is_packed(src->dtype);
+    if ((!packed || keel_dtype_bits((keel_dtype)dtype) == keel_dtype_bits((keel_dtype)src->dtype)) &&
+        keel_dtype_nbytes((keel_dtype)dtype, numel) == keel_tensor_nbytes(src) && numel > 0) {
       keel_val *v = k->out[i];
       keel_tensor_view(src, rank, shape, &v->t);
       v->t.dtype = dtype;

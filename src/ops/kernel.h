@@ -70,6 +70,14 @@ enum {
 #define KEEL_TS_INT (KEEL_TS_SINT | KEEL_TS_UINT)
 #define KEEL_TS_NUM (KEEL_TS_FLOAT | KEEL_TS_INT)
 #define KEEL_TS_ALL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL) | KEEL_T(KEEL_STRING))
+/* The narrow types: float8 (four formats and E8M0), float4, 4- and 2-bit
+ * integers. Only rows that list them get them (keel_k_check_in_types). */
+#define KEEL_TS_FLOAT8 (KEEL_T(KEEL_FLOAT8E4M3FN) | KEEL_T(KEEL_FLOAT8E4M3FNUZ) | \
+                        KEEL_T(KEEL_FLOAT8E5M2) | KEEL_T(KEEL_FLOAT8E5M2FNUZ))
+#define KEEL_TS_INT_SMALL (KEEL_T(KEEL_UINT4) | KEEL_T(KEEL_INT4) | KEEL_T(KEEL_UINT2) | \
+                           KEEL_T(KEEL_INT2))
+#define KEEL_TS_SMALL (KEEL_TS_FLOAT8 | KEEL_TS_INT_SMALL | KEEL_T(KEEL_FLOAT4E2M1) | \
+                       KEEL_T(KEEL_FLOAT8E8M0))
 
 /* ---------------------------------------------------- implementations
  *
@@ -150,6 +158,12 @@ KEEL_INTERNAL keel_status keel_k_in_scalar_i64(keel_kctx *k, int i, int64_t *v);
 KEEL_INTERNAL keel_status keel_k_in_scalar_f64(keel_kctx *k, int i, double *v);
 /* Bit i: input i dies at this node and nobody else holds its buffer. */
 KEEL_INTERNAL bool keel_k_can_reuse(const keel_kctx *k, int i);
+
+/* UNSUPPORTED when an input tensor has a narrow type (float8, float4,
+ * int4, int2) that n's row does not list in `types`; the executor calls it
+ * before every kernel. keel_k_out applies the same rule to outputs. */
+KEEL_INTERNAL keel_status keel_k_check_in_types(const keel_node *n, const keel_val *const *in,
+                                                int n_in);
 
 /* ----------------------------------------------------------- outputs */
 

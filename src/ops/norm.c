@@ -687,7 +687,8 @@ static keel_status op_lrn(keel_kctx *k) {
     if (p == 2)                                                                           \
       for (int64_t j = 0; j < inner; j++) nrm[j] = sqrt(nrm[j]);                          \
     for (int64_t r = 0; r < n; r++)                                                       \
-      for (int64_t j = 0; j < inner; j++) y[r * inner + j] = (T)(x[r * inner + j] / nrm[j]); \
+      for (int64_t j = 0; j < inner; j++) /* a zero norm gives 0, not 0/0 */              \
+        y[r * inner + j] = nrm[j] == 0 ? (T)0 : (T)(x[r * inner + j] / nrm[j]);            \
   }
 DEF_LP(float)
 DEF_LP(double)

@@ -91,6 +91,12 @@ static keel_status sh_run(keel_tensor *dst, int64_t di, int64_t ds, const keel_t
     }
     return KEEL_OK;
   }
+  if (keel_dtype_is_packed(src->dtype)) { /* 4- and 2-bit codes, one at a time */
+    for (int64_t i = 0; i < n; i++)
+      keel_small_put(src->dtype, dst->data, (size_t)(di + i * ds),
+                     keel_small_get(src->dtype, src->data, (size_t)(si + i * ss)));
+    return KEEL_OK;
+  }
   size_t es = keel_dtype_size((keel_dtype)src->dtype);
   uint8_t *d = (uint8_t *)dst->data + (size_t)di * es;
   const uint8_t *sp = (const uint8_t *)src->data + (size_t)si * es;
@@ -787,8 +793,10 @@ static keel_status sh_pad_list(keel_kctx *k, int r, int64_t *pads) {
     KEEL_TRY(keel_k_in_ints(k, 1, got, 2 * KEEL_MAX_RANK, &n));
     if (ver >= 18) KEEL_TRY(sh_in_ints_opt(k, 3, axes, KEEL_MAX_RANK, &na, &has_axes));
   }
-  if (!has_axes)
+  if (!has_axes) { /* omitted (or listed as ""): every axis */
+    na = r;
     for (int i = 0; i < r; i++) axes[i] = i;
+  }
   if (n != 2 * na)
     return keel_err(KEEL_ERR_SHAPE, "Pad: %d pads for %d axes (need %d)", n, na, 2 * na);
   KEEL_TRY(sh_mark_axes(axes, na, r, "Pad", mark));
@@ -818,6 +826,7 @@ static keel_status sh_pad_value(keel_kctx *k, const keel_tensor *x, sh_elem *v) 
     return keel_err(KEEL_ERR_SHAPE, "Pad: constant_value is %s, data is %s",
                     keel_dtype_name((keel_dtype)c->dtype), keel_dtype_name((keel_dtype)x->dtype));
   if (c->dtype == KEEL_STRING) v->s = *(const keel_string *)c->data; /* borrowed, read only */
+  else if (keel_dtype_is_packed(c->dtype)) v->b[0] = (uint8_t)keel_small_get(c->dtype, c->data, 0);
   else memcpy(v->b, c->data, keel_dtype_size((keel_dtype)c->dtype));
   return KEEL_OK;
 }
@@ -841,6 +850,10 @@ static keel_status sh_pad_const(keel_tensor *o, int64_t oi, int64_t n, const sh_
   if (o->dtype == KEEL_STRING) {
     for (int64_t j = 0; j < n; j++)
       KEEL_TRY(keel_tensor_set_string(o, (size_t)(oi + j), v->s.data, v->s.len));
+    return KEEL_OK;
+  }
+  if (keel_dtype_is_packed(o->dtype)) { /* the code sits in the low bits of b[0] */
+    for (int64_t j = 0; j < n; j++) keel_small_put(o->dtype, o->data, (size_t)(oi + j), v->b[0]);
     return KEEL_OK;
   }
   size_t es = keel_dtype_size((keel_dtype)o->dtype);
@@ -963,6 +976,11 @@ static keel_status sh_fill(keel_tensor *o, const keel_tensor *v) {
     const keel_string *s = v->data;
     for (int64_t i = 0; i < n; i++)
       KEEL_TRY(keel_tensor_set_string(o, (size_t)i, s->data, s->len));
+    return KEEL_OK;
+  }
+  if (keel_dtype_is_packed(v->dtype)) {
+    unsigned c = keel_small_get(v->dtype, v->data, 0);
+    for (int64_t i = 0; i < n; i++) keel_small_put(v->dtype, o->data, (size_t)i, c);
     return KEEL_OK;
   }
   size_t es = keel_dtype_size((keel_dtype)v->dtype);
@@ -1130,12 +1148,13 @@ static keel_status op_reverse_sequence(keel_kctx *k) {
  * its input's shape (a string input needs the dtype attribute). */
 #define INDEX_TYPES (KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
 const keel_opdef keel_ops_shape[] = {
-    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL},
-    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL},
-    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL},
-    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL},
-    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL},
-    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL},
+    /* views and shape readers take the narrow types (their bytes are not touched) */
+    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space, 0, KEEL_TS_ALL},
     {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth, 0, KEEL_TS_ALL},
     {"", "Concat", 1, KEEL_OPSET_MAX, op_concat, 0, KEEL_TS_ALL},
@@ -1144,10 +1163,11 @@ const keel_opdef keel_ops_shape[] = {
     {"", "CenterCropPad", 18, KEEL_OPSET_MAX, op_center_crop_pad, 0, KEEL_TS_ALL},
     {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
     {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
-    {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL},
-    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL},
-    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL},
-    {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0, INDEX_TYPES},
+    {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0,
+     INDEX_TYPES | KEEL_TS_SMALL}, /* the narrow types: the value's, for the output */
     {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM},
     {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like, 0, KEEL_TS_ALL},
     {"", "Trilu", 14, KEEL_OPSET_MAX, op_trilu, 0, KEEL_TS_ALL},

@@ -255,7 +255,7 @@ typedef struct dft_args {
   int axis;
   int64_t n;        /* transform length (dft_length or the axis dim)   */
   int64_t nout;     /* bins written: n, or n/2+1 when onesided         */
-  bool inverse, onesided;
+  bool inverse, onesided, irfft; /* irfft: inverse and onesided */
 } dft_args;
 
 /* The axis: the attribute up to opset 19, the optional input 2 (default
@@ -281,15 +281,31 @@ static keel_status dft_args_get(keel_kctx *k, const keel_tensor *x, dft_args *d)
   KEEL_TRY(check_flag(k, "DFT", "inverse", 0, &d->inverse));
   KEEL_TRY(check_flag(k, "DFT", "onesided", 0, &d->onesided));
   KEEL_TRY(dft_axis(k, x->rank, &d->axis));
-  d->n = x->shape[d->axis];
+  /* inverse + onesided is irfft: one-sided bins in, a real signal of
+   * dft_length (default 2 * (bins - 1)) out, as numpy.fft.irfft */
+  d->irfft = d->inverse && d->onesided;
+  d->n = d->irfft ? 2 * (x->shape[d->axis] - 1) : x->shape[d->axis];
   if (keel_k_has_in(k, 1)) {
     KEEL_TRY(keel_k_in_scalar_i64(k, 1, &d->n));
     if (d->n < 1)
       return keel_err(KEEL_ERR_SHAPE, "DFT: dft_length must be positive, got %lld",
                       (long long)d->n);
   }
-  d->nout = d->onesided ? d->n / 2 + 1 : d->n;
+  if (d->n < 1)
+    return keel_err(KEEL_ERR_SHAPE, "DFT: an inverse one-sided transform of %lld bins needs "
+                    "dft_length", (long long)x->shape[d->axis]);
+  d->nout = d->onesided && !d->irfft ? d->n / 2 + 1 : d->n;
   return KEEL_OK;
+}
+
+/* irfft: bins n/2+1 .. n-1 are the conjugates of n-1 .. 1 (the real
+ * part of the inverse then ignores the imaginary parts of the DC and
+ * Nyquist bins, as numpy's c2r transform does). */
+static void hermitian_fill(double *line, int64_t n) {
+  for (int64_t j = n / 2 + 1; j < n; j++) {
+    line[2 * j] = line[2 * (n - j)];
+    line[2 * j + 1] = -line[2 * (n - j) + 1];
+  }
 }
 
 /* One line: gather (zero-padded or truncated to n), transform, scatter. */
@@ -302,7 +318,7 @@ static keel_status op_dft(keel_kctx *k) {
   int64_t shape[KEEL_MAX_RANK], outer = 1, inner = 1, len = x->shape[d.axis];
   int64_t comp = x->shape[r - 1];
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)r);
-  shape[d.axis] = d.nout, shape[r - 1] = 2;
+  shape[d.axis] = d.nout, shape[r - 1] = d.irfft ? 1 : 2;
   for (int i = 0; i < d.axis; i++) outer *= x->shape[i];
   for (int i = d.axis + 1; i < r - 1; i++) inner *= x->shape[i];
   keel_tensor *y;
@@ -311,7 +327,7 @@ static keel_status op_dft(keel_kctx *k) {
   fft_plan p;
   double *line;
   KEEL_TRY(fft_setup(k, "DFT", d.n, &p, &line));
-  int64_t used = KEEL_MIN(len, d.n);
+  int64_t used = KEEL_MIN(len, d.irfft ? d.n / 2 + 1 : d.n);
   for (int64_t o = 0; o < outer; o++)
     for (int64_t i = 0; i < inner; i++) {
       memset(line, 0, (size_t)d.n * 2 * sizeof(double));
@@ -320,11 +336,12 @@ static keel_status op_dft(keel_kctx *k) {
         line[2 * j] = ld(x->data, x->dtype, at);
         if (comp == 2) line[2 * j + 1] = ld(x->data, x->dtype, at + 1);
       }
+      if (d.irfft) hermitian_fill(line, d.n);
       fft_run(&p, line, d.inverse);
       for (int64_t j = 0; j < d.nout; j++) {
-        int64_t at = ((o * d.nout + j) * inner + i) * 2;
+        int64_t at = ((o * d.nout + j) * inner + i) * (d.irfft ? 1 : 2);
         st(y->data, y->dtype, at, line[2 * j]);
-        st(y->data, y->dtype, at + 1, line[2 * j + 1]);
+        if (!d.irfft) st(y->data, y->dtype, at + 1, line[2 * j + 1]);
       }
     }
   return KEEL_OK;

@@ -302,7 +302,30 @@ UNARY_KERNEL(op_atanh, OP_ATANH)
 UNARY_KERNEL(op_erf, OP_ERF)
 UNARY_KERNEL(op_not, OP_NOT)
 UNARY_KERNEL(op_bitwise_not, OP_BNOT)
-UNARY_KERNEL(op_isnan, OP_ISNAN)
+
+/* IsNaN / IsInf on the float8 types (opset 20): each code decoded once
+ * into a table. */
+static keel_status classify_float8(keel_kctx *k, const keel_tensor *x, bool inf, bool pos,
+                                   bool neg) {
+  bool hit[256];
+  for (unsigned c = 0; c < 256; c++) {
+    double v = keel_small_decode(x->dtype, c);
+    hit[c] = inf ? isinf(v) && (v > 0 ? pos : neg) : isnan(v);
+  }
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+  const uint8_t *s = x->data;
+  uint8_t *d = y->data;
+  for (int64_t i = 0; i < keel_tensor_numel(x); i++) d[i] = hit[s[i]];
+  return KEEL_OK;
+}
+
+static keel_status op_isnan(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (keel_dtype_is_small(x->dtype)) return classify_float8(k, x, false, false, false);
+  return unary(k, &OP_ISNAN, &(un_params){0});
+}
 UNARY_KERNEL(op_relu, OP_RELU)
 UNARY_KERNEL(op_sigmoid, OP_SIGMOID)
 UNARY_KERNEL(op_tanh, OP_TANH)
@@ -316,6 +339,9 @@ UNARY_KERNEL(op_hardswish, OP_HSWISH)
 static keel_status op_isinf(keel_kctx *k) {
   un_params p = {.pos = keel_k_attr_i(k, "detect_positive", 1) != 0,
                  .neg = keel_k_attr_i(k, "detect_negative", 1) != 0};
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (keel_dtype_is_small(x->dtype)) return classify_float8(k, x, true, p.pos, p.neg);
   return unary(k, &OP_ISINF, &p);
 }
 
@@ -739,15 +765,41 @@ static int dtype_by_name(const char *s) {
   return 0;
 }
 
+/* Cast-24's round_mode (float8e8m0 destinations only). */
+static keel_status cast_round_mode(keel_kctx *k, int *rm) {
+  const char *s = keel_k_attr_s(k, "round_mode", "up");
+  if (!strcmp(s, "up")) *rm = KEEL_ROUND_UP;
+  else if (!strcmp(s, "down")) *rm = KEEL_ROUND_DOWN;
+  else if (!strcmp(s, "nearest")) *rm = KEEL_ROUND_NEAREST;
+  else return keel_err(KEEL_ERR_INVALID_MODEL, "round_mode '%s' is not up, down or nearest", s);
+  return KEEL_OK;
+}
+
+/* Either side a narrow type (float8, float4, int4, int2): element by
+ * element through keel_small_convert, with `saturate` (opset 19) and
+ * `round_mode` (opset 24). Strings go through float32 or int64. */
+static keel_status cast_small(keel_kctx *k, const keel_tensor *x, int to) {
+  int rm;
+  KEEL_TRY(cast_round_mode(k, &rm));
+  bool sat = keel_k_attr_i(k, "saturate", 1) != 0;
+  if (x->dtype == KEEL_STRING || to == KEEL_STRING)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "cast between string and %s is not supported",
+                    keel_dtype_name((keel_dtype)(to == KEEL_STRING ? x->dtype : to)));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, to, x->rank, x->shape, &y));
+  keel_small_convert(x->dtype, x->data, to, y->data, (size_t)keel_tensor_numel(x), sat, rm);
+  return KEEL_OK;
+}
+
 /* Cast and CastLike: X -> type `to`, by the kind of each side. */
 static keel_status cast_to(keel_kctx *k, int to) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
-  if (to != KEEL_STRING && !cast_numeric(to))
+  if (to != KEEL_STRING && !cast_numeric(to) && !keel_dtype_is_small(to))
     return keel_err(KEEL_ERR_UNSUPPORTED, "cannot cast to type %d (%s)", to,
-                    to > KEEL_BFLOAT16 ? "float8 and 4-bit types are not supported"
-                                       : keel_dtype_name((keel_dtype)to));
+                    keel_dtype_name((keel_dtype)to));
   if (x->dtype == to) return keel_k_out_ref(k, 0, k->in[0]);
+  if (keel_dtype_is_small(to) || keel_dtype_is_small(x->dtype)) return cast_small(k, x, to);
   if (x->dtype == KEEL_STRING) return cast_from_string(k, x, to);
   if (!cast_numeric(x->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "cannot cast from %s",
@@ -774,6 +826,34 @@ static keel_status op_cast_like(keel_kctx *k) {
   const keel_tensor *like;
   KEEL_TRY(keel_k_in(k, 1, &like));
   return cast_to(k, like->dtype);
+}
+
+/* BitCast (opset 26): the same bytes read as another type of the same
+ * width; the output shares the input's buffer. */
+static keel_status op_bitcast(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t to = keel_k_attr_i(k, "to", 0);
+  if (!keel_dtype_valid((int)to) || to == KEEL_STRING || to == KEEL_COMPLEX64 ||
+      to == KEEL_COMPLEX128)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "BitCast 'to' = %lld is not a supported type",
+                    (long long)to);
+  if (x->dtype == KEEL_STRING) return keel_err(KEEL_ERR_SHAPE, "BitCast of a string tensor");
+  int bx = keel_dtype_bits((keel_dtype)x->dtype), by = keel_dtype_bits((keel_dtype)to);
+  if (bx != by)
+    return keel_err(KEEL_ERR_SHAPE, "BitCast from %s (%d bits) to %s (%d bits): widths differ",
+                    keel_dtype_name((keel_dtype)x->dtype), bx, keel_dtype_name((keel_dtype)to), by);
+  KEEL_TRY(keel_k_view(k, 0, x, x->rank, x->shape));
+  k->out[0]->t.dtype = (int32_t)to;
+  if (to == KEEL_BOOL && x->dtype != KEEL_BOOL) { /* bool bytes are 0 or 1 in keel */
+    keel_tensor *y;
+    keel_val_clear(k->out[0]);
+    KEEL_TRY(keel_k_out(k, 0, KEEL_BOOL, x->rank, x->shape, &y));
+    const uint8_t *s = x->data;
+    uint8_t *d = y->data;
+    for (int64_t i = 0; i < keel_tensor_numel(x); i++) d[i] = s[i] != 0;
+  }
+  return KEEL_OK;
 }
 
 /* ============================================================= table */
@@ -808,8 +888,8 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Erf", 9, KEEL_OPSET_MAX, op_erf, 0, KEEL_TS_NUM},
     {"", "Not", 1, KEEL_OPSET_MAX, op_not, 0, KEEL_T(KEEL_BOOL)},
     {"", "BitwiseNot", 18, KEEL_OPSET_MAX, op_bitwise_not, 0, KEEL_TS_INT},
-    {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT},
-    {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT},
+    {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
+    {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
     {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM},
     {"", "Sigmoid", 1, KEEL_OPSET_MAX, op_sigmoid, 0, KEEL_TS_FLOAT},
     {"", "Tanh", 1, KEEL_OPSET_MAX, op_tanh, 0, KEEL_TS_FLOAT},
@@ -825,8 +905,10 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Shrink", 9, KEEL_OPSET_MAX, op_shrink, 0, KEEL_TS_NUM},
     {"", "Mish", 18, KEEL_OPSET_MAX, op_mish, 0, KEEL_TS_FLOAT},
     {"", "Clip", 1, KEEL_OPSET_MAX, op_clip, 0, KEEL_TS_NUM},
-    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL},
-    {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL},
+    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "BitCast", 26, KEEL_OPSET_MAX, op_bitcast, 0,
+     (KEEL_TS_ALL & ~KEEL_T(KEEL_STRING)) | KEEL_TS_SMALL},
     {"", "Dropout", 1, KEEL_OPSET_MAX, op_dropout, 0, KEEL_TS_FLOAT},
     {0},
 };

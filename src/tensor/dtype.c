@@ -1,21 +1,41 @@
 /* dtype.c: element type table and half-precision conversions. */
 #include "dtype.h"
+#include "dtype_small.h"
 
 #include <math.h>
 
 static const struct {
   const char *name;
   size_t size;
+  int bits;
 } g_types[] = {
-    [KEEL_UNDEFINED] = {"undefined", 0}, [KEEL_FLOAT] = {"float32", 4},
-    [KEEL_UINT8] = {"uint8", 1},         [KEEL_INT8] = {"int8", 1},
-    [KEEL_UINT16] = {"uint16", 2},       [KEEL_INT16] = {"int16", 2},
-    [KEEL_INT32] = {"int32", 4},         [KEEL_INT64] = {"int64", 8},
-    [KEEL_STRING] = {"string", sizeof(keel_string)},
-    [KEEL_BOOL] = {"bool", 1},           [KEEL_FLOAT16] = {"float16", 2},
-    [KEEL_DOUBLE] = {"float64", 8},      [KEEL_UINT32] = {"uint32", 4},
-    [KEEL_UINT64] = {"uint64", 8},       [KEEL_COMPLEX64] = {"complex64", 8},
-    [KEEL_COMPLEX128] = {"complex128", 16}, [KEEL_BFLOAT16] = {"bfloat16", 2},
+    [KEEL_UNDEFINED] = {"undefined", 0, 0},
+    [KEEL_FLOAT] = {"float32", 4, 32},
+    [KEEL_UINT8] = {"uint8", 1, 8},
+    [KEEL_INT8] = {"int8", 1, 8},
+    [KEEL_UINT16] = {"uint16", 2, 16},
+    [KEEL_INT16] = {"int16", 2, 16},
+    [KEEL_INT32] = {"int32", 4, 32},
+    [KEEL_INT64] = {"int64", 8, 64},
+    [KEEL_STRING] = {"string", sizeof(keel_string), 8 * (int)sizeof(keel_string)},
+    [KEEL_BOOL] = {"bool", 1, 8},
+    [KEEL_FLOAT16] = {"float16", 2, 16},
+    [KEEL_DOUBLE] = {"float64", 8, 64},
+    [KEEL_UINT32] = {"uint32", 4, 32},
+    [KEEL_UINT64] = {"uint64", 8, 64},
+    [KEEL_COMPLEX64] = {"complex64", 8, 64},
+    [KEEL_COMPLEX128] = {"complex128", 16, 128},
+    [KEEL_BFLOAT16] = {"bfloat16", 2, 16},
+    [KEEL_FLOAT8E4M3FN] = {"float8e4m3fn", 1, 8},
+    [KEEL_FLOAT8E4M3FNUZ] = {"float8e4m3fnuz", 1, 8},
+    [KEEL_FLOAT8E5M2] = {"float8e5m2", 1, 8},
+    [KEEL_FLOAT8E5M2FNUZ] = {"float8e5m2fnuz", 1, 8},
+    [KEEL_UINT4] = {"uint4", 0, 4},
+    [KEEL_INT4] = {"int4", 0, 4},
+    [KEEL_FLOAT4E2M1] = {"float4e2m1", 0, 4},
+    [KEEL_FLOAT8E8M0] = {"float8e8m0", 1, 8},
+    [KEEL_UINT2] = {"uint2", 0, 2},
+    [KEEL_INT2] = {"int2", 0, 2},
 };
 
 bool keel_dtype_valid(int t) {
@@ -30,6 +50,18 @@ const char *keel_dtype_name(keel_dtype t) {
 size_t keel_dtype_size(keel_dtype t) {
   if ((int)t < 0 || (int)t >= (int)KEEL_COUNTOF(g_types)) return 0;
   return g_types[t].size;
+}
+
+int keel_dtype_bits(keel_dtype t) {
+  if ((int)t < 0 || (int)t >= (int)KEEL_COUNTOF(g_types)) return 0;
+  return g_types[t].bits;
+}
+
+size_t keel_dtype_nbytes(keel_dtype t, int64_t n) {
+  int b = keel_dtype_bits(t);
+  if (n <= 0 || b == 0) return 0;
+  if (b >= 8) return (size_t)n * (size_t)(b / 8);
+  return ((size_t)n * (size_t)b + 7) / 8;
 }
 
 float keel_f16_to_f32(uint16_t h) {
@@ -119,7 +151,9 @@ double keel_elem_get_f64(int dtype, const void *d, size_t i) {
     case KEEL_UINT32: return ((const uint32_t *)d)[i];
     case KEEL_UINT64: return (double)((const uint64_t *)d)[i];
     case KEEL_BOOL: return ((const uint8_t *)d)[i] ? 1.0 : 0.0;
-    default: return NAN;
+    default:
+      if (keel_dtype_is_small(dtype)) return keel_small_decode(dtype, keel_small_get(dtype, d, i));
+      return NAN;
   }
 }
 
@@ -134,6 +168,8 @@ int64_t keel_elem_get_i64(int dtype, const void *d, size_t i) {
     case KEEL_UINT32: return ((const uint32_t *)d)[i];
     case KEEL_UINT64: return (int64_t)((const uint64_t *)d)[i];
     case KEEL_BOOL: return ((const uint8_t *)d)[i] != 0;
+    case KEEL_INT4: case KEEL_UINT4: case KEEL_INT2: case KEEL_UINT2:
+      return keel_small_decode_int(dtype, keel_small_get(dtype, d, i));
     default: return sat_i64(keel_elem_get_f64(dtype, d, i), -9223372036854775808.0,
                             9223372036854774784.0);
   }
@@ -154,7 +190,10 @@ void keel_elem_set_f64(int dtype, void *d, size_t i, double v) {
     case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)KEEL_MIN(sat_u64(v), UINT32_MAX); break;
     case KEEL_UINT64: ((uint64_t *)d)[i] = sat_u64(v); break;
     case KEEL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
-    default: break;
+    default:
+      if (keel_dtype_is_small(dtype))
+        keel_small_put(dtype, d, i, keel_small_encode(dtype, v, true, KEEL_ROUND_UP));
+      break;
   }
 }
 
@@ -169,6 +208,9 @@ void keel_elem_set_i64(int dtype, void *d, size_t i, int64_t v) {
     case KEEL_UINT32: ((uint32_t *)d)[i] = (uint32_t)v; break;
     case KEEL_UINT64: ((uint64_t *)d)[i] = (uint64_t)v; break;
     case KEEL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    case KEEL_INT4: case KEEL_UINT4: case KEEL_INT2: case KEEL_UINT2:
+      keel_small_put(dtype, d, i, keel_small_encode_int(dtype, v));
+      break;
     default: keel_elem_set_f64(dtype, d, i, (double)v); break;
   }
 }

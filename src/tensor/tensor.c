@@ -35,9 +35,10 @@ keel_status keel_shape_check(int dtype, int rank, const int64_t *shape,
         (shape[i] && keel_mul64_ovf(nz, shape[i], &nz)))
       return keel_err(KEEL_ERR_SHAPE, "element count overflows");
   }
-  size_t bytes;
-  if ((uint64_t)n > SIZE_MAX ||
-      keel_mul_ovf((size_t)n, keel_dtype_size((keel_dtype)dtype), &bytes) ||
+  size_t bytes; /* bits, for the sub-byte types */
+  int bits = keel_dtype_bits((keel_dtype)dtype);
+  if ((uint64_t)n > SIZE_MAX / 8 ||
+      keel_mul_ovf((size_t)n, (size_t)(bits < 8 ? bits : bits / 8), &bytes) ||
       bytes > SIZE_MAX / 4)
     return keel_err(KEEL_ERR_SHAPE, "tensor of %lld elements is too large",
                     (long long)n);
@@ -106,7 +107,7 @@ keel_status keel_tensor_alloc(keel_heap *h, int dtype, int rank,
   keel_tensor t = {.dtype = dtype, .rank = rank};
   if (rank > 0) memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
   if (numel > 0) {
-    size_t nbytes = (size_t)numel * keel_dtype_size((keel_dtype)dtype);
+    size_t nbytes = keel_dtype_nbytes((keel_dtype)dtype, numel);
     keel_buffer *b = keel_heap_obj_alloc(h);
     keel_block *blk = b ? keel_heap_alloc(h, nbytes, owner) : NULL;
     if (!blk) {
@@ -122,6 +123,8 @@ keel_status keel_tensor_alloc(keel_heap *h, int dtype, int rank,
     if (dtype == KEEL_STRING) {
       memset(b->data, 0, nbytes);
       b->strings = 1;
+    } else if (keel_dtype_is_packed(dtype)) {
+      ((uint8_t *)b->data)[nbytes - 1] = 0; /* the padding bits stay zero */
     }
     t.buf = b;
     t.data = b->data;
@@ -197,6 +200,15 @@ keel_status keel_tensor_copy_elems(keel_tensor *dst, int64_t di, const keel_tens
     const keel_string *s = (const keel_string *)src->data + si;
     for (int64_t i = 0; i < n; i++)
       KEEL_TRY(keel_tensor_set_string(dst, (size_t)(di + i), s[i].data, s[i].len));
+    return KEEL_OK;
+  }
+  if (keel_dtype_is_packed(src->dtype)) { /* element by element; may overlap */
+    bool down = dst->data != src->data || di <= si;
+    for (int64_t k = 0; k < n; k++) {
+      int64_t j = down ? k : n - 1 - k;
+      keel_small_put(src->dtype, dst->data, (size_t)(di + j),
+                     keel_small_get(src->dtype, src->data, (size_t)(si + j)));
+    }
     return KEEL_OK;
   }
   size_t es = keel_dtype_size((keel_dtype)src->dtype);

@@ -18,6 +18,7 @@
 
 #include "../mem/alloc.h"
 #include "dtype.h"
+#include "dtype_small.h"
 
 typedef enum {
   KEEL_BUF_HEAP = 0,
@@ -75,7 +76,7 @@ static inline int64_t keel_tensor_numel(const keel_tensor *t) {
   return keel_shape_numel(t->rank, t->shape);
 }
 static inline size_t keel_tensor_nbytes(const keel_tensor *t) {
-  return (size_t)keel_tensor_numel(t) * keel_dtype_size((keel_dtype)t->dtype);
+  return keel_dtype_nbytes((keel_dtype)t->dtype, keel_tensor_numel(t));
 }
 /* Checks rank, non-negative dims and the byte size against overflow;
  * writes the element count. KEEL_ERR_SHAPE with the reason otherwise. */
