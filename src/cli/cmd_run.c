@@ -13,6 +13,8 @@ typedef struct run_args {
   size_t n_inputs;
   long iters;
   size_t mem_limit;
+  long timeout_ms;          /* --timeout: per-run deadline; 0 = none       */
+  long long max_iterations; /* --max-iterations: the iteration guard       */
 } run_args;
 
 static int parse(int argc, char **argv, run_args *a) {
@@ -37,6 +39,14 @@ static int parse(int argc, char **argv, run_args *a) {
       char *end;
       a->iters = strtol(argv[++i], &end, 10);
       if (*end || a->iters < 1) return cli_usage("run", "--iters needs a positive number");
+    } else if (!strcmp(s, "--timeout") && has_val) {
+      char *end;
+      a->timeout_ms = strtol(argv[++i], &end, 10);
+      if (*end || a->timeout_ms < 1) return cli_usage("run", "--timeout needs a positive number of ms");
+    } else if (!strcmp(s, "--max-iterations") && has_val) {
+      char *end;
+      a->max_iterations = strtoll(argv[++i], &end, 10);
+      if (*end || !a->max_iterations) return cli_usage("run", "--max-iterations needs a non-zero number (< 0: no guard)");
     } else if (!strcmp(s, "--mem-limit") && has_val) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("run", "bad --mem-limit");
     } else if (s[0] == '-') {
@@ -116,10 +126,12 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
   int rc = 0;
   cli_progress pr;
   cli_progress_start(&pr, "run", a->iters);
+  keel_run_opts ro = {.size = sizeof ro, .deadline_ms = (uint64_t)a->timeout_ms,
+                      .max_iterations = a->max_iterations};
   for (long it = 0; it < a->iters && !rc; it++) {
     for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]), outs[i] = NULL;
     double t0 = cli_now();
-    keel_status st = keel_run(s, in->names, in->values, in->n, outs);
+    keel_status st = keel_run_ex(s, in->names, in->values, in->n, outs, &ro);
     times[it] = cli_now() - t0;
     if (st) rc = fail("run", st);
     else if (a->iters >= 10) cli_progress_update(&pr, it + 1);

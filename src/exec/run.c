@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../base/prim.h"
 #include "../mem/sysmem.h"
 #include "profile.h"
 
@@ -218,6 +219,36 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   return KEEL_OK;
 }
 
+/* ===================================================== stopping */
+
+/* "before node X" (n) or "before iteration I" (n NULL). */
+static keel_status stop_now(keel_runctx *R, const keel_node *n, int64_t iteration) {
+  char lb[256], where[300];
+  if (n) snprintf(where, sizeof where, "node %s", keel_node_label(n, lb, sizeof lb));
+  else snprintf(where, sizeof where, "iteration %lld", (long long)iteration);
+  if (R->cancel && atomic_load_explicit(R->cancel, memory_order_relaxed))
+    return keel_err(KEEL_ERR_CANCELLED, "run cancelled (keel_run_opts.cancel) before %s", where);
+  if (R->deadline_ns && keel_prim_now_ns() >= R->deadline_ns)
+    return keel_err(KEEL_ERR_TIMEOUT, "deadline of %llu ms passed before %s",
+                    (unsigned long long)R->deadline_ms, where);
+  return KEEL_OK;
+}
+
+keel_status keel_exec_stop(keel_runctx *R, const keel_node *n) { return stop_now(R, n, 0); }
+
+keel_status keel_exec_iteration(keel_runctx *R, const keel_node *loop, int64_t iteration) {
+  (void)loop; /* the loop's kernel names it: node_failed prefixes its label */
+  keel_assert_internal(R->iters >= 0 && R->iters <= R->iter_limit);
+  if (KEEL_UNLIKELY(R->iters == R->iter_limit))
+    return keel_err(KEEL_ERR_TIMEOUT,
+                    "iteration guard: the run reached %lld loop iterations "
+                    "(keel_run_opts.max_iterations) before iteration %lld; does the loop's "
+                    "condition ever turn false?",
+                    (long long)R->iter_limit, (long long)iteration);
+  R->iters++;
+  return KEEL_UNLIKELY(R->stoppable) ? stop_now(R, NULL, iteration) : KEEL_OK;
+}
+
 /* ======================================================= one graph */
 
 static void frame_clear(keel_frame *f) {
@@ -293,6 +324,8 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   bool observed = prof || R->s->debug_plant_site;
   for (int32_t p = 0; p < g->n_nodes && !st; p++) {
     const keel_node *n = &g->nodes[g->order[p]];
+    st = keel_exec_check(R, n);
+    if (KEEL_UNLIKELY(st)) break;
     st = KEEL_LIKELY(!observed) ? run_node(R, f, n) : run_node_observed(R, f, n, prof);
   }
   if (!st) st = collect_outputs(R, f, outputs);

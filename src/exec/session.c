@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 
+#include "../base/prim.h"
 #include "../ir/scope.h"
 #include "../mem/sysmem.h"
 #include "../onnx/onnx.h"
@@ -276,10 +277,38 @@ static keel_status bind_inputs(keel_session_t *s, const char *const *names,
   return KEEL_OK;
 }
 
-keel_status keel_run(keel_session_t *s, const char *const *names,
-                     keel_value_t *const *inputs, size_t n_inputs,
-                     keel_value_t **outputs) {
+/* The run's stop conditions from its options (all off for NULL). */
+static void set_stops(keel_runctx *R, const keel_run_opts *opts) {
+  keel_run_opts o = {0};
+  if (opts) memcpy(&o, opts, KEEL_MIN(opts->size ? opts->size : sizeof o, sizeof o));
+  R->deadline_ms = o.deadline_ms;
+  R->deadline_ns = 0;
+  if (o.deadline_ms) {
+    uint64_t now = keel_prim_now_ns(), d = o.deadline_ms;
+    R->deadline_ns = d > (UINT64_MAX - now) / 1000000u ? UINT64_MAX : now + d * 1000000u;
+  }
+  R->cancel = o.cancel;
+  R->stoppable = R->deadline_ns || R->cancel;
+  R->iter_limit = o.max_iterations > 0    ? o.max_iterations
+                  : o.max_iterations == 0 ? KEEL_RUN_DEFAULT_MAX_ITERATIONS
+                                          : INT64_MAX;
+  R->iters = 0;
+}
+
+/* A run the iteration guard stopped is reported through the log as well:
+ * a loop that never ends is a model bug the caller should hear of. */
+static void report_guard(const keel_session_t *s, keel_status st) {
+  if (st != KEEL_ERR_TIMEOUT || !s->opts.log || !strstr(keel_last_error(), "iteration guard"))
+    return;
+  s->opts.log(s->opts.log_ud, KEEL_LOG_WARN, keel_last_error());
+}
+
+keel_status keel_run_ex(keel_session_t *s, const char *const *names,
+                        keel_value_t *const *inputs, size_t n_inputs,
+                        keel_value_t **outputs, const keel_run_opts *opts) {
   if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
+  if (opts && opts->size && opts->size < sizeof(size_t))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_run_ex: keel_run_opts.size too small");
   keel_err_clear();
   const keel_graph *g = s->m->main;
   size_t nin = (size_t)g->n_in, nout = (size_t)g->n_out;
@@ -289,13 +318,21 @@ keel_status keel_run(keel_session_t *s, const char *const *names,
   keel_runctx *R = NULL;
   keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
   if (!st) st = keel_run_acquire(s, &R);
+  if (!st) set_stops(R, opts);
   if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, 0);
+  report_guard(s, st);
   if (R) keel_run_release(R);
   for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);
   if (!st) st = keel_values_wrap(s, out, nout, outputs);
   for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
   keel_sys_free(in, (nin + nout + 1) * sizeof(keel_val));
   return st;
+}
+
+keel_status keel_run(keel_session_t *s, const char *const *names,
+                     keel_value_t *const *inputs, size_t n_inputs,
+                     keel_value_t **outputs) {
+  return keel_run_ex(s, names, inputs, n_inputs, outputs, NULL);
 }
 
 /* =========================================================== stats */
