@@ -183,8 +183,17 @@ typedef void (*keel_log_fn)(void *ud, int level, const char *msg);
 enum {
   /* Blocks carry no owner tags (for measuring what the tags cost; reports
    * then name the session only). */
-  KEEL_OPT_NO_OWNER_TAGS = 1
+  KEEL_OPT_NO_OWNER_TAGS = 1,
+  /* Reserved memory is not returned automatically (only by keel_mem_trim
+   * and the cap), as before version 2 of keel_stats. */
+  KEEL_OPT_NO_AUTO_TRIM = 2
 };
+
+/* The defaults of the automatic trim and of the run-context pool (fields
+ * of keel_options left 0). README.md "Memory" explains the figures. */
+#define KEEL_DEFAULT_TRIM_WINDOW 8
+#define KEEL_DEFAULT_TRIM_MARGIN_PCT 25
+#define KEEL_DEFAULT_RUN_POOL_CAP 16
 
 typedef struct keel_options {
   size_t size;           /* sizeof(keel_options): lets the struct grow      */
@@ -197,6 +206,18 @@ typedef struct keel_options {
                        size_t allocated_bytes);
   void *iteration_ud;
   unsigned flags;        /* KEEL_OPT_*                                      */
+  /* Automatic trim (after each run): free segments that no run used in the
+   * last trim_window runs go back to the system, keeping reserved at least
+   * trim_margin_pct percent above the highest allocated figure of those
+   * runs. A segment needed again soon after such a release doubles the
+   * window (hysteresis: a workload that cycles through large shapes stops
+   * returning memory after a few cycles). 0 = the defaults above;
+   * trim_margin_pct < 0: no margin. KEEL_OPT_NO_AUTO_TRIM turns it off. */
+  unsigned trim_window;
+  int trim_margin_pct;
+  /* Idle run contexts (the frames one run in flight needs) the session
+   * keeps for later runs; more are freed when their run ends. 0 = default. */
+  size_t run_pool_cap;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

@@ -72,6 +72,11 @@ struct keel_session_s {
   uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */
   keel_mutex pool_lock;
   keel_runctx *pool;               /* idle runs                               */
+  /* the pool's figures, under pool_lock: a cap on idle contexts, how many
+   * sit there and how many runs hold one, bytes of both, hits/misses and
+   * the contexts freed because the pool was full */
+  size_t pool_cap, n_pooled, n_in_use, ctx_bytes;
+  uint64_t n_ctx_created, n_ctx_reused, n_ctx_evicted;
   uint32_t n_sites;
   keel_site *sites;
   /* cached descriptions of the main graph's inputs and outputs */

@@ -49,8 +49,9 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
     int32_t a, b, c;
     bytes += frame_bytes(m->graphs[i], &a, &b, &c);
   }
-  uint8_t *p = keel_sys_calloc(1, bytes);
+  uint8_t *p = keel_heap_meta_realloc(s->heap, NULL, 0, bytes); /* counted as meta */
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
+  memset(p, 0, bytes);
   keel_runctx *R = (keel_runctx *)(void *)p;
   R->s = s;
   R->bytes = bytes;
@@ -72,12 +73,27 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
   return KEEL_OK;
 }
 
+/* Pool: a stack of idle contexts, at most s->pool_cap of them; a run that
+ * ends when the pool is full frees its context (all are the same size, so
+ * which one goes does not matter to memory). */
 keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
   keel_mutex_lock(&s->pool_lock);
   keel_runctx *r = s->pool;
-  if (r) s->pool = r->next;
+  if (r) {
+    s->pool = r->next;
+    s->n_pooled--;
+    s->n_ctx_reused++;
+    s->n_in_use++;
+  }
   keel_mutex_unlock(&s->pool_lock);
-  if (!r) KEEL_TRY(run_new(s, &r));
+  if (!r) {
+    KEEL_TRY(run_new(s, &r));
+    keel_mutex_lock(&s->pool_lock);
+    s->n_ctx_created++;
+    s->n_in_use++;
+    s->ctx_bytes += r->bytes;
+    keel_mutex_unlock(&s->pool_lock);
+  }
   r->next = NULL;
   *R = r;
   return KEEL_OK;
@@ -86,19 +102,32 @@ keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
 void keel_run_release(keel_runctx *R) {
   struct keel_session_s *s = R->s;
   keel_mutex_lock(&s->pool_lock);
-  R->next = s->pool;
-  s->pool = R;
+  keel_assert(s->n_in_use > 0);
+  s->n_in_use--;
+  bool keep = s->n_pooled < s->pool_cap;
+  if (keep) {
+    R->next = s->pool;
+    s->pool = R;
+    s->n_pooled++;
+  } else {
+    s->n_ctx_evicted++;
+    s->ctx_bytes -= R->bytes;
+  }
   keel_mutex_unlock(&s->pool_lock);
+  if (!keep) keel_heap_meta_realloc(s->heap, R, R->bytes, 0);
 }
 
 void keel_run_pool_free(struct keel_session_s *s) {
   keel_runctx *r = s->pool;
   while (r) {
     keel_runctx *n = r->next;
-    keel_sys_free(r, r->bytes);
+    s->ctx_bytes -= r->bytes;
+    keel_heap_meta_realloc(s->heap, r, r->bytes, 0);
     r = n;
   }
   s->pool = NULL;
+  s->n_pooled = 0;
+  keel_assert(s->n_in_use == 0 && s->ctx_bytes == 0);
 }
 
 /* ===================================================== value lookup */

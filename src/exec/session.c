@@ -94,6 +94,19 @@ static keel_status make_consts(keel_session_t *s) {
   return KEEL_OK;
 }
 
+/* The trim policy and the pool cap from the options (0 = defaults). */
+static void configure_memory(keel_session_t *s) {
+  const keel_options *o = &s->opts;
+  keel_trim_policy p = {
+      .enabled = !(o->flags & KEEL_OPT_NO_AUTO_TRIM),
+      .window = o->trim_window ? o->trim_window : KEEL_DEFAULT_TRIM_WINDOW,
+      .margin_pct = o->trim_margin_pct > 0    ? (unsigned)o->trim_margin_pct
+                    : o->trim_margin_pct == 0 ? KEEL_DEFAULT_TRIM_MARGIN_PCT
+                                              : 0};
+  keel_heap_set_trim(s->heap, p);
+  s->pool_cap = o->run_pool_cap ? o->run_pool_cap : KEEL_DEFAULT_RUN_POOL_CAP;
+}
+
 static keel_status finish(keel_model *m, const keel_options *opts, keel_session_t **out) {
   keel_session_t *s = keel_sys_calloc(1, sizeof *s);
   if (!s) {
@@ -113,6 +126,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (!st) configure_memory(s);
   if (st) {
     keel_err_prefix(st, "%s", m->path);
     keel_session_destroy(s);
@@ -326,6 +340,7 @@ keel_status keel_run_ex(keel_session_t *s, const char *const *names,
   if (!st) st = keel_values_wrap(s, out, nout, outputs);
   for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
   keel_sys_free(in, (nin + nout + 1) * sizeof(keel_val));
+  keel_heap_run_end(s->heap); /* the trim policy: after the run's temporaries are gone */
   return st;
 }
 
@@ -342,6 +357,15 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get: NULL or unsized struct");
   keel_stats full = {.size = sizeof full};
   keel_heap_stats(s->heap, &full);
+  keel_mutex_lock((keel_mutex *)&s->pool_lock);
+  full.run_ctx_pooled = s->n_pooled;
+  full.run_ctx_in_use = s->n_in_use;
+  full.run_ctx_bytes = s->ctx_bytes;
+  full.run_ctx_created = s->n_ctx_created;
+  full.run_ctx_reused = s->n_ctx_reused;
+  full.run_ctx_evicted = s->n_ctx_evicted;
+  full.run_pool_cap = s->pool_cap;
+  keel_mutex_unlock((keel_mutex *)&s->pool_lock);
   size_t n = KEEL_MIN(st->size, sizeof full);
   memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
   return KEEL_OK;
@@ -403,5 +427,24 @@ void keel_stats_print(const keel_session_t *s, void (*out)(void *arg, const char
   human(st.active_split, a, sizeof a), human(st.inactive_split, b, sizeof b);
   snprintf(line, sizeof line, "splits     active %s, inactive %s; fragmentation %.3f", a, b,
            st.fragmentation);
+  out(arg, line);
+  if (st.trim_window) {
+    human(st.bytes_auto_release, a, sizeof a), human(st.trim_floor, b, sizeof b);
+    snprintf(line, sizeof line,
+             "auto trim  %llu segment(s) returned (%s), floor %s, window %llu run(s), "
+             "%llu regret(s)",
+             (unsigned long long)st.n_auto_release, a, b, (unsigned long long)st.trim_window,
+             (unsigned long long)st.n_trim_regret);
+  } else {
+    snprintf(line, sizeof line, "auto trim  off");
+  }
+  out(arg, line);
+  human(st.run_ctx_bytes, a, sizeof a);
+  snprintf(line, sizeof line,
+           "run pool   %llu idle + %llu in use of cap %llu (%s); %llu made, %llu reused, "
+           "%llu evicted",
+           (unsigned long long)st.run_ctx_pooled, (unsigned long long)st.run_ctx_in_use,
+           (unsigned long long)st.run_pool_cap, a, (unsigned long long)st.run_ctx_created,
+           (unsigned long long)st.run_ctx_reused, (unsigned long long)st.run_ctx_evicted);
   out(arg, line);
 }
