@@ -15,6 +15,8 @@ typedef struct run_args {
   size_t mem_limit;
   long timeout_ms;          /* --timeout: per-run deadline; 0 = none       */
   long long max_iterations; /* --max-iterations: the iteration guard       */
+  bool no_auto_trim;        /* --no-auto-trim                              */
+  long trim_window, trim_margin; /* --trim-window RUNS, --trim-margin PCT  */
 } run_args;
 
 static int parse(int argc, char **argv, run_args *a) {
@@ -47,6 +49,17 @@ static int parse(int argc, char **argv, run_args *a) {
       char *end;
       a->max_iterations = strtoll(argv[++i], &end, 10);
       if (*end || !a->max_iterations) return cli_usage("run", "--max-iterations needs a non-zero number (< 0: no guard)");
+    } else if (!strcmp(s, "--no-auto-trim")) {
+      a->no_auto_trim = true;
+    } else if (!strcmp(s, "--trim-window") && has_val) {
+      char *end;
+      a->trim_window = strtol(argv[++i], &end, 10);
+      if (*end || a->trim_window < 1) return cli_usage("run", "--trim-window needs a positive number of runs");
+    } else if (!strcmp(s, "--trim-margin") && has_val) {
+      char *end;
+      a->trim_margin = strtol(argv[++i], &end, 10);
+      if (*end || a->trim_margin < 0) return cli_usage("run", "--trim-margin needs a percentage");
+      if (!a->trim_margin) a->trim_margin = -1; /* 0 in keel_options means the default */
     } else if (!strcmp(s, "--mem-limit") && has_val) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("run", "bad --mem-limit");
     } else if (s[0] == '-') {
@@ -164,7 +177,9 @@ int cmd_run(int argc, char **argv) {
   run_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr};
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
+                       .flags = a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0,
+                       .trim_window = (unsigned)a.trim_window, .trim_margin_pct = (int)a.trim_margin};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);
