@@ -142,5 +142,12 @@ expect_rc 1 "run --max-iterations on an endless loop" timeout 20 "$KEEL" run "$E
 expect_out "warning: node 'forever' (Loop): iteration guard: the run reached 500 loop iterations" "iteration guard reported"
 expect_rc 2 "run --timeout 0" "$KEEL" run "$ENDLESS" --timeout 0
 
+# a model that runs in microseconds prints its time in us or ns, not as
+# "0.000 ms"
+expect_rc 0 "run a tiny model" "$KEEL" run "$DATA/test_add/model.onnx" --data "$DATA/test_add/test_data_set_0" --iters 200
+if ! grep -Eq "^time   [0-9]+(\.[0-9]{3})? (us|ns) median over 200 run" "$tmp/out"; then
+  echo "FAIL: tiny model time not in us/ns"; grep "^time" "$tmp/out"; fails=$((fails + 1))
+fi
+
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

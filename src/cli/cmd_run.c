@@ -159,7 +159,8 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
       printf("output %s: %s\n", io.name, desc);
     }
     double med = cli_median(times, (size_t)a->iters);
-    printf("time   %.3f ms median over %ld run(s)\n", med * 1e3, a->iters);
+    char tb[32];
+    printf("time   %s median over %ld run(s)\n", cli_duration(med, tb, sizeof tb), a->iters);
     if (a->out_dir) rc = write_outputs(s, outs, a->out_dir);
   }
   for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]);

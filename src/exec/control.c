@@ -111,8 +111,7 @@ static keel_status stack_alloc(keel_kctx *k, stack *s, int64_t cap, int out_i) {
   int64_t shape[KEEL_MAX_RANK];
   shape[0] = cap;
   memcpy(shape + 1, s->shape, sizeof(int64_t) * (size_t)s->rank);
-  keel_owner o = k->owner;
-  o.site += (uint32_t)out_i;
+  keel_owner o = keel_k_owner(k, out_i);
   keel_val nv = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(k->heap, s->dtype, s->rank + 1, shape, o, &nv.t));
   if (s->dtype == KEEL_STRING) { /* move the strings themselves */
@@ -167,8 +166,7 @@ static keel_status stack_finish(keel_kctx *k, stack *s, const keel_type *decl, i
       for (int i = 0; i < decl->rank; i++) shape[1 + i] = decl->dims[i] > 0 ? decl->dims[i] : 0;
       rank += decl->rank;
     }
-    keel_owner o = k->owner;
-    o.site += (uint32_t)out_i;
+    keel_owner o = keel_k_owner(k, out_i);
     KEEL_TRY(keel_tensor_alloc(k->heap, dt, rank, shape, o, &out->t));
     out->kind = KEEL_V_TENSOR;
     return KEEL_OK;
@@ -385,8 +383,7 @@ static keel_status move_axis0(keel_kctx *k, keel_val *v, int axis, int out_i) {
   for (int d = 1; d <= axis; d++) shape[d - 1] = s->shape[d], outer *= s->shape[d];
   shape[axis] = L;
   for (int d = axis + 1; d < s->rank; d++) shape[d] = s->shape[d], inner *= s->shape[d];
-  keel_owner o = k->owner;
-  o.site += (uint32_t)out_i;
+  keel_owner o = keel_k_owner(k, out_i);
   keel_val nv = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(k->heap, s->dtype, s->rank, shape, o, &nv.t));
   for (int64_t l = 0; l < L; l++)

@@ -99,8 +99,18 @@ keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
   return KEEL_OK;
 }
 
+/* Between runs no frame is active and every slot is empty (DESIGN rule 4). */
+#if KEEL_DEBUG >= 3
+static bool run_is_idle(const keel_runctx *R) {
+  for (int32_t i = 0; i < R->s->m->n_graphs; i++)
+    if (R->frames[i].active || !keel_frame_is_empty(&R->frames[i])) return false;
+  return true;
+}
+#endif
+
 void keel_run_release(keel_runctx *R) {
   struct keel_session_s *s = R->s;
+  keel_assert_expensive(run_is_idle(R));
   keel_mutex_lock(&s->pool_lock);
   keel_assert(s->n_in_use > 0);
   s->n_in_use--;
@@ -320,6 +330,7 @@ static keel_status enter(keel_runctx *R, const keel_graph *g, keel_frame *parent
     for (int32_t i = 0; i < n_inputs; i++) keel_val_clear(&inputs[i]);
     return keel_err(KEEL_ERR_INTERNAL, "graph '%s' entered twice in one run", g->path);
   }
+  keel_assert_internal(f->g == g && (!parent || parent->active));
   f->active = true;
   f->gen++;
   f->parent = parent;

@@ -97,6 +97,8 @@ struct keel_heap {
   uint64_t n_auto_release, bytes_auto_release, n_regret;
 };
 
+static bool check_locked(keel_heap *h);
+
 /* ------------------------------------------------------------- size bins */
 
 static unsigned bin_of(size_t s) {
@@ -190,7 +192,12 @@ static size_t segment_size_for(size_t n) {
   return keel_align_up(n, LARGE_ROUND);
 }
 
+static bool segment_is_free(const keel_segment *s) {
+  return s->first->is_free && s->first->size == s->size;
+}
+
 static void segment_release(keel_heap *h, keel_segment *s) {
+  keel_assert(segment_is_free(s) && h->reserved >= s->size && h->n_segments > 0);
   pool *p = &h->pools[s->pool];
   keel_block *b = s->first;
   bin_remove(p, b);
@@ -207,9 +214,6 @@ static void segment_release(keel_heap *h, keel_segment *s) {
   h->meta_bytes -= sizeof *s;
 }
 
-static bool segment_is_free(const keel_segment *s) {
-  return s->first->is_free && s->first->size == s->size;
-}
 
 /* Releases every wholly free segment; returns the bytes released. */
 static size_t release_free_segments(keel_heap *h) {
@@ -295,7 +299,8 @@ void keel_heap_retain(keel_heap *h) { atomic_fetch_add(&h->refs, 1); }
 void keel_heap_release(keel_heap *h) {
   if (!h || atomic_fetch_sub(&h->refs, 1) != 1) return;
   /* Live blocks here are a keel bug: every owner holds a heap reference. */
-  keel_assert(h->live == NULL);
+  keel_assert(h->live == NULL && atomic_load(&h->allocated) == 0);
+  keel_assert_expensive(check_locked(h));
   for (int pi = 0; pi < NPOOLS; pi++) {
     keel_segment *s = h->pools[pi].segments;
     while (s) {
@@ -315,6 +320,7 @@ void keel_heap_release(keel_heap *h) {
 /* Cuts `b` (free, already out of its bin) to `n` bytes when the rest is
  * worth keeping; the rest goes back to the bins. */
 static void split(keel_heap *h, pool *p, keel_block *b, size_t n) {
+  keel_assert_internal(b->is_free && n <= b->size && n % KEEL_ALIGN == 0);
   size_t rest = b->size - n;
   size_t min = b->pool == POOL_SMALL ? SMALL_MIN_SPLIT : LARGE_MIN_SPLIT;
   if (rest < min) return;
@@ -341,6 +347,7 @@ keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
     if (b) h->n_cache_hit++;
     else b = segment_grow(h, pi, sz);
     if (b) {
+      keel_assert_internal(b->is_free && b->size >= sz && b->pool == pi);
       bin_remove(p, b);
       split(h, p, b, sz);
     }
@@ -395,6 +402,8 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
   POISON(b->ptr, b->size);
   keel_mutex_lock(&h->lock);
   keel_assert(!b->is_free);
+  keel_assert(b->ptr >= b->seg->base && b->ptr + b->size <= b->seg->base + b->seg->size);
+  keel_assert(atomic_load(&h->allocated) >= b->size);
   pool *p = &h->pools[b->pool];
   if (b->lprev) b->lprev->lnext = b->lnext;
   else h->live = b->lnext;
@@ -457,8 +466,6 @@ static bool auto_release(keel_heap *h) {
   }
   return any;
 }
-
-static bool check_locked(keel_heap *h);
 
 void keel_heap_run_end(keel_heap *h) {
   keel_mutex_lock(&h->lock);
