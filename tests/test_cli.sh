@@ -149,5 +149,13 @@ if ! grep -Eq "^time   [0-9]+(\.[0-9]{3})? (us|ns) median over 200 run" "$tmp/ou
   echo "FAIL: tiny model time not in us/ns"; grep "^time" "$tmp/out"; fails=$((fails + 1))
 fi
 
+# the run-context pool is counted: keel info gives a context's bytes and the
+# cap, keel run the pool's figures and the trim policy's
+expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
+expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"
+expect_rc 0 "run shows the pool" "$KEEL" run "$(dirname "$0")/models/nested_loop_if/model.onnx" --iters 3 --trim-window 4
+expect_out "run pool   1 idle + 0 in use of cap 16" "run pool figures"
+expect_out "auto trim  0 segment(s) returned (0 B), floor .*, window 4 run(s)" "auto trim figures"
+
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

@@ -137,7 +137,8 @@ static inline int64_t keel_exec_iterations_left(const keel_runctx *R) {
   return R->iter_limit == INT64_MAX ? INT64_MAX : R->iter_limit - R->iters;
 }
 
-/* Run pool. */
+/* Run pool. keel_run_ctx_bytes: what one context of the model takes. */
+KEEL_INTERNAL size_t keel_run_ctx_bytes(const keel_model *m);
 KEEL_INTERNAL keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R);
 KEEL_INTERNAL void keel_run_release(keel_runctx *R);
 KEEL_INTERNAL void keel_run_pool_free(struct keel_session_s *s);

@@ -41,14 +41,19 @@ static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out
          (size_t)mo * (sizeof(keel_val *) + sizeof(keel_val));
 }
 
-/* One allocation holds the run, its frames and every frame's arrays. */
-static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
-  const keel_model *m = s->m;
+size_t keel_run_ctx_bytes(const keel_model *m) {
   size_t bytes = sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
   for (int32_t i = 0; i < m->n_graphs; i++) {
     int32_t a, b, c;
     bytes += frame_bytes(m->graphs[i], &a, &b, &c);
   }
+  return bytes;
+}
+
+/* One allocation holds the run, its frames and every frame's arrays. */
+static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
+  const keel_model *m = s->m;
+  size_t bytes = keel_run_ctx_bytes(m);
   uint8_t *p = keel_heap_meta_realloc(s->heap, NULL, 0, bytes); /* counted as meta */
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
   memset(p, 0, bytes);
