@@ -10,8 +10,8 @@
  *    segment grows after the first run.
  *  - A large shape that comes back every 32 runs (31 small widths, then
  *    3200): after a short warm-up, zero releases and zero grows (the window
- *    doubled on each regret), and reserved within 1.25x of the largest
- *    single shape's working set.
+ *    doubled on each regret), reserved within 1.25x of the largest single
+ *    shape's working set and RSS within 10% of its peak.
  *  - The knobs: a window of 2 runs releases after 2 unused runs; keel_mem_trim still
  *    returns everything free at once.
  */
@@ -104,11 +104,19 @@ static void periodic_large_shape(void) {
   for (int r = 0; r < 32 * 8; r++) CHECK_OK(svc_run(s, periodic_width(r), NULL));
   keel_stats warm = svc_stats(s);
   uint64_t max_reserved = 0;
+  unsigned long long rss_lo = ~0ull, rss_hi = 0;
   for (int r = 32 * 8; r < 32 * 40; r++) {
     CHECK_OK(svc_run(s, periodic_width(r), NULL));
     keel_stats st = svc_stats(s);
     if (st.reserved > max_reserved) max_reserved = st.reserved;
+    unsigned long long rss = svc_rss();
+    rss_lo = rss < rss_lo ? rss : rss_lo;
+    rss_hi = rss > rss_hi ? rss : rss_hi;
   }
+  fprintf(stderr, "periodic: RSS after warm-up %llu..%llu\n", rss_lo, rss_hi);
+#if !defined(__SANITIZE_ADDRESS__)
+  CHECK(rss_lo * 10 >= rss_hi * 9); /* within 10% of its peak (ASan's quarantine grows it) */
+#endif
   keel_stats st = svc_stats(s);
   fprintf(stderr,
           "periodic: warm-up %llu releases, %llu regrets, window %llu; then %llu releases, %llu "
