@@ -65,6 +65,7 @@ static uint64_t single_shape(int64_t w) {
 
 static void varying(int runs, series *out) {
   uint64_t largest = single_shape(100 * WIDTHS);
+  double base = (double)svc_rss(); /* the host's baseline, as for ONNX Runtime */
   keel_session_t *s = svc_session(NULL);
   double rss_min = 1e300, rss_max = 0, res_max = 0;
   for (int r = 0; r < runs; r++) {
@@ -84,6 +85,8 @@ static void varying(int runs, series *out) {
          WIDTHS, 100 * WIDTHS);
   printf("  after %d warm-up runs: RSS %.1f..%.1f MB (lowest %.1f%% below the peak)\n", WARMUP,
          mb(rss_min), mb(rss_max), 100.0 * (rss_max - rss_min) / rss_max);
+  printf("  native memory (RSS minus the %.1f MB before the session): %.1f..%.1f MB\n",
+         mb(base), mb(rss_min - base), mb(rss_max - base));
   printf("  reserved at most %.1f MB; largest single shape (width %d alone) %.1f MB: %.2fx\n",
          mb(res_max), 100 * WIDTHS, mb((double)largest), res_max / (double)largest);
   printf("  trim: %llu releases, %llu regrets, window now %llu runs; %llu segment grows in all\n",

@@ -41,7 +41,8 @@ typedef struct keel_stats {
   /* version 2: the automatic trim (keel_options.trim_*) */
   uint64_t n_auto_release;  /* segments the trim policy returned           */
   uint64_t bytes_auto_release;
-  uint64_t trim_floor;      /* reserved bytes it keeps at least: the recent
+  uint64_t trim_floor;      /* reserved bytes it keeps at least, as of its
+                               last look at idle segments: the recent
                                allocated high-water mark plus the margin   */
   uint64_t trim_window;     /* runs a free segment may sit unused before it
                                goes (starts at keel_options.trim_window,

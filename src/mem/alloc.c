@@ -214,7 +214,6 @@ static void segment_release(keel_heap *h, keel_segment *s) {
   h->meta_bytes -= sizeof *s;
 }
 
-
 /* Releases every wholly free segment; returns the bytes released. */
 static size_t release_free_segments(keel_heap *h) {
   size_t released = 0;
@@ -446,16 +445,27 @@ static uint64_t window_high(const keel_heap *h) {
   return hw;
 }
 
+static bool segment_idle(const keel_heap *h, const keel_segment *s) {
+  return segment_is_free(s) && s->used_epoch + h->window < h->epoch;
+}
+
 /* Releases the free segments no run used in the last `window` runs, the
- * large pool first, while reserved stays at or above the floor. */
+ * large pool first, while reserved stays at or above the floor. The floor
+ * (a walk over the window) is computed only when some segment is idle, so
+ * a steady workload pays one walk over its few segments per run. */
 static bool auto_release(keel_heap *h) {
+  bool idle = false;
+  for (int pi = 0; pi < NPOOLS && !idle; pi++)
+    for (keel_segment *s = h->pools[pi].segments; s && !idle; s = s->next) idle = segment_idle(h, s);
+  if (!idle) return false;
+  uint64_t hw = window_high(h);
+  h->floor = hw + hw * h->trim.margin_pct / 100;
   bool any = false;
   for (int pi = NPOOLS - 1; pi >= 0; pi--) {
     keel_segment *s = h->pools[pi].segments;
     while (s) {
       keel_segment *n = s->next;
-      if (segment_is_free(s) && s->used_epoch + h->window < h->epoch &&
-          h->reserved - s->size >= h->floor) {
+      if (segment_idle(h, s) && h->reserved - s->size >= h->floor) {
         h->n_auto_release++;
         h->bytes_auto_release += s->size;
         segment_release(h, s);
@@ -474,8 +484,6 @@ void keel_heap_run_end(keel_heap *h) {
   h->epoch++;
   h->run_peak = a;
   if (h->trim.enabled) {
-    uint64_t hw = window_high(h);
-    h->floor = hw + hw * h->trim.margin_pct / 100;
     if (auto_release(h)) {
       h->last_release_epoch = h->epoch;
       h->regret_armed = true;
