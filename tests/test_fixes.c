@@ -8,6 +8,9 @@
  *    makes every output tag. With tags on they name the Loop's output.
  *  - keel_session_describe (keel info) counts the bytes of weights that are
  *    Constant nodes (paddle2onnx writes them so), not only initializers.
+ *  - A Scan whose state input is omitted ("") is an error, not a NULL read
+ *    (found by fuzz_run under its new deadline, which let it run long
+ *    enough to get there).
  */
 #include <stdbool.h>
 #include <string.h>
@@ -93,8 +96,36 @@ static void constant_node_weights(void) {
   keel_session_destroy(s);
 }
 
+static void scan_state_omitted(void) {
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "s", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_input(b, "x", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(b, "s_out", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(b, "y", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_add(b, "Add", "s,x", "s_out");
+  mb_add(b, "Identity", "s_out", "y");
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "xs", KEEL_FLOAT, 2, (int64_t[]){3, 2});
+  mb_output(g, "s", KEEL_FLOAT, 1, (int64_t[]){2});
+  mb_output(g, "ys", KEEL_FLOAT, 2, (int64_t[]){3, 2});
+  mb_node *n = mb_add(g, "Scan", ",xs", "s,ys");
+  mb_attr_i(n, "num_scan_inputs", 1);
+  mb_attr_g(n, "body", b);
+  keel_session_t *s = mb_session(g, 11);
+  CHECK(s != NULL);
+  if (!s) return;
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  keel_value_t *in[1] = {mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){3, 2}, x)};
+  keel_value_t *out[2] = {0};
+  CHECK_STATUS(keel_run(s, (const char *[]){"xs"}, in, 1, out), KEEL_ERR_INVALID_MODEL);
+  CHECK(strstr(keel_last_error(), "state input 0 is omitted") != NULL);
+  keel_value_release(in[0]);
+  keel_session_destroy(s);
+}
+
 int main(void) {
   tags_off_in_control_flow();
   constant_node_weights();
+  scan_state_omitted();
   return check_report();
 }

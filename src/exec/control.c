@@ -459,6 +459,9 @@ static keel_status op_scan9(keel_kctx *k, const keel_graph *g) {
   KEEL_TRY(scan_cfg_read(k, g, 0, &c));
   const keel_tensor *scans[MAX_SCAN_OUTS];
   for (int32_t j = 0; j < c.M; j++) KEEL_TRY(keel_k_in(k, c.N + j, &scans[j]));
+  for (int32_t j = 0; j < c.N; j++) /* state has no default: "" is not allowed */
+    if (!keel_k_has_in(k, j))
+      return keel_err(KEEL_ERR_INVALID_MODEL, "Scan: state input %d is omitted", j);
   KEEL_TRY(scan_prepare(&c, scans, 0));
   keel_val *ctl;
   KEEL_TRY(ctl_slots(k, c.N + g->n_in + g->n_out, &ctl));
