@@ -1,8 +1,15 @@
 /* fuzz_run.c: a libFuzzer target that loads a model and runs it on inputs
  * made from its declared types (unknown dimensions = 2, at most 4096
- * elements each, values from the input bytes), under a 256 MB cap. Kernels
+ * elements each, values from the input bytes), under a 256 MB cap and a
+ * deadline (KEEL_FUZZ_DEADLINE_MS, default 1000): a model that legitimately
+ * loops for hours (a nested Loop whose trip counts come from the input
+ * bytes) ends as a clean KEEL_ERR_TIMEOUT instead of a fuzzer hang. Kernels
  * must answer every attribute and shape with a result or an error, never a
  * crash, a sanitizer report or a leak.
+ *
+ * fuzz/replay.c gives the target a main() (no libFuzzer): ctest replays
+ * inputs through it, e.g. tests/data/endless_loop.onnx, which must end by
+ * the deadline.
  *
  *   make -C build-fuzz fuzz_run && ./build-fuzz/fuzz_run -max_total_time=600 CORPUS_DIR
  */
@@ -37,8 +44,18 @@ static keel_value_t *make_input(keel_session_t *s, const keel_io_info *io, const
   return v;
 }
 
+static uint64_t deadline_ms(void) {
+  static uint64_t ms;
+  if (!ms) {
+    const char *e = getenv("KEEL_FUZZ_DEADLINE_MS");
+    ms = e && atoll(e) > 0 ? (uint64_t)atoll(e) : 1000;
+  }
+  return ms;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   keel_options o = {.size = sizeof o, .mem_limit = 256u << 20};
+  keel_run_opts ro = {.size = sizeof ro, .deadline_ms = deadline_ms()};
   keel_session_t *s = NULL;
   if (keel_session_create_from_memory(data, size, NULL, &o, &s) == KEEL_OK) {
     size_t nin = keel_session_input_count(s), nout = keel_session_output_count(s), k = 0;
@@ -50,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (io.has_default) continue;
       if ((in[k] = make_input(s, &io, data, size))) names[k++] = io.name;
     }
-    if (keel_run(s, names, in, k, out) == KEEL_OK)
+    if (keel_run_ex(s, names, in, k, out, &ro) == KEEL_OK)
       for (size_t i = 0; i < nout; i++) keel_value_release(out[i]);
     else if (!keel_last_error()[0])
       abort(); /* every error says what went wrong */

@@ -55,7 +55,10 @@ typedef enum keel_status {
   KEEL_ERR_IO = -6,              /* a file could not be opened or read       */
   KEEL_ERR_STALE = -7,           /* a cached handle outlived its target      */
   KEEL_ERR_RUNTIME = -8,         /* a value is out of range at run time      */
-  KEEL_ERR_INTERNAL = -9         /* an invariant broke: a keel bug           */
+  KEEL_ERR_INTERNAL = -9,        /* an invariant broke: a keel bug           */
+  KEEL_ERR_CANCELLED = -10,      /* the caller's cancel flag stopped the run */
+  KEEL_ERR_TIMEOUT = -11         /* the run's deadline (or its iteration
+                                    guard) passed                           */
 } keel_status;
 
 /* Short fixed text for a status code ("invalid model"). Never NULL. */
@@ -218,8 +221,17 @@ enum {
   /* Bind every node to its op's reference kernel, never a faster
    * implementation (keel info lists which ones a session uses); the tests
    * compare the two. */
-  KEEL_OPT_REFERENCE_KERNELS = 4
+  KEEL_OPT_REFERENCE_KERNELS = 4,
+  /* Reserved memory is not returned automatically (only by keel_mem_trim
+   * and the cap), as before version 2 of keel_stats. */
+  KEEL_OPT_NO_AUTO_TRIM = 8
 };
+
+/* The defaults of the automatic trim and of the run-context pool (fields
+ * of keel_options left 0). README.md "Memory" explains the figures. */
+#define KEEL_DEFAULT_TRIM_WINDOW 8
+#define KEEL_DEFAULT_TRIM_MARGIN_PCT 25
+#define KEEL_DEFAULT_RUN_POOL_CAP 16
 
 typedef struct keel_options {
   size_t size;           /* sizeof(keel_options): lets the struct grow      */
@@ -237,6 +249,18 @@ typedef struct keel_options {
    * runs on one session share the pool: a run that finds it busy computes
    * on its own thread alone. */
   int threads;
+  /* Automatic trim (after each run): free segments that no run used in the
+   * last trim_window runs go back to the system, keeping reserved at least
+   * trim_margin_pct percent above the highest allocated figure of those
+   * runs. A segment needed again soon after such a release doubles the
+   * window (hysteresis: a workload that cycles through large shapes stops
+   * returning memory after a few cycles). 0 = the defaults above;
+   * trim_margin_pct < 0: no margin. KEEL_OPT_NO_AUTO_TRIM turns it off. */
+  unsigned trim_window;
+  int trim_margin_pct;
+  /* Idle run contexts (the frames one run in flight needs) the session
+   * keeps for later runs; more are freed when their run ends. 0 = default. */
+  size_t run_pool_cap;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not
@@ -283,6 +307,47 @@ KEEL_API keel_status keel_session_output(const keel_session_t *s, size_t i,
 KEEL_API keel_status keel_run(keel_session_t *s, const char *const *names,
                      keel_value_t *const *inputs, size_t n_inputs,
                      keel_value_t **outputs);
+
+/* The flag type of keel_run_opts.cancel: an atomic int in C (store 1 from
+ * any thread with atomic_store); in C++ the same bytes as std::atomic<int>. */
+#ifdef __cplusplus
+typedef volatile int keel_cancel_flag;
+#else
+typedef _Atomic int keel_cancel_flag;
+#endif
+
+/* The default of keel_run_opts.max_iterations: loop iterations (all loops,
+ * all depths) one run may take before it stops with KEEL_ERR_TIMEOUT. At
+ * ~100 ns an iteration at the least, that is minutes of work. */
+#define KEEL_RUN_DEFAULT_MAX_ITERATIONS ((int64_t)1 << 31)
+
+/* Options of one run. Zero fields mean "none" / the default, so
+ * `keel_run_opts o = {.size = sizeof o, .deadline_ms = 50};` is enough.
+ * The struct may grow at its end: set size to sizeof(keel_run_opts). */
+typedef struct keel_run_opts {
+  size_t size;              /* sizeof(keel_run_opts)                          */
+  uint64_t deadline_ms;     /* > 0: stop with KEEL_ERR_TIMEOUT once this many
+                               milliseconds have passed since the call        */
+  keel_cancel_flag *cancel; /* non-NULL: stop with KEEL_ERR_CANCELLED once
+                               another thread stores a non-zero value here    */
+  int64_t max_iterations;   /* the run's iteration guard: > 0 the limit, 0 the
+                               default (KEEL_RUN_DEFAULT_MAX_ITERATIONS), < 0
+                               none. A loop whose condition never turns false
+                               then ends with KEEL_ERR_TIMEOUT naming it,
+                               instead of running until the process dies      */
+} keel_run_opts;
+
+/* keel_run with options (opts may be NULL: keel_run). The deadline, the
+ * cancel flag and the guard are checked before every node and every loop
+ * iteration, at every depth of control flow; a run they stop returns
+ * KEEL_ERR_CANCELLED or KEEL_ERR_TIMEOUT with a message that names the
+ * node and the iteration of every enclosing loop ("node 'outer' (Loop):
+ * iteration 3: ... deadline of 50 ms passed before node 'add' (Add)"). It
+ * frees everything it made; the session is ready for the next run. A node
+ * is not interrupted: the stop comes when it returns. */
+KEEL_API keel_status keel_run_ex(keel_session_t *s, const char *const *names,
+                                 keel_value_t *const *inputs, size_t n_inputs,
+                                 keel_value_t **outputs, const keel_run_opts *opts);
 
 /* 1 when the model holds ops that draw random numbers (Bernoulli,
  * RandomUniform, ...): its results differ between runtimes and, for nodes

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define KEEL_STATS_VERSION 1
+#define KEEL_STATS_VERSION 2
 
 typedef struct keel_stats {
   size_t size;              /* set to sizeof(keel_stats) before the call   */
@@ -45,6 +45,26 @@ typedef struct keel_stats {
   uint64_t library_bytes;   /* memory a kernel library holds outside keel's
                                allocator (its primitive objects, JIT code),
                                as far as keel can measure it              */
+  /* version 2: the automatic trim (keel_options.trim_*) */
+  uint64_t n_auto_release;  /* segments the trim policy returned           */
+  uint64_t bytes_auto_release;
+  uint64_t trim_floor;      /* reserved bytes it keeps at least, as of its
+                               last look at idle segments: the recent
+                               allocated high-water mark plus the margin   */
+  uint64_t trim_window;     /* runs a free segment may sit unused before it
+                               goes (starts at keel_options.trim_window,
+                               doubles on each regret); 0 = policy off     */
+  uint64_t n_trim_regret;   /* segments taken again soon after a release   */
+  /* version 2: the session's pool of run contexts (frames of every graph;
+   * one per run in flight), bounded by keel_options.run_pool_cap; counted
+   * in meta_bytes as well */
+  uint64_t run_ctx_pooled;  /* idle contexts kept for the next runs        */
+  uint64_t run_ctx_in_use;  /* contexts of runs in flight                  */
+  uint64_t run_ctx_bytes;   /* bytes of all of them                        */
+  uint64_t run_ctx_created; /* contexts made (pool misses)                 */
+  uint64_t run_ctx_reused;  /* runs served from the pool (hits)            */
+  uint64_t run_ctx_evicted; /* contexts freed because the pool was full    */
+  uint64_t run_pool_cap;
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

@@ -132,5 +132,30 @@ for m in "$M"/*/; do
 done
 echo "ok: memcheck silent on $healthy healthy control-flow models"
 
+# a Loop that never ends: --timeout stops it (exit 1, naming the loop and
+# its iteration), and so does the iteration guard, reported on stderr
+ENDLESS=$(dirname "$0")/data/endless_loop.onnx
+expect_rc 1 "run --timeout on an endless loop" timeout 20 "$KEEL" run "$ENDLESS" --timeout 50
+expect_out "timed out: node 'forever' (Loop): .*deadline of 50 ms passed before" "run --timeout"
+expect_out "after destroy: keel holds 0 bytes" "run --timeout frees everything"
+expect_rc 1 "run --max-iterations on an endless loop" timeout 20 "$KEEL" run "$ENDLESS" --max-iterations 500
+expect_out "warning: node 'forever' (Loop): iteration guard: the run reached 500 loop iterations" "iteration guard reported"
+expect_rc 2 "run --timeout 0" "$KEEL" run "$ENDLESS" --timeout 0
+
+# a model that runs in microseconds prints its time in us or ns, not as
+# "0.000 ms"
+expect_rc 0 "run a tiny model" "$KEEL" run "$DATA/test_add/model.onnx" --data "$DATA/test_add/test_data_set_0" --iters 200
+if ! grep -Eq "^time   [0-9]+(\.[0-9]{3})? (us|ns) median over 200 run" "$tmp/out"; then
+  echo "FAIL: tiny model time not in us/ns"; grep "^time" "$tmp/out"; fails=$((fails + 1))
+fi
+
+# the run-context pool is counted: keel info gives a context's bytes and the
+# cap, keel run the pool's figures and the trim policy's
+expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
+expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"
+expect_rc 0 "run shows the pool" "$KEEL" run "$(dirname "$0")/models/nested_loop_if/model.onnx" --iters 3 --trim-window 4
+expect_out "run pool   1 idle + 0 in use of cap 16" "run pool figures"
+expect_out "auto trim  0 segment(s) returned (0 B), floor .*, window 4 run(s)" "auto trim figures"
+
 echo "$fails failure(s)"
 [[ $fails -eq 0 ]]

@@ -2,8 +2,8 @@
 # setup.sh: install what keel needs on Debian 12, build, and run.
 #
 #   tools/setup.sh demo   build (release) and run the bundled example model
-#   tools/setup.sh test   build release, ASan/UBSan (gcc and clang) and TSan
-#                         variants and run every test
+#   tools/setup.sh test   build release, ASan/UBSan (gcc and clang), a
+#                         KEEL_DEBUG=3 and a TSan variant and run every test
 #
 # As root it installs missing Debian packages with apt-get; otherwise it
 # prints the apt-get line to run and stops if something is missing.
@@ -87,6 +87,9 @@ test_all() {
   echo "== tests: clang AddressSanitizer + UndefinedBehaviorSanitizer, KEEL_DEBUG=2"
   (cd build-clang && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j "$JOBS")
+  build build-debug3 -DCMAKE_BUILD_TYPE=Debug -DKEEL_DEBUG=3
+  echo "== tests: KEEL_DEBUG=3 (expensive checks: the whole heap after every run)"
+  (cd build-debug3 && ctest --output-on-failure -j "$JOBS")
   build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKEEL_SANITIZE_THREAD=ON
   echo "== tests: ThreadSanitizer (label: thread)"
   (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -L thread)

@@ -18,6 +18,8 @@ const char *keel_status_str(keel_status s) {
     case KEEL_ERR_STALE: return "stale handle";
     case KEEL_ERR_RUNTIME: return "runtime error";
     case KEEL_ERR_INTERNAL: return "internal error";
+    case KEEL_ERR_CANCELLED: return "cancelled";
+    case KEEL_ERR_TIMEOUT: return "timed out";
   }
   return "unknown status";
 }

@@ -60,6 +60,10 @@ void cli_describe(const keel_value_t *v, char *buf, size_t cap);
 /* Stats printer for keel_stats_print. */
 void cli_print_line(void *arg, const char *line);
 
+/* Seconds as "12.345 ms", "3.210 us" or "420 ns", whichever shows digits
+ * (a sub-microsecond model printed "0.000 ms"); returns buf. */
+const char *cli_duration(double seconds, char *buf, size_t cap);
+
 /* "825.0 MB", "1.5 KB", "312 B" into buf; returns buf. */
 const char *cli_bytes(uint64_t b, char *buf, size_t cap);
 

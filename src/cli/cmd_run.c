@@ -14,6 +14,10 @@ typedef struct run_args {
   long iters;
   size_t mem_limit;
   int threads;
+  long timeout_ms;          /* --timeout: per-run deadline; 0 = none       */
+  long long max_iterations; /* --max-iterations: the iteration guard       */
+  bool no_auto_trim;        /* --no-auto-trim                              */
+  long trim_window, trim_margin; /* --trim-window RUNS, --trim-margin PCT  */
 } run_args;
 
 static int parse(int argc, char **argv, run_args *a) {
@@ -40,6 +44,25 @@ static int parse(int argc, char **argv, run_args *a) {
       if (*end || a->iters < 1) return cli_usage("run", "--iters needs a positive number");
     } else if (!strcmp(s, "--threads") && has_val) {
       if (!cli_parse_threads(argv[++i], &a->threads)) return cli_usage("run", "bad --threads");
+    } else if (!strcmp(s, "--timeout") && has_val) {
+      char *end;
+      a->timeout_ms = strtol(argv[++i], &end, 10);
+      if (*end || a->timeout_ms < 1) return cli_usage("run", "--timeout needs a positive number of ms");
+    } else if (!strcmp(s, "--max-iterations") && has_val) {
+      char *end;
+      a->max_iterations = strtoll(argv[++i], &end, 10);
+      if (*end || !a->max_iterations) return cli_usage("run", "--max-iterations needs a non-zero number (< 0: no guard)");
+    } else if (!strcmp(s, "--no-auto-trim")) {
+      a->no_auto_trim = true;
+    } else if (!strcmp(s, "--trim-window") && has_val) {
+      char *end;
+      a->trim_window = strtol(argv[++i], &end, 10);
+      if (*end || a->trim_window < 1) return cli_usage("run", "--trim-window needs a positive number of runs");
+    } else if (!strcmp(s, "--trim-margin") && has_val) {
+      char *end;
+      a->trim_margin = strtol(argv[++i], &end, 10);
+      if (*end || a->trim_margin < 0) return cli_usage("run", "--trim-margin needs a percentage");
+      if (!a->trim_margin) a->trim_margin = -1; /* 0 in keel_options means the default */
     } else if (!strcmp(s, "--mem-limit") && has_val) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("run", "bad --mem-limit");
     } else if (s[0] == '-') {
@@ -119,10 +142,12 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
   int rc = 0;
   cli_progress pr;
   cli_progress_start(&pr, "run", a->iters);
+  keel_run_opts ro = {.size = sizeof ro, .deadline_ms = (uint64_t)a->timeout_ms,
+                      .max_iterations = a->max_iterations};
   for (long it = 0; it < a->iters && !rc; it++) {
     for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]), outs[i] = NULL;
     double t0 = cli_now();
-    keel_status st = keel_run(s, in->names, in->values, in->n, outs);
+    keel_status st = keel_run_ex(s, in->names, in->values, in->n, outs, &ro);
     times[it] = cli_now() - t0;
     if (st) rc = fail("run", st);
     else if (a->iters >= 10) cli_progress_update(&pr, it + 1);
@@ -137,7 +162,8 @@ static int run_loop(keel_session_t *s, const run_args *a, cli_inputs *in) {
       printf("output %s: %s\n", io.name, desc);
     }
     double med = cli_median(times, (size_t)a->iters);
-    printf("time   %.3f ms median over %ld run(s)\n", med * 1e3, a->iters);
+    char tb[32];
+    printf("time   %s median over %ld run(s)\n", cli_duration(med, tb, sizeof tb), a->iters);
     if (a->out_dir) rc = write_outputs(s, outs, a->out_dir);
   }
   for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]);
@@ -156,7 +182,9 @@ int cmd_run(int argc, char **argv) {
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
   keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
-                       .threads = a.threads};
+                       .threads = a.threads,
+                       .flags = a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0,
+                       .trim_window = (unsigned)a.trim_window, .trim_margin_pct = (int)a.trim_margin};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);

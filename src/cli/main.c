@@ -6,9 +6,14 @@
 static const char *g_usage[][2] = {
     {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"
             "               [--mem-limit SIZE] [--mem-report] [--mem-top N] [--trace FILE.json]\n"
-            "               [--threads N]\n"
+            "               [--threads N] [--timeout MS] [--max-iterations N]\n"
+            "               [--no-auto-trim] [--trim-window RUNS] [--trim-margin PCT]\n"
             "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
             "  memory statistics. Inputs not given are generated (symbolic dims = 1).\n"
+            "  --timeout stops each run after MS milliseconds (exit 1, naming the node and\n"
+            "  iteration); --max-iterations sets the per-run loop iteration guard (< 0: none).\n"
+            "  Free segments no run used for RUNS runs (default 8) return to the system,\n"
+            "  keeping PCT percent (default 25) above the recent peak; --no-auto-trim keeps them.\n"
             "  --mem-report prints memory per node (top 20, or N); --trace writes a Chrome\n"
             "  trace (node timeline, allocated and reserved bytes)."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"

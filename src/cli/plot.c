@@ -93,8 +93,10 @@ static void panel(FILE *f, const cli_panel *p, double x, double y, double w, dou
   fprintf(f, "<text x='%.1f' y='%.1f' font-size='14' font-weight='bold'>%s</text>\n", x, y - 10, p->title);
   for (int side = 0; side < (right ? 2 : 1); side++) {
     const char *color = "#333", *name = "bytes";
+    int on_side = 0;
     for (int s = 0; s < p->n_series; s++)
-      if (p->series[s].axis == side) color = p->series[s].color, name = p->series[s].name;
+      if (p->series[s].axis == side) color = p->series[s].color, name = p->series[s].name, on_side++;
+    if (on_side > 1) color = "#333", name = "bytes"; /* the legend names them */
     y_axis(f, &ax[side], side, color, x, y, w, h, name);
   }
   x_axis(f, p, x, y, w, h, n);

@@ -309,3 +309,10 @@ void cli_describe(const keel_value_t *v, char *buf, size_t cap) {
 }
 
 void cli_print_line(void *arg, const char *line) { fprintf(arg, "  %s\n", line); }
+
+const char *cli_duration(double seconds, char *buf, size_t cap) {
+  if (seconds >= 1e-3) snprintf(buf, cap, "%.3f ms", seconds * 1e3);
+  else if (seconds >= 1e-6) snprintf(buf, cap, "%.3f us", seconds * 1e6);
+  else snprintf(buf, cap, "%.0f ns", seconds * 1e9);
+  return buf;
+}

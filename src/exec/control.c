@@ -20,8 +20,12 @@
  * A Loop whose body passes its condition through unchanged cannot stop
  * early: it runs its whole trip count. Its scan outputs are then sized for
  * all iterations at once (a count past the memory cap fails at once), and
- * a trip count above LOOP_MAX_FIXED_TRIPS (or none at all) is refused: no
- * run could finish it, and without an error the call would hang.
+ * a trip count above what the run's iteration guard still allows (or none
+ * at all) is refused at once with KEEL_ERR_TIMEOUT.
+ *
+ * Every iteration of every loop first counts against the run's iteration
+ * guard and checks its deadline and cancel flag (keel_exec_iteration), so
+ * a loop at any depth stops within one iteration of being told to.
  *
  * The values in flight live in the frame's `ctl` array (sized at run
  * creation), so control flow itself allocates no bookkeeping per iteration.
@@ -107,8 +111,7 @@ static keel_status stack_alloc(keel_kctx *k, stack *s, int64_t cap, int out_i) {
   int64_t shape[KEEL_MAX_RANK];
   shape[0] = cap;
   memcpy(shape + 1, s->shape, sizeof(int64_t) * (size_t)s->rank);
-  keel_owner o = k->owner;
-  o.site += (uint32_t)out_i;
+  keel_owner o = keel_k_owner(k, out_i);
   keel_val nv = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(k->heap, s->dtype, s->rank + 1, shape, o, &nv.t));
   if (s->dtype == KEEL_STRING) { /* move the strings themselves */
@@ -166,8 +169,7 @@ static keel_status stack_finish(keel_kctx *k, stack *s, const keel_type *decl, i
       for (int i = 0; i < decl->rank; i++) shape[1 + i] = decl->dims[i] > 0 ? decl->dims[i] : 0;
       rank += decl->rank;
     }
-    keel_owner o = k->owner;
-    o.site += (uint32_t)out_i;
+    keel_owner o = keel_k_owner(k, out_i);
     KEEL_TRY(keel_tensor_alloc(k->heap, dt, rank, shape, o, &out->t));
     out->kind = KEEL_V_TENSOR;
     return KEEL_OK;
@@ -203,10 +205,6 @@ static keel_status loop_check(keel_kctx *k, const keel_graph *g, int32_t *n, int
   *kk = K;
   return KEEL_OK;
 }
-
-/* The most iterations keel runs of a Loop that cannot stop early: at the
- * ~100 ns an iteration costs at least, 2^31 take minutes. */
-#define LOOP_MAX_FIXED_TRIPS INT32_MAX
 
 /* True when the body's condition output is its condition input, directly
  * or through Identity nodes (the pattern of expanded functions such as
@@ -270,13 +268,17 @@ static keel_status loop_run(keel_kctx *k, const keel_graph *g, loop_io *io, int3
    * doubling; and a count no run could finish is refused outright, as
    * iterations that make empty or no outputs never reach the cap. */
   bool fixed = cond && trip > 0 && cond_passes_through(g), exact = fixed && K > 0;
-  if (fixed && trip > LOOP_MAX_FIXED_TRIPS)
-    return keel_err(KEEL_ERR_UNSUPPORTED,
-                    "Loop: the body passes its condition through, so all %lld iterations would "
-                    "run (more than %lld)",
-                    (long long)trip, (long long)LOOP_MAX_FIXED_TRIPS);
-  for (int64_t i = 0; i < trip && cond; i++)
+  int64_t left = keel_exec_iterations_left(k->run);
+  if (fixed && trip > left)
+    return keel_err(KEEL_ERR_TIMEOUT,
+                    "iteration guard: the body passes its condition through, so all %lld "
+                    "iterations would run, more than the %lld the run may still take "
+                    "(keel_run_opts.max_iterations)",
+                    (long long)trip, (long long)left);
+  for (int64_t i = 0; i < trip && cond; i++) {
+    KEEL_TRY(keel_exec_iteration(k->run, k->node, i));
     KEEL_TRY(loop_step(k, g, io, N, K, stacks, i, trip, exact, &cond));
+  }
   for (int32_t j = 0; j < N; j++) keel_val_move(k->out[j], &io->carried[j]);
   for (int32_t j = 0; j < K; j++) {
     keel_ref r = g->out[1 + N + j];
@@ -387,8 +389,7 @@ static keel_status move_axis0(keel_kctx *k, keel_val *v, int axis, int out_i) {
   for (int d = 1; d <= axis; d++) shape[d - 1] = s->shape[d], outer *= s->shape[d];
   shape[axis] = L;
   for (int d = axis + 1; d < s->rank; d++) shape[d] = s->shape[d], inner *= s->shape[d];
-  keel_owner o = k->owner;
-  o.site += (uint32_t)out_i;
+  keel_owner o = keel_k_owner(k, out_i);
   keel_val nv = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(k->heap, s->dtype, s->rank, shape, o, &nv.t));
   for (int64_t l = 0; l < L; l++)
@@ -410,6 +411,7 @@ static keel_status scan_body(keel_kctx *k, const keel_graph *g, const scan_cfg *
                              const keel_tensor *const *scans, keel_val *state, keel_val *bin,
                              keel_val *bout, stack *stacks) {
   for (int64_t t = 0; t < c->len; t++) {
+    KEEL_TRY(keel_exec_iteration(k->run, k->node, t));
     for (int32_t j = 0; j < c->N; j++) keel_val_move(&bin[j], &state[j]);
     keel_status st = KEEL_OK;
     for (int32_t j = 0; j < c->M && !st; j++)
@@ -463,6 +465,9 @@ static keel_status op_scan9(keel_kctx *k, const keel_graph *g) {
   KEEL_TRY(scan_cfg_read(k, g, 0, &c));
   const keel_tensor *scans[MAX_SCAN_OUTS];
   for (int32_t j = 0; j < c.M; j++) KEEL_TRY(keel_k_in(k, c.N + j, &scans[j]));
+  for (int32_t j = 0; j < c.N; j++) /* state has no default: "" is not allowed */
+    if (!keel_k_has_in(k, j))
+      return keel_err(KEEL_ERR_INVALID_MODEL, "Scan: state input %d is omitted", j);
   KEEL_TRY(scan_prepare(&c, scans, 0));
   keel_val *ctl;
   KEEL_TRY(ctl_slots(k, c.N + g->n_in + g->n_out, &ctl));
@@ -585,6 +590,7 @@ static keel_status op_sequence_map(keel_kctx *k) {
   keel_val *bin = ctl, *bout = ctl + g->n_in;
   keel_status st = KEEL_OK;
   for (size_t i = 0; i < n && !st; i++) {
+    if ((st = keel_exec_iteration(k->run, k->node, (int64_t)i))) break;
     for (int32_t j = 0; j < k->n_in; j++) {
       const keel_val *v = k->in[j];
       if (v->kind == KEEL_V_SEQUENCE) {

@@ -48,6 +48,13 @@ typedef struct keel_runctx {
   keel_frame *frames;           /* indexed by graph id                     */
   struct keel_runctx *next;        /* pool link                               */
   size_t bytes;                 /* bookkeeping bytes, for freeing           */
+  /* what may stop the current run (keel_run_opts), set by keel_run_ex */
+  bool stoppable;               /* a deadline or a cancel flag is set      */
+  uint64_t deadline_ns;         /* keel_prim_now_ns() limit; 0 = none      */
+  uint64_t deadline_ms;         /* as given, for the message               */
+  keel_cancel_flag *cancel;
+  int64_t iter_limit;           /* the iteration guard; INT64_MAX = none   */
+  int64_t iters;                /* loop iterations begun in this run       */
 } keel_runctx;
 
 /* Who owns blocks allocated for one site: the value a node output writes. */
@@ -67,6 +74,11 @@ struct keel_session_s {
   uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */
   keel_mutex pool_lock;
   keel_runctx *pool;               /* idle runs                               */
+  /* the pool's figures, under pool_lock: a cap on idle contexts, how many
+   * sit there and how many runs hold one, bytes of both, hits/misses and
+   * the contexts freed because the pool was full */
+  size_t pool_cap, n_pooled, n_in_use, ctx_bytes;
+  uint64_t n_ctx_created, n_ctx_reused, n_ctx_evicted;
   uint32_t n_sites;
   keel_site *sites;
   /* cached descriptions of the main graph's inputs and outputs */
@@ -111,7 +123,24 @@ KEEL_INTERNAL keel_status keel_exec_referenced(keel_runctx *R, const keel_block 
 /* Test hook: keep a reference to `v` in the session (debug leak switch). */
 KEEL_INTERNAL void keel_exec_debug_leak(keel_runctx *R, const keel_val *v);
 
-/* Run pool. */
+/* The run's stop conditions (deadline, cancel flag): KEEL_OK to go on,
+ * else KEEL_ERR_CANCELLED / KEEL_ERR_TIMEOUT with "... before node X".
+ * keel_exec_check is the cheap test the per-node loop makes first. */
+KEEL_INTERNAL keel_status keel_exec_stop(keel_runctx *R, const keel_node *n);
+static inline keel_status keel_exec_check(keel_runctx *R, const keel_node *n) {
+  return KEEL_UNLIKELY(R->stoppable) ? keel_exec_stop(R, n) : KEEL_OK;
+}
+/* Counts one iteration of `loop` against the guard and checks the stop
+ * conditions before it begins. */
+KEEL_INTERNAL keel_status keel_exec_iteration(keel_runctx *R, const keel_node *loop,
+                                              int64_t iteration);
+/* Iterations the guard still allows this run. */
+static inline int64_t keel_exec_iterations_left(const keel_runctx *R) {
+  return R->iter_limit == INT64_MAX ? INT64_MAX : R->iter_limit - R->iters;
+}
+
+/* Run pool. keel_run_ctx_bytes: what one context of the model takes. */
+KEEL_INTERNAL size_t keel_run_ctx_bytes(const keel_model *m);
 KEEL_INTERNAL keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R);
 KEEL_INTERNAL void keel_run_release(keel_runctx *R);
 KEEL_INTERNAL void keel_run_pool_free(struct keel_session_s *s);

@@ -158,8 +158,9 @@ static void tree_json(sbuf *b, const keel_graph *g) {
 
 /* ---------------------------------------------------------- whole */
 
-static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
+static void describe_text(sbuf *b, const keel_session_t *s, const opcount *c, size_t nc,
                           int64_t nodes, const opcount *ic, size_t nic) {
+  const keel_model *m = s->m;
   put(b, "model      %s\n", m->path);
   put(b, "producer   %s %s\n", m->producer_name ? m->producer_name : "(none)",
       m->producer_version ? m->producer_version : "");
@@ -193,10 +194,13 @@ static void describe_text(sbuf *b, const keel_model *m, const opcount *c, size_t
   tree_text(b, g, 4);
   put(b, "weights    %llu bytes in %d constants (%llu bytes copied, the rest mapped)\n",
       (unsigned long long)m->weight_bytes, m->n_consts, (unsigned long long)m->weight_bytes_copied);
+  put(b, "run context %zu bytes per run in flight (frames of %d graphs); at most %zu kept idle\n",
+      keel_run_ctx_bytes(m), m->n_graphs, s->pool_cap);
 }
 
-static void describe_json(sbuf *b, const keel_model *m, const opcount *c, size_t nc,
+static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, size_t nc,
                           int64_t nodes, const opcount *ic, size_t nic) {
+  const keel_model *m = s->m;
   put(b, "{\"model\": ");
   put_json_str(b, m->path);
   put(b, ", \"producer\": ");
@@ -232,8 +236,10 @@ static void describe_json(sbuf *b, const keel_model *m, const opcount *c, size_t
   }
   put(b, "}, \"control_flow\": ");
   tree_json(b, g);
-  put(b, ", \"weight_bytes\": %llu, \"weight_bytes_copied\": %llu, \"constants\": %d}\n",
+  put(b, ", \"weight_bytes\": %llu, \"weight_bytes_copied\": %llu, \"constants\": %d",
       (unsigned long long)m->weight_bytes, (unsigned long long)m->weight_bytes_copied, m->n_consts);
+  put(b, ", \"run_context_bytes\": %zu, \"run_pool_cap\": %zu}\n", keel_run_ctx_bytes(m),
+      s->pool_cap);
 }
 
 keel_status keel_session_describe(const keel_session_t *s, int json, char **out) {
@@ -254,8 +260,8 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
   qsort(c, nc, sizeof *c, by_count);
   qsort(ic, nic, sizeof *ic, by_count);
   sbuf b = {0};
-  if (json) describe_json(&b, m, c, nc, nodes, ic, nic);
-  else describe_text(&b, m, c, nc, nodes, ic, nic);
+  if (json) describe_json(&b, s, c, nc, nodes, ic, nic);
+  else describe_text(&b, s, c, nc, nodes, ic, nic);
   free(c);
   if (b.failed || !b.p) {
     free(b.p);

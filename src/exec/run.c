@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../base/prim.h"
 #include "../mem/sysmem.h"
 #include "profile.h"
 
@@ -40,16 +41,22 @@ static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out
          (size_t)mo * (sizeof(keel_val *) + sizeof(keel_val));
 }
 
-/* One allocation holds the run, its frames and every frame's arrays. */
-static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
-  const keel_model *m = s->m;
+size_t keel_run_ctx_bytes(const keel_model *m) {
   size_t bytes = sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
   for (int32_t i = 0; i < m->n_graphs; i++) {
     int32_t a, b, c;
     bytes += frame_bytes(m->graphs[i], &a, &b, &c);
   }
-  uint8_t *p = keel_sys_calloc(1, bytes);
+  return bytes;
+}
+
+/* One allocation holds the run, its frames and every frame's arrays. */
+static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
+  const keel_model *m = s->m;
+  size_t bytes = keel_run_ctx_bytes(m);
+  uint8_t *p = keel_heap_meta_realloc(s->heap, NULL, 0, bytes); /* counted as meta */
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
+  memset(p, 0, bytes);
   keel_runctx *R = (keel_runctx *)(void *)p;
   R->s = s;
   R->bytes = bytes;
@@ -71,33 +78,71 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
   return KEEL_OK;
 }
 
+/* Pool: a stack of idle contexts, at most s->pool_cap of them; a run that
+ * ends when the pool is full frees its context (all are the same size, so
+ * which one goes does not matter to memory). */
 keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
   keel_mutex_lock(&s->pool_lock);
   keel_runctx *r = s->pool;
-  if (r) s->pool = r->next;
+  if (r) {
+    s->pool = r->next;
+    s->n_pooled--;
+    s->n_ctx_reused++;
+    s->n_in_use++;
+  }
   keel_mutex_unlock(&s->pool_lock);
-  if (!r) KEEL_TRY(run_new(s, &r));
+  if (!r) {
+    KEEL_TRY(run_new(s, &r));
+    keel_mutex_lock(&s->pool_lock);
+    s->n_ctx_created++;
+    s->n_in_use++;
+    s->ctx_bytes += r->bytes;
+    keel_mutex_unlock(&s->pool_lock);
+  }
   r->next = NULL;
   *R = r;
   return KEEL_OK;
 }
 
+/* Between runs no frame is active and every slot is empty (DESIGN rule 4). */
+#if KEEL_DEBUG >= 3
+static bool run_is_idle(const keel_runctx *R) {
+  for (int32_t i = 0; i < R->s->m->n_graphs; i++)
+    if (R->frames[i].active || !keel_frame_is_empty(&R->frames[i])) return false;
+  return true;
+}
+#endif
+
 void keel_run_release(keel_runctx *R) {
   struct keel_session_s *s = R->s;
+  keel_assert_expensive(run_is_idle(R));
   keel_mutex_lock(&s->pool_lock);
-  R->next = s->pool;
-  s->pool = R;
+  keel_assert(s->n_in_use > 0);
+  s->n_in_use--;
+  bool keep = s->n_pooled < s->pool_cap;
+  if (keep) {
+    R->next = s->pool;
+    s->pool = R;
+    s->n_pooled++;
+  } else {
+    s->n_ctx_evicted++;
+    s->ctx_bytes -= R->bytes;
+  }
   keel_mutex_unlock(&s->pool_lock);
+  if (!keep) keel_heap_meta_realloc(s->heap, R, R->bytes, 0);
 }
 
 void keel_run_pool_free(struct keel_session_s *s) {
   keel_runctx *r = s->pool;
   while (r) {
     keel_runctx *n = r->next;
-    keel_sys_free(r, r->bytes);
+    s->ctx_bytes -= r->bytes;
+    keel_heap_meta_realloc(s->heap, r, r->bytes, 0);
     r = n;
   }
   s->pool = NULL;
+  s->n_pooled = 0;
+  keel_assert(s->n_in_use == 0 && s->ctx_bytes == 0);
 }
 
 /* ===================================================== value lookup */
@@ -222,6 +267,36 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   return KEEL_OK;
 }
 
+/* ===================================================== stopping */
+
+/* "before node X" (n) or "before iteration I" (n NULL). */
+static keel_status stop_now(keel_runctx *R, const keel_node *n, int64_t iteration) {
+  char lb[256], where[300];
+  if (n) snprintf(where, sizeof where, "node %s", keel_node_label(n, lb, sizeof lb));
+  else snprintf(where, sizeof where, "iteration %lld", (long long)iteration);
+  if (R->cancel && atomic_load_explicit(R->cancel, memory_order_relaxed))
+    return keel_err(KEEL_ERR_CANCELLED, "run cancelled (keel_run_opts.cancel) before %s", where);
+  if (R->deadline_ns && keel_prim_now_ns() >= R->deadline_ns)
+    return keel_err(KEEL_ERR_TIMEOUT, "deadline of %llu ms passed before %s",
+                    (unsigned long long)R->deadline_ms, where);
+  return KEEL_OK;
+}
+
+keel_status keel_exec_stop(keel_runctx *R, const keel_node *n) { return stop_now(R, n, 0); }
+
+keel_status keel_exec_iteration(keel_runctx *R, const keel_node *loop, int64_t iteration) {
+  (void)loop; /* the loop's kernel names it: node_failed prefixes its label */
+  keel_assert_internal(R->iters >= 0 && R->iters <= R->iter_limit);
+  if (KEEL_UNLIKELY(R->iters == R->iter_limit))
+    return keel_err(KEEL_ERR_TIMEOUT,
+                    "iteration guard: the run reached %lld loop iterations "
+                    "(keel_run_opts.max_iterations) before iteration %lld; does the loop's "
+                    "condition ever turn false?",
+                    (long long)R->iter_limit, (long long)iteration);
+  R->iters++;
+  return KEEL_UNLIKELY(R->stoppable) ? stop_now(R, NULL, iteration) : KEEL_OK;
+}
+
 /* ======================================================= one graph */
 
 static void frame_clear(keel_frame *f) {
@@ -264,6 +339,7 @@ static keel_status enter(keel_runctx *R, const keel_graph *g, keel_frame *parent
     for (int32_t i = 0; i < n_inputs; i++) keel_val_clear(&inputs[i]);
     return keel_err(KEEL_ERR_INTERNAL, "graph '%s' entered twice in one run", g->path);
   }
+  keel_assert_internal(f->g == g);
   f->active = true;
   f->gen++;
   f->parent = parent;
@@ -297,6 +373,8 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   bool observed = prof || R->s->debug_plant_site;
   for (int32_t p = 0; p < g->n_nodes && !st; p++) {
     const keel_node *n = &g->nodes[g->order[p]];
+    st = keel_exec_check(R, n);
+    if (KEEL_UNLIKELY(st)) break;
     st = KEEL_LIKELY(!observed) ? run_node(R, f, n) : run_node_observed(R, f, n, prof);
   }
   if (!st) st = collect_outputs(R, f, outputs);

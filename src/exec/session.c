@@ -11,6 +11,7 @@
 
 #include "../base/pool.h"
 #include "../ir/pass.h"
+#include "../base/prim.h"
 #include "../ir/scope.h"
 #include "../ops/conv_util.h"
 #include "../mem/sysmem.h"
@@ -164,6 +165,19 @@ static keel_status make_consts(keel_session_t *s) {
   return KEEL_OK;
 }
 
+/* The trim policy and the pool cap from the options (0 = defaults). */
+static void configure_memory(keel_session_t *s) {
+  const keel_options *o = &s->opts;
+  keel_trim_policy p = {
+      .enabled = !(o->flags & KEEL_OPT_NO_AUTO_TRIM),
+      .window = o->trim_window ? o->trim_window : KEEL_DEFAULT_TRIM_WINDOW,
+      .margin_pct = o->trim_margin_pct > 0    ? (unsigned)o->trim_margin_pct
+                    : o->trim_margin_pct == 0 ? KEEL_DEFAULT_TRIM_MARGIN_PCT
+                                              : 0};
+  keel_heap_set_trim(s->heap, p);
+  s->pool_cap = o->run_pool_cap ? o->run_pool_cap : KEEL_DEFAULT_RUN_POOL_CAP;
+}
+
 static keel_status finish(keel_model *m, const keel_options *opts, keel_session_t **out) {
   keel_session_t *s = keel_sys_calloc(1, sizeof *s);
   if (!s) {
@@ -183,6 +197,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (!st) configure_memory(s);
   if (!st) st = keel_pool_create(s->opts.threads, &s->threads);
   if (!st) keel_blas_init();
   if (!st) st = prepare(s);
@@ -352,10 +367,38 @@ static keel_status bind_inputs(keel_session_t *s, const char *const *names,
   return KEEL_OK;
 }
 
-keel_status keel_run(keel_session_t *s, const char *const *names,
-                     keel_value_t *const *inputs, size_t n_inputs,
-                     keel_value_t **outputs) {
+/* The run's stop conditions from its options (all off for NULL). */
+static void set_stops(keel_runctx *R, const keel_run_opts *opts) {
+  keel_run_opts o = {0};
+  if (opts) memcpy(&o, opts, KEEL_MIN(opts->size ? opts->size : sizeof o, sizeof o));
+  R->deadline_ms = o.deadline_ms;
+  R->deadline_ns = 0;
+  if (o.deadline_ms) {
+    uint64_t now = keel_prim_now_ns(), d = o.deadline_ms;
+    R->deadline_ns = d > (UINT64_MAX - now) / 1000000u ? UINT64_MAX : now + d * 1000000u;
+  }
+  R->cancel = o.cancel;
+  R->stoppable = R->deadline_ns || R->cancel;
+  R->iter_limit = o.max_iterations > 0    ? o.max_iterations
+                  : o.max_iterations == 0 ? KEEL_RUN_DEFAULT_MAX_ITERATIONS
+                                          : INT64_MAX;
+  R->iters = 0;
+}
+
+/* A run the iteration guard stopped is reported through the log as well:
+ * a loop that never ends is a model bug the caller should hear of. */
+static void report_guard(const keel_session_t *s, keel_status st) {
+  if (st != KEEL_ERR_TIMEOUT || !s->opts.log || !strstr(keel_last_error(), "iteration guard"))
+    return;
+  s->opts.log(s->opts.log_ud, KEEL_LOG_WARN, keel_last_error());
+}
+
+keel_status keel_run_ex(keel_session_t *s, const char *const *names,
+                        keel_value_t *const *inputs, size_t n_inputs,
+                        keel_value_t **outputs, const keel_run_opts *opts) {
   if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
+  if (opts && opts->size && opts->size < sizeof(size_t))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_run_ex: keel_run_opts.size too small");
   keel_err_clear();
   const keel_graph *g = s->m->main;
   size_t nin = (size_t)g->n_in, nout = (size_t)g->n_out;
@@ -365,13 +408,22 @@ keel_status keel_run(keel_session_t *s, const char *const *names,
   keel_runctx *R = NULL;
   keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
   if (!st) st = keel_run_acquire(s, &R);
+  if (!st) set_stops(R, opts);
   if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, 0);
+  report_guard(s, st);
   if (R) keel_run_release(R);
   for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);
   if (!st) st = keel_values_wrap(s, out, nout, outputs);
   for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
   keel_sys_free(in, (nin + nout + 1) * sizeof(keel_val));
+  keel_heap_run_end(s->heap); /* the trim policy: after the run's temporaries are gone */
   return st;
+}
+
+keel_status keel_run(keel_session_t *s, const char *const *names,
+                     keel_value_t *const *inputs, size_t n_inputs,
+                     keel_value_t **outputs) {
+  return keel_run_ex(s, names, inputs, n_inputs, outputs, NULL);
 }
 
 /* =========================================================== stats */
@@ -382,6 +434,15 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
   keel_stats full = {.size = sizeof full};
   keel_heap_stats(s->heap, &full);
   full.prepared_bytes = s->prepared_bytes;
+  keel_mutex_lock((keel_mutex *)&s->pool_lock);
+  full.run_ctx_pooled = s->n_pooled;
+  full.run_ctx_in_use = s->n_in_use;
+  full.run_ctx_bytes = s->ctx_bytes;
+  full.run_ctx_created = s->n_ctx_created;
+  full.run_ctx_reused = s->n_ctx_reused;
+  full.run_ctx_evicted = s->n_ctx_evicted;
+  full.run_pool_cap = s->pool_cap;
+  keel_mutex_unlock((keel_mutex *)&s->pool_lock);
   size_t n = KEEL_MIN(st->size, sizeof full);
   memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
   return KEEL_OK;
@@ -443,5 +504,24 @@ void keel_stats_print(const keel_session_t *s, void (*out)(void *arg, const char
   human(st.active_split, a, sizeof a), human(st.inactive_split, b, sizeof b);
   snprintf(line, sizeof line, "splits     active %s, inactive %s; fragmentation %.3f", a, b,
            st.fragmentation);
+  out(arg, line);
+  if (st.trim_window) {
+    human(st.bytes_auto_release, a, sizeof a), human(st.trim_floor, b, sizeof b);
+    snprintf(line, sizeof line,
+             "auto trim  %llu segment(s) returned (%s), floor %s, window %llu run(s), "
+             "%llu regret(s)",
+             (unsigned long long)st.n_auto_release, a, b, (unsigned long long)st.trim_window,
+             (unsigned long long)st.n_trim_regret);
+  } else {
+    snprintf(line, sizeof line, "auto trim  off");
+  }
+  out(arg, line);
+  human(st.run_ctx_bytes, a, sizeof a);
+  snprintf(line, sizeof line,
+           "run pool   %llu idle + %llu in use of cap %llu (%s); %llu made, %llu reused, "
+           "%llu evicted",
+           (unsigned long long)st.run_ctx_pooled, (unsigned long long)st.run_ctx_in_use,
+           (unsigned long long)st.run_pool_cap, a, (unsigned long long)st.run_ctx_created,
+           (unsigned long long)st.run_ctx_reused, (unsigned long long)st.run_ctx_evicted);
   out(arg, line);
 }

@@ -195,7 +195,7 @@ typedef struct keel_model {
   int32_t n_consts;
   keel_tensor *consts;         /* STATIC tensors                          */
   const char **const_names;
-  uint64_t weight_bytes;       /* initializer bytes                       */
+  uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
 } keel_model;
 

@@ -51,6 +51,8 @@ struct keel_segment {
   keel_block *first;
   keel_segment *prev, *next;
   int pool;
+  uint64_t used_epoch;           /* the run (heap epoch) that last took a
+                                    block from it                          */
 };
 
 typedef struct pool {
@@ -83,7 +85,20 @@ struct keel_heap {
   keel_oom_info last_oom;
   keel_heap_hook hook;
   void *hook_ud;
+  /* automatic trim (keel_heap_run_end) */
+  keel_trim_policy trim;
+  uint64_t epoch;                /* run ends seen                          */
+  uint64_t run_peak;             /* allocated high-water since the last end */
+  uint64_t window_peaks[KEEL_TRIM_MAX_WINDOW]; /* per run end, a ring    */
+  unsigned window;               /* runs a free segment may sit unused:
+                                    trim.window, doubled on every regret   */
+  uint64_t last_release_epoch;   /* when the policy last released          */
+  bool regret_armed;             /* released, and no grow since            */
+  uint64_t floor;                /* the last figure it kept                */
+  uint64_t n_auto_release, bytes_auto_release, n_regret;
 };
+
+static bool check_locked(keel_heap *h);
 
 /* ------------------------------------------------------------- size bins */
 
@@ -178,7 +193,12 @@ static size_t segment_size_for(size_t n) {
   return keel_align_up(n, LARGE_ROUND);
 }
 
+static bool segment_is_free(const keel_segment *s) {
+  return s->first->is_free && s->first->size == s->size;
+}
+
 static void segment_release(keel_heap *h, keel_segment *s) {
+  keel_assert(segment_is_free(s) && h->reserved >= s->size && h->n_segments > 0);
   pool *p = &h->pools[s->pool];
   keel_block *b = s->first;
   bin_remove(p, b);
@@ -193,10 +213,6 @@ static void segment_release(keel_heap *h, keel_segment *s) {
   h->n_segments--;
   keel_sys_free(s, sizeof *s);
   h->meta_bytes -= sizeof *s;
-}
-
-static bool segment_is_free(const keel_segment *s) {
-  return s->first->is_free && s->first->size == s->size;
 }
 
 /* Releases every wholly free segment; returns the bytes released. */
@@ -214,6 +230,17 @@ static size_t release_free_segments(keel_heap *h) {
     }
   }
   return released;
+}
+
+/* A segment grows soon after the policy released one: the window was too
+ * short for this workload (a large shape that comes back every few dozen
+ * runs), so it doubles. That is the hysteresis: a periodic workload makes
+ * a few releases while it warms up, then none. */
+static void note_regret(keel_heap *h) {
+  if (!h->regret_armed || h->epoch - h->last_release_epoch > 4ull * h->window) return;
+  h->regret_armed = false;
+  h->window = KEEL_MIN(2 * h->window, KEEL_TRIM_MAX_WINDOW);
+  h->n_regret++;
 }
 
 /* Takes a new segment that can hold `n` bytes and puts its one free block
@@ -252,6 +279,7 @@ static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
   if (h->reserved > h->reserved_peak) h->reserved_peak = h->reserved;
   h->n_seg_alloc++;
   h->n_segments++;
+  note_regret(h);
   return b;
 }
 
@@ -272,7 +300,8 @@ void keel_heap_retain(keel_heap *h) { atomic_fetch_add(&h->refs, 1); }
 void keel_heap_release(keel_heap *h) {
   if (!h || atomic_fetch_sub(&h->refs, 1) != 1) return;
   /* Live blocks here are a keel bug: every owner holds a heap reference. */
-  keel_assert(h->live == NULL);
+  keel_assert(h->live == NULL && atomic_load(&h->allocated) == 0);
+  keel_assert_expensive(check_locked(h));
   for (int pi = 0; pi < NPOOLS; pi++) {
     keel_segment *s = h->pools[pi].segments;
     while (s) {
@@ -292,6 +321,7 @@ void keel_heap_release(keel_heap *h) {
 /* Cuts `b` (free, already out of its bin) to `n` bytes when the rest is
  * worth keeping; the rest goes back to the bins. */
 static void split(keel_heap *h, pool *p, keel_block *b, size_t n) {
+  keel_assert_internal(b->is_free && n <= b->size && n % KEEL_ALIGN == 0);
   size_t rest = b->size - n;
   size_t min = b->pool == POOL_SMALL ? SMALL_MIN_SPLIT : LARGE_MIN_SPLIT;
   if (rest < min) return;
@@ -318,6 +348,7 @@ keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
     if (b) h->n_cache_hit++;
     else b = segment_grow(h, pi, sz);
     if (b) {
+      keel_assert_internal(b->is_free && b->size >= sz && b->pool == pi);
       bin_remove(p, b);
       split(h, p, b, sz);
     }
@@ -342,6 +373,8 @@ keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
   uint64_t a = atomic_load(&h->allocated) + b->size;
   atomic_store(&h->allocated, a);
   if (a > h->allocated_peak) h->allocated_peak = a;
+  if (a > h->run_peak) h->run_peak = a;
+  b->seg->used_epoch = h->epoch;
   h->n_alloc++;
   h->bytes_total += b->size;
   if (h->hook) h->hook(h->hook_ud, b, true, a);
@@ -370,6 +403,8 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
   POISON(b->ptr, b->size);
   keel_mutex_lock(&h->lock);
   keel_assert(!b->is_free);
+  keel_assert(b->ptr >= b->seg->base && b->ptr + b->size <= b->seg->base + b->seg->size);
+  keel_assert(atomic_load(&h->allocated) >= b->size);
   pool *p = &h->pools[b->pool];
   if (b->lprev) b->lprev->lnext = b->lnext;
   else h->live = b->lnext;
@@ -391,6 +426,73 @@ void keel_heap_free(keel_heap *h, keel_block *b) {
     b = pb;
   }
   bin_insert(p, b);
+  keel_mutex_unlock(&h->lock);
+}
+
+/* --------------------------------------------------------- auto trim */
+
+void keel_heap_set_trim(keel_heap *h, keel_trim_policy p) {
+  keel_mutex_lock(&h->lock);
+  p.window = KEEL_MAX(1u, KEEL_MIN(p.window, (unsigned)KEEL_TRIM_MAX_WINDOW));
+  h->trim = p;
+  h->window = p.window;
+  keel_mutex_unlock(&h->lock);
+}
+
+/* The highest run peak of the last `window` run ends. */
+static uint64_t window_high(const keel_heap *h) {
+  uint64_t n = KEEL_MIN((uint64_t)h->window, h->epoch), hw = 0;
+  for (uint64_t i = 1; i <= n; i++)
+    hw = KEEL_MAX(hw, h->window_peaks[(h->epoch - i) % KEEL_TRIM_MAX_WINDOW]);
+  return hw;
+}
+
+static bool segment_idle(const keel_heap *h, const keel_segment *s) {
+  return segment_is_free(s) && s->used_epoch + h->window < h->epoch;
+}
+
+/* Releases the free segments no run used in the last `window` runs, the
+ * large pool first, while reserved stays at or above the floor. The floor
+ * (a walk over the window) is computed only when some segment is idle, so
+ * a steady workload pays one walk over its few segments per run. */
+static bool auto_release(keel_heap *h) {
+  bool idle = false;
+  for (int pi = 0; pi < NPOOLS && !idle; pi++)
+    for (keel_segment *s = h->pools[pi].segments; s && !idle; s = s->next) idle = segment_idle(h, s);
+  if (!idle) return false;
+  uint64_t hw = window_high(h);
+  h->floor = hw + hw * h->trim.margin_pct / 100;
+  bool any = false;
+  for (int pi = NPOOLS - 1; pi >= 0; pi--) {
+    keel_segment *s = h->pools[pi].segments;
+    while (s) {
+      keel_segment *n = s->next;
+      if (segment_idle(h, s) && h->reserved - s->size >= h->floor) {
+        h->n_auto_release++;
+        h->bytes_auto_release += s->size;
+        segment_release(h, s);
+        any = true;
+      }
+      s = n;
+    }
+  }
+  return any;
+}
+
+void keel_heap_run_end(keel_heap *h) {
+  keel_mutex_lock(&h->lock);
+  uint64_t a = atomic_load(&h->allocated);
+  h->window_peaks[h->epoch % KEEL_TRIM_MAX_WINDOW] = KEEL_MAX(h->run_peak, a);
+  h->epoch++;
+  h->run_peak = a;
+  if (h->trim.enabled) {
+    if (auto_release(h)) {
+      h->last_release_epoch = h->epoch;
+      h->regret_armed = true;
+    }
+  }
+  keel_assert_internal(h->reserved >= a);
+  keel_assert_expensive(check_locked(h));
   keel_mutex_unlock(&h->lock);
 }
 
@@ -491,6 +593,11 @@ void keel_heap_stats(keel_heap *h, keel_stats *st) {
   st->fragmentation =
       free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
   st->meta_bytes = h->meta_bytes;
+  st->n_auto_release = h->n_auto_release;
+  st->bytes_auto_release = h->bytes_auto_release;
+  st->trim_floor = h->trim.enabled ? h->floor : 0;
+  st->trim_window = h->trim.enabled ? h->window : 0;
+  st->n_trim_regret = h->n_regret;
   keel_mutex_unlock(&h->lock);
 }
 
@@ -572,6 +679,12 @@ static bool check_segment(const pool *p, const keel_segment *s,
 
 bool keel_heap_check(keel_heap *h) {
   keel_mutex_lock(&h->lock);
+  bool ok = check_locked(h);
+  keel_mutex_unlock(&h->lock);
+  return ok;
+}
+
+static bool check_locked(keel_heap *h) {
   uint64_t live = 0, reserved = 0, nseg = 0;
   bool ok = true;
   for (int pi = 0; pi < NPOOLS && ok; pi++) {
@@ -596,6 +709,5 @@ bool keel_heap_check(keel_heap *h) {
                   (unsigned long long)atomic_load(&h->allocated),
                   (unsigned long long)reserved,
                   (unsigned long long)h->reserved) == KEEL_OK;
-  keel_mutex_unlock(&h->lock);
   return ok;
 }

@@ -8,8 +8,9 @@
  * live in separate pools so that small tensors do not fragment large
  * segments (the rule PyTorch's caching allocator follows).
  *
- * Free segments stay cached until keel_heap_trim() or until the cap on
- * reserved bytes needs them back. A request the cap cannot fit returns NULL
+ * Free segments stay cached until the trim policy sees no run needed them
+ * for a while (below), keel_heap_trim(), or the cap on reserved bytes
+ * needs them back. A request the cap cannot fit returns NULL
  * and counts an OOM; the heap stays consistent and usable.
  *
  * Every live block carries an owner tag (site id + loop iteration): two
@@ -63,7 +64,27 @@ static inline keel_owner keel_block_owner(const keel_block *b) {
   return (keel_owner){(uint32_t)(t >> 32), (uint32_t)t};
 }
 
+/* Automatic trim: at the end of every run (keel_heap_run_end) free segments
+ * that no run took a block from in the last `window` runs go back to the
+ * system, as long as reserved bytes stay at or above the floor: the
+ * highest allocated figure of those runs plus `margin_pct` percent. A
+ * segment that has to be taken again soon after such a release (within
+ * four windows) doubles the window, up to KEEL_TRIM_MAX_WINDOW: a
+ * workload that cycles through large shapes stops paying for releases
+ * after a few cycles, while one burst is gone `window` runs after it. */
+#define KEEL_TRIM_MAX_WINDOW 1024
+#define KEEL_TRIM_DEFAULT_WINDOW 8
+#define KEEL_TRIM_DEFAULT_MARGIN 25
+typedef struct keel_trim_policy {
+  bool enabled;
+  unsigned window;            /* runs, 1..KEEL_TRIM_MAX_WINDOW             */
+  unsigned margin_pct;
+} keel_trim_policy;
+
 KEEL_INTERNAL keel_heap *keel_heap_create(size_t mem_limit);
+KEEL_INTERNAL void keel_heap_set_trim(keel_heap *h, keel_trim_policy p);
+/* A run ended: records its high-water mark and applies the trim policy. */
+KEEL_INTERNAL void keel_heap_run_end(keel_heap *h);
 KEEL_INTERNAL void keel_heap_retain(keel_heap *h);
 /* Drops a reference; the last one frees every segment. */
 KEEL_INTERNAL void keel_heap_release(keel_heap *h);

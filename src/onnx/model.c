@@ -654,6 +654,15 @@ static keel_status node_parse(loader *L, keel_pb msg, keel_node *n) {
   return KEEL_OK;
 }
 
+static bool in_mapping(const loader *L, const void *p);
+
+/* Weight bytes: initializers and folded Constant nodes alike (exporters
+ * such as paddle2onnx write every weight as a Constant). */
+static void count_weight(loader *L, const keel_tensor *t) {
+  L->m->weight_bytes += keel_tensor_nbytes(t);
+  if (t->data && !in_mapping(L, t->data)) L->m->weight_bytes_copied += keel_tensor_nbytes(t);
+}
+
 /* Constant (value, value_float, value_ints, ...) -> a model constant. */
 static keel_status fold_constant(loader *L, keel_graph *g, const keel_node *n,
                                  int32_t *ci) {
@@ -694,6 +703,7 @@ static keel_status fold_constant(loader *L, keel_graph *g, const keel_node *n,
     (void)one;
   }
   (void)g;
+  count_weight(L, &t);
   return add_const(L, &t, n->out_names[0], ci);
 }
 
@@ -757,8 +767,7 @@ static keel_status graph_init(loader *L, keel_graph *g, keel_pb s, bool sparse) 
   KEEL_TRY(sparse ? sparse_tensor(L, s, &t, &name) : static_tensor(L, s, &t, &name));
   if (!name[0]) return keel_err(KEEL_ERR_INVALID_MODEL, "initializer without a name");
   KEEL_TRY(add_const(L, &t, name, &ci));
-  L->m->weight_bytes += keel_tensor_nbytes(&t);
-  if (t.data && !in_mapping(L, t.data)) L->m->weight_bytes_copied += keel_tensor_nbytes(&t);
+  count_weight(L, &t);
   g->ld.init_names[g->ld.n_init] = name;
   g->ld.init_consts[g->ld.n_init++] = ci;
   return KEEL_OK;

@@ -75,12 +75,6 @@ bool keel_k_can_reuse(const keel_kctx *k, int i) {
 
 /* =========================================================== outputs */
 
-static keel_owner owner_of(const keel_kctx *k, int i) {
-  keel_owner o = k->owner;
-  if (o.site) o.site += (uint32_t)i; /* 0: tags are off */
-  return o;
-}
-
 /* Output targets exist up to max(n_out, KEEL_K_MIN_OUTS). */
 static keel_status out_index(const keel_kctx *k, int i) {
   if (i < 0 || i >= KEEL_MAX(k->n_out, KEEL_K_MIN_OUTS))
@@ -114,7 +108,7 @@ keel_status keel_k_out(keel_kctx *k, int i, int dtype, int rank, const int64_t *
   if (KEEL_UNLIKELY(!type_ok(k->node, dtype))) return refuse_type(k->node, "output", i, dtype);
   keel_val *v = k->out[i];
   keel_assert(v->kind == KEEL_V_EMPTY);
-  KEEL_TRY(keel_tensor_alloc(k->heap, dtype, rank, shape, owner_of(k, i), &v->t));
+  KEEL_TRY(keel_tensor_alloc(k->heap, dtype, rank, shape, keel_k_owner(k, i), &v->t));
   v->kind = KEEL_V_TENSOR;
   *t = &v->t;
   return KEEL_OK;
@@ -148,7 +142,7 @@ keel_status keel_k_reuse(keel_kctx *k, int i, int in_i, int dtype, int rank,
       v->t.dtype = dtype;
       v->kind = KEEL_V_TENSOR;
       if (k->owner.site) /* it holds output i now */
-        keel_heap_retag(src->buf->block, owner_of(k, i));
+        keel_heap_retag(src->buf->block, keel_k_owner(k, i));
       *t = &v->t;
       return KEEL_OK;
     }

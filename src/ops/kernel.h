@@ -56,6 +56,16 @@ typedef struct keel_kctx {
   keel_block *scratch[KEEL_K_MAX_SCRATCH];
 } keel_kctx;
 
+/* The owner of a block made for output i of the running node: the node's
+ * site plus i, in the current iteration; with owner tags off (site 0, the
+ * session) it stays 0. The one place output tags are made: kernels and
+ * control flow (scan outputs, stacked states) both go through it. */
+static inline keel_owner keel_k_owner(const keel_kctx *k, int i) {
+  keel_owner o = k->owner;
+  if (o.site) o.site += (uint32_t)i;
+  return o;
+}
+
 typedef keel_status (*keel_kernel_fn)(keel_kctx *k);
 
 enum {
