@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "../tensor/dtype.h"
+#include "vmath.h"
 
 static const char *const g_names[] = {"", "Relu", "LeakyRelu", "Clip", "HardSigmoid",
                                       "HardSwish", "Sigmoid", "Tanh"};
@@ -36,9 +37,8 @@ static inline float act1(const keel_act *p, float x) {
     case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;
     case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
     case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    case KEEL_ACT_SIGMOID: t = expf(-fabsf(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
     case KEEL_ACT_TANH: return tanhf(x);
-    default: return x;
+    default: return x; /* Sigmoid goes through keel_vm_sigmoid */
   }
 }
 
@@ -69,6 +69,7 @@ void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
         y[i] = t > p->b ? p->b : t;
       }
       return;
+    case KEEL_ACT_SIGMOID: keel_vm_sigmoid(y, y, n); return; /* as ops/unary.c */
     default:
       for (int64_t i = 0; i < n; i++) y[i] = act1(p, y[i]);
   }
@@ -83,10 +84,14 @@ keel_status keel_act_apply(const keel_act *p, keel_tensor *y) {
       for (int64_t i = 0; i < n; i++) ((double *)y->data)[i] = act1d(p, ((double *)y->data)[i]);
       return KEEL_OK;
     case KEEL_FLOAT16:
-    case KEEL_BFLOAT16:
-      for (int64_t i = 0; i < n; i++)
-        keel_elem_set_f64(y->dtype, y->data, (size_t)i,
-                          act1(p, (float)keel_elem_get_f64(y->dtype, y->data, (size_t)i)));
+    case KEEL_BFLOAT16: /* in float chunks, through the float32 path */
+      for (int64_t i = 0; i < n; i += 256) {
+        float t[256];
+        int64_t m = KEEL_MIN(256, n - i);
+        for (int64_t j = 0; j < m; j++) t[j] = (float)keel_elem_get_f64(y->dtype, y->data, (size_t)(i + j));
+        keel_act_apply_f32(p, t, m);
+        for (int64_t j = 0; j < m; j++) keel_elem_set_f64(y->dtype, y->data, (size_t)(i + j), t[j]);
+      }
       return KEEL_OK;
     default:
       return keel_err(KEEL_ERR_UNSUPPORTED, "a fused activation on %s",

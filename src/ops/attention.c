@@ -27,50 +27,7 @@
 #include "bcast.h"
 #include "conv_util.h"
 
-/* ===================================================== exp, softmax */
-
-/* Cephes expf: x = n ln2 + r, |r| <= ln2/2, exp(r) by a degree-6
- * polynomial, 2^n put in the exponent bits. The magic constant rounds to
- * nearest without a libm call, so the loop vectorizes. A macro, so that an
- * AVX2 copy can be compiled beside the baseline one. */
-#define EXP_NEG_LOOP(x, y, n)                                                        \
-  for (int64_t i = 0; i < (n); i++) {                                                \
-    const float magic = 12582912.0f; /* 1.5 * 2^23 */                                \
-    float v = (x)[i];                                                                \
-    float c = v > -87.0f ? v : -87.0f; /* -inf and NaN: see below */                 \
-    float t = c * 1.44269504088896341f + magic;                                      \
-    float m = t - magic;                                                             \
-    float r = c - m * 0.693359375f - m * -2.12194440e-4f;                            \
-    float p = 1.9875691500e-4f;                                                      \
-    p = p * r + 1.3981999507e-3f;                                                    \
-    p = p * r + 8.3334519073e-3f;                                                    \
-    p = p * r + 4.1665795894e-2f;                                                    \
-    p = p * r + 1.6666665459e-1f;                                                    \
-    p = p * r + 5.0000001201e-1f;                                                    \
-    p = p * r * r + r + 1.0f;                                                        \
-    int32_t e = ((int32_t)m + 127) << 23;                                            \
-    float s;                                                                         \
-    memcpy(&s, &e, sizeof s);                                                        \
-    (y)[i] = v >= -87.0f ? p * s : v != v ? v : 0.0f; /* underflow: 0; NaN stays */  \
-  }
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KEEL_EXP_AVX2 1
-__attribute__((target("avx2,fma"))) static void exp_neg_avx2(const float *x, float *y,
-                                                             int64_t n) {
-  EXP_NEG_LOOP(x, y, n)
-}
-#endif
-
-void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
-#ifdef KEEL_EXP_AVX2
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    exp_neg_avx2(x, y, n);
-    return;
-  }
-#endif
-  EXP_NEG_LOOP(x, y, n)
-}
+/* ========================================================= softmax */
 
 /* ===================================================== the core */
 

@@ -67,9 +67,7 @@ typedef struct keel_sdpa {
  * scratch cannot be had or a dimension exceeds what BLAS indexes. */
 KEEL_INTERNAL keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a);
 
-/* exp(x) for x <= 0 (x may be -inf, giving 0; NaN stays NaN), branch-free
- * so loops over it vectorize (an AVX2+FMA copy is picked at run time);
- * relative error below 4e-7 down to exp(-87), 0 below. */
-KEEL_INTERNAL void keel_exp_neg_f32(const float *x, float *y, int64_t n);
+/* keel_exp_neg_f32: ops/vmath.h */
+#include "vmath.h"
 
 #endif /* KEEL_ATTENTION_H */

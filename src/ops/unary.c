@@ -166,7 +166,12 @@ UN_F(selu, UN_SAME, x <= 0 ? p->gamma * (p->alpha * MF(expm1, x)) : p->gamma * x
 UN_F(celu, UN_SAME, x > 0 ? x : p->alpha * MF(expm1, x / p->alpha))
 /* sigmoid, softplus and mish from exp(-|x|): the naive 1/(1+exp(-x)) and
  * log(1+exp(x)) overflow to inf/NaN for large |x| in float */
-UN_F(sigmoid, UN_SAME, (t = MF(exp, -MF(fabs, x)), x >= 0 ? 1 / (1 + t) : t / (1 + t)))
+/* float sigmoid: vectorized (ops/vmath.c); double through libm */
+static void u_sigmoid_f32(const void *px, void *py, int64_t n, const un_params *p) {
+  (void)p;
+  keel_vm_sigmoid(px, py, n);
+}
+DEF_UN(u_sigmoid_f64, double, double, (t = exp(-fabs(x)), x >= 0 ? 1 / (1 + t) : t / (1 + t)))
 UN_F(tanh, UN_SAME, MF(tanh, x))
 UN_F(softplus, UN_SAME, (x > 0 ? x : 0) + MF(log1p, MF(exp, -MF(fabs, x))))
 UN_F(softsign, UN_SAME, x / (1 + MF(fabs, x)))
