@@ -36,7 +36,11 @@ static mb_graph *model(const char *act, int opset, bool twice, bool clip_dynamic
   mb_attr_ints(c, "pads", 4, (int64_t[]){1, 1, 1, 1});
   mb_attr_ints(c, "strides", 2, (int64_t[]){2, 1});
   mb_node *a;
-  if (!strcmp(act, "Clip") && opset >= 11) {
+  if (!strcmp(act, "SiLU") || !strcmp(act, "HSMul")) { /* gated: c * f(c) */
+    a = mb_add(g, act[0] == 'S' ? "Sigmoid" : "HardSigmoid", "c", "s");
+    if (act[0] == 'H') mb_attr_f(a, "alpha", 1.0f / 6), mb_attr_f(a, "beta", 0.5f);
+    mb_name(mb_add(g, "Mul", act[0] == 'S' ? "c,s" : "s,c", "y"), "gate");
+  } else if (!strcmp(act, "Clip") && opset >= 11) {
     float lo = -0.25f, hi = 0.5f;
     mb_init(g, "hi", KEEL_FLOAT, 0, NULL, &hi);
     if (clip_dynamic) {
@@ -92,10 +96,11 @@ static void one(const char *act, int opset, bool twice, bool dyn) {
     bool same = memcmp(y0, y1, n * sizeof(float)) == 0;
     if (!same) fprintf(stderr, "%s opset %d: fused output differs\n", act, opset);
     CHECK(same);
-    int want = twice || dyn ? 2 : 1;
+    bool gated = !strcmp(act, "SiLU") || !strcmp(act, "HSMul");
+    int all = gated ? 3 : 2, want = twice || dyn ? all : 1;
     if (node_count(s1) != want) fprintf(stderr, "%s: %d nodes\n", act, node_count(s1));
     CHECK(node_count(s1) == want);
-    CHECK(node_count(s0) == 2);
+    CHECK(node_count(s0) == all);
   }
   keel_session_destroy(s0);
   keel_session_destroy(s1);
@@ -225,6 +230,9 @@ int main(void) {
   fill();
   const char *acts[] = {"Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "Clip"};
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) one(acts[i], 14, false, false);
+  one("SiLU", 14, false, false);  /* x * Sigmoid(x): two nodes into the Conv */
+  one("HSMul", 13, false, false); /* x * HardSigmoid(x) */
+  one("SiLU", 14, true, false);   /* conv output also a graph output: not fused */
   one("Clip", 6, false, false);   /* Clip-6: bounds as attributes */
   one("Relu", 14, true, false);   /* conv output also a graph output: not fused */
   one("Clip", 14, false, true);   /* a bound computed at run time: not fused */

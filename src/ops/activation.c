@@ -7,7 +7,8 @@
 #include "vmath.h"
 
 static const char *const g_names[] = {"", "Relu", "LeakyRelu", "Clip", "HardSigmoid",
-                                      "HardSwish", "Sigmoid", "Tanh"};
+                                      "HardSwish", "Sigmoid", "Tanh", "SiLU",
+                                      "HardSigmoidMul"};
 
 keel_act_kind keel_act_from_op(const char *op) {
   for (int i = 1; i < (int)KEEL_COUNTOF(g_names); i++)
@@ -38,7 +39,8 @@ static inline float act1(const keel_act *p, float x) {
     case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
     case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
     case KEEL_ACT_TANH: return tanhf(x);
-    default: return x; /* Sigmoid goes through keel_vm_sigmoid */
+    case KEEL_ACT_HSIGMOID_MUL: t = p->a * x + p->b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    default: return x; /* Sigmoid and SiLU go through keel_vm_sigmoid */
   }
 }
 
@@ -52,6 +54,8 @@ static inline double act1d(const keel_act *p, double x) {
     case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
     case KEEL_ACT_SIGMOID: t = exp(-fabs(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
     case KEEL_ACT_TANH: return tanh(x);
+    case KEEL_ACT_SILU: return x / (1 + exp(-x));
+    case KEEL_ACT_HSIGMOID_MUL: t = p->a * x + p->b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
     default: return x;
   }
 }
@@ -70,6 +74,20 @@ void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
       }
       return;
     case KEEL_ACT_SIGMOID: keel_vm_sigmoid(y, y, n); return; /* as ops/unary.c */
+    case KEEL_ACT_SILU: /* y * Sigmoid(y), as the Sigmoid and Mul kernels compute it */
+      for (int64_t i = 0; i < n; i += 256) {
+        float t[256];
+        int64_t m = KEEL_MIN(256, n - i);
+        keel_vm_sigmoid(y + i, t, m);
+        for (int64_t j = 0; j < m; j++) y[i + j] *= t[j];
+      }
+      return;
+    case KEEL_ACT_HSIGMOID_MUL:
+      for (int64_t i = 0; i < n; i++) {
+        float t = p->a * y[i] + p->b;
+        y[i] *= t < 0 ? 0 : t > 1 ? 1 : t;
+      }
+      return;
     default:
       for (int64_t i = 0; i < n; i++) y[i] = act1(p, y[i]);
   }

@@ -5,7 +5,8 @@
  * The fusion pass (ir/pass_fuse.c) writes two attributes on the producer,
  * in keel's own namespace so no file can collide with them:
  *   keel.activation         STRING  Relu, LeakyRelu, Clip, HardSigmoid,
- *                                   HardSwish, Sigmoid, Tanh
+ *                                   HardSwish, Sigmoid, Tanh, SiLU,
+ *                                   HardSigmoidMul
  *   keel.activation_params  FLOATS  alpha / beta, or Clip's min / max
  *                                   (+-inf where a bound is absent)
  * The formulas are those of the standalone kernels (ops/unary.c), NaN
@@ -22,7 +23,10 @@
 
 typedef enum keel_act_kind {
   KEEL_ACT_NONE = 0, KEEL_ACT_RELU, KEEL_ACT_LEAKY, KEEL_ACT_CLIP, KEEL_ACT_HSIGMOID,
-  KEEL_ACT_HSWISH, KEEL_ACT_SIGMOID, KEEL_ACT_TANH
+  KEEL_ACT_HSWISH, KEEL_ACT_SIGMOID, KEEL_ACT_TANH,
+  /* gated forms, x * f(x), as exporters write SiLU (Sigmoid, Mul) and
+   * hardswish (HardSigmoid, Mul): names "SiLU" and "HardSigmoidMul" */
+  KEEL_ACT_SILU, KEEL_ACT_HSIGMOID_MUL
 } keel_act_kind;
 
 typedef struct keel_act {
@@ -30,7 +34,8 @@ typedef struct keel_act {
   float a, b;                  /* alpha, beta; Clip: min, max            */
 } keel_act;
 
-/* The op types the fusion pass may fold (by name), or KEEL_ACT_NONE. */
+/* The activation a name stands for (the op types the fusion pass folds,
+ * and the two gated names), or KEEL_ACT_NONE. */
 KEEL_INTERNAL keel_act_kind keel_act_from_op(const char *op_type);
 /* The node's fused activation (KEEL_ACT_NONE when it has none); an
  * unknown name or a wrong parameter count is KEEL_ERR_INVALID_MODEL. */
