@@ -1,0 +1,117 @@
+/* test_threads_conv.c: eight threads run one session of a small conv net
+ * at once (a dense Conv + fused Relu, a depthwise Conv + fused SiLU, a 1x1
+ * Conv, a MatMul), on a 3-thread pool: every run computes on the pool
+ * when it is free and alone when another run holds it. How work is split
+ * depends on the pool's size, never on whether it was free, so every
+ * output must equal the session's first one bit for bit; that one must
+ * agree with a 1-thread session within float rounding (the splits change
+ * GEMM tile shapes). Clean under ThreadSanitizer (ctest label "thread"). */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "mb.h"
+
+#define THREADS 8
+#define RUNS 40
+
+static float g_x[2 * 8 * 20 * 20];
+static keel_value_t *g_in;
+
+static mb_graph *model(void) {
+  static float w1[16 * 8 * 9], w2[16 * 9], w3[8 * 16], b1[16], m[8 * 20];
+  uint32_t r = 99;
+  float *all[] = {w1, w2, w3, b1, m, g_x};
+  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m, sizeof g_x};
+  for (int k = 0; k < 6; k++)
+    for (size_t i = 0; i < sizes[k] / sizeof(float); i++)
+      all[k][i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (float)(1 << 24) - 0.5f;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, 8, 20, 20});
+  mb_init(g, "w1", KEEL_FLOAT, 4, (int64_t[]){16, 8, 3, 3}, w1);
+  mb_init(g, "b1", KEEL_FLOAT, 1, (int64_t[]){16}, b1);
+  mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){16, 1, 3, 3}, w2);
+  mb_init(g, "w3", KEEL_FLOAT, 4, (int64_t[]){8, 16, 1, 1}, w3);
+  mb_init(g, "m", KEEL_FLOAT, 2, (int64_t[]){20, 8}, m);
+  mb_attr_ints(mb_add(g, "Conv", "x,w1,b1", "c1"), "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_add(g, "Relu", "c1", "r1");
+  mb_node *dw = mb_add(g, "Conv", "r1,w2", "c2");
+  mb_attr_i(dw, "group", 16);
+  mb_attr_ints(dw, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_add(g, "Sigmoid", "c2", "s2");
+  mb_add(g, "Mul", "c2,s2", "a2");
+  mb_add(g, "Conv", "a2,w3", "c3");
+  mb_add(g, "MatMul", "c3,m", "y");
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+typedef struct job {
+  keel_session_t *s;
+  const float *want;
+  int64_t n;
+  int mismatches, errors;
+} job;
+
+static void *worker(void *arg) {
+  job *j = arg;
+  for (int r = 0; r < RUNS; r++) {
+    keel_value_t *out[1] = {0};
+    if (keel_run(j->s, (const char *[]){"x"}, &g_in, 1, out)) {
+      j->errors++;
+      continue;
+    }
+    if (keel_value_numel(out[0]) != j->n ||
+        memcmp(keel_value_data(out[0]), j->want, sizeof(float) * (size_t)j->n))
+      j->mismatches++;
+    keel_value_release(out[0]);
+  }
+  return NULL;
+}
+
+int main(void) {
+  keel_options one = {.size = sizeof one, .threads = 1}, three = {.size = sizeof three, .threads = 3};
+  keel_session_t *ref = mb_session_opts(model(), 14, &one), *s = mb_session_opts(model(), 14, &three);
+  CHECK(ref && s);
+  if (!ref || !s) return check_report();
+  g_in = mb_tensor(ref, KEEL_FLOAT, 4, (int64_t[]){2, 8, 20, 20}, g_x);
+  keel_value_t *r0[1] = {0}, *r1[1] = {0};
+  CHECK_OK(keel_run(ref, (const char *[]){"x"}, &g_in, 1, r0));
+  CHECK_OK(keel_run(s, (const char *[]){"x"}, &g_in, 1, r1));
+  int64_t n = keel_value_numel(r1[0]);
+  CHECK(keel_value_numel(r0[0]) == n);
+  float *want = malloc(sizeof(float) * (size_t)n);
+  memcpy(want, keel_value_data(r1[0]), sizeof(float) * (size_t)n);
+  const float *one_thread = keel_value_data(r0[0]);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++)
+    worst = fmax(worst, fabs((double)want[i] - one_thread[i]) / (1e-5 + 1e-5 * fabs(one_thread[i])));
+  CHECK(worst <= 1);
+  keel_value_release(r0[0]);
+  keel_value_release(r1[0]);
+  char *d = NULL;
+  CHECK_OK(keel_session_describe(s, 0, &d));
+  CHECK(d && strstr(d, "Conv depthwise 1")); /* the fast kernel is in the race */
+  keel_free(d);
+  job jobs[THREADS];
+  pthread_t th[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    jobs[t] = (job){s, want, n, 0, 0};
+    pthread_create(&th[t], NULL, worker, &jobs[t]);
+  }
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(th[t], NULL);
+    CHECK(jobs[t].errors == 0);
+    CHECK(jobs[t].mismatches == 0);
+  }
+  keel_value_release(g_in);
+  keel_stats st = {.size = sizeof st};
+  keel_stats_get(s, &st);
+  CHECK(st.allocated == st.prepared_bytes);
+  keel_session_destroy(s);
+  keel_session_destroy(ref);
+  free(want);
+  return check_report();
+}
