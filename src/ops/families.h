@@ -25,6 +25,9 @@
   X(constant)            \
   X(grad)                \
   X(sequence)            \
+  X(ml_tree)             \
+  X(ml_linear)           \
+  X(ml_misc)             \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

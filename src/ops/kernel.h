@@ -27,7 +27,7 @@
 #include "../ir/ir.h"
 
 #define KEEL_OPSET_MAX 1000
-#define KEEL_K_MAX_SCRATCH 8
+#define KEEL_K_MAX_SCRATCH 24
 /* Every kernel call gets at least this many output targets: outputs a node
  * does not list (fewer than the op defines) are written and dropped, so a
  * kernel may always produce all of its outputs. */

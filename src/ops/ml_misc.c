@@ -1,0 +1,496 @@
+/* ml_misc.c: the element-wise and lookup operators of ai.onnx.ml:
+ * Binarizer, Scaler, Normalizer, Imputer, ArrayFeatureExtractor,
+ * FeatureVectorizer, OneHotEncoder, CategoryMapper and LabelEncoder
+ * (opsets 1, 2 and 4: lists, or the tensor attributes of opset 4).
+ *
+ * Lookups (LabelEncoder, CategoryMapper, OneHotEncoder) sort the keys once
+ * per call into scratch and binary-search each element. Float keys compare
+ * as numbers with NaN equal to NaN (LabelEncoder-4); strings compare as
+ * bytes. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "ml_common.h"
+
+/* ========================================================= Binarizer */
+
+static keel_status op_binarizer(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (!keel_dtype_is_float(x->dtype) && !keel_dtype_is_int(x->dtype))
+    return keel_err(KEEL_ERR_SHAPE, "X must be numeric, got %s", keel_dtype_name((keel_dtype)x->dtype));
+  double th = keel_k_attr_f(k, "threshold", 0.0f);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(x);
+  for (int64_t i = 0; i < n; i++) {
+    double v = keel_elem_get_f64(x->dtype, x->data, (size_t)i);
+    keel_elem_set_f64(y->dtype, y->data, (size_t)i, isnan(v) ? v : (v > th ? 1.0 : 0.0));
+  }
+  return KEEL_OK;
+}
+
+/* ====================================================== Scaler, Imputer */
+
+/* A per-column parameter list of 1 or C values. */
+static keel_status per_col(const char *name, int64_t n, int64_t c) {
+  if (n != 1 && n != c)
+    return keel_err(KEEL_ERR_SHAPE, "attribute '%s' has %lld values; expected 1 or %lld (the columns of X)",
+                    name, (long long)n, (long long)c);
+  return KEEL_OK;
+}
+
+static keel_status op_scaler(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t rows, c, no, ns;
+  KEEL_TRY(ml_rows(x, "Scaler", &rows, &c));
+  double *off, *sc;
+  KEEL_TRY(ml_attr_reals(k, "offset", &off, &no));
+  KEEL_TRY(ml_attr_reals(k, "scale", &sc, &ns));
+  if (no > 0) KEEL_TRY(per_col("offset", no, c));
+  if (ns > 0) KEEL_TRY(per_col("scale", ns, c));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  float *out = y->data;
+  for (int64_t i = 0; i < rows * c; i++) {
+    int64_t j = c ? i % c : 0;
+    double v = keel_elem_get_f64(x->dtype, x->data, (size_t)i);
+    if (no > 0) v -= off[no == 1 ? 0 : j];
+    if (ns > 0) v *= sc[ns == 1 ? 0 : j];
+    out[i] = (float)v;
+  }
+  return KEEL_OK;
+}
+
+static bool imp_match(double v, double rep) { return isnan(rep) ? isnan(v) : v == rep; }
+
+static keel_status op_imputer(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t rows, c, nf, ni;
+  KEEL_TRY(ml_rows(x, "Imputer", &rows, &c));
+  int nfl = 0;
+  const float *fv = keel_k_attr_floats(k, "imputed_value_floats", &nfl);
+  const int64_t *iv = ml_attr_ints(k, "imputed_value_int64s", &ni);
+  nf = nfl;
+  bool isf = keel_dtype_is_float(x->dtype);
+  if (isf ? nf < 1 : ni < 1)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "%s input needs attribute '%s'", keel_dtype_name((keel_dtype)x->dtype),
+                    isf ? "imputed_value_floats" : "imputed_value_int64s");
+  KEEL_TRY(per_col(isf ? "imputed_value_floats" : "imputed_value_int64s", isf ? nf : ni, c));
+  int64_t nv = isf ? nf : ni;
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &y));
+  double rf = keel_k_attr_f(k, "replaced_value_float", 0.0f);
+  int64_t ri = keel_k_attr_i(k, "replaced_value_int64", 0);
+  for (int64_t i = 0; i < rows * c; i++) {
+    int64_t j = nv == 1 ? 0 : i % c;
+    if (isf) {
+      double v = keel_elem_get_f64(x->dtype, x->data, (size_t)i);
+      keel_elem_set_f64(y->dtype, y->data, (size_t)i, imp_match(v, rf) ? fv[j] : v);
+    } else {
+      int64_t v = keel_elem_get_i64(x->dtype, x->data, (size_t)i);
+      keel_elem_set_i64(y->dtype, y->data, (size_t)i, v == ri ? iv[j] : v);
+    }
+  }
+  return KEEL_OK;
+}
+
+/* ======================================================== Normalizer */
+
+static keel_status op_normalizer(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t rows, c;
+  KEEL_TRY(ml_rows(x, "Normalizer", &rows, &c));
+  const char *norm = keel_k_attr_s(k, "norm", "MAX");
+  int kind = !strcmp(norm, "MAX") ? 0 : !strcmp(norm, "L1") ? 1 : !strcmp(norm, "L2") ? 2 : -1;
+  if (kind < 0) return keel_err(KEEL_ERR_INVALID_MODEL, "unknown norm '%s' (MAX, L1 or L2)", norm);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  double *row;
+  KEEL_TRY(keel_k_scratch_n(k, c + 1, sizeof(double), (void **)&row));
+  float *out = y->data;
+  for (int64_t i = 0; i < rows; i++) {
+    ml_row(x, i, c, row);
+    double d = kind == 0 ? -INFINITY : 0;
+    for (int64_t j = 0; j < c; j++)
+      d = kind == 0 ? fmax(d, row[j]) : kind == 1 ? d + fabs(row[j]) : d + row[j] * row[j];
+    if (kind == 2) d = sqrt(d);
+    for (int64_t j = 0; j < c; j++) out[i * c + j] = (float)(d != 0 ? row[j] / d : row[j]);
+  }
+  return KEEL_OK;
+}
+
+/* ============================================ ArrayFeatureExtractor */
+
+static keel_status op_array_feature_extractor(keel_kctx *k) {
+  const keel_tensor *x, *ix;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(keel_k_in(k, 1, &ix));
+  if (ix->dtype != KEEL_INT64) return keel_err(KEEL_ERR_SHAPE, "Y (indices) must be int64");
+  if (x->rank < 1) return keel_err(KEEL_ERR_SHAPE, "X must have rank 1 or more");
+  int64_t c = x->shape[x->rank - 1], m = keel_tensor_numel(ix);
+  const int64_t *idx = ix->data;
+  for (int64_t j = 0; j < m; j++)
+    if (idx[j] < 0 || idx[j] >= c)
+      return keel_err(KEEL_ERR_RUNTIME, "index %lld (Y[%lld]) is out of range [0, %lld)", (long long)idx[j],
+                      (long long)j, (long long)c);
+  if (m < 1) return keel_err(KEEL_ERR_SHAPE, "Y (indices) is empty");
+  int64_t shape[KEEL_MAX_RANK];
+  int rank = x->rank == 1 ? 2 : x->rank;
+  if (x->rank == 1) shape[0] = 1;
+  else memcpy(shape, x->shape, sizeof(int64_t) * (size_t)(x->rank - 1));
+  shape[rank - 1] = m;
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, rank, shape, &y));
+  int64_t rows = c ? keel_tensor_numel(x) / c : 0;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < m; j++) KEEL_TRY(keel_tensor_copy_elems(y, r * m + j, x, r * c + idx[j], 1));
+  return KEEL_OK;
+}
+
+/* ================================================ FeatureVectorizer */
+
+static keel_status op_feature_vectorizer(keel_kctx *k) {
+  int64_t nd;
+  const int64_t *dims = ml_attr_ints(k, "inputdimensions", &nd);
+  if (nd != k->n_in)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "inputdimensions has %lld entries for %d inputs", (long long)nd, k->n_in);
+  int64_t total = 0, rows = -1;
+  for (int i = 0; i < k->n_in; i++) {
+    const keel_tensor *x;
+    KEEL_TRY(keel_k_in(k, i, &x));
+    if (dims[i] < 0) return keel_err(KEEL_ERR_INVALID_MODEL, "inputdimensions[%d] is negative", i);
+    int64_t r = x->rank >= 2 ? x->shape[0] : 1;
+    if (rows >= 0 && r != rows)
+      return keel_err(KEEL_ERR_SHAPE, "input %d has %lld rows, input 0 has %lld", i, (long long)r, (long long)rows);
+    rows = r;
+    total += dims[i];
+  }
+  int64_t shape[2] = {rows < 0 ? 0 : rows, total};
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 2, shape, &y));
+  float *out = y->data;
+  int64_t col = 0;
+  for (int i = 0; i < k->n_in; i++) {
+    const keel_tensor *x = &k->in[i]->t;
+    int64_t per = rows > 0 ? keel_tensor_numel(x) / rows : 0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t j = 0; j < dims[i]; j++)
+        out[r * total + col + j] = j < per ? (float)keel_elem_get_f64(x->dtype, x->data, (size_t)(r * per + j)) : 0.0f;
+    col += dims[i];
+  }
+  return KEEL_OK;
+}
+
+/* ============================================================ key sets */
+
+/* Keys of a lookup: strings, int64s or doubles, sorted through `order`. */
+typedef struct keyset {
+  int kind;                /* KEEL_STRING, KEEL_INT64 or KEEL_DOUBLE */
+  int64_t n;
+  keel_string *s;
+  int64_t *i;
+  double *f;
+  int64_t *order;
+} keyset;
+
+static int key_cmp3(const keyset *ks, int64_t a, const keel_string *bs, int64_t bi, double bf) {
+  if (ks->kind == KEEL_STRING) {
+    const keel_string *x = &ks->s[a];
+    size_t m = x->len < bs->len ? x->len : bs->len;
+    int c = m ? memcmp(x->data, bs->data, m) : 0;
+    return c ? c : (x->len < bs->len ? -1 : x->len > bs->len);
+  }
+  if (ks->kind == KEEL_INT64) return ks->i[a] < bi ? -1 : ks->i[a] > bi;
+  double x = ks->f[a];
+  if (isnan(x) || isnan(bf)) return isnan(x) - isnan(bf); /* NaN sorts last, equal to NaN */
+  return x < bf ? -1 : x > bf;
+}
+
+static _Thread_local const keyset *sort_ks;
+static int order_cmp(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  const keyset *ks = sort_ks;
+  int c = key_cmp3(ks, x, ks->kind == KEEL_STRING ? &ks->s[y] : NULL, ks->kind == KEEL_INT64 ? ks->i[y] : 0,
+                   ks->kind == KEEL_DOUBLE ? ks->f[y] : 0);
+  return c ? c : (x < y ? -1 : x > y); /* stable: the first of equal keys wins */
+}
+
+static keel_status keys_sort(keel_kctx *k, keyset *ks) {
+  KEEL_TRY(keel_k_scratch_n(k, ks->n + 1, sizeof(int64_t), (void **)&ks->order));
+  for (int64_t j = 0; j < ks->n; j++) ks->order[j] = j;
+  sort_ks = ks;
+  qsort(ks->order, (size_t)ks->n, sizeof(int64_t), order_cmp);
+  sort_ks = NULL;
+  return KEEL_OK;
+}
+
+/* Index of the key equal to element e of x, or -1. */
+static int64_t keys_find(const keyset *ks, const keel_tensor *x, int64_t e) {
+  keel_string bs = {0};
+  int64_t bi = 0;
+  double bf = 0;
+  if (ks->kind == KEEL_STRING) bs = ((const keel_string *)x->data)[e];
+  else if (ks->kind == KEEL_INT64) bi = keel_elem_get_i64(x->dtype, x->data, (size_t)e);
+  else bf = keel_elem_get_f64(x->dtype, x->data, (size_t)e);
+  int64_t lo = 0, hi = ks->n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (key_cmp3(ks, ks->order[mid], &bs, bi, bf) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < ks->n && !key_cmp3(ks, ks->order[lo], &bs, bi, bf)) return ks->order[lo];
+  return -1;
+}
+
+static keel_status keys_strings(keel_kctx *k, const keel_attr *a, keyset *ks) {
+  ks->kind = KEEL_STRING;
+  ks->n = a->n;
+  KEEL_TRY(keel_k_scratch_n(k, ks->n + 1, sizeof(keel_string), (void **)&ks->s));
+  for (int64_t j = 0; j < ks->n; j++)
+    ks->s[j] = (keel_string){(char *)a->strings[j], a->string_lens ? a->string_lens[j] : strlen(a->strings[j])};
+  return KEEL_OK;
+}
+
+static keel_status keys_tensor(keel_kctx *k, const keel_tensor *t, keyset *ks) {
+  ks->n = keel_tensor_numel(t);
+  if (t->dtype == KEEL_STRING) {
+    ks->kind = KEEL_STRING;
+    ks->s = t->data;
+    return KEEL_OK;
+  }
+  bool isf = keel_dtype_is_float(t->dtype);
+  ks->kind = isf ? KEEL_DOUBLE : KEEL_INT64;
+  if (isf) KEEL_TRY(keel_k_scratch_n(k, ks->n + 1, sizeof(double), (void **)&ks->f));
+  else KEEL_TRY(keel_k_scratch_n(k, ks->n + 1, sizeof(int64_t), (void **)&ks->i));
+  for (int64_t j = 0; j < ks->n; j++) {
+    if (isf) ks->f[j] = keel_elem_get_f64(t->dtype, t->data, (size_t)j);
+    else ks->i[j] = keel_elem_get_i64(t->dtype, t->data, (size_t)j);
+  }
+  return KEEL_OK;
+}
+
+/* A key set from attribute `name` (STRINGS, INTS, FLOATS or TENSOR). */
+static keel_status keys_attr(keel_kctx *k, const keel_attr *a, keyset *ks) {
+  memset(ks, 0, sizeof *ks);
+  if (a->type == KEEL_ATTR_STRINGS) KEEL_TRY(keys_strings(k, a, ks));
+  else if (a->type == KEEL_ATTR_INTS) ks->kind = KEEL_INT64, ks->n = a->n, ks->i = a->ints;
+  else if (a->type == KEEL_ATTR_FLOATS) {
+    ks->kind = KEEL_DOUBLE, ks->n = a->n;
+    KEEL_TRY(keel_k_scratch_n(k, ks->n + 1, sizeof(double), (void **)&ks->f));
+    for (int64_t j = 0; j < ks->n; j++) ks->f[j] = a->floats[j];
+  } else if (a->type == KEEL_ATTR_TENSOR && a->t) KEEL_TRY(keys_tensor(k, a->t, ks));
+  else return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' has an unusable type", a->name);
+  return KEEL_OK;
+}
+
+static bool kind_fits(int kind, int dtype) {
+  if (kind == KEEL_STRING) return dtype == KEEL_STRING;
+  if (kind == KEEL_INT64) return keel_dtype_is_int(dtype);
+  return keel_dtype_is_float(dtype);
+}
+
+/* ====================================================== OneHotEncoder */
+
+static keel_status op_one_hot_encoder(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  const keel_attr *a = keel_k_attr(k, x->dtype == KEEL_STRING ? "cats_strings" : "cats_int64s");
+  if (!a || a->n < 1)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "%s input needs attribute '%s'", keel_dtype_name((keel_dtype)x->dtype),
+                    x->dtype == KEEL_STRING ? "cats_strings" : "cats_int64s");
+  keyset ks;
+  KEEL_TRY(keys_attr(k, a, &ks));
+  KEEL_TRY(keys_sort(k, &ks));
+  if (x->rank >= KEEL_MAX_RANK) return keel_err(KEEL_ERR_SHAPE, "X has too high a rank");
+  int64_t shape[KEEL_MAX_RANK], n = keel_tensor_numel(x);
+  memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
+  shape[x->rank] = ks.n;
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank + 1, shape, &y));
+  float *out = y->data;
+  bool zeros = keel_k_attr_i(k, "zeros", 1) != 0;
+  if (n > 0 && ks.n > 0) memset(out, 0, sizeof(float) * (size_t)(n * ks.n));
+  bool isf = keel_dtype_is_float(x->dtype);
+  for (int64_t e = 0; e < n; e++) {
+    int64_t j;
+    if (isf) { /* floats are looked up as the integers they hold */
+      double v = keel_elem_get_f64(x->dtype, x->data, (size_t)e);
+      int64_t iv = (int64_t)v;
+      j = -1;
+      for (int64_t t = 0; t < ks.n && (double)iv == v; t++)
+        if (ks.i[t] == iv) j = t, t = ks.n;
+    } else j = keys_find(&ks, x, e);
+    if (j < 0 && !zeros) return keel_err(KEEL_ERR_RUNTIME, "element %lld of X is not one of the categories (zeros = 0)", (long long)e);
+    if (j >= 0) out[e * ks.n + j] = 1.0f;
+  }
+  return KEEL_OK;
+}
+
+/* ================================================ lookup outputs */
+
+/* Values of a lookup: a typed list, with the default. */
+typedef struct valset {
+  int dtype;
+  int64_t n;
+  const keel_string *s;    /* STRING */
+  const int64_t *i;        /* ints (INT64 attr) */
+  const float *f;          /* FLOATS attr */
+  const keel_tensor *t;    /* tensor attr (any type) */
+  keel_string def_s;
+  double def_f;
+  int64_t def_i;
+} valset;
+
+static keel_status val_put(keel_tensor *y, const valset *v, int64_t e, int64_t j) {
+  if (v->dtype == KEEL_STRING) {
+    keel_string s = j < 0 ? v->def_s : v->t ? ((const keel_string *)v->t->data)[j] : v->s[j];
+    return keel_tensor_set_string(y, (size_t)e, s.data ? s.data : "", s.len);
+  }
+  if (j >= 0 && v->t) return keel_tensor_copy_elems(y, e, v->t, j, 1);
+  if (keel_dtype_is_float(v->dtype)) keel_elem_set_f64(y->dtype, y->data, (size_t)e, j < 0 ? v->def_f : v->f[j]);
+  else keel_elem_set_i64(y->dtype, y->data, (size_t)e, j < 0 ? v->def_i : v->i[j]);
+  return KEEL_OK;
+}
+
+static keel_status lookup_run(keel_kctx *k, const keel_tensor *x, keyset *ks, const valset *v) {
+  if (!kind_fits(ks->kind, x->dtype))
+    return keel_err(KEEL_ERR_SHAPE, "X is %s, but the keys are %s", keel_dtype_name((keel_dtype)x->dtype),
+                    ks->kind == KEEL_STRING ? "strings" : ks->kind == KEEL_INT64 ? "integers" : "floats");
+  if (v->n != ks->n)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "%lld keys but %lld values", (long long)ks->n, (long long)v->n);
+  KEEL_TRY(keys_sort(k, ks));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, v->dtype, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(x);
+  for (int64_t e = 0; e < n; e++) KEEL_TRY(val_put(y, v, e, keys_find(ks, x, e)));
+  return KEEL_OK;
+}
+
+static keel_string str_of(const char *s) { return (keel_string){(char *)s, strlen(s)}; }
+
+/* ===================================================== CategoryMapper */
+
+static keel_status op_category_mapper(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  const keel_attr *cs = keel_k_attr(k, "cats_strings"), *ci = keel_k_attr(k, "cats_int64s");
+  if (!cs || !ci || cs->type != KEEL_ATTR_STRINGS || ci->type != KEEL_ATTR_INTS)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "CategoryMapper needs cats_strings and cats_int64s");
+  keyset ks;
+  valset v = {0};
+  v.def_s = str_of(keel_k_attr_s(k, "default_string", "_Unused"));
+  v.def_i = keel_k_attr_i(k, "default_int64", -1);
+  if (x->dtype == KEEL_STRING) {
+    KEEL_TRY(keys_attr(k, cs, &ks));
+    v.dtype = KEEL_INT64, v.n = ci->n, v.i = ci->ints;
+  } else {
+    KEEL_TRY(keys_attr(k, ci, &ks));
+    keyset vs;
+    KEEL_TRY(keys_strings(k, cs, &vs));
+    v.dtype = KEEL_STRING, v.n = cs->n, v.s = vs.s;
+  }
+  return lookup_run(k, x, &ks, &v);
+}
+
+/* ======================================================= LabelEncoder */
+
+/* Opset 1: classes_strings; strings -> their index, ints -> the string. */
+static keel_status label_encoder_1(keel_kctx *k, const keel_tensor *x) {
+  const keel_attr *cs = keel_k_attr(k, "classes_strings");
+  if (!cs || cs->type != KEEL_ATTR_STRINGS) return keel_err(KEEL_ERR_INVALID_MODEL, "classes_strings is missing");
+  keyset ks, vs;
+  valset v = {0};
+  int64_t *idx;
+  KEEL_TRY(keel_k_scratch_n(k, cs->n + 1, sizeof(int64_t), (void **)&idx));
+  for (int64_t j = 0; j < cs->n; j++) idx[j] = j;
+  v.def_s = str_of(keel_k_attr_s(k, "default_string", "_Unused"));
+  v.def_i = keel_k_attr_i(k, "default_int64", -1);
+  v.n = cs->n;
+  if (x->dtype == KEEL_STRING) {
+    KEEL_TRY(keys_strings(k, cs, &ks));
+    v.dtype = KEEL_INT64, v.i = idx;
+  } else {
+    ks = (keyset){.kind = KEEL_INT64, .n = cs->n, .i = idx};
+    KEEL_TRY(keys_strings(k, cs, &vs));
+    v.dtype = KEEL_STRING, v.s = vs.s;
+  }
+  return lookup_run(k, x, &ks, &v);
+}
+
+/* The first attribute of `names` that is present. */
+static const keel_attr *first_attr(const keel_kctx *k, const char *const *names, int n) {
+  for (int i = 0; i < n; i++) {
+    const keel_attr *a = keel_k_attr(k, names[i]);
+    if (a) return a;
+  }
+  return NULL;
+}
+
+static keel_status le_values(keel_kctx *k, const keel_attr *va, valset *v) {
+  if (va->type == KEEL_ATTR_STRINGS) {
+    keyset vs;
+    KEEL_TRY(keys_strings(k, va, &vs));
+    v->dtype = KEEL_STRING, v->n = va->n, v->s = vs.s;
+  } else if (va->type == KEEL_ATTR_INTS) v->dtype = KEEL_INT64, v->n = va->n, v->i = va->ints;
+  else if (va->type == KEEL_ATTR_FLOATS) v->dtype = KEEL_FLOAT, v->n = va->n, v->f = va->floats;
+  else if (va->type == KEEL_ATTR_TENSOR && va->t) v->dtype = va->t->dtype, v->n = keel_tensor_numel(va->t), v->t = va->t;
+  else return keel_err(KEEL_ERR_INVALID_MODEL, "attribute '%s' has an unusable type", va->name);
+  return KEEL_OK;
+}
+
+/* Defaults: default_tensor (opset 4) or default_string/int64/float. */
+static keel_status le_defaults(keel_kctx *k, valset *v) {
+  v->def_s = str_of(keel_k_attr_s(k, "default_string", "_Unused"));
+  v->def_i = keel_k_attr_i(k, "default_int64", -1);
+  v->def_f = keel_k_attr_f(k, "default_float", -0.0f);
+  const keel_attr *d = keel_k_attr(k, "default_tensor");
+  if (!d || !d->t) return KEEL_OK;
+  const keel_tensor *t = d->t;
+  if (keel_tensor_numel(t) != 1 || t->dtype != v->dtype)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "default_tensor must hold one %s value", keel_dtype_name((keel_dtype)v->dtype));
+  if (t->dtype == KEEL_STRING) v->def_s = *(const keel_string *)t->data;
+  else if (keel_dtype_is_float(t->dtype)) v->def_f = keel_elem_get_f64(t->dtype, t->data, 0);
+  else v->def_i = keel_elem_get_i64(t->dtype, t->data, 0);
+  return KEEL_OK;
+}
+
+static keel_status op_label_encoder(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  if (keel_k_opset(k) < 2) return label_encoder_1(k, x);
+  static const char *const kn[] = {"keys_tensor", "keys_strings", "keys_int64s", "keys_floats"};
+  static const char *const vn[] = {"values_tensor", "values_strings", "values_int64s", "values_floats"};
+  const keel_attr *ka = first_attr(k, kn, 4), *va = first_attr(k, vn, 4);
+  if (!ka || !va) return keel_err(KEEL_ERR_INVALID_MODEL, "LabelEncoder needs one keys_* and one values_* attribute");
+  keyset ks;
+  valset v = {0};
+  KEEL_TRY(keys_attr(k, ka, &ks));
+  KEEL_TRY(le_values(k, va, &v));
+  KEEL_TRY(le_defaults(k, &v));
+  return lookup_run(k, x, &ks, &v);
+}
+
+/* ============================================================ table */
+
+#define ML_NUM_IN (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_INT32))
+#define LE_TYPES (KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_INT32) | \
+                  KEEL_T(KEEL_INT16) | KEEL_T(KEEL_DOUBLE))
+const keel_opdef keel_ops_ml_misc[] = {
+    {KEEL_ML, "Binarizer", 1, KEEL_OPSET_MAX, op_binarizer, 0, ML_NUM_IN},
+    {KEEL_ML, "Scaler", 1, KEEL_OPSET_MAX, op_scaler, 0, ML_NUM_IN},
+    {KEEL_ML, "Imputer", 1, KEEL_OPSET_MAX, op_imputer, 0, ML_NUM_IN},
+    {KEEL_ML, "Normalizer", 1, KEEL_OPSET_MAX, op_normalizer, 0, ML_NUM_IN},
+    {KEEL_ML, "ArrayFeatureExtractor", 1, KEEL_OPSET_MAX, op_array_feature_extractor, 0,
+     ML_NUM_IN | KEEL_T(KEEL_STRING)},
+    {KEEL_ML, "FeatureVectorizer", 1, KEEL_OPSET_MAX, op_feature_vectorizer, 0, ML_NUM_IN},
+    {KEEL_ML, "OneHotEncoder", 1, KEEL_OPSET_MAX, op_one_hot_encoder, 0, ML_NUM_IN | KEEL_T(KEEL_STRING)},
+    {KEEL_ML, "CategoryMapper", 1, KEEL_OPSET_MAX, op_category_mapper, 0, KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT64)},
+    {KEEL_ML, "LabelEncoder", 1, KEEL_OPSET_MAX, op_label_encoder, 0, LE_TYPES},
+    {0},
+};
+#undef ML_NUM_IN
+#undef LE_TYPES
