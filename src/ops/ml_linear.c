@@ -5,7 +5,7 @@
  *
  * Scores, labels and the two-class score columns follow ONNX Runtime,
  * which converters validate against: a binary LinearClassifier with one
- * coefficient row writes [1 - s, s]; an SVM classifier without
+ * coefficient row writes [1 - s, s] (s after the logistic when asked); an SVM classifier without
  * probabilities writes its pairwise decision values ([-s, s] for two
  * classes) and picks the label by votes, with probabilities the label is
  * still the vote winner. Arithmetic is done in double. */
@@ -137,7 +137,10 @@ static keel_status op_linear_classifier(keel_kctx *k) {
     KEEL_TRY(label_put(y, &l, i, lab));
     if (ni >= 2) ml_post_apply(post, s, ni);
     else if (post == ML_POST_PROBIT) s[0] = ml_probit(s[0]);
-    else if (second) s[1] = s[0], s[0] = 1.0 - s[1];
+    else if (second) {
+      s[1] = post == ML_POST_LOGISTIC ? ml_logistic(s[0]) : s[0];
+      s[0] = 1.0 - s[1];
+    }
     for (int64_t j = 0; j < zc; j++) ml_store(z, i * zc + j, s[j]);
   }
   return KEEL_OK;

@@ -1,0 +1,1 @@
+2cat2cat2cat2cat2cat2catBY
