@@ -456,6 +456,128 @@ def label_encoder_cases():
     case("label_encoder_v4_nan_key", m, {"X": np.array([np.nan, 1.5, 2.0], np.float32)})
 
 
+# ============================================================ maps
+
+def map_vi(name, key, value):
+    return helper.make_value_info(name, helper.make_map_type_proto(key, helper.make_tensor_type_proto(value, [])))
+
+
+def seq_map_vi(name, key, value):
+    return helper.make_value_info(name, helper.make_sequence_type_proto(
+        helper.make_map_type_proto(key, helper.make_tensor_type_proto(value, []))))
+
+
+def map_model(nodes, inputs, outputs):
+    g = helper.make_graph(nodes, "maps", inputs, outputs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid(ML, 1), helper.make_opsetid("", 17)],
+                          producer_name="keel gen_ml_tests")
+    m.ir_version = 8
+    return m
+
+
+def zip_rows(labels, x):
+    return [dict(zip(labels, (np.float32(v) for v in row))) for row in x]
+
+
+def zip_labels(node):
+    a = {x.name: x for x in node.attribute}
+    if "classlabels_strings" in a:
+        return [s.decode() for s in a["classlabels_strings"].strings]
+    return list(a["classlabels_int64s"].ints)
+
+
+def ref_zipmap(m, feeds):
+    """ZipMap as the spec defines it (one map per row: label -> score). Neither
+    onnxruntime-node (no non-tensor outputs) nor onnx.reference (no ZipMap) can
+    produce it; a model whose ZipMap follows another op runs that op in ONNX
+    Runtime and zips its output here."""
+    zm = [n for n in m.graph.node if n.op_type == "ZipMap"][0]
+    if len(m.graph.node) == 1:
+        return [(m.graph.output[0].name, zip_rows(zip_labels(zm), feeds[zm.input[0]]))]
+    sub = onnx.ModelProto()
+    sub.CopyFrom(m)
+    sub.graph.node.remove([n for n in sub.graph.node if n.op_type == "ZipMap"][0])
+    del sub.graph.output[:]
+    prod = sub.graph.node[0]
+    sub.graph.output.extend([vi(prod.output[0], TensorProto.STRING, None), vi(prod.output[1], TensorProto.FLOAT, None)])
+    with tempfile.TemporaryDirectory() as tmp:
+        (_, label), (_, prob) = run_ort([("sub", sub, feeds, "ort")], tmp)["sub"]
+    return [(m.graph.output[0].name, label), (m.graph.output[1].name, zip_rows(zip_labels(zm), prob))]
+
+
+ref_zipmap.label = "ZipMap per the ONNX spec, in the generator (other ops: onnxruntime-node 1.30)"
+
+
+NP_OF_ONNX = {TensorProto.FLOAT: np.float32, TensorProto.DOUBLE: np.float64, TensorProto.INT64: np.int64}
+
+
+def ref_dict_vectorizer(m, feeds):
+    (name, y), = run_reference("", m, feeds)
+    dt = NP_OF_ONNX[m.graph.output[0].type.tensor_type.elem_type]
+    return [(m.graph.output[0].name, np.asarray(y).astype(dt).reshape(1, -1))]
+
+
+ref_dict_vectorizer.label = ("onnx 1.23 onnx.reference values, as [1, V] of the map's value type "
+                             "(ONNX Runtime's shape; the reference gives [V] and float64)")
+
+
+def map_cases():
+    for key, labels in [("strings", ["a", "b", "c"]), ("int64s", [10, 20, 30])]:
+        kt = TensorProto.STRING if key == "strings" else TensorProto.INT64
+        node = helper.make_node("ZipMap", ["X"], ["Z"], domain=ML, **{f"classlabels_{key}": labels})
+        m = map_model([node], [vi("X", TensorProto.FLOAT, [None, 3])], [seq_map_vi("Z", kt, TensorProto.FLOAT)])
+        case(f"zipmap_{key}", m, {"X": rand(4, 3, 0, 1)}, ref_zipmap)
+    # a classifier's probabilities as sklearn-onnx hands them out
+    lc = helper.make_node("LinearClassifier", ["X"], ["label", "prob"], domain=ML,
+                          coefficients=rng.uniform(-1, 1, 12).tolist(), intercepts=[0.1, -0.2, 0.3],
+                          classlabels_strings=["setosa", "versicolor", "virginica"], post_transform="SOFTMAX")
+    zm = helper.make_node("ZipMap", ["prob"], ["probabilities"], domain=ML,
+                          classlabels_strings=["setosa", "versicolor", "virginica"])
+    m = map_model([lc, zm], [vi("X", TensorProto.FLOAT, [None, 4])],
+                  [vi("label", TensorProto.STRING, [None]), seq_map_vi("probabilities", TensorProto.STRING,
+                                                                        TensorProto.FLOAT)])
+    case("zipmap_after_linear_classifier", m, {"X": rand(5, 4)}, ref_zipmap)
+    for kt, vt, vocab, feed in [
+            (TensorProto.STRING, TensorProto.FLOAT, dict(string_vocabulary=["x", "y", "z", "w"]),
+             {"x": np.float32(1.5), "w": np.float32(-2.0), "q": np.float32(9.0)}),
+            (TensorProto.INT64, TensorProto.DOUBLE, dict(int64_vocabulary=[3, 1, 4, 15, 9]),
+             {4: 0.25, 9: 7.5, 2: 1.0}),
+            (TensorProto.STRING, TensorProto.INT64, dict(string_vocabulary=["b", "a"]),
+             {"a": np.int64(3), "b": np.int64(-4)})]:
+        node = helper.make_node("DictVectorizer", ["X"], ["Y"], domain=ML, **vocab)
+        nv = len(next(iter(vocab.values())))
+        m = map_model([node], [map_vi("X", kt, vt)], [vi("Y", vt, [1, nv])])
+        kn = "string" if kt == TensorProto.STRING else "int64"
+        vn = {TensorProto.FLOAT: "float", TensorProto.DOUBLE: "double", TensorProto.INT64: "int64"}[vt]
+        case(f"dict_vectorizer_{kn}_{vn}", m, {"X": feed}, ref_dict_vectorizer)
+
+
+def map_proto(d, name=None):
+    keys = list(d.keys())
+    mp = onnx.MapProto()
+    if name:
+        mp.name = name
+    if isinstance(keys[0], str):
+        mp.key_type = TensorProto.STRING
+        mp.string_keys.extend(k.encode() for k in keys)
+    else:
+        mp.key_type = TensorProto.INT64
+        mp.keys.extend(int(k) for k in keys)
+    vals = [numpy_helper.from_array(np.array(v)) for v in d.values()]
+    mp.values.CopyFrom(helper.make_sequence("", onnx.SequenceProto.TENSOR, vals))
+    return mp
+
+
+def value_pb(val, name):
+    if isinstance(val, dict):
+        return map_proto(val, name)
+    if isinstance(val, list):  # a sequence of maps
+        sp = onnx.SequenceProto(name=name, elem_type=onnx.SequenceProto.MAP)
+        sp.map_values.extend(map_proto(d) for d in val)
+        return sp
+    return numpy_helper.from_array(np.asarray(val), name)
+
+
 # ============================================================ writing
 
 def write_case(name, m, feeds, outs):
@@ -464,10 +586,10 @@ def write_case(name, m, feeds, outs):
     os.makedirs(os.path.join(d, "test_data_set_0"))
     onnx.save(m, os.path.join(d, "model.onnx"))
     for i, inp in enumerate(m.graph.input):
-        t = numpy_helper.from_array(feeds[inp.name], inp.name)
+        t = value_pb(feeds[inp.name], inp.name)
         open(os.path.join(d, "test_data_set_0", f"input_{i}.pb"), "wb").write(t.SerializeToString())
     for i, (oname, val) in enumerate(outs):
-        pb = val if isinstance(val, onnx.SequenceProto) else numpy_helper.from_array(val, oname)
+        pb = value_pb(val, oname)
         open(os.path.join(d, "test_data_set_0", f"output_{i}.pb"), "wb").write(pb.SerializeToString())
 
 
@@ -547,8 +669,7 @@ def main():
     linear_cases()
     svm_cases()
     misc_cases()
-    import gen_ml_map_cases  # noqa: E402  (maps: DictVectorizer, ZipMap)
-    gen_ml_map_cases.add(sys.modules[__name__])
+    map_cases()
     os.makedirs(ROOT, exist_ok=True)
     ort_cases = [c for c in CASES if c[3] == "ort"]
     with tempfile.TemporaryDirectory() as tmp:

@@ -347,6 +347,10 @@ static void add_buffer(block_set *s, const keel_buffer *buf) {
 static void add_vals(block_set *s, const keel_val *v, int32_t n) {
   for (int32_t i = 0; i < n; i++) {
     if (v[i].kind == KEEL_V_TENSOR) add_buffer(s, v[i].t.buf);
+    else if (v[i].kind == KEEL_V_MAP) add_buffer(s, v[i].map->keys.buf), add_buffer(s, v[i].map->values.buf);
+    else if (v[i].kind == KEEL_V_SEQUENCE && v[i].seq->of_maps)
+      for (size_t k = 0; k < v[i].seq->n; k++)
+        add_buffer(s, v[i].seq->maps[k]->keys.buf), add_buffer(s, v[i].seq->maps[k]->values.buf);
     else if (v[i].kind == KEEL_V_SEQUENCE)
       for (size_t k = 0; k < v[i].seq->n; k++) add_buffer(s, v[i].seq->items[k].buf);
   }

@@ -14,7 +14,7 @@ keel_status keel_k_in_opt(keel_kctx *k, int i, const keel_tensor **t) {
   const keel_val *v = k->in[i];
   if (v->kind != KEEL_V_TENSOR)
     return keel_err(KEEL_ERR_SHAPE, "input %d '%s' is a %s, expected a tensor", i,
-                    in_name(k, i), v->kind == KEEL_V_SEQUENCE ? "sequence" : "empty optional");
+                    in_name(k, i), v->kind == KEEL_V_SEQUENCE ? "sequence" : v->kind == KEEL_V_MAP ? "map" : "empty optional");
   *t = &v->t;
   return KEEL_OK;
 }
