@@ -57,6 +57,12 @@ def rand(n, c, lo=-2.0, hi=2.0, dt=np.float32):
     return rng.uniform(lo, hi, (n, c)).astype(dt)
 
 
+def grid(n, c, dt=np.float32):
+    """Inputs on the trees' threshold grid (multiples of 0.5) and between it,
+    so that <, <=, ==, != all see both outcomes."""
+    return (rng.integers(-8, 9, (n, c)) * 0.25).astype(dt)
+
+
 # ============================================================ trees
 
 def rand_tree(depth, nfeat, p_leaf=0.25):
@@ -70,7 +76,7 @@ def rand_tree(depth, nfeat, p_leaf=0.25):
             nodes[i] = dict(id=i, leaf=True)
             return i
         f = int(rng.integers(0, nfeat))
-        v = float(np.float32(rng.uniform(-1.5, 1.5)))
+        v = float(rng.integers(-3, 4)) * 0.5  # on the input grid (grid()): equality hits
         nodes[i] = dict(id=i, leaf=False, feature=f, value=v)
         nodes[i]["true"] = grow(d - 1)
         nodes[i]["false"] = grow(d - 1)
@@ -115,18 +121,17 @@ def tree_regressor_cases():
         m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
                   [("Y", TensorProto.FLOAT, [None, 2])],
                   dict(n_targets=2, aggregate_function=agg, base_values=[0.5, -0.25], **a), ml_opset=1)
-        case(f"tree_regressor_{agg.lower()}", m, {"X": rand(6, F)})
+        case(f"tree_regressor_{agg.lower()}", m, {"X": grid(6, F)})
     modes = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
     trees = [rand_tree(4, F) for _ in range(2)]
     a = old_attrs(trees, 1, "target", modes_pick=lambda: modes[int(rng.integers(0, 6))])
-    x = rand(8, F)
-    x[0, :] = np.array(a["nodes_values"][:F], np.float32)  # equality hits
+    x = grid(12, F)
     m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
               [("Y", TensorProto.FLOAT, [None, 1])], dict(n_targets=1, **a), ml_opset=1)
     case("tree_regressor_modes", m, {"X": x})
     trees = [rand_tree(3, F) for _ in range(2)]
     a = old_attrs(trees, 1, "target", missing=True)
-    x = rand(6, F)
+    x = grid(6, F)
     x[::2, 1] = np.nan
     x[1::2, 2] = np.nan
     m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
@@ -137,7 +142,15 @@ def tree_regressor_cases():
         a = old_attrs(trees, 3, "target")
         m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
                   [("Y", TensorProto.FLOAT, [None, 3])], dict(n_targets=3, post_transform=post, **a), ml_opset=1)
-        case(f"tree_regressor_{post.lower()}", m, {"X": rand(5, F)})
+        case(f"tree_regressor_{post.lower()}", m, {"X": grid(5, F)})
+    # probit on one target (scores kept inside (0, 1))
+    trees = [rand_tree(3, F) for _ in range(2)]
+    a = old_attrs(trees, 1, "target")
+    a["target_weights"] = [w * 0.2 for w in a["target_weights"]]
+    m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
+              [("Y", TensorProto.FLOAT, [None, 1])],
+              dict(n_targets=1, post_transform="PROBIT", base_values=[0.5], **a), ml_opset=1)
+    case("tree_regressor_probit", m, {"X": grid(6, F)})
     # opset 3: double input, values and weights as tensors
     trees = [rand_tree(3, F) for _ in range(2)]
     a = old_attrs(trees, 1, "target")
@@ -148,7 +161,7 @@ def tree_regressor_cases():
     m = model("TreeEnsembleRegressor", [("X", TensorProto.DOUBLE, [None, F])],
               [("Y", TensorProto.FLOAT, [None, 1])], dict(n_targets=1, aggregate_function="AVERAGE", **a),
               ml_opset=3)
-    case("tree_regressor_double_tensors", m, {"X": rand(5, F, dt=np.float64)})
+    case("tree_regressor_double_tensors", m, {"X": grid(5, F, dt=np.float64)})
 
 
 def tree_classifier_cases():
@@ -163,7 +176,7 @@ def tree_classifier_cases():
         m = model("TreeEnsembleClassifier", [("X", TensorProto.FLOAT, [None, F])],
                   [("Y", ye, [None]), ("Z", TensorProto.FLOAT, [None, 3])],
                   dict(post_transform=post, base_values=[0.1, -0.2, 0.05], **lab, **a), ml_opset=1)
-        case(f"tree_classifier_{post.lower()}_{labels}", m, {"X": rand(6, F)})
+        case(f"tree_classifier_{post.lower()}_{labels}", m, {"X": grid(6, F)})
     # binary, one score column (class id 0), as sklearn's gradient boosting writes
     for post in ["NONE", "LOGISTIC"]:
         trees = [rand_tree(3, F) for _ in range(3)]
@@ -171,7 +184,7 @@ def tree_classifier_cases():
         m = model("TreeEnsembleClassifier", [("X", TensorProto.FLOAT, [None, F])],
                   [("Y", TensorProto.INT64, [None]), ("Z", TensorProto.FLOAT, [None, 2])],
                   dict(post_transform=post, base_values=[0.3], classlabels_int64s=[0, 1], **a), ml_opset=1)
-        case(f"tree_classifier_binary_{post.lower()}", m, {"X": rand(8, F)})
+        case(f"tree_classifier_binary_{post.lower()}", m, {"X": grid(8, F)})
     # binary with positive weights (probabilities), no base values
     trees = [rand_tree(3, F) for _ in range(2)]
     a = old_attrs(trees, 1, "class")
@@ -179,7 +192,7 @@ def tree_classifier_cases():
     m = model("TreeEnsembleClassifier", [("X", TensorProto.FLOAT, [None, F])],
               [("Y", TensorProto.STRING, [None]), ("Z", TensorProto.FLOAT, [None, 2])],
               dict(classlabels_strings=["no", "yes"], **a), ml_opset=1)
-    case("tree_classifier_binary_positive", m, {"X": rand(8, F)})
+    case("tree_classifier_binary_positive", m, {"X": grid(8, F)})
     # random-forest style: both classes weighted, averaged over trees... as SUM of 1/n
     trees = [rand_tree(3, F) for _ in range(4)]
     a = old_attrs(trees, 3, "class")
@@ -187,7 +200,7 @@ def tree_classifier_cases():
     m = model("TreeEnsembleClassifier", [("X", TensorProto.DOUBLE, [None, F])],
               [("Y", TensorProto.INT64, [None]), ("Z", TensorProto.FLOAT, [None, 3])],
               dict(classlabels_int64s=[0, 1, 2], **a), ml_opset=1)
-    case("tree_classifier_forest_double", m, {"X": rand(7, F, dt=np.float64)})
+    case("tree_classifier_forest_double", m, {"X": grid(7, F, dt=np.float64)})
 
 
 def new_attrs(trees, n_targets, member=False):
@@ -271,7 +284,7 @@ def tree_ensemble_cases():
             attrs["membership_values"] = numpy_helper.from_array(np.array(a["membership_values"], dt), "mv")
         m = model("TreeEnsemble", [("X", et, [None, F])], [("Y", et, [None, 2])], attrs, ml_opset=5,
                   ai_opset=21)
-        x = rng.integers(-2, 3, (8, F)).astype(dt) if member else rand(8, F, dt=dt)
+        x = rng.integers(-2, 3, (8, F)).astype(dt) if member else grid(8, F, dt=dt)
         name = ["average", "sum", "min", "max"][agg] + ("_member" if member else "") + \
             ("_" + ["none", "softmax", "logistic"][post] if post else "") + ("_double" if dt == np.float64 else "")
         # ONNX Runtime 1.30 reads post_transform 1 as LOGISTIC and 2 as SOFTMAX (its
@@ -285,7 +298,7 @@ def tree_ensemble_cases():
 
 def linear_cases():
     F = 4
-    for t, post in [(1, "NONE"), (3, "NONE"), (3, "SOFTMAX")]:
+    for t, post in [(1, "NONE"), (3, "NONE"), (3, "SOFTMAX"), (2, "LOGISTIC")]:
         coef = rng.uniform(-1, 1, t * F).astype(np.float32).tolist()
         m = model("LinearRegressor", [("X", TensorProto.FLOAT, [None, F])], [("Y", TensorProto.FLOAT, [None, t])],
                   dict(coefficients=coef, intercepts=rng.uniform(-1, 1, t).tolist(), targets=t,

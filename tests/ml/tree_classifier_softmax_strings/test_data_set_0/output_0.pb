@@ -1,1 +1,1 @@
-2cat2cat2cat2cat2cat2catBY
+2eel2eel2eel2eel2eel2eelBY

@@ -1,4 +1,2 @@
-2setosa2setosa2
-versicolor2
-versicolor2
-versicolorBlabel
+2	virginica2
+versicolor2setosa2setosa2	virginicaBlabel
