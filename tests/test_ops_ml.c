@@ -336,6 +336,59 @@ static void check_map_api(void) {
   keel_value_release(m);
 }
 
+/* ZipMap's sequence of maps and DictVectorizer on a map made through the API. */
+static void check_zipmap_dictvectorizer(void) {
+  enum { N = 5, C = 3 };
+  mb_node *nd;
+  mb_graph *g = graph1("ZipMap", C, "Z", &nd);
+  mb_attr_strs(nd, "classlabels_strings", C, (const char *[]){"x", "yy", "zzz"});
+  keel_session_t *s = open_ml(g, 1);
+  if (!s) return;
+  float x[N * C];
+  for (int i = 0; i < N * C; i++) x[i] = (float)frand();
+  keel_value_t *z = NULL;
+  CHECK_OK(run_x(s, x, N, C, &z, 1));
+  CHECK(keel_sequence_length(z) == N);
+  for (int r = 0; z && r < N; r++) {
+    const keel_value_t *m = keel_sequence_at(z, (size_t)r);
+    CHECK(keel_value_kind_of(m) == KEEL_KIND_MAP && keel_map_size(m) == C);
+    const keel_string *k = keel_map_keys(m);
+    const float *v = keel_map_values(m);
+    for (int j = 0; k && v && j < C; j++) CHECK(k[j].len == (size_t)j + 1 && v[j] == x[r * C + j]);
+  }
+  keel_value_release(z);
+  keel_session_destroy(s);
+
+  g = mb_graph_new("main");
+  mb_input_map(g, "M", KEEL_INT64, KEEL_DOUBLE);
+  mb_output(g, "Y", KEEL_UNDEFINED, -1, NULL);
+  nd = mb_add(g, "DictVectorizer", "M", "Y");
+  mb_domain(nd, ML);
+  mb_attr_ints(nd, "int64_vocabulary", 4, (int64_t[]){5, 2, 9, 2});
+  s = open_ml(g, 1);
+  if (!s) return;
+  keel_io_info io;
+  CHECK_OK(keel_session_input(s, 0, &io));
+  CHECK(io.kind == KEEL_KIND_MAP && io.dtype == KEEL_DOUBLE);
+  keel_value_t *m = NULL, *y[1] = {0}, *t = NULL;
+  CHECK_OK(keel_map_create(s, KEEL_INT64, KEEL_DOUBLE, 3, (int64_t[]){2, 7, 9}, (double[]){0.5, 8, -3}, &m));
+  CHECK_OK(keel_run(s, (const char *[]){"M"}, &m, 1, y));
+  double want[4] = {0, 0.5, -3, 0.5}; /* 2 appears twice in the vocabulary: both slots */
+  CHECK(y[0] && keel_value_rank(y[0]) == 2 && keel_value_shape(y[0])[1] == 4);
+  for (int j = 0; y[0] && j < 4; j++) CHECK_NEAR(keel_value_at(y[0], j), want[j], 0);
+  /* a tensor where the map goes, and a map of string keys: errors */
+  t = mb_tensor(s, KEEL_FLOAT, 1, (int64_t[]){1}, (float[]){1});
+  keel_value_t *y2[1] = {0};
+  CHECK_STATUS(keel_run(s, (const char *[]){"M"}, &t, 1, y2), KEEL_ERR_INVALID_ARG);
+  keel_value_release(t);
+  CHECK_OK(keel_map_create(s, KEEL_STRING, KEEL_DOUBLE, 1, (keel_string[]){{"a", 1}}, (double[]){1}, &t));
+  CHECK_STATUS(keel_run(s, (const char *[]){"M"}, &t, 1, y2), KEEL_ERR_SHAPE);
+  keel_value_release(t);
+  keel_value_release(m);
+  keel_value_release(y[0]);
+  keel_session_destroy(s);
+}
+
 /* ============================================================ errors */
 
 /* A regressor of two nodes (0: x0 <= 0 ? 1 : 2), one of them patched. */
@@ -451,6 +504,23 @@ static void check_bad_svm_and_lookups(void) {
     CHECK(strstr(keel_last_error(), "2 keys but 3 values") != NULL);
     keel_session_destroy(s);
   }
+  /* categories of the wrong attribute type */
+  g = graph1("OneHotEncoder", 1, "Y", &nd);
+  mb_attr_floats(nd, "cats_int64s", 2, (float[]){1, 2});
+  s = open_ml(g, 1);
+  if (s) {
+    CHECK_STATUS(run_x(s, x, 1, 1, y, 1), KEEL_ERR_INVALID_MODEL);
+    keel_session_destroy(s);
+  }
+  /* ZipMap with more columns than labels */
+  g = graph1("ZipMap", 2, "Z", &nd);
+  mb_attr_ints(nd, "classlabels_int64s", 1, (int64_t[]){4});
+  s = open_ml(g, 1);
+  if (s) {
+    CHECK_STATUS(run_x(s, x, 1, 2, y, 1), KEEL_ERR_SHAPE);
+    CHECK(strstr(keel_last_error(), "2 columns but there are 1 class labels") != NULL);
+    keel_session_destroy(s);
+  }
 }
 
 int main(void) {
@@ -459,6 +529,7 @@ int main(void) {
   check_svm_regressor_kernels();
   check_svm_classifier_votes();
   check_map_api();
+  check_zipmap_dictvectorizer();
   check_bad_trees();
   check_bad_tree_ensemble();
   check_bad_svm_and_lookups();

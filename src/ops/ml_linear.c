@@ -360,8 +360,7 @@ static int64_t svc_row(const svc *s, const double *row, double *kern, double *de
     int64_t b = argmax(z, kc);
     double w = z[b];
     if (kc == 2 && ((s->all_pos && w >= 0.5) || (w > 0 && !s->all_pos))) b = 1;
-    else if (kc != 2 && s->npairs == 1) b = w > 0 ? -2 : -1;
-    if (kc >= 2) ml_post_apply(s->m.post, z, kc);
+    ml_post_apply(s->m.post, z, kc);
     return b;
   }
   for (int64_t v = 0; v < s->nv; v++) kern[v] = kernel_eval(&s->m.kr, row, s->m.sv + v * s->c, s->c);

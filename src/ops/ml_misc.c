@@ -299,7 +299,7 @@ static keel_status op_one_hot_encoder(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
   const keel_attr *a = keel_k_attr(k, x->dtype == KEEL_STRING ? "cats_strings" : "cats_int64s");
-  if (!a || a->n < 1)
+  if (!a || a->n < 1 || a->type != (x->dtype == KEEL_STRING ? KEEL_ATTR_STRINGS : KEEL_ATTR_INTS))
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s input needs attribute '%s'", keel_dtype_name((keel_dtype)x->dtype),
                     x->dtype == KEEL_STRING ? "cats_strings" : "cats_int64s");
   keyset ks;
