@@ -523,6 +523,58 @@ static void check_bad_svm_and_lookups(void) {
   }
 }
 
+/* Findings of fuzz_run on the tests/ml seeds (fuzz/make_seeds.py), each an
+ * error or a defined result now: a double too large for int64 into
+ * OneHotEncoder, inputdimensions near INT64_MAX, n_supports near INT64_MAX
+ * (products overflowed), and X with zero columns (NULL + 0). */
+static void check_fuzz_regressions(void) {
+  mb_node *nd;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "X", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_output(g, "Y", KEEL_UNDEFINED, -1, NULL);
+  nd = mb_add(g, "OneHotEncoder", "X", "Y");
+  mb_domain(nd, ML);
+  mb_attr_ints(nd, "cats_int64s", 2, (int64_t[]){0, 2});
+  keel_session_t *s = open_ml(g, 1);
+  if (s) {
+    keel_value_t *x = mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){2}, (double[]){1.44e214, 2}), *y = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &x, 1, &y));
+    CHECK(y && keel_value_at(y, 0) == 0 && keel_value_at(y, 1) == 0 && keel_value_at(y, 3) == 1);
+    keel_value_release(x);
+    keel_value_release(y);
+    keel_session_destroy(s);
+  }
+  g = graph1("FeatureVectorizer", 2, "Y", &nd);
+  mb_attr_ints(nd, "inputdimensions", 1, (int64_t[]){INT64_MAX});
+  s = open_ml(g, 1);
+  keel_value_t *y[2] = {0};
+  float x[4] = {1, 2, 3, 4};
+  if (s) {
+    CHECK(run_x(s, x, 2, 2, y, 1) != KEEL_OK);
+    keel_session_destroy(s);
+  }
+  g = graph1("SVMRegressor", 2, "Y", &nd);
+  mb_attr_i(nd, "n_supports", INT64_MAX);
+  mb_attr_floats(nd, "support_vectors", 2, (float[]){1, 2});
+  mb_attr_floats(nd, "coefficients", 1, (float[]){1});
+  mb_attr_floats(nd, "rho", 1, (float[]){0});
+  s = open_ml(g, 1);
+  if (s) {
+    CHECK_STATUS(run_x(s, x, 2, 2, y, 1), KEEL_ERR_SHAPE);
+    keel_session_destroy(s);
+  }
+  g = graph1("LinearRegressor", 0, "Y", &nd);
+  mb_attr_floats(nd, "coefficients", 0, (float[]){0});
+  mb_attr_floats(nd, "intercepts", 1, (float[]){0.5f});
+  s = open_ml(g, 1);
+  if (s) {
+    CHECK_OK(run_x(s, x, 3, 0, y, 1));
+    CHECK(y[0] && keel_value_numel(y[0]) == 3 && keel_value_at(y[0], 2) == 0.5);
+    keel_value_release(y[0]);
+    keel_session_destroy(s);
+  }
+}
+
 int main(void) {
   for (int i = 0; i < 40; i++) check_tree_regressor_random(i);
   check_tree_ensemble_member();
@@ -533,5 +585,6 @@ int main(void) {
   check_bad_trees();
   check_bad_tree_ensemble();
   check_bad_svm_and_lookups();
+  check_fuzz_regressions();
   return check_report();
 }

@@ -135,6 +135,7 @@ keel_status ml_rows(const keel_tensor *x, const char *op, int64_t *n, int64_t *c
 }
 
 void ml_row(const keel_tensor *x, int64_t i, int64_t c, double *row) {
+  if (c <= 0 || !x->data) return; /* no columns: nothing to read */
   if (x->dtype == KEEL_FLOAT) {
     const float *p = (const float *)x->data + i * c;
     for (int64_t j = 0; j < c; j++) row[j] = p[j];

@@ -41,6 +41,12 @@ KEEL_INTERNAL keel_status ml_rows(const keel_tensor *x, const char *op, int64_t 
 /* Row i of X (C values) into `row` as doubles. */
 KEEL_INTERNAL void ml_row(const keel_tensor *x, int64_t i, int64_t c, double *row);
 
+/* True when a * b == want (no overflow; a, b >= 0). */
+static inline bool ml_prod_is(int64_t a, int64_t b, int64_t want) {
+  int64_t p;
+  return a >= 0 && b >= 0 && !__builtin_mul_overflow(a, b, &p) && p == want;
+}
+
 /* Writes v into element i of a float/double/float16 output. */
 KEEL_INTERNAL void ml_store(keel_tensor *y, int64_t i, double v);
 

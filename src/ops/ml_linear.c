@@ -27,7 +27,7 @@ static keel_status op_linear_regressor(keel_kctx *k) {
   int post;
   KEEL_TRY(ml_post_transform(k, &post));
   if (t < 1) return keel_err(KEEL_ERR_INVALID_MODEL, "targets must be positive, got %lld", (long long)t);
-  if (nc != t * c)
+  if (!ml_prod_is(t, c, nc))
     return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values, expected targets (%lld) x features (%lld)",
                     (long long)nc, (long long)t, (long long)c);
   if (ni > 0 && ni != t)
@@ -90,7 +90,7 @@ static keel_status label_out(keel_kctx *k, const labels *l, int64_t n, keel_tens
 
 static keel_status lc_check(int64_t nc, int64_t ni, int64_t c) {
   if (ni < 1) return keel_err(KEEL_ERR_INVALID_MODEL, "intercepts is missing or empty");
-  if (nc != ni * c)
+  if (!ml_prod_is(ni, c, nc))
     return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values, expected classes (%lld) x features (%lld)",
                     (long long)nc, (long long)ni, (long long)c);
   return KEEL_OK;
@@ -200,7 +200,8 @@ static keel_status svm_read(keel_kctx *k, svm_model *m) {
   KEEL_TRY(ml_attr_reals(k, "prob_b", &m->pb, &m->npb));
   if (m->ncoef < 1) return keel_err(KEEL_ERR_INVALID_MODEL, "coefficients is missing or empty");
   if (m->nrho < 1) return keel_err(KEEL_ERR_INVALID_MODEL, "rho is missing or empty");
-  if (m->nsv < 0) m->nsv = 0;
+  static const double none[1] = {0};
+  if (m->nsv < 0) m->nsv = 0, m->sv = (double *)(uintptr_t)none; /* never read: no vectors */
   if (m->npa < 0) m->npa = 0;
   return KEEL_OK;
 }
@@ -213,10 +214,10 @@ static keel_status op_svm_regressor(keel_kctx *k) {
   svm_model m;
   KEEL_TRY(svm_read(k, &m));
   int64_t nsup = keel_k_attr_i(k, "n_supports", 0), one = keel_k_attr_i(k, "one_class", 0);
-  if (nsup > 0 && (m.nsv != nsup * c || m.ncoef != nsup))
-    return keel_err(KEEL_ERR_SHAPE, "%lld support vectors of %lld features need %lld support_vectors values "
-                    "and %lld coefficients, got %lld and %lld", (long long)nsup, (long long)c,
-                    (long long)(nsup * c), (long long)nsup, (long long)m.nsv, (long long)m.ncoef);
+  if (nsup > 0 && (!ml_prod_is(nsup, c, m.nsv) || m.ncoef != nsup))
+    return keel_err(KEEL_ERR_SHAPE, "%lld support vectors of %lld features do not fit support_vectors "
+                    "(%lld values) and coefficients (%lld values)", (long long)nsup, (long long)c,
+                    (long long)m.nsv, (long long)m.ncoef);
   if (nsup <= 0 && m.ncoef != c)
     return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values for %lld features", (long long)m.ncoef, (long long)c);
   int64_t shape[2] = {n, 1};
@@ -298,7 +299,7 @@ static keel_status svc_read(keel_kctx *k, int64_t c, svc *s) {
   for (int64_t i = 0; i < s->m.ncoef; i++)
     if (s->m.coef[i] < 0) s->all_pos = false;
   if (!s->svc) {
-    if (s->m.ncoef != s->kc * c)
+    if (!ml_prod_is(s->kc, c, s->m.ncoef))
       return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values, expected classes (%lld) x features (%lld)",
                       (long long)s->m.ncoef, (long long)s->kc, (long long)c);
     return KEEL_OK;
@@ -310,13 +311,15 @@ static keel_status svc_read(keel_kctx *k, int64_t c, svc *s) {
     if (s->vpc[i] < 0 || s->vpc[i] > s->m.nsv)
       return keel_err(KEEL_ERR_INVALID_MODEL, "vectors_per_class[%lld] = %lld is out of range", (long long)i, (long long)s->vpc[i]);
     s->start[i] = s->nv, s->nv += s->vpc[i];
+    if (s->nv > s->m.nsv)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "vectors_per_class adds up to more vectors than support_vectors holds");
   }
-  if (s->m.nsv != s->nv * c)
+  if (!ml_prod_is(s->nv, c, s->m.nsv))
     return keel_err(KEEL_ERR_SHAPE, "support_vectors has %lld values, expected %lld vectors x %lld features",
                     (long long)s->m.nsv, (long long)s->nv, (long long)c);
-  if (s->m.ncoef != (s->kc - 1) * s->nv)
-    return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values, expected (classes - 1) x vectors = %lld",
-                    (long long)s->m.ncoef, (long long)((s->kc - 1) * s->nv));
+  if (!ml_prod_is(s->kc - 1, s->nv, s->m.ncoef))
+    return keel_err(KEEL_ERR_SHAPE, "coefficients has %lld values, expected (classes - 1) x vectors (%lld x %lld)",
+                    (long long)s->m.ncoef, (long long)(s->kc - 1), (long long)s->nv);
   if (s->m.nrho < s->npairs)
     return keel_err(KEEL_ERR_INVALID_MODEL, "rho has %lld values for %lld class pairs", (long long)s->m.nrho, (long long)s->npairs);
   if (s->proba && (s->m.npa < s->npairs || s->m.npb < s->npairs))

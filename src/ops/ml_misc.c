@@ -162,7 +162,8 @@ static keel_status op_feature_vectorizer(keel_kctx *k) {
   for (int i = 0; i < k->n_in; i++) {
     const keel_tensor *x;
     KEEL_TRY(keel_k_in(k, i, &x));
-    if (dims[i] < 0) return keel_err(KEEL_ERR_INVALID_MODEL, "inputdimensions[%d] is negative", i);
+    if (dims[i] < 0 || dims[i] > INT64_MAX - total)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "inputdimensions[%d] = %lld is out of range", i, (long long)dims[i]);
     int64_t r = x->rank >= 2 ? x->shape[0] : 1;
     if (rows >= 0 && r != rows)
       return keel_err(KEEL_ERR_SHAPE, "input %d has %lld rows, input 0 has %lld", i, (long long)r, (long long)rows);
@@ -319,10 +320,10 @@ static keel_status op_one_hot_encoder(keel_kctx *k) {
     int64_t j;
     if (isf) { /* floats are looked up as the integers they hold */
       double v = keel_elem_get_f64(x->dtype, x->data, (size_t)e);
-      int64_t iv = (int64_t)v;
       j = -1;
-      for (int64_t t = 0; t < ks.n && (double)iv == v; t++)
-        if (ks.i[t] == iv) j = t, t = ks.n;
+      if (v == floor(v) && fabs(v) < 9.2e18) /* an integer that int64 holds */
+        for (int64_t t = 0, iv = (int64_t)v; t < ks.n; t++)
+          if (ks.i[t] == iv) j = t, t = ks.n;
     } else j = keys_find(&ks, x, e);
     if (j < 0 && !zeros) return keel_err(KEEL_ERR_RUNTIME, "element %lld of X is not one of the categories (zeros = 0)", (long long)e);
     if (j >= 0) out[e * ks.n + j] = 1.0f;
