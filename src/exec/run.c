@@ -203,7 +203,7 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
                  .n_out = n->n_out, .heap = R->s->heap,
                  .owner = {n->site & R->s->owner_mask, f->iter & R->s->owner_mask},
-                 .run = R, .frame = f};
+                 .run = R, .frame = f, .prep = n->prep};
   st = n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);

@@ -36,6 +36,36 @@ static keel_status bind_graph(keel_session_t *s, const keel_graph *g, uint32_t *
   return KEEL_OK;
 }
 
+/* Ops with a prepare step build their per-node state once, here. */
+static keel_status prepare_graph(keel_session_t *s, const keel_graph *g) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    if (!n->op || !n->op->prepare) continue;
+    keel_kctx k = {.node = n, .heap = s->heap, .owner = {n->site, 0}};
+    keel_status st = n->op->prepare(&k, &n->prep, &n->prep_bytes);
+    for (int32_t j = 0; j < k.n_scratch; j++) keel_heap_free(s->heap, k.scratch[j]);
+    if (st) {
+      char lb[256];
+      return keel_err_prefix(st, "graph '%s': node %s", g->path, keel_node_label(n, lb, sizeof lb));
+    }
+  }
+  return KEEL_OK;
+}
+
+static keel_status prepare(keel_session_t *s) {
+  for (int32_t i = 0; i < s->m->n_graphs; i++) KEEL_TRY(prepare_graph(s, s->m->graphs[i]));
+  return KEEL_OK;
+}
+
+static void unprepare(keel_session_t *s) {
+  for (int32_t i = 0; s->m && i < s->m->n_graphs; i++)
+    for (int32_t j = 0; j < s->m->graphs[i]->n_nodes; j++) {
+      keel_node *n = &s->m->graphs[i]->nodes[j];
+      if (n->prep) keel_sys_free(n->prep, n->prep_bytes);
+      n->prep = NULL;
+    }
+}
+
 static keel_status bind(keel_session_t *s) {
   const keel_model *m = s->m;
   uint32_t n = KEEL_SITE_FIRST_NODE;
@@ -114,6 +144,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
+  if (!st) st = prepare(s);
   if (st) {
     keel_err_prefix(st, "%s", m->path);
     keel_session_destroy(s);
@@ -177,6 +208,7 @@ void keel_session_destroy(keel_session_t *s) {
   keel_sys_free(s->out_info, ((size_t)g->n_out + 1) * sizeof(keel_io_info));
   keel_sys_free(s->consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
   keel_sys_free(s->sites, (size_t)s->n_sites * sizeof(keel_site));
+  unprepare(s);
   keel_onnx_free(s->m);
   keel_heap_release(s->heap); /* lives on while user values hold it */
   keel_mutex_destroy(&s->pool_lock);

@@ -113,6 +113,8 @@ typedef struct keel_node {
   /* -- bound at session creation */
   const struct keel_opdef *op;
   uint32_t site;               /* owner-tag site of output 0; +i for output i */
+  void *prep;                  /* the op's prepared state (opdef.prepare), */
+  size_t prep_bytes;           /* one block of system memory, or NULL     */
   /* -- plan */
   int32_t n_release;
   int32_t *release;            /* slots to drop right after the node runs  */

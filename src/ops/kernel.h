@@ -49,9 +49,18 @@ typedef struct keel_kctx {
   struct keel_frame *frame;
   int32_t n_scratch;
   keel_block *scratch[KEEL_K_MAX_SCRATCH];
+  const void *prep;            /* the node's prepared state, or NULL      */
 } keel_kctx;
 
 typedef keel_status (*keel_kernel_fn)(keel_kctx *k);
+/* Optional, per op: builds immutable state from the node's attributes
+ * once, at session creation (an error fails the load), so that a kernel
+ * whose attributes are a whole model (tree ensembles) does not rebuild it
+ * on every call. `k` has the node, the session heap and scratch (freed
+ * after the call); no inputs. The state is one block from keel_sys_alloc
+ * of *bytes bytes, freed by the session; kernels read it as k->prep and
+ * must still work when it is NULL. */
+typedef keel_status (*keel_prepare_fn)(keel_kctx *k, void **state, size_t *bytes);
 
 enum {
   KEEL_OPF_RANDOM = 1          /* draws random numbers                    */
@@ -73,6 +82,7 @@ typedef struct keel_opdef {
   keel_kernel_fn fn;
   uint32_t flags;              /* KEEL_OPF_*                              */
   uint64_t types;              /* element types of the main input(s), KEEL_T */
+  keel_prepare_fn prepare;     /* optional (see keel_prepare_fn)          */
 } keel_opdef;
 
 /* ------------------------------------------------------------ inputs */

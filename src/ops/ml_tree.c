@@ -4,12 +4,15 @@
  * TreeEnsemble (opset 5: nodes by index, leaves in their own arrays, modes
  * as a uint8 tensor, BRANCH_MEMBER sets).
  *
- * Both attribute forms become one flat ensemble, built per call in kernel
- * scratch (kernels keep no state): nodes with their children as indices (a
- * negative child -1-j is leaf j), leaves as ranges of (target, weight)
- * pairs, and one root per tree. Every id is checked while building, so a
- * malformed model is an error naming the node, never an out-of-range read;
- * a walk longer than the node count (a cycle) is an error too.
+ * Both attribute forms become one flat ensemble: nodes with their children
+ * as indices (a negative child -1-j is leaf j), leaves as ranges of
+ * (target, weight) pairs, and one root per tree. It is built once per node
+ * at session creation (the ops' prepare step: one block of system memory
+ * the session frees) and read-only afterwards, so a forest of 100k nodes
+ * costs its walk per row, not its parsing. Every id is checked while
+ * building, so a malformed model is a load error naming the node, never an
+ * out-of-range read; a walk longer than the node count (a cycle) and a
+ * feature past X's columns are run-time errors.
  *
  * Aggregation and the final scores follow ONNX Runtime: SUM, AVERAGE (sum
  * over trees / tree count), MIN and MAX (targets no leaf reached score 0),
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../mem/sysmem.h"
 #include "ml_common.h"
 
 enum { M_LEQ = 0, M_LT, M_GTE, M_GT, M_EQ, M_NEQ, M_MEMBER, M_LEAF };
@@ -40,6 +44,8 @@ typedef struct tweight {
 
 typedef struct ens {
   int32_t n_nodes, n_leaves, n_trees, n_targets;
+  int64_t n_w, n_sets;
+  bool binary, all_pos;    /* classifier: two labels, one class id used; weights >= 0 */
   tnode *nodes;
   int32_t *leaf_beg, *leaf_n; /* weights of leaf j: w[leaf_beg[j] ..] */
   tweight *w;
@@ -211,6 +217,7 @@ static keel_status old_weights(keel_kctx *k, const old_nodes *o, const char *pre
   KEEL_TRY(keel_k_scratch_n(k, e->n_leaves + 1, sizeof(int32_t), (void **)&e->leaf_beg));
   KEEL_TRY(keel_k_scratch_n(k, e->n_leaves + 1, sizeof(int32_t), (void **)&e->leaf_n));
   KEEL_TRY(keel_k_scratch_n(k, ni + 1, sizeof *e->w, (void **)&e->w));
+  e->n_w = ni;
   memset(e->leaf_n, 0, sizeof(int32_t) * (size_t)(e->n_leaves + 1));
   int32_t *at;
   KEEL_TRY(keel_k_scratch_n(k, ni + 1, sizeof *at, (void **)&at));
@@ -337,6 +344,8 @@ static keel_status new_build(keel_kctx *k, ens *e) {
   e->n_leaves = (int32_t)a.nlt;
   e->n_trees = (int32_t)a.nroots;
   e->sets = a.sets;
+  e->n_sets = a.nsets > 0 ? a.nsets : 0;
+  e->n_w = a.nlt;
   KEEL_TRY(keel_k_scratch_n(k, a.n, sizeof *e->nodes, (void **)&e->nodes));
   KEEL_TRY(keel_k_scratch_n(k, a.nroots, sizeof *e->roots, (void **)&e->roots));
   KEEL_TRY(keel_k_scratch_n(k, a.nlt, sizeof(int32_t), (void **)&e->leaf_beg));
@@ -368,6 +377,43 @@ static keel_status new_build(keel_kctx *k, ens *e) {
   if (agg < 0 || agg > 3) return keel_err(KEEL_ERR_INVALID_MODEL, "aggregate_function %lld is not one of 0..3", (long long)agg);
   if (post < 0 || post > 4) return keel_err(KEEL_ERR_INVALID_MODEL, "post_transform %lld is not one of 0..4", (long long)post);
   e->agg = (int)agg, e->post = (int)post;
+  return KEEL_OK;
+}
+
+/* ================================================ the prepared block */
+
+static size_t up8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* Copies `n` bytes of src to *at inside block b, returning the new place. */
+static void *put(uint8_t *b, size_t *at, const void *src, size_t n) {
+  void *dst = b + *at;
+  if (n) memcpy(dst, src, n);
+  *at += up8(n);
+  return dst;
+}
+
+/* The ensemble as one block: header, then its arrays. */
+static keel_status ens_pack(const ens *e, void **state, size_t *bytes) {
+  size_t sz[7] = {sizeof(tnode) * (size_t)e->n_nodes, sizeof(int32_t) * (size_t)e->n_leaves,
+                  sizeof(int32_t) * (size_t)e->n_leaves, sizeof(tweight) * (size_t)e->n_w,
+                  sizeof(int32_t) * (size_t)e->n_trees, sizeof(double) * (size_t)e->n_sets,
+                  sizeof(double) * (size_t)e->n_base};
+  size_t total = up8(sizeof(ens));
+  for (int i = 0; i < 7; i++) total += up8(sz[i]);
+  uint8_t *b = keel_sys_alloc(total);
+  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "tree ensemble of %zu bytes", total);
+  ens *out = (ens *)(void *)b;
+  *out = *e;
+  size_t at = up8(sizeof(ens));
+  out->nodes = put(b, &at, e->nodes, sz[0]);
+  out->leaf_beg = put(b, &at, e->leaf_beg, sz[1]);
+  out->leaf_n = put(b, &at, e->leaf_n, sz[2]);
+  out->w = put(b, &at, e->w, sz[3]);
+  out->roots = put(b, &at, e->roots, sz[4]);
+  out->sets = put(b, &at, e->sets, sz[5]);
+  out->base = put(b, &at, e->base, sz[6]);
+  *state = b;
+  *bytes = total;
   return KEEL_OK;
 }
 
@@ -474,26 +520,51 @@ static keel_status regress(keel_kctx *k, const ens *e, int out_dtype) {
   return KEEL_OK;
 }
 
-static keel_status op_tree_regressor(keel_kctx *k) {
+static keel_status build_regressor(keel_kctx *k, ens *e) {
   int64_t nt = keel_k_attr_i(k, "n_targets", 1);
   if (nt < 1 || nt > INT32_MAX) return keel_err(KEEL_ERR_INVALID_MODEL, "n_targets must be positive, got %lld", (long long)nt);
-  ens e;
-  KEEL_TRY(old_build(k, "target", nt, &e));
-  if (e.n_base > 0 && e.n_base != nt && !(e.n_base == 1 && nt == 1))
+  KEEL_TRY(old_build(k, "target", nt, e));
+  if (e->n_base > 0 && e->n_base != nt && !(e->n_base == 1 && nt == 1))
     return keel_err(KEEL_ERR_INVALID_MODEL, "base_values has %lld entries for %lld targets",
-                    (long long)e.n_base, (long long)nt);
-  return regress(k, &e, KEEL_FLOAT);
+                    (long long)e->n_base, (long long)nt);
+  return KEEL_OK;
+}
+
+static keel_status prep_regressor(keel_kctx *k, void **state, size_t *bytes) {
+  ens e;
+  KEEL_TRY(build_regressor(k, &e));
+  return ens_pack(&e, state, bytes);
+}
+
+static keel_status op_tree_regressor(keel_kctx *k) {
+  ens local;
+  const ens *e = k->prep;
+  if (!e) {
+    KEEL_TRY(build_regressor(k, &local));
+    e = &local;
+  }
+  return regress(k, e, KEEL_FLOAT);
+}
+
+static keel_status prep_tree_ensemble(keel_kctx *k, void **state, size_t *bytes) {
+  ens e;
+  KEEL_TRY(new_build(k, &e));
+  return ens_pack(&e, state, bytes);
 }
 
 static keel_status op_tree_ensemble(keel_kctx *k) {
-  ens e;
-  KEEL_TRY(new_build(k, &e));
+  ens local;
+  const ens *e = k->prep;
+  if (!e) {
+    KEEL_TRY(new_build(k, &local));
+    e = &local;
+  }
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
   if (!keel_dtype_is_float(x->dtype) || x->dtype == KEEL_BFLOAT16)
     return keel_err(KEEL_ERR_SHAPE, "TreeEnsemble: X must be float, double or float16, got %s",
                     keel_dtype_name((keel_dtype)x->dtype));
-  return regress(k, &e, x->dtype);
+  return regress(k, e, x->dtype);
 }
 
 /* ======================================================== classifier */
@@ -502,7 +573,6 @@ typedef struct cls {
   int64_t n;               /* class count */
   const int64_t *ilabels;
   const keel_attr *slabels;
-  bool binary, all_pos;    /* two labels, one class id in the weights */
 } cls;
 
 static keel_status cls_read(keel_kctx *k, cls *c) {
@@ -517,18 +587,18 @@ static keel_status cls_read(keel_kctx *k, cls *c) {
 }
 
 /* Class ids used and the sign of the weights (ONNX Runtime's binary case). */
-static void cls_kind(const ens *e, cls *c) {
+static void cls_kind(ens *e, const cls *c) {
   int32_t first = -1;
   bool one = true;
-  c->all_pos = true;
+  e->all_pos = true;
   for (int32_t j = 0; j < e->n_leaves; j++)
     for (int32_t i = 0; i < e->leaf_n[j]; i++) {
       const tweight *w = &e->w[e->leaf_beg[j] + i];
       if (first < 0) first = w->target;
       else if (w->target != first) one = false;
-      if (w->w < 0) c->all_pos = false;
+      if (w->w < 0) e->all_pos = false;
     }
-  c->binary = c->n == 2 && one && first >= 0;
+  e->binary = c->n == 2 && one && first >= 0;
 }
 
 static int64_t argmax_has(const double *s, const uint8_t *has, int64_t n) {
@@ -550,8 +620,8 @@ static int64_t cls_two(const ens *e, const cls *c, double *s, uint8_t *has) {
   } else if (!has[1]) nsc = 1;
   double pos = nsc == 2 && has[1] ? s[1] : (has[0] ? s[0] : 0);
   int64_t label;
-  if (c->binary && c->all_pos) label = pos > 0.5 ? 1 : 0, wa = pos > 0.5 ? 0 : 1;
-  else if (c->binary) label = pos > 0 ? 1 : 0, wa = pos > 0 ? 2 : 3;
+  if (e->binary && e->all_pos) label = pos > 0.5 ? 1 : 0, wa = pos > 0.5 ? 0 : 1;
+  else if (e->binary) label = pos > 0 ? 1 : 0, wa = pos > 0 ? 2 : 3;
   else label = pos > 0 ? 1 : 0;
   if (nsc == 2) {
     ml_post_apply(e->post, s, 2);
@@ -583,13 +653,31 @@ static keel_status cls_label(keel_tensor *y, const cls *c, int64_t i, int64_t la
                                                         : strlen(c->slabels->strings[label]));
 }
 
+static keel_status build_classifier(keel_kctx *k, const cls *c, ens *e) {
+  if (c->n > INT32_MAX) return keel_err(KEEL_ERR_INVALID_MODEL, "too many classes");
+  KEEL_TRY(old_build(k, "class", c->n, e));
+  cls_kind(e, c);
+  return KEEL_OK;
+}
+
+static keel_status prep_classifier(keel_kctx *k, void **state, size_t *bytes) {
+  cls c;
+  ens e;
+  KEEL_TRY(cls_read(k, &c));
+  KEEL_TRY(build_classifier(k, &c, &e));
+  return ens_pack(&e, state, bytes);
+}
+
 static keel_status op_tree_classifier(keel_kctx *k) {
   cls c;
   KEEL_TRY(cls_read(k, &c));
-  if (c.n > INT32_MAX) return keel_err(KEEL_ERR_INVALID_MODEL, "too many classes");
-  ens e;
-  KEEL_TRY(old_build(k, "class", c.n, &e));
-  cls_kind(&e, &c);
+  ens local;
+  const ens *ep = k->prep;
+  if (!ep) {
+    KEEL_TRY(build_classifier(k, &c, &local));
+    ep = &local;
+  }
+  const ens e = *ep;
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
   int64_t n, ncol;
@@ -615,10 +703,10 @@ static keel_status op_tree_classifier(keel_kctx *k) {
 
 #define TREE_IN (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_INT32))
 const keel_opdef keel_ops_ml_tree[] = {
-    {KEEL_ML, "TreeEnsembleRegressor", 1, 3, op_tree_regressor, 0, TREE_IN},
-    {KEEL_ML, "TreeEnsembleClassifier", 1, 3, op_tree_classifier, 0, TREE_IN},
+    {KEEL_ML, "TreeEnsembleRegressor", 1, 3, op_tree_regressor, 0, TREE_IN, prep_regressor},
+    {KEEL_ML, "TreeEnsembleClassifier", 1, 3, op_tree_classifier, 0, TREE_IN, prep_classifier},
     {KEEL_ML, "TreeEnsemble", 5, KEEL_OPSET_MAX, op_tree_ensemble, 0,
-     KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_FLOAT16)},
+     KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_FLOAT16), prep_tree_ensemble},
     {0},
 };
 #undef TREE_IN
