@@ -162,6 +162,12 @@ def tree_regressor_cases():
               [("Y", TensorProto.FLOAT, [None, 1])], dict(n_targets=1, aggregate_function="AVERAGE", **a),
               ml_opset=3)
     case("tree_regressor_double_tensors", m, {"X": grid(5, F, dt=np.float64)})
+    # the opset-3 op in a model that imports ai.onnx.ml 4 (LabelEncoder-4 beside it)
+    trees = [rand_tree(3, F) for _ in range(2)]
+    m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
+              [("Y", TensorProto.FLOAT, [None, 1])], dict(n_targets=1, **old_attrs(trees, 1, "target")),
+              ml_opset=4)
+    case("tree_regressor_ml_opset4", m, {"X": grid(5, F)})
 
 
 def tree_classifier_cases():

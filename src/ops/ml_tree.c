@@ -703,8 +703,8 @@ static keel_status op_tree_classifier(keel_kctx *k) {
 
 #define TREE_IN (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_INT32))
 const keel_opdef keel_ops_ml_tree[] = {
-    {KEEL_ML, "TreeEnsembleRegressor", 1, 3, op_tree_regressor, 0, TREE_IN, prep_regressor},
-    {KEEL_ML, "TreeEnsembleClassifier", 1, 3, op_tree_classifier, 0, TREE_IN, prep_classifier},
+    {KEEL_ML, "TreeEnsembleRegressor", 1, 4, op_tree_regressor, 0, TREE_IN, prep_regressor},
+    {KEEL_ML, "TreeEnsembleClassifier", 1, 4, op_tree_classifier, 0, TREE_IN, prep_classifier},
     {KEEL_ML, "TreeEnsemble", 5, KEEL_OPSET_MAX, op_tree_ensemble, 0,
      KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_FLOAT16), prep_tree_ensemble},
     {0},

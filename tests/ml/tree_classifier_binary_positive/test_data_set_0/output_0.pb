@@ -1,1 +1,1 @@
-2yes2no2no2yes2yes2no2no2noBY
+2yes2yes2yes2yes2yes2yes2yes2yesBY

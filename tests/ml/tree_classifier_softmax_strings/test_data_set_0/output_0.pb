@@ -1,1 +1,1 @@
-2eel2eel2eel2eel2eel2eelBY
+2dog2dog2cat2eel2dog2catBY

@@ -1,2 +1,2 @@
 2	virginica2
-versicolor2setosa2setosa2	virginicaBlabel
+versicolor2	virginica2	virginica2	virginicaBlabel
