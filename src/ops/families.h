@@ -28,7 +28,6 @@
   X(ml_tree)             \
   X(ml_linear)           \
   X(ml_misc)             \
-  X(ml_map)              \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
