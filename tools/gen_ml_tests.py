@@ -10,6 +10,9 @@ reference evaluator. tests/ml/REFERENCES lists the reference of each case.
 
 Run:  PYTHONPATH=/work/shared/onnx-py /usr/bin/python3 tools/gen_ml_tests.py
       (NODE_PATH=/work/ort/node_modules is set for the node step.)
+      ... tools/gen_ml_tests.py --big-forest OUT.onnx writes only a 100-tree,
+      depth-10 TreeEnsembleRegressor (about 136k nodes) for timing:
+      build/keel run OUT.onnx --iters 20
 """
 import json
 import os
@@ -705,6 +708,19 @@ def main():
     print(f"{len(CASES)} cases in {ROOT}")
 
 
+def big_forest(path):
+    F = 20
+    trees = [rand_tree(10, F, p_leaf=0.05) for _ in range(100)]
+    a = old_attrs(trees, 1, "target")
+    m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])], [("Y", TensorProto.FLOAT, [None, 1])],
+              dict(n_targets=1, **a), ml_opset=1)
+    onnx.save(m, path)
+    print(f"{len(a['nodes_nodeids'])} nodes in {path}")
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    main()
+    if len(sys.argv) == 3 and sys.argv[1] == "--big-forest":
+        big_forest(sys.argv[2])
+    else:
+        main()
