@@ -146,6 +146,14 @@ def tree_regressor_cases():
         m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
                   [("Y", TensorProto.FLOAT, [None, 3])], dict(n_targets=3, post_transform=post, **a), ml_opset=1)
         case(f"tree_regressor_{post.lower()}", m, {"X": grid(5, F)})
+    # leaves weighting one of three targets, base values: targets no leaf reached
+    for agg in ["SUM", "MAX"]:
+        trees = [rand_tree(2, F) for _ in range(2)]
+        a = old_attrs(trees, 3, "target", weights_fn=lambda: [int(rng.integers(0, 3))])
+        m = model("TreeEnsembleRegressor", [("X", TensorProto.FLOAT, [None, F])],
+                  [("Y", TensorProto.FLOAT, [None, 3])],
+                  dict(n_targets=3, aggregate_function=agg, base_values=[1.0, 2.0, 3.0], **a), ml_opset=1)
+        case(f"tree_regressor_sparse_targets_{agg.lower()}", m, {"X": grid(8, F)})
     # probit on one target (scores kept inside (0, 1))
     trees = [rand_tree(3, F) for _ in range(2)]
     a = old_attrs(trees, 1, "target")
@@ -194,6 +202,13 @@ def tree_classifier_cases():
                   [("Y", TensorProto.INT64, [None]), ("Z", TensorProto.FLOAT, [None, 2])],
                   dict(post_transform=post, base_values=[0.3], classlabels_int64s=[0, 1], **a), ml_opset=1)
         case(f"tree_classifier_binary_{post.lower()}", m, {"X": grid(8, F)})
+    # binary, one score column, two base values
+    trees = [rand_tree(3, F) for _ in range(2)]
+    a = old_attrs(trees, 1, "class")
+    m = model("TreeEnsembleClassifier", [("X", TensorProto.FLOAT, [None, F])],
+              [("Y", TensorProto.INT64, [None]), ("Z", TensorProto.FLOAT, [None, 2])],
+              dict(base_values=[0.2, 0.2], classlabels_int64s=[0, 1], **a), ml_opset=1)
+    case("tree_classifier_binary_base2", m, {"X": grid(8, F)})
     # binary with positive weights (probabilities), no base values
     trees = [rand_tree(3, F) for _ in range(2)]
     a = old_attrs(trees, 1, "class")
@@ -380,6 +395,11 @@ def svm_cases():
                    kernel_params=KP["LINEAR"]),
               ml_opset=1)
     case("svm_classifier_linear_mode", m, {"X": rand(6, F)})
+    m = model("SVMClassifier", [("X", TensorProto.FLOAT, [None, F])],
+              [("Y", TensorProto.STRING, [None]), ("Z", TensorProto.FLOAT, [None, 2])],
+              dict(coefficients=rng.uniform(-1, 1, 2 * F).tolist(), rho=[0.1], classlabels_strings=["n", "p"],
+                   kernel_params=KP["LINEAR"], post_transform="LOGISTIC"), ml_opset=1)
+    case("svm_classifier_linear_mode_binary_logistic", m, {"X": rand(6, F)})
 
 
 # ============================================================ misc

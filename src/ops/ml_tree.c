@@ -480,14 +480,19 @@ static keel_status row_scores(const ens *e, const double *row, int64_t ncol, dou
 }
 
 /* Regression: base values (one per target, or one for a single target),
- * then the post transform. */
-static void reg_finalize(const ens *e, double *s) {
+ * then the post transform. With two or more targets, a target no leaf
+ * gave a weight scores 0, base value or not (as in ONNX Runtime, whose
+ * scores without a leaf read as 0). */
+static void reg_finalize(const ens *e, double *s, const uint8_t *has) {
   if (e->n_base == e->n_targets)
     for (int32_t t = 0; t < e->n_targets; t++) s[t] += e->base[t];
   else if (e->n_base == 1 && e->n_targets == 1)
     s[0] += e->base[0];
-  if (e->n_targets >= 2) ml_post_apply(e->post, s, e->n_targets);
-  else if (e->post == ML_POST_PROBIT) s[0] = ml_probit(s[0]);
+  if (e->n_targets >= 2) {
+    for (int32_t t = 0; t < e->n_targets; t++)
+      if (!has[t]) s[t] = 0;
+    ml_post_apply(e->post, s, e->n_targets);
+  } else if (e->post == ML_POST_PROBIT) s[0] = ml_probit(s[0]);
 }
 
 typedef struct scratch_rows {
@@ -514,7 +519,7 @@ static keel_status regress(keel_kctx *k, const ens *e, int out_dtype) {
   for (int64_t i = 0; i < n; i++) {
     ml_row(x, i, c, r.row);
     KEEL_TRY(row_scores(e, r.row, c, r.s, r.has));
-    reg_finalize(e, r.s);
+    reg_finalize(e, r.s, r.has);
     for (int32_t t = 0; t < e->n_targets; t++) ml_store(y, i * e->n_targets + t, r.s[t]);
   }
   return KEEL_OK;
@@ -623,7 +628,9 @@ static int64_t cls_two(const ens *e, const cls *c, double *s, uint8_t *has) {
   if (e->binary && e->all_pos) label = pos > 0.5 ? 1 : 0, wa = pos > 0.5 ? 0 : 1;
   else if (e->binary) label = pos > 0 ? 1 : 0, wa = pos > 0 ? 2 : 3;
   else label = pos > 0 ? 1 : 0;
-  if (nsc == 2) {
+  if (nsc == 2) { /* a class without a score reads as 0 */
+    if (!has[0]) s[0] = 0;
+    if (!has[1]) s[1] = 0;
     ml_post_apply(e->post, s, 2);
     return label;
   }

@@ -1,1 +1,1 @@
-2dog2dog2cat2eel2dog2catBY
+2eel2dog2eel2dog2cat2dogBY

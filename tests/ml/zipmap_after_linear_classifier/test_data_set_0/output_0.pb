@@ -1,2 +1,5 @@
-2	virginica2
-versicolor2	virginica2	virginica2	virginicaBlabel
+2
+versicolor2
+versicolor2
+versicolor2	virginica2
+versicolorBlabel
