@@ -11,13 +11,16 @@
  * the session heap, tagged with the node output that made them), released
  * like any other value at their last use.
  *
- * Lookups (LabelEncoder, CategoryMapper, OneHotEncoder) sort the keys once
- * per call into scratch and binary-search each element. Float keys compare
+ * Lookups (LabelEncoder, CategoryMapper, OneHotEncoder) sort their keys
+ * once, at session creation (the ops' prepare step keeps the sorted key
+ * sets and the string value lists in one block), and binary-search each
+ * element; unprepared, they sort into scratch per call. Float keys compare
  * as numbers with NaN equal to NaN (LabelEncoder-4); strings compare as
  * bytes. */
 #include <math.h>
 #include <stdlib.h>
 
+#include "../mem/sysmem.h"
 #include "ml_common.h"
 
 /* ========================================================= Binarizer */
@@ -296,6 +299,120 @@ static keel_status keys_attr(keel_kctx *k, const keel_attr *a, keyset *ks) {
   return KEEL_OK;
 }
 
+/* ==================================================== prepared sets */
+
+/* Key sets built once per node: each the set of one attribute, sorted
+ * (keys) or as listed (string values). Arrays live in the same block. */
+typedef struct lk_entry {
+  const keel_attr *a;
+  bool sorted;
+  keyset ks;
+} lk_entry;
+
+typedef struct lk_prep {
+  int n;
+  lk_entry e[3];
+} lk_prep;
+
+static const keyset *prep_find(const keel_kctx *k, const keel_attr *a, bool sorted) {
+  const lk_prep *p = k->prep;
+  for (int i = 0; p && a && i < p->n; i++)
+    if (p->e[i].a == a && p->e[i].sorted == sorted) return &p->e[i].ks;
+  return NULL;
+}
+
+/* The sorted key set of attribute a. */
+static keel_status keys_sorted(keel_kctx *k, const keel_attr *a, keyset *ks) {
+  const keyset *p = prep_find(k, a, true);
+  if (p) {
+    *ks = *p;
+    return KEEL_OK;
+  }
+  KEEL_TRY(keys_attr(k, a, ks));
+  return keys_sort(k, ks);
+}
+
+/* A STRINGS attribute as keel_string entries. */
+static keel_status strs_of(keel_kctx *k, const keel_attr *a, keyset *ks) {
+  const keyset *p = prep_find(k, a, false);
+  if (p) {
+    *ks = *p;
+    return KEEL_OK;
+  }
+  return keys_strings(k, a, ks);
+}
+
+static size_t up8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static size_t elem_bytes(const keyset *ks) {
+  return ks->kind == KEEL_STRING ? sizeof(keel_string) : ks->kind == KEEL_INT64 ? sizeof(int64_t) : sizeof(double);
+}
+
+static void *put(uint8_t *b, size_t *at, const void *src, size_t n) {
+  void *dst = b + *at;
+  if (n) memcpy(dst, src, n);
+  *at += up8(n);
+  return dst;
+}
+
+/* The built entries as one block (keys and orders copied; string bytes
+ * stay in the model's attributes, which live as long as the session). */
+static keel_status lk_pack(const lk_prep *p, void **state, size_t *bytes) {
+  size_t total = up8(sizeof(lk_prep));
+  for (int i = 0; i < p->n; i++)
+    total += up8((size_t)p->e[i].ks.n * elem_bytes(&p->e[i].ks)) + (p->e[i].sorted ? up8((size_t)p->e[i].ks.n * 8) : 0);
+  uint8_t *b = keel_sys_alloc(total);
+  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "lookup tables of %zu bytes", total);
+  lk_prep *out = (lk_prep *)(void *)b;
+  *out = *p;
+  size_t at = up8(sizeof(lk_prep));
+  for (int i = 0; i < p->n; i++) {
+    keyset *ks = &out->e[i].ks;
+    size_t nb = (size_t)ks->n * elem_bytes(ks);
+    if (ks->kind == KEEL_STRING) ks->s = put(b, &at, p->e[i].ks.s, nb);
+    else if (ks->kind == KEEL_INT64) ks->i = put(b, &at, p->e[i].ks.i, nb);
+    else ks->f = put(b, &at, p->e[i].ks.f, nb);
+    ks->order = p->e[i].sorted ? put(b, &at, p->e[i].ks.order, (size_t)ks->n * 8) : NULL;
+  }
+  *state = b;
+  *bytes = total;
+  return KEEL_OK;
+}
+
+/* Adds attribute a's set when it is usable (else the kernel reports it). */
+static void lk_add(keel_kctx *k, lk_prep *p, const keel_attr *a, bool sorted) {
+  if (!a || p->n == 3 || (!sorted && a->type != KEEL_ATTR_STRINGS)) return;
+  lk_entry *e = &p->e[p->n];
+  e->a = a, e->sorted = sorted;
+  keel_status st = sorted ? keys_attr(k, a, &e->ks) : keys_strings(k, a, &e->ks);
+  if (!st && sorted) st = keys_sort(k, &e->ks);
+  if (!st) p->n++;
+}
+
+static const keel_attr *first_attr(const keel_kctx *k, const char *const *names, int n);
+static const char *const LE_KEYS[] = {"keys_tensor", "keys_strings", "keys_int64s", "keys_floats"};
+static const char *const LE_VALUES[] = {"values_tensor", "values_strings", "values_int64s", "values_floats"};
+
+static keel_status prep_lookup(keel_kctx *k, void **state, size_t *bytes) {
+  lk_prep p = {0};
+  const char *op = k->node->op_type;
+  const keel_attr *cs = keel_k_attr(k, "cats_strings"), *ci = keel_k_attr(k, "cats_int64s");
+  if (!strcmp(op, "LabelEncoder") && keel_k_opset(k) < 2) {
+    const keel_attr *cl = keel_k_attr(k, "classes_strings");
+    lk_add(k, &p, cl, true);
+    lk_add(k, &p, cl, false);
+  } else if (!strcmp(op, "LabelEncoder")) {
+    lk_add(k, &p, first_attr(k, LE_KEYS, 4), true);
+    lk_add(k, &p, first_attr(k, LE_VALUES, 4), false);
+  } else {
+    lk_add(k, &p, cs, true);
+    lk_add(k, &p, ci, true);
+    if (!strcmp(op, "CategoryMapper")) lk_add(k, &p, cs, false);
+  }
+  if (!p.n) return KEEL_OK; /* nothing usable: the kernel will say why */
+  return lk_pack(&p, state, bytes);
+}
+
 static bool kind_fits(int kind, int dtype) {
   if (kind == KEEL_STRING) return dtype == KEEL_STRING;
   if (kind == KEEL_INT64) return keel_dtype_is_int(dtype);
@@ -312,8 +429,7 @@ static keel_status op_one_hot_encoder(keel_kctx *k) {
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s input needs attribute '%s'", keel_dtype_name((keel_dtype)x->dtype),
                     x->dtype == KEEL_STRING ? "cats_strings" : "cats_int64s");
   keyset ks;
-  KEEL_TRY(keys_attr(k, a, &ks));
-  KEEL_TRY(keys_sort(k, &ks));
+  KEEL_TRY(keys_sorted(k, a, &ks));
   if (x->rank >= KEEL_MAX_RANK) return keel_err(KEEL_ERR_SHAPE, "X has too high a rank");
   int64_t shape[KEEL_MAX_RANK], n = keel_tensor_numel(x);
   memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->rank);
@@ -371,7 +487,6 @@ static keel_status lookup_run(keel_kctx *k, const keel_tensor *x, keyset *ks, co
                     ks->kind == KEEL_STRING ? "strings" : ks->kind == KEEL_INT64 ? "integers" : "floats");
   if (v->n != ks->n)
     return keel_err(KEEL_ERR_INVALID_MODEL, "%lld keys but %lld values", (long long)ks->n, (long long)v->n);
-  KEEL_TRY(keys_sort(k, ks));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, v->dtype, x->rank, x->shape, &y));
   int64_t n = keel_tensor_numel(x);
@@ -394,12 +509,12 @@ static keel_status op_category_mapper(keel_kctx *k) {
   v.def_s = str_of(keel_k_attr_s(k, "default_string", "_Unused"));
   v.def_i = keel_k_attr_i(k, "default_int64", -1);
   if (x->dtype == KEEL_STRING) {
-    KEEL_TRY(keys_attr(k, cs, &ks));
+    KEEL_TRY(keys_sorted(k, cs, &ks));
     v.dtype = KEEL_INT64, v.n = ci->n, v.i = ci->ints;
   } else {
-    KEEL_TRY(keys_attr(k, ci, &ks));
+    KEEL_TRY(keys_sorted(k, ci, &ks));
     keyset vs;
-    KEEL_TRY(keys_strings(k, cs, &vs));
+    KEEL_TRY(strs_of(k, cs, &vs));
     v.dtype = KEEL_STRING, v.n = cs->n, v.s = vs.s;
   }
   return lookup_run(k, x, &ks, &v);
@@ -420,11 +535,11 @@ static keel_status label_encoder_1(keel_kctx *k, const keel_tensor *x) {
   v.def_i = keel_k_attr_i(k, "default_int64", -1);
   v.n = cs->n;
   if (x->dtype == KEEL_STRING) {
-    KEEL_TRY(keys_strings(k, cs, &ks));
+    KEEL_TRY(keys_sorted(k, cs, &ks));
     v.dtype = KEEL_INT64, v.i = idx;
-  } else {
-    ks = (keyset){.kind = KEEL_INT64, .n = cs->n, .i = idx};
-    KEEL_TRY(keys_strings(k, cs, &vs));
+  } else { /* keys 0..n-1: already in order */
+    ks = (keyset){.kind = KEEL_INT64, .n = cs->n, .i = idx, .order = idx};
+    KEEL_TRY(strs_of(k, cs, &vs));
     v.dtype = KEEL_STRING, v.s = vs.s;
   }
   return lookup_run(k, x, &ks, &v);
@@ -442,7 +557,7 @@ static const keel_attr *first_attr(const keel_kctx *k, const char *const *names,
 static keel_status le_values(keel_kctx *k, const keel_attr *va, valset *v) {
   if (va->type == KEEL_ATTR_STRINGS) {
     keyset vs;
-    KEEL_TRY(keys_strings(k, va, &vs));
+    KEEL_TRY(strs_of(k, va, &vs));
     v->dtype = KEEL_STRING, v->n = va->n, v->s = vs.s;
   } else if (va->type == KEEL_ATTR_INTS) v->dtype = KEEL_INT64, v->n = va->n, v->i = va->ints;
   else if (va->type == KEEL_ATTR_FLOATS) v->dtype = KEEL_FLOAT, v->n = va->n, v->f = va->floats;
@@ -471,13 +586,11 @@ static keel_status op_label_encoder(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
   if (keel_k_opset(k) < 2) return label_encoder_1(k, x);
-  static const char *const kn[] = {"keys_tensor", "keys_strings", "keys_int64s", "keys_floats"};
-  static const char *const vn[] = {"values_tensor", "values_strings", "values_int64s", "values_floats"};
-  const keel_attr *ka = first_attr(k, kn, 4), *va = first_attr(k, vn, 4);
+  const keel_attr *ka = first_attr(k, LE_KEYS, 4), *va = first_attr(k, LE_VALUES, 4);
   if (!ka || !va) return keel_err(KEEL_ERR_INVALID_MODEL, "LabelEncoder needs one keys_* and one values_* attribute");
   keyset ks;
   valset v = {0};
-  KEEL_TRY(keys_attr(k, ka, &ks));
+  KEEL_TRY(keys_sorted(k, ka, &ks));
   KEEL_TRY(le_values(k, va, &v));
   KEEL_TRY(le_defaults(k, &v));
   return lookup_run(k, x, &ks, &v);
@@ -605,9 +718,11 @@ const keel_opdef keel_ops_ml_misc[] = {
     {KEEL_ML, "ArrayFeatureExtractor", 1, KEEL_OPSET_MAX, op_array_feature_extractor, 0,
      ML_NUM_IN | KEEL_T(KEEL_STRING)},
     {KEEL_ML, "FeatureVectorizer", 1, KEEL_OPSET_MAX, op_feature_vectorizer, 0, ML_NUM_IN},
-    {KEEL_ML, "OneHotEncoder", 1, KEEL_OPSET_MAX, op_one_hot_encoder, 0, ML_NUM_IN | KEEL_T(KEEL_STRING)},
-    {KEEL_ML, "CategoryMapper", 1, KEEL_OPSET_MAX, op_category_mapper, 0, KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT64)},
-    {KEEL_ML, "LabelEncoder", 1, KEEL_OPSET_MAX, op_label_encoder, 0, LE_TYPES},
+    {KEEL_ML, "OneHotEncoder", 1, KEEL_OPSET_MAX, op_one_hot_encoder, 0, ML_NUM_IN | KEEL_T(KEEL_STRING),
+     prep_lookup},
+    {KEEL_ML, "CategoryMapper", 1, KEEL_OPSET_MAX, op_category_mapper, 0, KEEL_T(KEEL_STRING) | KEEL_T(KEEL_INT64),
+     prep_lookup},
+    {KEEL_ML, "LabelEncoder", 1, KEEL_OPSET_MAX, op_label_encoder, 0, LE_TYPES, prep_lookup},
     {KEEL_ML, "ZipMap", 1, KEEL_OPSET_MAX, op_zipmap, 0, KEEL_T(KEEL_FLOAT)},
     {KEEL_ML, "DictVectorizer", 1, KEEL_OPSET_MAX, op_dict_vectorizer, 0,
      KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_STRING)},
