@@ -140,8 +140,9 @@ typedef struct keel_value_s keel_value_t;
 
 typedef enum keel_value_kind {
   KEEL_KIND_TENSOR = 1,
-  KEEL_KIND_SEQUENCE = 2,   /* an ordered list of tensors                 */
-  KEEL_KIND_NONE = 3        /* an empty optional                          */
+  KEEL_KIND_SEQUENCE = 2,   /* an ordered list of tensors, or of maps      */
+  KEEL_KIND_NONE = 3,       /* an empty optional                          */
+  KEEL_KIND_MAP = 4         /* int64 or string keys to scalar values (ai.onnx.ml) */
 } keel_value_kind;
 
 /* Create a tensor owned by the caller, with a copy of `data` (may be NULL:
@@ -167,13 +168,32 @@ KEEL_API keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dty
                                  keel_value_t **out);
 KEEL_API keel_status keel_none_create(keel_session_t *s, keel_value_t **out);
 
-/* Read a serialized ONNX TensorProto, SequenceProto or OptionalProto (as in
- * the backend test data sets). `kind_hint` says which message the bytes hold:
- * KEEL_KIND_TENSOR, KEEL_KIND_SEQUENCE or KEEL_KIND_NONE (OptionalProto). */
+/* A map (ONNX map(int64|string, T), as ai.onnx.ml's DictVectorizer takes
+ * and ZipMap makes): n keys (meant to be unique; not checked), int64_t[n] for KEEL_INT64 or
+ * keel_string[n] for KEEL_STRING, and n values of value_dtype (keel_string
+ * entries for STRING); both copied into the session's allocator. A
+ * sequence of maps is made by keel_sequence_create from map values
+ * (elem_dtype then names the maps' value type). */
+KEEL_API keel_status keel_map_create(keel_session_t *s, keel_dtype key_dtype,
+                                     keel_dtype value_dtype, size_t n, const void *keys,
+                                     const void *values, keel_value_t **out);
+/* Entries of a map (0 if not a map), its key type, and its keys and values
+ * in entry order (int64_t / keel_string / the value type; borrowed, valid
+ * while the value is; NULL when empty or not a map). keel_value_dtype
+ * gives a map's value type. */
+KEEL_API size_t keel_map_size(const keel_value_t *v);
+KEEL_API keel_dtype keel_map_key_dtype(const keel_value_t *v);
+KEEL_API const void *keel_map_keys(const keel_value_t *v);
+KEEL_API const void *keel_map_values(const keel_value_t *v);
+
+/* Read a serialized ONNX TensorProto, SequenceProto (of tensors or maps),
+ * MapProto or OptionalProto (as in the backend test data sets). `kind_hint`
+ * says which message the bytes hold: KEEL_KIND_TENSOR, KEEL_KIND_SEQUENCE,
+ * KEEL_KIND_MAP or KEEL_KIND_NONE (OptionalProto). */
 KEEL_API keel_status keel_value_from_pb(keel_session_t *s, const void *bytes,
                                size_t len, keel_value_kind kind_hint,
                                keel_value_t **out);
-/* Serialize a value as a TensorProto / SequenceProto / OptionalProto named
+/* Serialize a value as a TensorProto / SequenceProto / MapProto / OptionalProto named
  * `name`. The buffer is malloc'ed; free it with keel_free. */
 KEEL_API keel_status keel_value_to_pb(const keel_value_t *v, const char *name,
                              void **bytes, size_t *len);
@@ -183,7 +203,7 @@ KEEL_API void keel_value_release(keel_value_t *v);
 KEEL_API keel_value_t *keel_value_retain(keel_value_t *v);
 
 KEEL_API keel_value_kind keel_value_kind_of(const keel_value_t *v);
-KEEL_API keel_dtype keel_value_dtype(const keel_value_t *v);   /* elem type for seqs */
+KEEL_API keel_dtype keel_value_dtype(const keel_value_t *v);   /* elem type for seqs, value type for maps */
 KEEL_API int keel_value_rank(const keel_value_t *v);           /* -1 if not a tensor */
 KEEL_API const int64_t *keel_value_shape(const keel_value_t *v);
 KEEL_API int64_t keel_value_numel(const keel_value_t *v);
@@ -198,7 +218,7 @@ KEEL_API int keel_value_exclusive(const keel_value_t *v);
  * widened); NaN when out of range or not numeric. */
 KEEL_API double keel_value_at(const keel_value_t *v, int64_t i);
 KEEL_API size_t keel_sequence_length(const keel_value_t *v);
-/* Borrowed: valid while `v` is alive. */
+/* Borrowed: valid while `v` is alive. A tensor, or a map in a sequence of maps. */
 KEEL_API const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i);
 
 /* Free memory keel returned with malloc (keel_value_to_pb, keel_info_json). */

@@ -122,6 +122,17 @@ void mb_input_seq(mb_graph *g, const char *name, int elem_dtype) {
 void mb_output_seq(mb_graph *g, const char *name, int elem_dtype) {
   value_info(&g->body, 12, name, elem_dtype, -1, NULL, 1);
 }
+/* map(key, tensor(value)) as a graph input: TypeProto.map_type (field 5). */
+void mb_input_map(mb_graph *g, const char *name, int key_dtype, int value_dtype) {
+  buf vi = {0}, type = {0}, mt = {0}, inner = {0};
+  field_str(&vi, 1, name);
+  field_int(&mt, 1, key_dtype);
+  tensor_type(&inner, value_dtype, -1, NULL);
+  field_msg(&mt, 2, &inner);
+  field_msg(&type, 5, &mt);
+  field_msg(&vi, 2, &type);
+  field_msg(&g->body, 11, &vi);
+}
 void mb_value_info(mb_graph *g, const char *name, int dtype, int rank, const int64_t *dims) {
   value_info(&g->body, 13, name, dtype, rank, dims, 0);
 }

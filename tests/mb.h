@@ -29,6 +29,7 @@ void mb_input(mb_graph *g, const char *name, int dtype, int rank, const int64_t 
 void mb_output(mb_graph *g, const char *name, int dtype, int rank, const int64_t *dims);
 void mb_input_seq(mb_graph *g, const char *name, int elem_dtype);
 void mb_output_seq(mb_graph *g, const char *name, int elem_dtype);
+void mb_input_map(mb_graph *g, const char *name, int key_dtype, int value_dtype);
 void mb_init(mb_graph *g, const char *name, int dtype, int rank, const int64_t *dims,
              const void *data);
 /* An initializer whose bytes live in an external file (location relative

@@ -60,6 +60,22 @@ cp "$DATA/test_add/test_data_set_0/"input_*.pb "$tmp/rt/test_rt/test_data_set_0/
 cp "$tmp/out_dir/output_0.pb" "$tmp/rt/test_rt/test_data_set_0/"
 expect_rc 0 "round trip of --out through keel test" "$KEEL" test "$tmp/rt"
 
+# maps (ai.onnx.ml): printed, written with --out, read back by keel test
+ML="$(dirname "$0")/ml"
+expect_rc 0 "run a ZipMap model" "$KEEL" run "$ML/zipmap_after_linear_classifier/model.onnx" \
+  --data "$ML/zipmap_after_linear_classifier/test_data_set_0" --out "$tmp/ml_out"
+expect_out 'output probabilities: sequence<map<string,float32>> of 5; item 0: map<string,float32> of 3: {"setosa": ' "run prints a sequence of maps"
+mkdir -p "$tmp/mlrt/zm/test_data_set_0"
+cp "$ML/zipmap_after_linear_classifier/model.onnx" "$tmp/mlrt/zm/"
+cp "$ML/zipmap_after_linear_classifier/test_data_set_0/input_0.pb" "$tmp/mlrt/zm/test_data_set_0/"
+cp "$tmp/ml_out/"output_*.pb "$tmp/mlrt/zm/test_data_set_0/"
+expect_rc 0 "round trip of a sequence of maps through --out and keel test" "$KEEL" test "$tmp/mlrt"
+expect_rc 0 "info on a map input" "$KEEL" info "$ML/dict_vectorizer_int64_double/model.onnx"
+expect_out "map<int64,float64" "info shows the map type"
+expect_rc 0 "run a map input" "$KEEL" run "$ML/dict_vectorizer_int64_double/model.onnx" \
+  --data "$ML/dict_vectorizer_int64_double/test_data_set_0"
+expect_out "output Y: float64 \[1,5\]" "DictVectorizer's row"
+
 expect_rc 0 "run with generated inputs" "$KEEL" run "$DATA/test_relu/model.onnx"
 expect_out "generated" "generated inputs are announced"
 expect_rc 0 "info" "$KEEL" info "$DATA/test_loop11/model.onnx"

@@ -132,17 +132,81 @@ static bool compare_random(const keel_value_t *got, const keel_value_t *want, ch
   return true;
 }
 
+/* Map values as doubles (numeric value types). */
+static double map_num(keel_dtype dt, const void *vals, size_t i) {
+  switch (dt) {
+    case KEEL_FLOAT: return ((const float *)vals)[i];
+    case KEEL_DOUBLE: return ((const double *)vals)[i];
+    case KEEL_INT64: return (double)((const int64_t *)vals)[i];
+    case KEEL_INT32: return ((const int32_t *)vals)[i];
+    default: return (double)NAN;
+  }
+}
+
+static bool key_eq(keel_dtype kt, const void *a, size_t i, const void *b, size_t j) {
+  if (kt == KEEL_INT64) return ((const int64_t *)a)[i] == ((const int64_t *)b)[j];
+  const keel_string *x = (const keel_string *)a + i, *y = (const keel_string *)b + j;
+  return x->len == y->len && (!x->len || !memcmp(x->data, y->data, x->len));
+}
+
+static void key_text(keel_dtype kt, const void *k, size_t i, char *buf, size_t cap) {
+  if (kt == KEEL_INT64) snprintf(buf, cap, "%lld", (long long)((const int64_t *)k)[i]);
+  else snprintf(buf, cap, "\"%.40s\"", ((const keel_string *)k)[i].data ? ((const keel_string *)k)[i].data : "");
+}
+
+/* Value j of want against value i of got (floats with the tolerance). */
+static bool map_value_eq(keel_dtype vt, const void *g, size_t i, const void *w, size_t j) {
+  if (vt == KEEL_STRING) return key_eq(KEEL_STRING, g, i, w, j);
+  double a = map_num(vt, g, i), b = map_num(vt, w, j);
+  if (isnan(a) && isnan(b)) return true;
+  if (is_float(vt)) return fabs(a - b) <= ATOL + RTOL * fabs(b);
+  return a == b;
+}
+
+/* Maps are compared as sets of entries (their order carries no meaning). */
+static bool compare_map(const keel_value_t *got, const keel_value_t *want, char *why, size_t cap) {
+  keel_dtype kt = keel_map_key_dtype(want), vt = keel_value_dtype(want);
+  size_t n = keel_map_size(want);
+  if (keel_map_key_dtype(got) != kt || keel_value_dtype(got) != vt) {
+    snprintf(why, cap, "map<%s,%s>, expected map<%s,%s>", keel_dtype_name(keel_map_key_dtype(got)),
+             keel_dtype_name(keel_value_dtype(got)), keel_dtype_name(kt), keel_dtype_name(vt));
+    return false;
+  }
+  if (keel_map_size(got) != n) {
+    snprintf(why, cap, "map of %zu entries, expected %zu", keel_map_size(got), n);
+    return false;
+  }
+  const void *gk = keel_map_keys(got), *wk = keel_map_keys(want);
+  const void *gv = keel_map_values(got), *wv = keel_map_values(want);
+  for (size_t j = 0; j < n; j++) {
+    size_t i = 0;
+    while (i < n && !key_eq(kt, gk, i, wk, j)) i++;
+    char key[64];
+    key_text(kt, wk, j, key, sizeof key);
+    if (i == n) {
+      snprintf(why, cap, "key %s is missing", key);
+      return false;
+    }
+    if (!map_value_eq(vt, gv, i, wv, j)) {
+      snprintf(why, cap, "key %s: got %.9g, expected %.9g", key, map_num(vt, gv, i), map_num(vt, wv, j));
+      return false;
+    }
+  }
+  return true;
+}
+
 static bool compare_value(const keel_value_t *got, const keel_value_t *want, bool random,
                           char *why, size_t cap) {
   keel_value_kind kg = keel_value_kind_of(got), kw = keel_value_kind_of(want);
   if (kg != kw) {
-    static const char *names[] = {"?", "tensor", "sequence", "none"};
+    static const char *names[] = {"?", "tensor", "sequence", "none", "map"};
     snprintf(why, cap, "a %s, expected a %s", names[kg], names[kw]);
     return false;
   }
   if (kw == KEEL_KIND_NONE) return true;
   if (kw == KEEL_KIND_TENSOR)
     return random ? compare_random(got, want, why, cap) : compare_tensor(got, want, why, cap);
+  if (kw == KEEL_KIND_MAP) return compare_map(got, want, why, cap);
   size_t ng = keel_sequence_length(got), nw = keel_sequence_length(want);
   if (ng != nw) {
     snprintf(why, cap, "sequence of %zu, expected %zu", ng, nw);
@@ -150,7 +214,13 @@ static bool compare_value(const keel_value_t *got, const keel_value_t *want, boo
   }
   for (size_t i = 0; i < nw; i++) {
     char inner[384];
-    if (!compare_tensor(keel_sequence_at(got, i), keel_sequence_at(want, i), inner, sizeof inner)) {
+    const keel_value_t *gi = keel_sequence_at(got, i), *wi = keel_sequence_at(want, i);
+    bool maps = keel_value_kind_of(wi) == KEEL_KIND_MAP;
+    if (maps && keel_value_kind_of(gi) != KEEL_KIND_MAP) {
+      snprintf(why, cap, "item %zu: a tensor, expected a map", i);
+      return false;
+    }
+    if (!(maps ? compare_map(gi, wi, inner, sizeof inner) : compare_tensor(gi, wi, inner, sizeof inner))) {
       snprintf(why, cap, "item %zu: %s", i, inner);
       return false;
     }

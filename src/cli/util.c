@@ -274,13 +274,45 @@ static void shape_str(const keel_value_t *v, char *buf, size_t cap) {
   if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
+/* "map<string,float> of 3: {"a": 0.5, "b": 1, ...}" (up to 6 entries). */
+static void describe_map(const keel_value_t *v, char *buf, size_t cap) {
+  keel_dtype kt = keel_map_key_dtype(v), vt = keel_value_dtype(v);
+  size_t n = keel_map_size(v);
+  size_t at = (size_t)snprintf(buf, cap, "map<%s,%s> of %zu: {", keel_dtype_name(kt), keel_dtype_name(vt), n);
+  const void *k = keel_map_keys(v), *d = keel_map_values(v);
+  for (size_t i = 0; i < n && i < 6 && at < cap; i++) {
+    const char *sep = i ? ", " : "";
+    if (kt == KEEL_INT64) at += (size_t)snprintf(buf + at, cap - at, "%s%" PRId64 ": ", sep, ((const int64_t *)k)[i]);
+    else at += (size_t)snprintf(buf + at, cap - at, "%s\"%.20s\": ", sep, ((const keel_string *)k)[i].data);
+    if (at >= cap) break;
+    if (vt == KEEL_STRING) at += (size_t)snprintf(buf + at, cap - at, "\"%.20s\"", ((const keel_string *)d)[i].data);
+    else if (vt == KEEL_FLOAT) at += (size_t)snprintf(buf + at, cap - at, "%.6g", ((const float *)d)[i]);
+    else if (vt == KEEL_DOUBLE) at += (size_t)snprintf(buf + at, cap - at, "%.6g", ((const double *)d)[i]);
+    else if (vt == KEEL_INT64) at += (size_t)snprintf(buf + at, cap - at, "%" PRId64, ((const int64_t *)d)[i]);
+    else at += (size_t)snprintf(buf + at, cap - at, "?");
+  }
+  if (at < cap) snprintf(buf + at, cap - at, n > 6 ? ", ...}" : "}");
+}
+
 void cli_describe(const keel_value_t *v, char *buf, size_t cap) {
   keel_value_kind kind = keel_value_kind_of(v);
   if (kind == KEEL_KIND_NONE) {
     snprintf(buf, cap, "none (empty optional)");
     return;
   }
+  if (kind == KEEL_KIND_MAP) {
+    describe_map(v, buf, cap);
+    return;
+  }
   if (kind == KEEL_KIND_SEQUENCE) {
+    const keel_value_t *e0 = keel_sequence_length(v) ? keel_sequence_at(v, 0) : NULL;
+    if (e0 && keel_value_kind_of(e0) == KEEL_KIND_MAP) {
+      size_t at = (size_t)snprintf(buf, cap, "sequence<map<%s,%s>> of %zu; item 0: ",
+                                   keel_dtype_name(keel_map_key_dtype(e0)),
+                                   keel_dtype_name(keel_value_dtype(e0)), keel_sequence_length(v));
+      if (at < cap) describe_map(e0, buf + at, cap - at);
+      return;
+    }
     snprintf(buf, cap, "sequence<%s> of %zu", keel_dtype_name(keel_value_dtype(v)),
              keel_sequence_length(v));
     return;

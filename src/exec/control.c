@@ -576,6 +576,9 @@ static keel_status op_sequence_map(keel_kctx *k) {
                     g->n_in, g->n_out, k->n_in, k->n_out);
   if (!keel_k_has_in(k, 0) || k->in[0]->kind != KEEL_V_SEQUENCE)
     return keel_err(KEEL_ERR_SHAPE, "SequenceMap input 0 must be a sequence");
+  for (int32_t j = 0; j < k->n_in; j++)
+    if (keel_k_has_in(k, j) && k->in[j]->kind == KEEL_V_SEQUENCE && k->in[j]->seq->of_maps)
+      return keel_err(KEEL_ERR_UNSUPPORTED, "SequenceMap over a sequence of maps");
   size_t n = k->in[0]->seq->n;
   for (int32_t j = 1; j < k->n_in; j++)
     if (keel_k_has_in(k, j) && k->in[j]->kind == KEEL_V_SEQUENCE && k->in[j]->seq->n != n)

@@ -57,8 +57,13 @@ static void put_type(sbuf *b, const keel_type *t) {
     put(b, ">");
     return;
   }
+  if (t->kind == KEEL_TYPE_MAP) {
+    put(b, "map<%s,", keel_dtype_name((keel_dtype)t->key_dtype));
+    if (t->elem) put_type(b, t->elem);
+    put(b, ">");
+    return;
+  }
   if (t->kind == KEEL_TYPE_SEQUENCE) {
-    put(b, "sequence<");
     if (t->elem) put_type(b, t->elem);
     put(b, ">");
     return;

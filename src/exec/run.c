@@ -253,7 +253,7 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
                  .n_out = n->n_out, .heap = R->s->heap, .pool = R->s->threads, .prep = n->prep,
                  .owner = {n->site & R->s->owner_mask, f->iter & R->s->owner_mask},
                  .run = R, .frame = f};
-  st = n->impl ? n->impl->fn(&k) : n->op->fn(&k);
+  st = n->impl && n->impl->fn ? n->impl->fn(&k) : n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);
   for (int32_t i = 0; i < n_targets; i++) {
@@ -429,6 +429,10 @@ static void add_buffer(block_set *s, const keel_buffer *buf) {
 static void add_vals(block_set *s, const keel_val *v, int32_t n) {
   for (int32_t i = 0; i < n; i++) {
     if (v[i].kind == KEEL_V_TENSOR) add_buffer(s, v[i].t.buf);
+    else if (v[i].kind == KEEL_V_MAP) add_buffer(s, v[i].map->keys.buf), add_buffer(s, v[i].map->values.buf);
+    else if (v[i].kind == KEEL_V_SEQUENCE && v[i].seq->of_maps)
+      for (size_t k = 0; k < v[i].seq->n; k++)
+        add_buffer(s, v[i].seq->maps[k]->keys.buf), add_buffer(s, v[i].seq->maps[k]->values.buf);
     else if (v[i].kind == KEEL_V_SEQUENCE)
       for (size_t k = 0; k < v[i].seq->n; k++) add_buffer(s, v[i].seq->items[k].buf);
   }

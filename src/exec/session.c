@@ -132,7 +132,9 @@ static void type_to_info(const keel_type *t, const char *name, bool has_default,
     io->optional = 1;
     e = t->elem ? t->elem : t;
   }
-  io->kind = e->kind == KEEL_TYPE_SEQUENCE ? KEEL_KIND_SEQUENCE : KEEL_KIND_TENSOR;
+  io->kind = e->kind == KEEL_TYPE_SEQUENCE ? KEEL_KIND_SEQUENCE
+             : e->kind == KEEL_TYPE_MAP    ? KEEL_KIND_MAP
+                                           : KEEL_KIND_TENSOR;
   if (e->kind == KEEL_TYPE_SEQUENCE && e->elem) e = e->elem;
   io->dtype = (keel_dtype)e->dtype;
   io->rank = e->rank;
@@ -317,6 +319,14 @@ static keel_status check_input(const keel_session_t *s, const keel_type *t, cons
   if (t->kind == KEEL_TYPE_SEQUENCE) {
     if (v->kind != KEEL_V_SEQUENCE)
       return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' must be a sequence", name);
+    return KEEL_OK;
+  }
+  if (t->kind == KEEL_TYPE_MAP) {
+    if (v->kind != KEEL_V_MAP)
+      return keel_err(KEEL_ERR_INVALID_ARG, "input '%s' must be a map", name);
+    if (t->key_dtype && t->key_dtype != v->map->keys.dtype)
+      return keel_err(KEEL_ERR_SHAPE, "input '%s' must have %s keys, got %s", name,
+                      keel_dtype_name((keel_dtype)t->key_dtype), keel_dtype_name((keel_dtype)v->map->keys.dtype));
     return KEEL_OK;
   }
   if (v->kind != KEEL_V_TENSOR)

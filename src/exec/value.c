@@ -1,5 +1,6 @@
-/* value.c: public value handles (keel_value_t): tensors, sequences and
- * empty optionals the caller creates or receives from keel_run.
+/* value.c: public value handles (keel_value_t): tensors, sequences (of
+ * tensors or maps), maps and empty optionals the caller creates or receives
+ * from keel_run.
  *
  * A handle holds one reference to its internal value and one to the
  * session's heap, so a value stays valid after keel_session_destroy; the
@@ -45,7 +46,7 @@ static keel_status detach(keel_heap *h, const keel_val *v, keel_val *out) {
     out->kind = KEEL_V_TENSOR;
     return keel_tensor_clone(h, &v->t, (keel_owner){KEEL_SITE_USER, 0}, &out->t);
   }
-  if (v->kind != KEEL_V_SEQUENCE) {
+  if (v->kind != KEEL_V_SEQUENCE || v->seq->of_maps) { /* maps live in the heap */
     keel_val_ref(out, v);
     return KEEL_OK;
   }
@@ -136,11 +137,75 @@ keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
   return wrap(s->heap, &v, out);
 }
 
+static keel_status sequence_of_maps(keel_session_t *s, keel_value_t *const *items, size_t n,
+                                   keel_value_t **out) {
+  const keel_map *m0 = items[0]->v.map;
+  for (size_t i = 0; i < n; i++) {
+    if (!items[i] || items[i]->v.kind != KEEL_V_MAP)
+      return keel_err(KEEL_ERR_INVALID_ARG, "sequence item %zu is not a map (item 0 is)", i);
+    const keel_map *m = items[i]->v.map;
+    if (m->keys.dtype != m0->keys.dtype || m->values.dtype != m0->values.dtype)
+      return keel_err(KEEL_ERR_INVALID_ARG, "sequence item %zu is a map of other types than item 0", i);
+  }
+  keel_val v = {.kind = KEEL_V_SEQUENCE};
+  KEEL_TRY(keel_seq_new_maps(s->heap, m0->keys.dtype, m0->values.dtype, n, &v.seq));
+  for (size_t i = 0; i < n; i++) {
+    keel_map_retain(items[i]->v.map);
+    keel_seq_push_map(v.seq, items[i]->v.map); /* capacity reserved: cannot fail */
+  }
+  return wrap(s->heap, &v, out);
+}
+
+static keel_status map_copy_in(keel_map *m, size_t n, const void *keys, const void *values) {
+  const keel_string *ks = keys, *vs = values;
+  for (size_t i = 0; i < n; i++) {
+    if (m->keys.dtype == KEEL_STRING)
+      KEEL_TRY(keel_tensor_set_string(&m->keys, i, ks[i].data ? ks[i].data : "", ks[i].data ? ks[i].len : 0));
+    else ((int64_t *)m->keys.data)[i] = ((const int64_t *)keys)[i];
+    if (m->values.dtype == KEEL_STRING)
+      KEEL_TRY(keel_tensor_set_string(&m->values, i, vs[i].data ? vs[i].data : "", vs[i].data ? vs[i].len : 0));
+  }
+  if (m->values.dtype != KEEL_STRING && n) memcpy(m->values.data, values, keel_tensor_nbytes(&m->values));
+  return KEEL_OK;
+}
+
+keel_status keel_map_create(keel_session_t *s, keel_dtype key_dtype, keel_dtype value_dtype, size_t n,
+                            const void *keys, const void *values, keel_value_t **out) {
+  if (!s || !out || (n && (!keys || !values)))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_map_create: NULL argument");
+  if (n > (size_t)INT64_MAX / 64) return keel_err(KEEL_ERR_INVALID_ARG, "keel_map_create: %zu entries", n);
+  keel_val v = {.kind = KEEL_V_MAP};
+  KEEL_TRY(keel_map_new(s->heap, (int)key_dtype, (int)value_dtype, (int64_t)n, (keel_owner){KEEL_SITE_USER, 0}, &v.map));
+  keel_status st = map_copy_in(v.map, n, keys, values);
+  if (st) {
+    keel_val_clear(&v);
+    return st;
+  }
+  return wrap(s->heap, &v, out);
+}
+
+size_t keel_map_size(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_MAP ? (size_t)keel_map_len(v->v.map) : 0;
+}
+
+keel_dtype keel_map_key_dtype(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_MAP ? (keel_dtype)v->v.map->keys.dtype : KEEL_UNDEFINED;
+}
+
+const void *keel_map_keys(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_MAP ? v->v.map->keys.data : NULL;
+}
+
+const void *keel_map_values(const keel_value_t *v) {
+  return v && v->v.kind == KEEL_V_MAP ? v->v.map->values.data : NULL;
+}
+
 keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
                                  keel_value_t *const *items, size_t n,
                                  keel_value_t **out) {
   if (!s || !out || (n && !items))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_sequence_create: NULL argument");
+  if (n && items[0] && items[0]->v.kind == KEEL_V_MAP) return sequence_of_maps(s, items, n, out);
   for (size_t i = 0; i < n; i++) {
     if (!items[i] || items[i]->v.kind != KEEL_V_TENSOR)
       return keel_err(KEEL_ERR_INVALID_ARG, "sequence item %zu is not a tensor", i);
@@ -211,6 +276,7 @@ keel_value_kind keel_value_kind_of(const keel_value_t *v) {
   if (!v) return (keel_value_kind)0;
   if (v->v.kind == KEEL_V_SEQUENCE) return KEEL_KIND_SEQUENCE;
   if (v->v.kind == KEEL_V_NONE) return KEEL_KIND_NONE;
+  if (v->v.kind == KEEL_V_MAP) return KEEL_KIND_MAP;
   return KEEL_KIND_TENSOR;
 }
 
@@ -218,6 +284,7 @@ keel_dtype keel_value_dtype(const keel_value_t *v) {
   if (!v) return KEEL_UNDEFINED;
   if (v->v.kind == KEEL_V_TENSOR) return (keel_dtype)v->v.t.dtype;
   if (v->v.kind == KEEL_V_SEQUENCE) return (keel_dtype)v->v.seq->elem_dtype;
+  if (v->v.kind == KEEL_V_MAP) return (keel_dtype)v->v.map->values.dtype;
   return KEEL_UNDEFINED;
 }
 
@@ -260,7 +327,8 @@ const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i) {
     if (!m->items) return NULL;
     for (size_t k = 0; k < n; k++) {
       keel_val e = {.kind = KEEL_V_TENSOR};
-      keel_tensor_ref(&v->v.seq->items[k], &e.t);
+      if (v->v.seq->of_maps) e.kind = KEEL_V_MAP, e.map = v->v.seq->maps[k], keel_map_retain(e.map);
+      else keel_tensor_ref(&v->v.seq->items[k], &e.t);
       if (wrap(m->heap, &e, &m->items[k])) {
         for (size_t j = 0; j < k; j++) keel_value_release(m->items[j]);
         keel_heap_meta_realloc(m->heap, m->items, n * sizeof *m->items, 0);

@@ -51,7 +51,8 @@ typedef struct keel_type {
   int32_t rank;                /* -1: unknown                             */
   int64_t *dims;               /* -1: unknown                             */
   const char **dim_params;     /* symbolic names, NULL when not symbolic  */
-  struct keel_type *elem;      /* sequence / optional element             */
+  struct keel_type *elem;      /* sequence / optional element; map value  */
+  int32_t key_dtype;           /* map: INT64 or STRING                    */
 } keel_type;
 
 /* -------------------------------------------------------- attributes */

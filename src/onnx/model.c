@@ -337,6 +337,27 @@ static keel_status elem_type_parse(loader *L, keel_pb msg, keel_type *t) {
   return got < 0 ? (keel_status)got : KEEL_OK;
 }
 
+/* map_type: key_type (field 1) and value_type (field 2, a TypeProto). */
+static keel_status map_type_parse(loader *L, keel_pb msg, keel_type *t) {
+  keel_pb r = msg, s;
+  while (keel_pb_more(&r)) {
+    uint32_t f, wt;
+    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
+    if (f == 1) {
+      int64_t kt;
+      KEEL_TRY(keel_pb_get_int(&r, wt, "key_type", &kt));
+      t->key_dtype = (int32_t)kt;
+    } else if (f == 2) {
+      KEEL_TRY(keel_pb_get_bytes(&r, wt, "value_type", &s));
+      t->elem = keel_arena_alloc(L->a, sizeof *t->elem, 8);
+      if (!t->elem) return oom("a type");
+      KEEL_TRY(type_parse(L, s, t->elem));
+      t->dtype = t->elem->dtype;
+    } else KEEL_TRY(keel_pb_skip(&r, wt));
+  }
+  return KEEL_OK;
+}
+
 static keel_status type_parse(loader *L, keel_pb msg, keel_type *t) {
   memset(t, 0, sizeof *t);
   t->rank = -1;
@@ -356,6 +377,7 @@ static keel_status type_parse(loader *L, keel_pb msg, keel_type *t) {
     KEEL_TRY(keel_pb_get_bytes(&r, wt, "type", &s));
     if (f == 1 || f == 8) KEEL_TRY(tensor_type_parse(L, s, t));
     else if (f == 4 || f == 9) KEEL_TRY(elem_type_parse(L, s, t));
+    else if (f == 5) KEEL_TRY(map_type_parse(L, s, t));
   }
   return KEEL_OK;
 }

@@ -328,7 +328,176 @@ static keel_status read_tensor_msg(keel_heap *h, keel_pb msg, keel_tensor *t) {
   return keel_tp_to_heap(h, &tp, t);
 }
 
+/* ---------------------------------------------------------------- maps */
+
+/* A MapProto's fields: key type, the key runs (int64, packed or not, or
+ * strings) and the values (a SequenceProto of tensors, one element each
+ * as ONNX writes them, or longer tensors whose elements are concatenated). */
+typedef struct map_msg {
+  int64_t key_type;
+  size_t n_keys;
+  keel_pb values;
+  bool has_values;
+} map_msg;
+
+static keel_status map_scan(keel_pb r, map_msg *mm) {
+  memset(mm, 0, sizeof *mm);
+  while (keel_pb_more(&r)) {
+    uint32_t f, wt;
+    keel_pb sub;
+    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
+    if (f == 2) {
+      KEEL_TRY(keel_pb_get_int(&r, wt, "key_type", &mm->key_type));
+    } else if (f == 3 && wt == PB_LEN) {
+      size_t n;
+      KEEL_TRY(keel_pb_len(&r, &sub));
+      KEEL_TRY(keel_pb_count_varints(&sub, &n));
+      mm->n_keys += n;
+    } else if (f == 3 || f == 4) {
+      KEEL_TRY(f == 3 ? keel_pb_skip(&r, wt) : keel_pb_get_bytes(&r, wt, "string_keys", &sub));
+      mm->n_keys++;
+    } else if (f == 5) {
+      KEEL_TRY(keel_pb_get_bytes(&r, wt, "values", &mm->values));
+      mm->has_values = true;
+    } else {
+      KEEL_TRY(keel_pb_skip(&r, wt));
+    }
+  }
+  if (mm->key_type != KEEL_INT64 && mm->key_type != KEEL_STRING)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "map keys of type %lld (keel reads int64 and string keys)",
+                    (long long)mm->key_type);
+  return KEEL_OK;
+}
+
+/* The value type and count of the values sequence. */
+static keel_status map_values_scan(keel_pb r, int32_t *dtype, int64_t *n) {
+  keel_pb sub;
+  int got;
+  *dtype = KEEL_UNDEFINED;
+  *n = 0;
+  while ((got = keel_pb_next(&r, 3, "tensor_values", &sub)) > 0) {
+    keel_tp tp;
+    KEEL_TRY(keel_tp_parse(sub, &tp));
+    if (*dtype != KEEL_UNDEFINED && tp.dtype != *dtype)
+      return keel_err(KEEL_ERR_INVALID_MODEL, "map values mix %s and %s", keel_dtype_name((keel_dtype)*dtype),
+                      keel_dtype_name((keel_dtype)tp.dtype));
+    *dtype = tp.dtype;
+    *n += tp.numel;
+  }
+  return got < 0 ? (keel_status)got : KEEL_OK;
+}
+
+static keel_status map_fill_keys(keel_pb r, keel_map *m) {
+  int64_t at = 0;
+  while (keel_pb_more(&r)) {
+    uint32_t f, wt;
+    keel_pb sub;
+    uint64_t v;
+    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
+    if (f == 3 && m->keys.dtype == KEEL_INT64 && wt == PB_LEN) {
+      KEEL_TRY(keel_pb_len(&r, &sub));
+      while (keel_pb_more(&sub)) {
+        KEEL_TRY(keel_pb_varint(&sub, &v));
+        ((int64_t *)m->keys.data)[at++] = (int64_t)v;
+      }
+    } else if (f == 3 && m->keys.dtype == KEEL_INT64) {
+      KEEL_TRY(keel_pb_varint(&r, &v));
+      ((int64_t *)m->keys.data)[at++] = (int64_t)v;
+    } else if (f == 4 && m->keys.dtype == KEEL_STRING) {
+      KEEL_TRY(keel_pb_get_bytes(&r, wt, "string_keys", &sub));
+      KEEL_TRY(keel_tensor_set_string(&m->keys, (size_t)at++, (const char *)sub.p, (size_t)(sub.end - sub.p)));
+    } else if (f == 3 || f == 4) {
+      return keel_err(KEEL_ERR_INVALID_MODEL, "map keys do not match key_type %s",
+                      keel_dtype_name((keel_dtype)m->keys.dtype));
+    } else {
+      KEEL_TRY(keel_pb_skip(&r, wt));
+    }
+  }
+  return KEEL_OK;
+}
+
+static keel_status map_fill_values(keel_heap *h, keel_pb r, keel_map *m) {
+  keel_pb sub;
+  int got;
+  int64_t at = 0;
+  while ((got = keel_pb_next(&r, 3, "tensor_values", &sub)) > 0) {
+    keel_tensor t;
+    KEEL_TRY(read_tensor_msg(h, sub, &t));
+    int64_t n = keel_tensor_numel(&t);
+    keel_status st = n ? keel_tensor_copy_elems(&m->values, at, &t, 0, n) : KEEL_OK;
+    keel_tensor_release(&t);
+    KEEL_TRY(st);
+    at += n;
+  }
+  return got < 0 ? (keel_status)got : KEEL_OK;
+}
+
+static keel_status read_map(keel_heap *h, keel_pb r, keel_map **out) {
+  map_msg mm;
+  KEEL_TRY(map_scan(r, &mm));
+  int32_t vt = KEEL_FLOAT;
+  int64_t nv = 0;
+  if (mm.has_values) KEEL_TRY(map_values_scan(mm.values, &vt, &nv));
+  if (vt == KEEL_UNDEFINED) vt = KEEL_FLOAT;
+  if ((int64_t)mm.n_keys != nv)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "map has %zu keys but %lld values", mm.n_keys, (long long)nv);
+  keel_map *m;
+  KEEL_TRY(keel_map_new(h, (int)mm.key_type, vt, nv, (keel_owner){0}, &m));
+  keel_status st = map_fill_keys(r, m);
+  if (!st && mm.has_values) st = map_fill_values(h, mm.values, m);
+  if (st) {
+    keel_map_release(m);
+    return st;
+  }
+  *out = m;
+  return KEEL_OK;
+}
+
+/* SequenceProto whose elements are MapProtos (elem_type MAP). */
+static keel_status read_map_sequence(keel_heap *h, keel_pb r, keel_val *out) {
+  keel_seq *s;
+  KEEL_TRY(keel_seq_new_maps(h, KEEL_UNDEFINED, KEEL_UNDEFINED, 0, &s));
+  keel_pb sub;
+  int got;
+  keel_status st = KEEL_OK;
+  while (!st && (got = keel_pb_next(&r, 6, "map_values", &sub)) > 0) {
+    keel_map *m;
+    if ((st = read_map(h, sub, &m))) break;
+    if (s->n && (m->keys.dtype != s->map_key || m->values.dtype != s->elem_dtype))
+      st = keel_err(KEEL_ERR_INVALID_MODEL, "sequence element %zu is a map of other types", s->n);
+    s->map_key = m->keys.dtype, s->elem_dtype = m->values.dtype;
+    if (!st) st = keel_seq_push_map(s, m);
+    if (st) keel_map_release(m);
+  }
+  if (!st && got < 0) st = (keel_status)got;
+  if (st) {
+    keel_seq_release(s);
+    return st;
+  }
+  out->kind = KEEL_V_SEQUENCE;
+  out->seq = s;
+  return KEEL_OK;
+}
+
+/* elem_type of a SequenceProto (MAP also when only map_values appear). */
+static keel_status seq_elem_type(keel_pb r, int64_t *et) {
+  *et = ELEM_UNDEFINED;
+  while (keel_pb_more(&r)) {
+    uint32_t f, wt;
+    KEEL_TRY(keel_pb_tag(&r, &f, &wt));
+    if (f == 2) KEEL_TRY(keel_pb_get_int(&r, wt, "elem_type", et));
+    else {
+      if (f == 6 && *et == ELEM_UNDEFINED) *et = ELEM_MAP;
+      KEEL_TRY(keel_pb_skip(&r, wt));
+    }
+  }
+  return KEEL_OK;
+}
+
 static keel_status read_sequence(keel_heap *h, keel_pb r, keel_val *out) {
+  int64_t et;
+  KEEL_TRY(seq_elem_type(r, &et));
+  if (et == ELEM_MAP) return read_map_sequence(h, r, out);
   keel_seq *s;
   KEEL_TRY(keel_seq_new(h, KEEL_UNDEFINED, 0, &s));
   keel_status st = KEEL_OK;
@@ -392,6 +561,11 @@ keel_status keel_pb_read_value(keel_heap *h, const void *bytes, size_t len,
   keel_pb r = keel_pb_open(bytes, len);
   if (kind_hint == KEEL_KIND_SEQUENCE) return read_sequence(h, r, out);
   if (kind_hint == KEEL_KIND_NONE) return read_optional(h, r, out);
+  if (kind_hint == KEEL_KIND_MAP) {
+    KEEL_TRY(read_map(h, r, &out->map));
+    out->kind = KEEL_V_MAP;
+    return KEEL_OK;
+  }
   KEEL_TRY(read_tensor_msg(h, r, &out->t));
   out->kind = KEEL_V_TENSOR;
   return KEEL_OK;
@@ -468,8 +642,52 @@ static void put_tensor_field(keel_bytes *b, uint32_t f, const keel_tensor *t) {
   free(inner.p);
 }
 
+/* MapProto: keys packed (int64) or one string_keys entry each; values a
+ * SequenceProto of scalar tensors, as onnx.numpy_helper.from_dict writes. */
+static void write_map(const keel_map *m, const char *name, keel_bytes *b) {
+  if (name) put_len(b, 1, name, strlen(name));
+  put_tag(b, 2, PB_VARINT);
+  put_varint(b, (uint64_t)m->keys.dtype);
+  int64_t n = keel_map_len(m);
+  if (m->keys.dtype == KEEL_INT64 && n > 0) {
+    keel_bytes packed = {0};
+    for (int64_t i = 0; i < n; i++) put_varint(&packed, (uint64_t)((const int64_t *)m->keys.data)[i]);
+    if (packed.failed) b->failed = true;
+    else put_len(b, 3, packed.p, packed.len);
+    free(packed.p);
+  } else {
+    const keel_string *k = m->keys.data;
+    for (int64_t i = 0; i < n; i++) put_len(b, 4, k[i].data, k[i].len);
+  }
+  keel_bytes seq = {0};
+  put_tag(&seq, 2, PB_VARINT);
+  put_varint(&seq, ELEM_TENSOR);
+  size_t es = keel_dtype_size((keel_dtype)m->values.dtype);
+  for (int64_t i = 0; i < n; i++) {
+    keel_tensor one = {NULL, (uint8_t *)m->values.data + (size_t)i * es, m->values.dtype, 0, {0}};
+    put_tensor_field(&seq, 3, &one);
+  }
+  if (seq.failed) b->failed = true;
+  else put_len(b, 5, seq.p, seq.len);
+  free(seq.p);
+}
+
+static void put_map_field(keel_bytes *b, uint32_t f, const keel_map *m) {
+  keel_bytes inner = {0};
+  write_map(m, NULL, &inner);
+  if (inner.failed) b->failed = true;
+  else put_len(b, f, inner.p, inner.len);
+  free(inner.p);
+}
+
 static void write_sequence(const keel_seq *s, const char *name, keel_bytes *b) {
   if (name) put_len(b, 1, name, strlen(name));
+  if (s->of_maps) {
+    put_tag(b, 2, PB_VARINT);
+    put_varint(b, ELEM_MAP);
+    for (size_t i = 0; i < s->n; i++) put_map_field(b, 6, s->maps[i]);
+    return;
+  }
   put_tag(b, 2, PB_VARINT);
   put_varint(b, ELEM_TENSOR);
   for (size_t i = 0; i < s->n; i++) put_tensor_field(b, 3, &s->items[i]);
@@ -481,6 +699,8 @@ keel_status keel_pb_write_value(const keel_val *v, const char *name,
     write_tensor(&v->t, name, b);
   } else if (v->kind == KEEL_V_SEQUENCE) {
     write_sequence(v->seq, name, b);
+  } else if (v->kind == KEEL_V_MAP) {
+    write_map(v->map, name, b);
   } else if (v->kind == KEEL_V_NONE) {
     if (name) put_len(b, 1, name, strlen(name));
     put_tag(b, 2, PB_VARINT);

@@ -1,4 +1,5 @@
-/* tensorproto.h: ONNX TensorProto, SequenceProto and OptionalProto.
+/* tensorproto.h: ONNX TensorProto, SequenceProto (of tensors or maps),
+ * MapProto and OptionalProto.
  *
  * keel_tp_parse reads a TensorProto's header (type, dims, name, where the
  * data is) without touching the data. The data is then either used in place
@@ -45,7 +46,8 @@ KEEL_INTERNAL keel_status keel_tp_decode(const keel_tp *tp, void *dst,
 KEEL_INTERNAL keel_status keel_tp_to_heap(keel_heap *h, const keel_tp *tp,
                                           keel_tensor *out);
 
-/* Reads a TensorProto / SequenceProto / OptionalProto into a value. */
+/* Reads a TensorProto / SequenceProto / OptionalProto / MapProto
+ * (kind_hint KEEL_KIND_MAP) into a value. */
 KEEL_INTERNAL keel_status keel_pb_read_value(keel_heap *h, const void *bytes,
                                              size_t len, int kind_hint,
                                              keel_val *out);

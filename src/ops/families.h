@@ -34,6 +34,9 @@
   X(attention_ms)        \
   X(contrib)             \
   X(contrib_quant)       \
+  X(ml_tree)             \
+  X(ml_linear)           \
+  X(ml_misc)             \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

@@ -14,7 +14,7 @@ keel_status keel_k_in_opt(keel_kctx *k, int i, const keel_tensor **t) {
   const keel_val *v = k->in[i];
   if (v->kind != KEEL_V_TENSOR)
     return keel_err(KEEL_ERR_SHAPE, "input %d '%s' is a %s, expected a tensor", i,
-                    in_name(k, i), v->kind == KEEL_V_SEQUENCE ? "sequence" : "empty optional");
+                    in_name(k, i), v->kind == KEEL_V_SEQUENCE ? "sequence" : v->kind == KEEL_V_MAP ? "map" : "empty optional");
   *t = &v->t;
   return KEEL_OK;
 }
@@ -290,4 +290,40 @@ keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, keel_block **o
   atomic_fetch_add(p->bytes, b->size);
   *out = b;
   return KEEL_OK;
+}
+
+/* The block's header (one cache line before the state) keeps the block. */
+keel_status keel_k_prep_block(keel_kctx *k, size_t bytes, void **state) {
+  keel_block *b = keel_heap_alloc(k->heap, bytes + KEEL_ALIGN, k->owner);
+  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of prepared state", bytes);
+  memcpy(b->ptr, &b, sizeof b);
+  *state = b->ptr + KEEL_ALIGN;
+  return KEEL_OK;
+}
+
+static keel_block *prep_block_of(void *state) {
+  keel_block *b;
+  memcpy(&b, (uint8_t *)state - KEEL_ALIGN, sizeof b);
+  return b;
+}
+
+keel_status keel_prep_from_attrs(const keel_prep_ctx *p, keel_prepare_fn fn, void **state) {
+  keel_kctx k = {.node = p->node, .heap = p->heap, .owner = p->owner};
+  size_t bytes = 0;
+  void *st = NULL;
+  keel_status s = fn(&k, &st, &bytes);
+  for (int32_t j = 0; j < k.n_scratch; j++) keel_heap_free(p->heap, k.scratch[j]);
+  if (s) return s;
+  if (st) atomic_fetch_add(p->bytes, prep_block_of(st)->size);
+  *state = st;
+  return KEEL_OK;
+}
+
+void keel_prep_block_release(void *state, keel_heap *heap) {
+  if (state) keel_heap_free(heap, prep_block_of(state));
+}
+
+bool keel_prep_always(const keel_prep_ctx *p) {
+  (void)p;
+  return true;
 }

@@ -29,7 +29,7 @@
 #include "../ir/ir.h"
 
 #define KEEL_OPSET_MAX 1000
-#define KEEL_K_MAX_SCRATCH 8
+#define KEEL_K_MAX_SCRATCH 24
 /* Every kernel call gets at least this many output targets: outputs a node
  * does not list (fewer than the op defines) are written and dropped, so a
  * kernel may always produce all of its outputs. */
@@ -125,13 +125,36 @@ typedef struct keel_impl {
   keel_status (*prepare)(const keel_prep_ctx *p, void **state);
   /* optional: frees what prepare built */
   void (*release)(void *state, keel_heap *heap);
-  keel_kernel_fn fn;
+  keel_kernel_fn fn;           /* NULL: the row's reference kernel, which
+                                  then finds the state in k->prep          */
 } keel_impl;
 
 /* Prepared-state memory: a block of the session's heap tagged with the
  * node's prepared-state site. NULL (with a message) on OOM or the cap. */
 KEEL_INTERNAL keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes,
                                           keel_block **out);
+
+/* State built from a node's attributes alone (a tree ensemble, a lookup
+ * table), by a function written against a kernel context: `k` has the
+ * node, the heap, the prepared-state owner and scratch (freed after the
+ * call); no inputs. It allocates the state with keel_k_prep_block. The
+ * kernel reads it as k->prep and must also work without it (the
+ * reference binding, KEEL_OPT_REFERENCE_KERNELS). KEEL_IMPL_FROM_ATTRS
+ * makes the implementation list of such an op. */
+typedef keel_status (*keel_prepare_fn)(keel_kctx *k, void **state, size_t *bytes);
+/* `bytes` of the heap for that state (the pointer is KEEL_ALIGN-aligned). */
+KEEL_INTERNAL keel_status keel_k_prep_block(keel_kctx *k, size_t bytes, void **state);
+KEEL_INTERNAL keel_status keel_prep_from_attrs(const keel_prep_ctx *p, keel_prepare_fn fn,
+                                               void **state);
+KEEL_INTERNAL void keel_prep_block_release(void *state, keel_heap *heap);
+KEEL_INTERNAL bool keel_prep_always(const keel_prep_ctx *p);
+#define KEEL_IMPL_FROM_ATTRS(var, label, prep_fn, kernel)                                  \
+  static keel_status var##_prepare(const keel_prep_ctx *p, void **state) {                \
+    return keel_prep_from_attrs(p, prep_fn, state);                                       \
+  }                                                                                       \
+  static const keel_impl var##_impl = {label, keel_prep_always, var##_prepare,            \
+                                       keel_prep_block_release, kernel};                  \
+  static const keel_impl *const var[] = {&var##_impl, NULL};
 
 typedef struct keel_opdef {
   const char *domain;          /* "" for ai.onnx                          */

@@ -18,6 +18,9 @@
 static keel_status in_seq(keel_kctx *k, int i, const keel_seq **s) {
   if (!keel_k_has_in(k, i) || k->in[i]->kind != KEEL_V_SEQUENCE)
     return keel_err(KEEL_ERR_SHAPE, "input %d must be a sequence", i);
+  if (k->in[i]->seq->of_maps)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "input %d is a sequence of maps; %s takes sequences of tensors",
+                    i, k->node->op_type);
   *s = k->in[i]->seq;
   return KEEL_OK;
 }

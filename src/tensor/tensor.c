@@ -242,6 +242,12 @@ keel_status keel_seq_new(keel_heap *h, int elem_dtype, size_t cap,
 void keel_seq_release(keel_seq *s) {
   if (!s || atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
     return;
+  if (s->of_maps) {
+    for (size_t i = 0; i < s->n; i++) keel_map_release(s->maps[i]);
+    keel_heap_meta_realloc(s->heap, s->maps, s->cap * sizeof(keel_map *), 0);
+    keel_heap_obj_free(s->heap, s);
+    return;
+  }
   for (size_t i = 0; i < s->n; i++) keel_tensor_release(&s->items[i]);
   keel_heap_meta_realloc(s->heap, s->items, s->cap * sizeof(keel_tensor), 0);
   keel_heap_obj_free(s->heap, s);
@@ -278,10 +284,85 @@ void keel_seq_erase(keel_seq *s, size_t pos) {
 
 keel_status keel_seq_copy(const keel_seq *src, keel_seq **out) {
   keel_seq *s;
+  if (src->of_maps) {
+    KEEL_TRY(keel_seq_new_maps(src->heap, src->map_key, src->elem_dtype, src->n, &s));
+    for (size_t i = 0; i < src->n; i++) keel_map_retain(src->maps[i]), s->maps[i] = src->maps[i];
+    s->n = src->n;
+    *out = s;
+    return KEEL_OK;
+  }
   KEEL_TRY(keel_seq_new(src->heap, src->elem_dtype, src->n, &s));
   for (size_t i = 0; i < src->n; i++) keel_tensor_ref(&src->items[i], &s->items[i]);
   s->n = src->n;
   *out = s;
+  return KEEL_OK;
+}
+
+/* ================================================================ maps */
+
+keel_status keel_map_new(keel_heap *h, int key_dtype, int value_dtype, int64_t n,
+                         keel_owner owner, keel_map **out) {
+  if (key_dtype != KEEL_INT64 && key_dtype != KEEL_STRING)
+    return keel_err(KEEL_ERR_INVALID_ARG, "map keys must be int64 or string, not %s",
+                    keel_dtype_name((keel_dtype)key_dtype));
+  if (!keel_dtype_valid(value_dtype) || value_dtype == KEEL_UNDEFINED)
+    return keel_err(KEEL_ERR_INVALID_ARG, "map values of type %d", value_dtype);
+  keel_map *m = keel_heap_meta_realloc(h, NULL, 0, sizeof *m);
+  if (!m) return oom(h, sizeof *m);
+  memset(m, 0, sizeof *m);
+  atomic_init(&m->refs, 1);
+  m->heap = h;
+  keel_status st = keel_tensor_alloc(h, key_dtype, 1, &n, owner, &m->keys);
+  if (!st) st = keel_tensor_alloc(h, value_dtype, 1, &n, owner, &m->values);
+  if (st) {
+    keel_tensor_release(&m->keys);
+    keel_heap_meta_realloc(h, m, sizeof *m, 0);
+    return st;
+  }
+  *out = m;
+  return KEEL_OK;
+}
+
+void keel_map_release(keel_map *m) {
+  if (!m || atomic_fetch_sub_explicit(&m->refs, 1, memory_order_acq_rel) != 1) return;
+  keel_tensor_release(&m->keys);
+  keel_tensor_release(&m->values);
+  keel_heap_meta_realloc(m->heap, m, sizeof *m, 0);
+}
+
+keel_status keel_seq_new_maps(keel_heap *h, int key_dtype, int value_dtype, size_t cap,
+                              keel_seq **out) {
+  keel_seq *s = keel_heap_obj_alloc(h);
+  if (!s) return oom(h, sizeof *s);
+  atomic_init(&s->refs, 1);
+  s->elem_dtype = value_dtype;
+  s->map_key = key_dtype;
+  s->of_maps = 1;
+  s->heap = h;
+  if (cap) {
+    size_t bytes;
+    if (keel_mul_ovf(cap, sizeof(keel_map *), &bytes) ||
+        !(s->maps = keel_heap_meta_realloc(h, NULL, 0, bytes))) {
+      keel_heap_obj_free(h, s);
+      return oom(h, cap * sizeof(keel_map *));
+    }
+    s->cap = cap;
+  }
+  *out = s;
+  return KEEL_OK;
+}
+
+keel_status keel_seq_push_map(keel_seq *s, keel_map *m) {
+  keel_assert(s->of_maps);
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 4;
+    keel_map **maps = keel_heap_meta_realloc(s->heap, s->maps, s->cap * sizeof(keel_map *),
+                                             cap * sizeof(keel_map *));
+    if (!maps) return oom(s->heap, cap * sizeof(keel_map *));
+    s->maps = maps;
+    s->cap = cap;
+  }
+  s->maps[s->n++] = m;
   return KEEL_OK;
 }
 
@@ -290,6 +371,7 @@ keel_status keel_seq_copy(const keel_seq *src, keel_seq **out) {
 void keel_val_clear(keel_val *v) {
   if (v->kind == KEEL_V_TENSOR) keel_tensor_release(&v->t);
   else if (v->kind == KEEL_V_SEQUENCE) keel_seq_release(v->seq);
+  else if (v->kind == KEEL_V_MAP) keel_map_release(v->map);
   v->kind = KEEL_V_EMPTY;
 }
 
@@ -297,12 +379,22 @@ void keel_val_ref(keel_val *dst, const keel_val *src) {
   *dst = *src;
   if (src->kind == KEEL_V_TENSOR) keel_buffer_retain(dst->t.buf);
   else if (src->kind == KEEL_V_SEQUENCE) keel_seq_retain(dst->seq);
+  else if (src->kind == KEEL_V_MAP) keel_map_retain(dst->map);
+}
+
+static size_t map_nbytes(const keel_map *m) {
+  return keel_tensor_nbytes(&m->keys) + keel_tensor_nbytes(&m->values);
 }
 
 size_t keel_val_nbytes(const keel_val *v) {
   if (v->kind == KEEL_V_TENSOR) return keel_tensor_nbytes(&v->t);
+  if (v->kind == KEEL_V_MAP) return map_nbytes(v->map);
   if (v->kind != KEEL_V_SEQUENCE) return 0;
   size_t n = 0;
+  if (v->seq->of_maps) {
+    for (size_t i = 0; i < v->seq->n; i++) n += map_nbytes(v->seq->maps[i]);
+    return n;
+  }
   for (size_t i = 0; i < v->seq->n; i++) n += keel_tensor_nbytes(&v->seq->items[i]);
   return n;
 }

@@ -1,5 +1,6 @@
 /* tensor.h: run-time values: reference-counted buffers, tensors (a view of a
- * buffer with a dtype and shape), sequences of tensors, and empty optionals.
+ * buffer with a dtype and shape), sequences of tensors or of maps, maps
+ * (ai.onnx.ml: int64 or string keys to scalar values), and empty optionals.
  *
  * Ownership (DESIGN rule 2): a buffer counts its references. A tensor holds
  * exactly one reference to its buffer; a sequence holds one per element; a
@@ -46,19 +47,36 @@ typedef struct keel_tensor {
   int64_t shape[KEEL_MAX_RANK];
 } keel_tensor;
 
+/* A map as ONNX defines it for ai.onnx.ml (map(int64|string, T)): n keys
+ * and n values, each a 1-D tensor of the session heap whose blocks carry
+ * the owner tag of the value that made them; the header is heap
+ * bookkeeping. Keys are unique; their order is the order they were made
+ * in. Reference counted like sequences. */
+typedef struct keel_map {
+  _Atomic int32_t refs;
+  keel_tensor keys;        /* [n], INT64 or STRING                        */
+  keel_tensor values;      /* [n], the value type                         */
+  keel_heap *heap;
+} keel_map;
+
 typedef struct keel_seq {
   _Atomic int32_t refs;
-  int32_t elem_dtype;      /* KEEL_UNDEFINED until the first element     */
+  int32_t elem_dtype;      /* KEEL_UNDEFINED until the first element;
+                              sequences of maps: the maps' value type     */
   size_t n, cap;
   keel_tensor *items;      /* each item holds one buffer reference       */
   keel_heap *heap;
+  keel_map **maps;         /* of_maps: n maps, one reference each         */
+  int32_t map_key;         /* of_maps: the maps' key type                 */
+  uint8_t of_maps;         /* a sequence of maps (items unused)           */
 } keel_seq;
 
 typedef enum {
   KEEL_V_EMPTY = 0,        /* slot holds nothing                          */
   KEEL_V_TENSOR = 1,
   KEEL_V_SEQUENCE = 2,
-  KEEL_V_NONE = 3          /* an empty optional                           */
+  KEEL_V_NONE = 3,         /* an empty optional                           */
+  KEEL_V_MAP = 4
 } keel_val_kind;
 
 typedef struct keel_val {
@@ -66,6 +84,7 @@ typedef struct keel_val {
   union {
     keel_tensor t;
     keel_seq *seq;
+    keel_map *map;
   };
 } keel_val;
 
@@ -141,6 +160,23 @@ KEEL_INTERNAL keel_status keel_seq_insert(keel_seq *s, size_t pos,
 KEEL_INTERNAL void keel_seq_erase(keel_seq *s, size_t pos);
 /* A new sequence holding new references to every element of src. */
 KEEL_INTERNAL keel_status keel_seq_copy(const keel_seq *src, keel_seq **out);
+
+/* ------------------------------------------------------------- maps */
+
+/* A map of n entries with uninitialized keys and values (STRING entries
+ * empty), blocks tagged with `owner`. */
+KEEL_INTERNAL keel_status keel_map_new(keel_heap *h, int key_dtype, int value_dtype,
+                                       int64_t n, keel_owner owner, keel_map **out);
+static inline void keel_map_retain(keel_map *m) {
+  atomic_fetch_add_explicit(&m->refs, 1, memory_order_relaxed);
+}
+KEEL_INTERNAL void keel_map_release(keel_map *m);
+static inline int64_t keel_map_len(const keel_map *m) { return keel_tensor_numel(&m->keys); }
+/* An empty sequence of maps with room for cap of them. */
+KEEL_INTERNAL keel_status keel_seq_new_maps(keel_heap *h, int key_dtype, int value_dtype,
+                                            size_t cap, keel_seq **out);
+/* Appends m, taking over the caller's reference. */
+KEEL_INTERNAL keel_status keel_seq_push_map(keel_seq *s, keel_map *m);
 
 /* ----------------------------------------------------------- values */
 

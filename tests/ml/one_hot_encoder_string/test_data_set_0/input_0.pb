@@ -1,0 +1,1 @@
+2green2blue2pink2redBX

@@ -1,0 +1,1 @@
+2eel2dog2eel2dog2cat2dogBY

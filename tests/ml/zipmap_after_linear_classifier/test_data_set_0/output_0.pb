@@ -1,0 +1,5 @@
+2
+versicolor2
+versicolor2
+versicolor2	virginica2
+versicolorBlabel
