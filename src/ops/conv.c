@@ -471,11 +471,11 @@ static keel_status conv_task(void *ctx, int64_t t0, int64_t t1, int worker) {
     int64_t gi = r / j->nchunks, p0 = (r % j->nchunks) * j->chunk;
     int64_t len = KEEL_MIN(j->chunk, P - p0);
     char *yg = j->y + (size_t)((n * g->m + gi * g->mg) * P) * es;               /* (Mg, P)   */
-    const char *xg = j->x + (size_t)((n * g->c + gi * g->cg) * w->in_size) * es; /* (Cg, in) */
-    const char *wg = j->wt + (size_t)(gi * g->mg * R) * es;                      /* (Mg, R)   */
     j->ty->bias(yg + (size_t)p0 * es, j->b ? j->b + (size_t)(gi * g->mg) * es : NULL, g->mg,
                 len, P);
-    if (!j->taps) continue;
+    if (!j->taps) continue; /* (X or W may then have no data pointer) */
+    const char *xg = j->x + (size_t)((n * g->c + gi * g->cg) * w->in_size) * es; /* (Cg, in) */
+    const char *wg = j->wt + (size_t)(gi * g->mg * R) * es;                      /* (Mg, R)   */
     if (j->mode == CONV_GEMM) {
       j->ty->gemm(false, true, g->mg, len, g->cg, wg, R, xg + (size_t)p0 * es, P,
                   yg + (size_t)p0 * es, P);
