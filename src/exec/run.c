@@ -242,17 +242,21 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
-  if (KEEL_UNLIKELY((st = keel_k_check_in_types(n, f->in, n->n_in)))) {
+  if (KEEL_UNLIKELY(keel_k_has_narrow(f->in, n->n_in)) &&
+      (st = keel_k_check_in_types(n, f->in, n->n_in))) {
     char lb[256];
     return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
   }
   int32_t n_targets = KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS);
   for (int32_t i = 0; i < n_targets; i++)
     f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
-  keel_kctx k = {.node = n, .in = f->in, .out = f->out, .n_in = n->n_in,
-                 .n_out = n->n_out, .heap = R->s->heap, .pool = R->s->threads, .prep = n->prep,
-                 .owner = {n->site & R->s->owner_mask, f->iter & R->s->owner_mask},
-                 .run = R, .frame = f};
+  /* field by field: the scratch array is only read below n_scratch, so it
+   * is not cleared on every node */
+  keel_kctx k;
+  k.node = n, k.in = f->in, k.out = f->out, k.n_in = n->n_in, k.n_out = n->n_out;
+  k.heap = R->s->heap, k.pool = R->s->threads, k.prep = n->prep;
+  k.owner = (keel_owner){n->site & R->s->owner_mask, f->iter & R->s->owner_mask};
+  k.run = R, k.frame = f, k.n_scratch = 0;
   st = n->impl && n->impl->fn ? n->impl->fn(&k) : n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);

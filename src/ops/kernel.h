@@ -195,6 +195,15 @@ KEEL_INTERNAL bool keel_k_can_reuse(const keel_kctx *k, int i);
 /* UNSUPPORTED when an input tensor has a narrow type (float8, float4,
  * int4, int2) that n's row does not list in `types`; the executor calls it
  * before every kernel. keel_k_out applies the same rule to outputs. */
+/* True when an input is a tensor of one of the narrow types (numbered
+ * after bfloat16), which only some kernels take: the cheap test the
+ * executor makes before keel_k_check_in_types. */
+static inline bool keel_k_has_narrow(const keel_val *const *in, int n_in) {
+  bool narrow = false;
+  for (int i = 0; i < n_in; i++)
+    narrow |= in[i] && in[i]->kind == KEEL_V_TENSOR && in[i]->t.dtype > KEEL_BFLOAT16;
+  return narrow;
+}
 KEEL_INTERNAL keel_status keel_k_check_in_types(const keel_node *n, const keel_val *const *in,
                                                 int n_in);
 
