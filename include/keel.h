@@ -211,6 +211,10 @@ typedef struct keel_options {
    * runs on one session share the pool: a run that finds it busy computes
    * on its own thread alone. */
   int threads;
+  /* Models with collectives (keel_dist.h): the communicator the session
+   * runs on, an `MPI_Comm *` (read at session creation), or NULL for
+   * MPI_COMM_WORLD. Ignored by models without collectives. */
+  void *comm;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

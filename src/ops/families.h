@@ -34,6 +34,7 @@
   X(attention_ms)        \
   X(contrib)             \
   X(contrib_quant)       \
+  X(collective)          \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];
