@@ -15,7 +15,8 @@ if ! command -v mpirun >/dev/null; then
   echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
   exit 77
 fi
-if "$keel" run "$dist/np2/mlp" 2>&1 </dev/null | grep -q "built without MPI"; then
+probe=$("$keel" run "$dist/np2/mlp" 2>&1 </dev/null)
+if grep -q "built without MPI" <<<"$probe"; then
   echo "SKIP: keel was built without MPI (cmake -DKEEL_MPI=OFF)"
   exit 77
 fi
