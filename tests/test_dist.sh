@@ -27,7 +27,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 for n in 2 4; do
   out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dist/np$n" 2>&1) ||
     fail "np$n: keel test: $out"
-  grep -q "4 passed, 0 failed" <<<"$out" || fail "np$n: keel test summary: $out"
+  grep -q "5 passed, 0 failed" <<<"$out" || fail "np$n: keel test summary: $out"
   out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test --repeat 50 "$dist/np$n" 2>&1) ||
     fail "np$n: keel test --repeat 50 (steady memory on every rank): $out"
   ds=$dist/np$n/mlp/test_data_set_0

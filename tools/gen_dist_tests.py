@@ -14,6 +14,10 @@ outputs, computed by numpy from the unsplit weights (never by keel):
   np{N}/allgather   AllGather on axis 0 (float) and axis 1 (int64, the
                     interleaving path)
   np{N}/alltoall    AllToAll of float16 blocks (rank r adds 10 r first)
+  np{N}/loop        a Loop whose body holds an AllReduce (rank r scales the
+                    carried state by 0.5 + r/4 first) and whose condition is
+                    computed from the reduced sum: every rank runs the same
+                    trip count (20 at N=2, 4 at N=4), frames reused each time
   fail/mismatch     rank 1 reduces a [3,2] tensor, rank 0 a [2,3]: every rank
                     must fail with a message naming the rank
   fail/rank1_error  rank 1 fails (a bad Reshape) before the AllReduce its
@@ -164,6 +168,38 @@ def gen_alltoall(n, rng):
     save_data(d, [tensor("x", x)], [tensor("y", y0)])
 
 
+def gen_loop(n, rng):
+    d = folder("np%d" % n, "loop")
+    x = (np.arange(1, 5, dtype=np.float32) * 0.1)
+    limit, trips = np.float32(100.0), 20
+    body_nodes = [helper.make_node("Mul", ["s_in", "c"], ["m"]),
+                  helper.make_node("AllReduce", ["m"], ["s_out"], domain="com.microsoft"),
+                  helper.make_node("ReduceSum", ["s_out"], ["tot"], keepdims=0),
+                  helper.make_node("Less", ["tot", "limit"], ["cond_out"]),
+                  helper.make_node("Identity", ["tot"], ["tot_scan"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("s_in", TensorProto.FLOAT, [4])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("s_out", TensorProto.FLOAT, [4]),
+         vi("tot_scan", TensorProto.FLOAT, [])])
+    for r in range(n):
+        nodes = [helper.make_node("Loop", ["M", "cond0", "x"], ["s", "sums"], body=body)]
+        inits = [tensor("c", np.array(0.5 + 0.25 * r, np.float32)), tensor("limit", limit),
+                 tensor("M", np.array(trips, np.int64)), tensor("cond0", np.array(True))]
+        save_model(os.path.join(d, "rank_%d.onnx" % r), nodes, [vi("x", TensorProto.FLOAT, [4])],
+                   [vi("s", TensorProto.FLOAT, [4]), vi("sums", TensorProto.FLOAT, None)], inits)
+    scale = sum(0.5 + 0.25 * r for r in range(n))
+    st, sums = x.astype(np.float64), []
+    for _ in range(trips):
+        st = st * scale
+        sums.append(st.sum())
+        if not st.sum() < limit:
+            break
+    save_data(d, [tensor("x", x)], [tensor("s", st.astype(np.float32)),
+                                    tensor("sums", np.array(sums, np.float32))])
+
+
 def gen_fail():
     d = folder("fail", "mismatch")
     for r, shape in enumerate([[2, 3], [3, 2]]):
@@ -190,6 +226,7 @@ def main():
         gen_allreduce(n, rng)
         gen_allgather(n, rng)
         gen_alltoall(n, rng)
+        gen_loop(n, rng)
     gen_fail()
 
 
