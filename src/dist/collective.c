@@ -45,6 +45,11 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *dt) {
 
 static MPI_Op g_sum_f16 = MPI_OP_NULL, g_sum_bf16 = MPI_OP_NULL;
 
+void keel_dist_free_ops(void) {
+  if (g_sum_f16 != MPI_OP_NULL) MPI_Op_free(&g_sum_f16);
+  if (g_sum_bf16 != MPI_OP_NULL) MPI_Op_free(&g_sum_bf16);
+}
+
 /* MPI datatype of a keel dtype, or MPI_DATATYPE_NULL. */
 static MPI_Datatype mpi_type(int dtype) {
   switch (dtype) {
@@ -96,13 +101,14 @@ static void describe(const keel_tensor *t, char *buf, size_t cap) {
 static keel_status agree(keel_kctx *k, MPI_Comm c, keel_status local, const keel_tensor *x,
                          int idx) {
   int me = 0;
-  MPI_Comm_rank(c, &me);
   double sig = local ? 0.0 : signature(x);
   struct {
     double v;
     int r;
-  } in[2] = {{sig, me}, {-sig, me}}, out[2];
+  } in[2], out[2];
   keel_dist_lock();
+  MPI_Comm_rank(c, &me);
+  in[0].v = sig, in[0].r = me, in[1].v = -sig, in[1].r = me;
   int rc = MPI_Allreduce(in, out, 2, MPI_DOUBLE_INT, MPI_MAXLOC, c);
   keel_dist_unlock();
   if (local) return local;
@@ -145,7 +151,9 @@ static keel_status check_input(keel_kctx *k, int i, bool sum, const keel_tensor 
 }
 
 static keel_status check_group(keel_kctx *k, MPI_Comm c, int *size) {
+  keel_dist_lock();
   MPI_Comm_size(c, size);
+  keel_dist_unlock();
   int64_t g = keel_k_attr_i(k, "group_size", 1);
   if (g != *size)
     return keel_err(KEEL_ERR_INVALID_ARG,

@@ -99,13 +99,17 @@ keel_status keel_dist_init(void) {
 
 int keel_dist_rank(void) {
   int r = 0;
+  keel_dist_lock();
   if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  keel_dist_unlock();
   return r;
 }
 
 int keel_dist_size(void) {
   int n = 1;
+  keel_dist_lock();
   if (mpi_up()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+  keel_dist_unlock();
   return n;
 }
 
@@ -113,6 +117,7 @@ keel_status keel_dist_finalize(void) {
   keel_dist_lock();
   keel_status st = KEEL_OK;
   if (g_we_initialized && mpi_up()) {
+    keel_dist_free_ops();
     int rc = MPI_Finalize();
     if (rc != MPI_SUCCESS) st = keel_err(KEEL_ERR_INVALID_ARG, "MPI_Finalize failed (%d)", rc);
     g_we_initialized = false;
@@ -133,11 +138,13 @@ MPI_Comm keel_dist_comm(const keel_session_t *s) {
 keel_status keel_dist_check(int rc, MPI_Comm c, const char *call) {
   if (rc == MPI_SUCCESS) return KEEL_OK;
   int rank = -1, size = -1, len = 0, cls = 0;
+  char msg[MPI_MAX_ERROR_STRING + 1] = "";
+  keel_dist_lock();
   MPI_Comm_rank(c, &rank);
   MPI_Comm_size(c, &size);
-  char msg[MPI_MAX_ERROR_STRING + 1] = "";
   MPI_Error_class(rc, &cls);
   MPI_Error_string(rc, msg, &len);
+  keel_dist_unlock();
   return keel_err(KEEL_ERR_INVALID_ARG, "%s failed on rank %d of %d: %s (MPI error class %d)",
                   call, rank, size, msg, cls);
 }

@@ -30,6 +30,9 @@ KEEL_INTERNAL keel_status keel_dist_check(int rc, MPI_Comm c, const char *call);
 /* Every MPI call keel makes is under this lock (MPI_THREAD_SERIALIZED). */
 KEEL_INTERNAL void keel_dist_lock(void);
 KEEL_INTERNAL void keel_dist_unlock(void);
+/* Frees the float16 / bfloat16 sum ops (collective.c); before MPI_Finalize,
+ * under the lock. */
+KEEL_INTERNAL void keel_dist_free_ops(void);
 #endif
 
 #endif /* KEEL_DIST_COMM_H */
