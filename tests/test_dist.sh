@@ -6,12 +6,13 @@
 # on rank 0 alone what a one-process `keel run unsplit.onnx` prints; a type
 # or shape mismatch between ranks, a rank that fails and a rank killed with
 # SIGKILL each end every rank non-zero within 10 s. Exit 77 (skip) when
-# mpirun is missing or keel was built without MPI.
+# mpirun (or $KEEL_MPIRUN) is missing or keel was built without MPI.
 set -uo pipefail
 keel=$1
 here=$(cd "$(dirname "$0")" && pwd)
 dist=$here/dist
-if ! command -v mpirun >/dev/null; then
+launcher=${KEEL_MPIRUN:-mpirun}   # e.g. KEEL_MPIRUN=mpirun.mpich for an MPICH build
+if ! command -v "$launcher" >/dev/null; then
   echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
   exit 77
 fi
@@ -20,7 +21,11 @@ if grep -q "built without MPI" <<<"$probe"; then
   echo "SKIP: keel was built without MPI (cmake -DKEEL_MPI=OFF)"
   exit 77
 fi
-mpi=(mpirun --oversubscribe --allow-run-as-root)
+if "$launcher" --version 2>&1 | grep -q "Open MPI"; then
+  mpi=("$launcher" --oversubscribe --allow-run-as-root)
+else
+  mpi=("$launcher")   # MPICH's Hydra: oversubscribes, runs as root
+fi
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 

@@ -33,6 +33,8 @@ int cli_dist_begin(const char *path, char *model, size_t cap);
  * folder's rank count differs from the job's. */
 int cli_dist_model(const char *dir, char *model, size_t cap);
 int cli_dist_end(int rc);
+/* Before cli_dist_begin: every rank keeps its stdout (keel memcheck). */
+void cli_dist_keep_stdout(void);
 bool cli_dist_on(void);
 int cli_dist_rank(void);
 const char *cli_dist_tag(void); /* "rank R: " under MPI, else ""       */

@@ -4,8 +4,10 @@
  * by an MPI launcher. Rank 0 alone prints on stdout; errors on stderr name
  * the rank; a rank that fails ends the whole job (MPI_Abort), so no peer
  * waits in a collective for it. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "keel_dist.h"
@@ -13,6 +15,9 @@
 static bool g_on;
 static int g_rank, g_size = 1;
 static char g_tag[32];
+static bool g_keep_stdout;
+
+void cli_dist_keep_stdout(void) { g_keep_stdout = true; }
 
 bool cli_dist_on(void) { return g_on; }
 int cli_dist_rank(void) { return g_rank; }
@@ -35,7 +40,7 @@ int cli_dist_start(void) {
   g_rank = keel_dist_rank();
   g_size = keel_dist_size();
   snprintf(g_tag, sizeof g_tag, "rank %d: ", g_rank);
-  if (g_rank != 0 && !freopen("/dev/null", "w", stdout)) return 1;
+  if (g_rank != 0 && !g_keep_stdout && !freopen("/dev/null", "w", stdout)) return 1;
   return 0;
 }
 
@@ -67,6 +72,9 @@ int cli_dist_end(int rc) {
   if (rc && g_size > 1) {
     fprintf(stderr, "keel: %sfailed (exit %d): ending every rank of the job\n", g_tag, rc);
     fflush(stderr);
+    /* give the launcher a moment to forward the message (MPICH's Hydra
+     * drops output still in flight when the job is aborted) */
+    nanosleep(&(struct timespec){0, 200 * 1000 * 1000}, NULL);
     keel_dist_abort(rc);
   }
   keel_status st = keel_dist_finalize();
