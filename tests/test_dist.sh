@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# test_dist.sh KEEL: model parallelism over MPI (tests/dist, written by
+# test_dist.sh KEEL [DIST_COMM]: model parallelism over MPI (tests/dist, written by
 # tools/gen_dist_tests.py). Under mpirun -np 2 and -np 4: every shard folder
 # passes `keel test` (rank 0 compared with numpy's outputs of the unsplit
 # model) and stays steady over 50 runs on every rank; `keel run DIR` prints
 # on rank 0 alone what a one-process `keel run unsplit.onnx` prints; a type
 # or shape mismatch between ranks, a rank that fails and a rank killed with
-# SIGKILL each end every rank non-zero within 10 s. Exit 77 (skip) when
+# SIGKILL each end every rank non-zero within 10 s; DIST_COMM (tests/dist_comm.c)
+# runs keel on communicators of its own. Exit 77 (skip) when
 # mpirun (or $KEEL_MPIRUN) is missing or keel was built without MPI.
 set -uo pipefail
 keel=$1
@@ -74,6 +75,12 @@ expect_fail rank1_error 10 "${mpi[@]}" -np 2 "$keel" run "$fd/rank1_error" \
 expect_fail killed 12 "${mpi[@]}" -np 2 bash -c \
   'if [[ ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}} == 1 ]]; then (sleep 2; kill -9 $$) & fi
    exec "$0" run "$1" --data "$1/test_data_set_0" --iters 100000000' "$keel" "$dist/np2/mlp"
+
+# A program that owns MPI hands keel its own communicator (two groups of 2).
+if [[ -n ${2:-} ]]; then
+  out=$(timeout 60 "${mpi[@]}" -np 4 "$2" "$dist" 2>&1) || fail "dist_comm: $out"
+  grep -q "dist_comm: two groups" <<<"$out" && echo "dist_comm: ok"
+fi
 
 [[ $fails == 0 ]] && echo "all distributed tests passed" || echo "$fails failure(s)"
 [[ $fails == 0 ]]
