@@ -40,7 +40,8 @@ KEEL_API keel_status keel_dist_init(void);
 KEEL_API int keel_dist_rank(void);
 KEEL_API int keel_dist_size(void);
 /* Finalizes MPI if keel initialized it (call after the last session with
- * collectives is destroyed); a no-op otherwise. */
+ * collectives is destroyed; otherwise keel does it at exit); a no-op when
+ * the program initialized MPI itself. */
 KEEL_API keel_status keel_dist_finalize(void);
 /* Ends every rank of the job (MPI_Abort on MPI_COMM_WORLD) with `code`: for
  * a rank that failed while its peers may wait in a collective. Returns only

@@ -1,6 +1,6 @@
 /* comm.c: MPI for keel: initialized lazily (the first session whose model
  * holds a collective, or keel_dist_init), finalized only by whoever
- * initialized it, one lock around every call keel makes (keel asks for
+ * initialized it (explicitly, or at exit), one lock around every call keel makes (keel asks for
  * MPI_THREAD_SERIALIZED), MPI_ERRORS_RETURN on each communicator a session
  * uses, and MPI's error codes turned into messages that name the rank.
  *
@@ -39,6 +39,11 @@ static const keel_node *first_collective(const keel_model *m) {
 #ifndef KEEL_HAVE_MPI
 
 int keel_dist_available(void) { return 0; }
+/* At exit: MPI that keel started and nobody finalized (a program that
+ * never calls keel_dist_finalize) is finalized, so launchers do not report
+ * an abnormal end. */
+static void finalize_at_exit(void) { keel_dist_finalize(); }
+
 keel_status keel_dist_init(void) {
   return keel_err(KEEL_ERR_UNSUPPORTED, "keel_dist_init: keel was built without MPI");
 }
@@ -77,6 +82,11 @@ static bool mpi_up(void) {
   return up && !down;
 }
 
+/* At exit: MPI that keel started and nobody finalized (a program that
+ * never calls keel_dist_finalize) is finalized, so launchers do not report
+ * an abnormal end. */
+static void finalize_at_exit(void) { keel_dist_finalize(); }
+
 keel_status keel_dist_init(void) {
   keel_dist_lock();
   keel_status st = KEEL_OK;
@@ -91,6 +101,7 @@ keel_status keel_dist_init(void) {
     else {
       g_we_initialized = true;
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      atexit(finalize_at_exit);
     }
   }
   keel_dist_unlock();
