@@ -2,7 +2,8 @@
 # test_dist.sh KEEL [DIST_COMM]: model parallelism over MPI (tests/dist, written by
 # tools/gen_dist_tests.py). Under mpirun -np 2 and -np 4: every shard folder
 # passes `keel test` (rank 0 compared with numpy's outputs of the unsplit
-# model) and stays steady over 50 runs on every rank; `keel run DIR` prints
+# model) and stays steady over 50 runs on every rank (keel test --repeat 50,
+# and keel memcheck --iters 50 with one verdict per rank); `keel run DIR` prints
 # on rank 0 alone what a one-process `keel run unsplit.onnx` prints; a type
 # or shape mismatch between ranks, a rank that fails and a rank killed with
 # SIGKILL each end every rank non-zero within 10 s; DIST_COMM (tests/dist_comm.c)
@@ -43,6 +44,11 @@ for n in 2 4; do
   [[ "$(grep '^output' <<<"$got")" == "$want" ]] ||
     fail "np$n: rank 0 printed '$(grep '^output' <<<"$got")', one process '$want'"
   [[ $(grep -c '^after destroy' <<<"$got") == 1 ]] || fail "np$n: ranks other than 0 printed"
+  for m in mlp loop; do   # every rank's own verdict over 50 runs
+    out=$(timeout 60 "${mpi[@]}" -np $n "$keel" memcheck "$dist/np$n/$m" --iters 50 \
+          --data "$dist/np$n/$m/test_data_set_0" 2>&1) || fail "np$n: memcheck $m: $out"
+    [[ $(grep -c "verdict: steady" <<<"$out") == "$n" ]] || fail "np$n: memcheck $m verdicts: $out"
+  done
   echo "np$n: ok"
 done
 
