@@ -39,11 +39,6 @@ static const keel_node *first_collective(const keel_model *m) {
 #ifndef KEEL_HAVE_MPI
 
 int keel_dist_available(void) { return 0; }
-/* At exit: MPI that keel started and nobody finalized (a program that
- * never calls keel_dist_finalize) is finalized, so launchers do not report
- * an abnormal end. */
-static void finalize_at_exit(void) { keel_dist_finalize(); }
-
 keel_status keel_dist_init(void) {
   return keel_err(KEEL_ERR_UNSUPPORTED, "keel_dist_init: keel was built without MPI");
 }
