@@ -15,8 +15,9 @@ install(TARGETS keel_shared EXPORT keelTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS keel ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS keel_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The trainer and collective headers join this list when they land.
+# The trainer header joins this list when it lands.
 install(FILES ${CMAKE_SOURCE_DIR}/include/keel.h ${CMAKE_SOURCE_DIR}/include/keel_stats.h
+              ${CMAKE_SOURCE_DIR}/include/keel_dist.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(KEEL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/keel)

@@ -281,6 +281,10 @@ typedef struct keel_options {
   /* Idle run contexts (the frames one run in flight needs) the session
    * keeps for later runs; more are freed when their run ends. 0 = default. */
   size_t run_pool_cap;
+  /* Models with collectives (keel_dist.h): the communicator the session
+   * runs on, an `MPI_Comm *` (read at session creation), or NULL for
+   * MPI_COMM_WORLD. Ignored by models without collectives. */
+  void *comm;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

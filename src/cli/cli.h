@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "keel.h"
+#include "keel_dist.h"
 #include "keel_stats.h"
 
 #define KEEL_CLI_MAX_INPUTS 256
@@ -18,6 +19,25 @@ int cmd_info(int argc, char **argv);
 int cmd_memcheck(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+
+/* Under mpirun (dist.c). cli_dist_begin resolves the model of `path` for
+ * this rank (a shard folder gives DIR/rank_R.onnx) and starts MPI when a
+ * shard folder is given or an MPI launcher started the process; ranks
+ * other than 0 then print nothing on stdout. 0 or an exit code (message
+ * printed). cli_dist_end(rc): a failed rank ends every rank (MPI_Abort),
+ * else MPI is finalized; returns rc. */
+bool cli_is_shard_dir(const char *path);
+int cli_dist_start(void);
+int cli_dist_begin(const char *path, char *model, size_t cap);
+/* A shard folder's model for this rank; 1 (message printed) when the
+ * folder's rank count differs from the job's. */
+int cli_dist_model(const char *dir, char *model, size_t cap);
+int cli_dist_end(int rc);
+/* Before cli_dist_begin: every rank keeps its stdout (keel memcheck). */
+void cli_dist_keep_stdout(void);
+bool cli_dist_on(void);
+int cli_dist_rank(void);
+const char *cli_dist_tag(void); /* "rank R: " under MPI, else ""       */
 
 /* Prints the usage text (of one command, or all when cmd is NULL) to
  * stderr and returns 2. */
@@ -72,6 +92,7 @@ typedef struct cli_progress {
   const char *what;
   long total;
   bool tty, shown;
+  bool quiet;                 /* under mpirun, ranks other than 0 */
   double t0;
 } cli_progress;
 void cli_progress_start(cli_progress *p, const char *what, long total);

@@ -80,7 +80,8 @@ static int parse(int argc, char **argv, mc_args *a) {
     else if (!a->model) a->model = s;
     else return cli_usage("memcheck", "more than one model given");
   }
-  if (!a->model || !cli_is_file(a->model)) return cli_usage("memcheck", "no model file given");
+  if (!a->model || !(cli_is_file(a->model) || cli_is_shard_dir(a->model)))
+    return cli_usage("memcheck", "no model file (or folder of rank_R.onnx) given");
   if (a->data && !cli_is_dir(a->data)) return cli_usage("memcheck", "--data is not a folder");
   return 0;
 }
@@ -161,17 +162,16 @@ static int verdict(keel_session_t *s, long grew_at, uint64_t mark, const iter_lo
   return rc;
 }
 
-int cmd_memcheck(int argc, char **argv) {
-  mc_args a;
-  int rc = parse(argc, argv, &a);
-  if (rc) return rc;
+static int memcheck_model(mc_args a, const char *model) {
+  a.model = model;
+  int rc = 0;
   iter_log L = {.loop = a.loop};
   keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads, .on_iteration = on_iteration,
                        .iteration_ud = &L};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) {
-    fprintf(stderr, "keel: %s: %s\n", keel_status_str(st), keel_last_error());
+    fprintf(stderr, "keel: %s%s: %s\n", cli_dist_tag(), keel_status_str(st), keel_last_error());
     return 1;
   }
   L.s = s;
@@ -185,7 +185,7 @@ int cmd_memcheck(int argc, char **argv) {
   uint64_t mark = 0;
   if (!st) st = runs(s, &a, &in, alloc, res, &grew_at, &mark);
   if (st) {
-    fprintf(stderr, "keel: %s: %s\n", keel_status_str(st), keel_last_error());
+    fprintf(stderr, "keel: %s%s: %s\n", cli_dist_tag(), keel_status_str(st), keel_last_error());
     rc = 1;
   } else {
     rc = verdict(s, grew_at, mark, &L);
@@ -195,4 +195,17 @@ int cmd_memcheck(int argc, char **argv) {
   cli_inputs_free(&in);
   keel_session_destroy(s);
   return rc;
+}
+
+/* Under mpirun every rank checks and reports its own memory (mpirun
+ * --tag-output tells the lines apart). */
+int cmd_memcheck(int argc, char **argv) {
+  mc_args a;
+  int rc = parse(argc, argv, &a);
+  if (rc) return rc;
+  char model[4200];
+  cli_dist_keep_stdout();
+  rc = cli_dist_begin(a.model, model, sizeof model);
+  if (!rc) rc = memcheck_model(a, model);
+  return cli_dist_end(rc);
 }

@@ -73,9 +73,9 @@ static int parse(int argc, char **argv, run_args *a) {
     else return cli_usage("run", "more than one model given");
   }
   if (!a->model) return cli_usage("run", "no model given");
-  if (!cli_is_file(a->model)) {
+  if (!cli_is_file(a->model) && !cli_is_shard_dir(a->model)) {
     char msg[4200];
-    snprintf(msg, sizeof msg, "%s: no such file", a->model);
+    snprintf(msg, sizeof msg, "%s: no such file (nor a folder of rank_R.onnx)", a->model);
     return cli_usage("run", msg);
   }
   if (a->data && !cli_is_dir(a->data)) return cli_usage("run", "--data is not a folder");
@@ -83,7 +83,8 @@ static int parse(int argc, char **argv, run_args *a) {
 }
 
 static int fail(const char *what, keel_status st) {
-  fprintf(stderr, "keel: %s: %s: %s\n", what, keel_status_str(st), keel_last_error());
+  fprintf(stderr, "keel: %s%s: %s: %s\n", cli_dist_tag(), what, keel_status_str(st),
+          keel_last_error());
   return 1;
 }
 
@@ -177,10 +178,10 @@ static void log_stderr(void *ud, int level, const char *msg) {
   fprintf(stderr, "keel: %s: %s\n", level == KEEL_LOG_ERROR ? "error" : level == KEEL_LOG_WARN ? "warning" : "info", msg);
 }
 
-int cmd_run(int argc, char **argv) {
-  run_args a;
-  int rc = parse(argc, argv, &a);
-  if (rc) return rc;
+static int run_model(const run_args *ra, const char *model) {
+  run_args a = *ra;
+  a.model = model;
+  int rc = 0;
   keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
                        .threads = a.threads,
                        .flags = a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0,
@@ -207,4 +208,14 @@ int cmd_run(int argc, char **argv) {
   printf("after destroy: keel holds %llu bytes\n", (unsigned long long)left);
   if (left && !rc) rc = 1;
   return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+  run_args a;
+  int rc = parse(argc, argv, &a);
+  if (rc) return rc;
+  char model[4200];
+  rc = cli_dist_begin(a.model, model, sizeof model);
+  if (!rc) rc = run_model(&a, model);
+  return cli_dist_end(rc);
 }

@@ -8,6 +8,8 @@
  * Models with random ops are compared by property (compare_random).
  * With --repeat N each data set runs N times and the allocated bytes after
  * every run (outputs released) must equal those after the first.
+ * Under mpirun a shard folder (rank_R.onnx, no model.onnx) is a test too:
+ * every rank runs its own file and checks its memory, rank 0 compares.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
@@ -323,7 +325,8 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, c
   } else if (grew) {
     rk = R_FAIL;
   } else {
-    for (size_t i = 0; i < nexp && rk == R_PASS; i++) {
+    /* under mpirun rank 0's outputs are the model's (others may differ) */
+    for (size_t i = 0; i < nexp && rk == R_PASS && cli_dist_rank() == 0; i++) {
       char inner[512];
       keel_io_info io;
       keel_session_output(s, i, &io);
@@ -344,8 +347,12 @@ static bool g_debug_leak; /* --debug-leak-subgraphs (test-only) */
 
 static void run_test(const char *dir, const char *name, const keel_options *opts, int repeat,
                      results *R) {
-  char path[4096], why[1024] = "";
+  char path[4200], why[1024] = "";
   snprintf(path, sizeof path, "%s/model.onnx", dir);
+  if (!cli_is_file(path) && cli_is_shard_dir(dir) && cli_dist_model(dir, path, sizeof path)) {
+    add_result(R, name, R_ERROR, "the shard folder's rank count differs from the job's");
+    return;
+  }
   uint64_t before = keel_process_bytes();
   keel_session_t *s;
   keel_status st = keel_session_create(path, opts, &s);
@@ -373,6 +380,11 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
     rk = R_FAIL;
   }
   add_result(R, name, rk, why);
+  /* an error on one rank may leave its peers waiting in a collective */
+  if (rk == R_ERROR && cli_dist_on()) {
+    fprintf(stderr, "keel: %s%s: %s\n", cli_dist_tag(), name, why);
+    exit(cli_dist_end(1));
+  }
 }
 
 /* The tests under one PATH: the folder itself when it holds model.onnx,
@@ -397,7 +409,7 @@ static void collect_tests(const char *path, test_list *t) {
   snprintf(model, sizeof model, "%s/model.onnx", path);
   const char *base = strrchr(path, '/');
   base = base && base[1] ? base + 1 : path;
-  if (cli_is_file(model)) {
+  if (cli_is_file(model) || cli_is_shard_dir(path)) {
     list_add(t, path, base);
     return;
   }
@@ -407,7 +419,7 @@ static void collect_tests(const char *path, test_list *t) {
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/%s", path, subs[i]);
     snprintf(model, sizeof model, "%s/model.onnx", sub);
-    list_add(t, cli_is_file(model) ? sub : NULL, subs[i]);
+    list_add(t, cli_is_file(model) || cli_is_shard_dir(sub) ? sub : NULL, subs[i]);
   }
   free_list(subs, n);
 }
@@ -514,6 +526,9 @@ int cmd_test(int argc, char **argv) {
   }
   if (!n_paths) return cli_usage("test", "no test folder given");
   keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads};
+  bool shards = keel_dist_launched();
+  for (size_t i = 0; i < n_paths; i++) shards = shards || cli_is_shard_dir(paths[i]);
+  if (shards && cli_dist_start()) return 1;
   results R = {0};
   test_list tests = {0};
   for (size_t i = 0; i < n_paths; i++) collect_tests(paths[i], &tests);
@@ -533,5 +548,5 @@ int cmd_test(int argc, char **argv) {
   if (expect) rc = check_expected(expect, &R);
   for (size_t i = 0; i < R.n; i++) free(R.r[i].name), free(R.r[i].detail);
   free(R.r);
-  return rc;
+  return cli_dist_end(rc);
 }

@@ -15,12 +15,15 @@ static const char *g_usage[][2] = {
             "  Free segments no run used for RUNS runs (default 8) return to the system,\n"
             "  keeping PCT percent (default 25) above the recent peak; --no-auto-trim keeps them.\n"
             "  --mem-report prints memory per node (top 20, or N); --trace writes a Chrome\n"
-            "  trace (node timeline, allocated and reserved bytes)."},
+            "  trace (node timeline, allocated and reserved bytes).\n"
+            "  mpirun -np N keel run DIR ...: DIR holds rank_0.onnx ... rank_{N-1}.onnx; each\n"
+            "  rank runs its own file, rank 0 prints."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
              "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
-             "  fails a test whose allocated bytes change after the first run."},
+             "  fails a test whose allocated bytes change after the first run.\n"
+             "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
              "  control-flow tree and weight bytes."},
@@ -29,7 +32,8 @@ static const char *g_usage[][2] = {
                  "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
                  "  run; exits 1 if allocated memory grew after the first run (or across the\n"
                  "  iterations of loop NAME), naming the values whose blocks survived.\n"
-                 "  --plot draws both as SVG."},
+                 "  --plot draws both as SVG. Under mpirun MODEL may be a folder of rank_R.onnx;\n"
+                 "  every rank reports (mpirun --tag-output)."},
     {"ops", "keel ops [--markdown]\n"
             "  Lists the operators keel implements: domain, opset range, element types."},
     {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"

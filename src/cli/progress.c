@@ -1,6 +1,6 @@
 /* progress.c: progress for long commands. On a terminal (stderr), one bar
  * redrawn in place with the rate and the time left; otherwise a plain line
- * at every tenth, so logs stay readable. */
+ * at every tenth, so logs stay readable. Under mpirun only rank 0 shows it. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +13,7 @@ void cli_progress_start(cli_progress *p, const char *what, long total) {
   p->total = total;
   p->tty = isatty(STDERR_FILENO);
   p->t0 = cli_now();
+  p->quiet = cli_dist_rank() != 0;
 }
 
 static void eta_text(double secs, char *buf, size_t cap) {
@@ -22,6 +23,7 @@ static void eta_text(double secs, char *buf, size_t cap) {
 }
 
 void cli_progress_update(cli_progress *p, long done) {
+  if (p->quiet) return;
   double el = cli_now() - p->t0, rate = el > 0 ? (double)done / el : 0;
   char eta[32];
   eta_text(rate > 0 ? (double)(p->total - done) / rate : 0, eta, sizeof eta);
@@ -46,6 +48,7 @@ void cli_progress_clear(cli_progress *p) {
 }
 
 void cli_progress_end(cli_progress *p) {
+  if (p->quiet) return;
   cli_progress_clear(p);
   if (p->tty) fprintf(stderr, "%s: %ld done in %.1fs\n", p->what, p->total, cli_now() - p->t0);
 }

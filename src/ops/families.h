@@ -37,6 +37,7 @@
   X(ml_tree)             \
   X(ml_linear)           \
   X(ml_misc)             \
+  X(collective)          \
   X(control)
 
 #define KEEL_FAMILY_DECL(f) extern const keel_opdef keel_ops_##f[];

@@ -1,0 +1,170 @@
+/* comm.c: MPI for keel: initialized lazily (the first session whose model
+ * holds a collective, or keel_dist_init), finalized only by whoever
+ * initialized it (explicitly, or at exit), one lock around every call keel makes (keel asks for
+ * MPI_THREAD_SERIALIZED), MPI_ERRORS_RETURN on each communicator a session
+ * uses, and MPI's error codes turned into messages that name the rank.
+ *
+ * Built without MPI (KEEL_MPI=OFF), the same public functions report a
+ * world of one process and collectives fail as unsupported. */
+#include "comm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "../../include/keel_dist.h"
+
+int keel_dist_launched(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
+                               "PMI_RANK", "MPI_LOCALNRANKS"};
+  for (size_t i = 0; i < KEEL_COUNTOF(vars); i++)
+    if (getenv(vars[i])) return 1;
+  return 0;
+}
+
+keel_status keel_dist_no_mpi(const keel_node *n) {
+  return keel_err(KEEL_ERR_UNSUPPORTED,
+                  "unsupported: op %s (domain %s, opset %lld): keel was built without MPI "
+                  "(cmake -DKEEL_MPI=ON with libopenmpi-dev or libmpich-dev)",
+                  n->op_type, n->domain[0] ? n->domain : "ai.onnx", (long long)n->opset);
+}
+
+/* The first collective node of the model, or NULL. */
+static const keel_node *first_collective(const keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++)
+    for (int32_t k = 0; k < m->graphs[i]->n_nodes; k++)
+      if (keel_dist_is_collective(&m->graphs[i]->nodes[k])) return &m->graphs[i]->nodes[k];
+  return NULL;
+}
+
+#ifndef KEEL_HAVE_MPI
+
+int keel_dist_available(void) { return 0; }
+keel_status keel_dist_init(void) {
+  return keel_err(KEEL_ERR_UNSUPPORTED, "keel_dist_init: keel was built without MPI");
+}
+int keel_dist_rank(void) { return 0; }
+int keel_dist_size(void) { return 1; }
+keel_status keel_dist_finalize(void) { return KEEL_OK; }
+void keel_dist_abort(int code) { (void)code; }
+
+keel_status keel_dist_bind(keel_session_t *s) {
+  const keel_node *n = first_collective(s->m);
+  if (!n) return KEEL_OK;
+  char lb[256];
+  keel_status st = keel_dist_no_mpi(n);
+  return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
+}
+
+#else /* KEEL_HAVE_MPI */
+
+static keel_mutex g_lock;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static bool g_we_initialized;   /* keel called MPI_Init_thread            */
+
+static void lock_init(void) { keel_mutex_init(&g_lock); }
+void keel_dist_lock(void) {
+  pthread_once(&g_once, lock_init);
+  keel_mutex_lock(&g_lock);
+}
+void keel_dist_unlock(void) { keel_mutex_unlock(&g_lock); }
+
+int keel_dist_available(void) { return 1; }
+
+static bool mpi_up(void) {
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  return up && !down;
+}
+
+/* At exit: MPI that keel started and nobody finalized (a program that
+ * never calls keel_dist_finalize) is finalized, so launchers do not report
+ * an abnormal end. */
+static void finalize_at_exit(void) { keel_dist_finalize(); }
+
+keel_status keel_dist_init(void) {
+  keel_dist_lock();
+  keel_status st = KEEL_OK;
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  if (down) st = keel_err(KEEL_ERR_INVALID_ARG, "MPI was already finalized in this process");
+  else if (!up) {
+    int provided = 0;
+    int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) st = keel_err(KEEL_ERR_INVALID_ARG, "MPI_Init_thread failed (%d)", rc);
+    else {
+      g_we_initialized = true;
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      atexit(finalize_at_exit);
+    }
+  }
+  keel_dist_unlock();
+  return st;
+}
+
+int keel_dist_rank(void) {
+  int r = 0;
+  keel_dist_lock();
+  if (mpi_up()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  keel_dist_unlock();
+  return r;
+}
+
+int keel_dist_size(void) {
+  int n = 1;
+  keel_dist_lock();
+  if (mpi_up()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+  keel_dist_unlock();
+  return n;
+}
+
+keel_status keel_dist_finalize(void) {
+  keel_dist_lock();
+  keel_status st = KEEL_OK;
+  if (g_we_initialized && mpi_up()) {
+    keel_dist_free_ops();
+    int rc = MPI_Finalize();
+    if (rc != MPI_SUCCESS) st = keel_err(KEEL_ERR_INVALID_ARG, "MPI_Finalize failed (%d)", rc);
+    g_we_initialized = false;
+  }
+  keel_dist_unlock();
+  return st;
+}
+
+void keel_dist_abort(int code) {
+  if (mpi_up()) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+MPI_Comm keel_dist_comm(const keel_session_t *s) {
+  const MPI_Comm *c = s->opts.comm;
+  return c ? *c : MPI_COMM_WORLD;
+}
+
+keel_status keel_dist_check(int rc, MPI_Comm c, const char *call) {
+  if (rc == MPI_SUCCESS) return KEEL_OK;
+  int rank = -1, size = -1, len = 0, cls = 0;
+  char msg[MPI_MAX_ERROR_STRING + 1] = "";
+  keel_dist_lock();
+  MPI_Comm_rank(c, &rank);
+  MPI_Comm_size(c, &size);
+  MPI_Error_class(rc, &cls);
+  MPI_Error_string(rc, msg, &len);
+  keel_dist_unlock();
+  return keel_err(KEEL_ERR_INVALID_ARG, "%s failed on rank %d of %d: %s (MPI error class %d)",
+                  call, rank, size, msg, cls);
+}
+
+keel_status keel_dist_bind(keel_session_t *s) {
+  if (!first_collective(s->m)) return KEEL_OK;
+  KEEL_TRY(keel_dist_init());
+  MPI_Comm c = keel_dist_comm(s);
+  if (c == MPI_COMM_NULL)
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_options.comm points at MPI_COMM_NULL");
+  keel_dist_lock();
+  int rc = MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  keel_dist_unlock();
+  return keel_dist_check(rc, c, "MPI_Comm_set_errhandler");
+}
+
+#endif /* KEEL_HAVE_MPI */
