@@ -54,6 +54,18 @@ const keel_attr *keel_node_attr(const keel_node *n, const char *name) {
   return NULL;
 }
 
+/* Installs `nodes` (n of them) as g's node array: indexes, graph and
+ * sub-graph owners re-pointed. */
+static void set_nodes(keel_graph *g, keel_node *nodes, int32_t n) {
+  for (int32_t i = 0; i < n; i++) {
+    nodes[i].index = i;
+    nodes[i].graph = g;
+    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
+  }
+  g->nodes = nodes;
+  g->n_nodes = n;
+}
+
 keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
                                     const keel_node *with, int32_t n_with) {
   int32_t n = g->n_nodes - 1 + n_with, k = 0;
@@ -64,13 +76,7 @@ keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
     else
       for (int32_t j = 0; j < n_with; j++) nodes[k++] = with[j];
   }
-  for (int32_t i = 0; i < n; i++) { /* sub-graphs point at their owner node */
-    nodes[i].index = i;
-    nodes[i].graph = g;
-    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
-  }
-  g->nodes = nodes;
-  g->n_nodes = n;
+  set_nodes(g, nodes, n);
   return KEEL_OK;
 }
 
@@ -105,12 +111,6 @@ keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *dr
   if (!nodes) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "removing nodes of graph '%s'", g->path);
   for (int32_t i = 0, k = 0; i < g->n_nodes; i++)
     if (!drop[i]) nodes[k++] = g->nodes[i];
-  for (int32_t i = 0; i < n; i++) {
-    nodes[i].index = i;
-    nodes[i].graph = g;
-    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
-  }
-  g->nodes = nodes;
-  g->n_nodes = n;
+  set_nodes(g, nodes, n);
   return KEEL_OK;
 }

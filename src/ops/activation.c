@@ -29,36 +29,28 @@ keel_status keel_act_of(const keel_node *n, keel_act *act) {
   return KEEL_OK;
 }
 
-/* One element, written as ops/unary.c writes each activation. */
-static inline float act1(const keel_act *p, float x) {
-  float t;
-  switch (p->kind) {
-    case KEEL_ACT_RELU: return x < 0 ? 0 : x;
-    case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;
-    case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;
-    case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
-    case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    case KEEL_ACT_TANH: return tanhf(x);
-    case KEEL_ACT_HSIGMOID_MUL: t = p->a * x + p->b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    default: return x; /* Sigmoid and SiLU go through keel_vm_sigmoid */
+/* One element, written as ops/unary.c writes each activation (float and
+ * double; Sigmoid and SiLU in float go through keel_vm_sigmoid instead). */
+#define DEF_ACT1(name, T, EXP, FABS, TANH)                                        \
+  static inline T name(const keel_act *p, T x) {                                  \
+    T t;                                                                          \
+    switch (p->kind) {                                                            \
+      case KEEL_ACT_RELU: return x < 0 ? 0 : x;                                   \
+      case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;                           \
+      case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;    \
+      case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t; \
+      case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t); \
+      case KEEL_ACT_HSIGMOID_MUL:                                                 \
+        t = p->a * x + p->b;                                                      \
+        return x * (t < 0 ? 0 : t > 1 ? 1 : t);                                   \
+      case KEEL_ACT_SIGMOID: t = EXP(-FABS(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t); \
+      case KEEL_ACT_SILU: return x / (1 + EXP(-x));                               \
+      case KEEL_ACT_TANH: return TANH(x);                                         \
+      default: return x;                                                          \
+    }                                                                             \
   }
-}
-
-static inline double act1d(const keel_act *p, double x) {
-  double t;
-  switch (p->kind) {
-    case KEEL_ACT_RELU: return x < 0 ? 0 : x;
-    case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;
-    case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;
-    case KEEL_ACT_HSIGMOID: t = p->a * x + p->b; return t < 0 ? 0 : t > 1 ? 1 : t;
-    case KEEL_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    case KEEL_ACT_SIGMOID: t = exp(-fabs(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
-    case KEEL_ACT_TANH: return tanh(x);
-    case KEEL_ACT_SILU: return x / (1 + exp(-x));
-    case KEEL_ACT_HSIGMOID_MUL: t = p->a * x + p->b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    default: return x;
-  }
-}
+DEF_ACT1(act1, float, expf, fabsf, tanhf)
+DEF_ACT1(act1d, double, exp, fabs, tanh)
 
 /* The switch sits outside the loops so each loop is one simple body. */
 void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
