@@ -121,13 +121,13 @@ static void dw_pad(const dw_job *j, const float *x, int nc, float *p) {
     if (nc < CB)
       for (int64_t q = q0; q < q1; q++) memset(pr + q * CB + nc, 0, sizeof(float) * (size_t)(CB - nc));
   }
-  for (int ch = 0; ch < nc; ch++) {
-    const float *xc = x + ch * H * W;
-    for (int64_t r = r0; r < r1; r++) {
-      const float *src = xc + (r - t) * W;
-      float *dst = p + r * wp * CB + ch;
-      for (int64_t q = q0; q < q1; q++) dst[q * CB] = src[q - l];
-    }
+  /* pixel by pixel, its nc channels side by side: the writes are
+   * contiguous, the reads nc sequential streams */
+  for (int64_t r = r0; r < r1; r++) {
+    const float *src = x + (r - t) * W; /* row r - t of channel 0 */
+    float *dst = p + r * wp * CB;
+    for (int64_t q = q0; q < q1; q++)
+      for (int ch = 0; ch < nc; ch++) dst[q * CB + ch] = src[ch * H * W + q - l];
   }
 }
 
