@@ -1,9 +1,10 @@
 /* pool.c: the thread pool behind every parallel kernel (pool.h).
  *
- * Workers sleep on a condition variable between jobs. A job is published
- * under the lock with a new generation number; every participant then takes
- * chunks from one atomic cursor until the range is exhausted or a chunk has
- * failed, and the caller waits until every worker has left the job. The
+ * Workers spin briefly, then sleep on a condition variable, between jobs.
+ * A job is published under the lock with a new generation number; every
+ * participant then takes chunks from one atomic cursor until the range is
+ * exhausted or a chunk has failed, and the caller waits (spinning briefly,
+ * then sleeping) until every worker has left the job. The
  * pool is claimed with one atomic flag: a caller that cannot claim it runs
  * the range itself, so the pool never queues and never deadlocks on a
  * nested call.
@@ -35,9 +36,9 @@ struct keel_pool {
   void *ctx;
   int64_t n, chunk;
   _Atomic int64_t cursor;
-  int busy_workers;            /* workers not yet done with the job       */
-  uint64_t gen;
-  bool stop;
+  _Atomic int busy_workers;    /* workers not yet done with the job       */
+  _Atomic uint64_t gen;        /* moves when a job is published           */
+  _Atomic bool stop;
   /* first failure */
   _Atomic int failed;
   keel_status err;
@@ -64,21 +65,50 @@ static void run_chunks(keel_pool *p, int id) {
   }
 }
 
+/* A worker or the caller first spins this many times (a pause each,
+ * some tens of microseconds) before it sleeps: a model's nodes publish
+ * jobs back to back, and a condition-variable wake-up costs more than a
+ * small kernel. */
+#define SPINS 4000
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* The generation after `seen`, spinning first, then sleeping. */
+static uint64_t next_job(keel_pool *p, uint64_t seen) {
+  uint64_t g;
+  for (int i = 0; i < SPINS; i++) {
+    g = atomic_load_explicit(&p->gen, memory_order_acquire);
+    if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
+    cpu_relax();
+  }
+  keel_mutex_lock(&p->lock);
+  while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
+    keel_cond_wait(&p->wake, &p->lock);
+  keel_mutex_unlock(&p->lock);
+  return g;
+}
+
 static void worker_main(void *arg) {
   worker *w = arg;
   keel_pool *p = w->pool;
   uint64_t seen = 0;
-  keel_mutex_lock(&p->lock);
   for (;;) {
-    while (p->gen == seen && !p->stop) keel_cond_wait(&p->wake, &p->lock);
-    if (p->stop) break;
-    seen = p->gen;
-    keel_mutex_unlock(&p->lock);
+    uint64_t g = next_job(p, seen);
+    if (atomic_load(&p->stop)) break;
+    seen = g;
     run_chunks(p, w->id);
-    keel_mutex_lock(&p->lock);
-    if (--p->busy_workers == 0) keel_cond_broadcast(&p->done);
+    /* the last one out wakes the caller if it sleeps; under the lock, so
+     * the caller cannot miss it between its check and its wait */
+    if (atomic_fetch_sub(&p->busy_workers, 1) == 1) {
+      keel_mutex_lock(&p->lock);
+      keel_cond_broadcast(&p->done);
+      keel_mutex_unlock(&p->lock);
+    }
   }
-  keel_mutex_unlock(&p->lock);
 }
 
 /* ========================================================= lifecycle */
@@ -118,7 +148,7 @@ void keel_pool_destroy(keel_pool *p) {
   if (!p) return;
   keel_assert(!atomic_load(&p->claimed));
   keel_mutex_lock(&p->lock);
-  p->stop = true;
+  atomic_store(&p->stop, true);
   keel_cond_broadcast(&p->wake);
   keel_mutex_unlock(&p->lock);
   for (int i = 1; i < p->threads; i++) keel_thread_join(&p->workers[i - 1].th);
@@ -148,14 +178,18 @@ keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn f
   p->fn = fn, p->ctx = ctx, p->n = n, p->chunk = KEEL_MAX(chunk, grain);
   atomic_store_explicit(&p->cursor, 0, memory_order_relaxed);
   atomic_store_explicit(&p->failed, 0, memory_order_relaxed);
-  p->busy_workers = p->threads - 1;
-  p->gen++;
+  atomic_store(&p->busy_workers, p->threads - 1);
+  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release); /* publishes the job */
   keel_cond_broadcast(&p->wake);
   keel_mutex_unlock(&p->lock);
   run_chunks(p, 0);
-  keel_mutex_lock(&p->lock);
-  while (p->busy_workers > 0) keel_cond_wait(&p->done, &p->lock);
-  keel_mutex_unlock(&p->lock);
+  for (int i = 0; i < SPINS && atomic_load_explicit(&p->busy_workers, memory_order_acquire); i++)
+    cpu_relax();
+  if (atomic_load(&p->busy_workers)) {
+    keel_mutex_lock(&p->lock);
+    while (atomic_load(&p->busy_workers) > 0) keel_cond_wait(&p->done, &p->lock);
+    keel_mutex_unlock(&p->lock);
+  }
   keel_status st = atomic_load(&p->failed) ? keel_err(p->err, "%s", p->msg) : KEEL_OK;
   atomic_store(&p->claimed, 0);
   return st;

@@ -305,18 +305,22 @@ DEF_DIRECT(direct_f32, float, float)
 DEF_DIRECT(direct_f64, double, double)
 DEF_DIRECT(direct_i32, int32_t, uint32_t)
 
-/* C (M x N) = op(A) x B, or += when acc. */
-static void gemm_f32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
-                     int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f32(NULL, ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
+/* C (M x N) = op(A) x B, or += when acc; split over the pool when one is
+ * given (the few-task case of conv_run), else on the calling thread. */
+static void gemm_f32(keel_pool *pool, bool ta, bool acc, int64_t M, int64_t N, int64_t K,
+                     const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                     int64_t ldc) {
+  keel_gemm_f32(pool, ta, false, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
 }
-static void gemm_f64(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
-                     int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  keel_gemm_f64(NULL, ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
+static void gemm_f64(keel_pool *pool, bool ta, bool acc, int64_t M, int64_t N, int64_t K,
+                     const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                     int64_t ldc) {
+  keel_gemm_f64(pool, ta, false, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
 }
-static void gemm_i32(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A,
-                     int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
-  (void)ta; /* never asked: there is no integer ConvTranspose */
+static void gemm_i32(keel_pool *pool, bool ta, bool acc, int64_t M, int64_t N, int64_t K,
+                     const void *A, int64_t lda, const void *B, int64_t ldb, void *C,
+                     int64_t ldc) {
+  (void)ta, (void)pool; /* never asked: there is no integer ConvTranspose */
   keel_gemm_i32(M, N, K, A, lda, B, ldb, acc, C, ldc);
 }
 
@@ -326,8 +330,8 @@ typedef struct conv_ty {
                  void *col);
   void (*col2im)(const keel_win *w, const void *col, int64_t ch, int64_t q0, int64_t len,
                  void *y);
-  void (*gemm)(bool ta, bool acc, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
-               const void *B, int64_t ldb, void *C, int64_t ldc);
+  void (*gemm)(keel_pool *pool, bool ta, bool acc, int64_t M, int64_t N, int64_t K,
+               const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc);
   void (*bias)(void *y, const void *b, int64_t m, int64_t p, int64_t ld);
   void (*direct)(const keel_win *w, const void *x, const void *wt, int64_t cg, int64_t mg,
                  void *y);
@@ -458,6 +462,8 @@ typedef struct conv_job {
   char *y, *col;                /* col: one chunk buffer per worker       */
   int64_t chunk, nchunks;
   size_t col_bytes;
+  keel_pool *gemm_pool;         /* few tasks: they run one by one, each
+                                   GEMM split over the pool; else NULL   */
 } conv_job;
 
 static keel_status conv_task(void *ctx, int64_t t0, int64_t t1, int worker) {
@@ -477,14 +483,15 @@ static keel_status conv_task(void *ctx, int64_t t0, int64_t t1, int worker) {
     const char *xg = j->x + (size_t)((n * g->c + gi * g->cg) * w->in_size) * es; /* (Cg, in) */
     const char *wg = j->wt + (size_t)(gi * g->mg * R) * es;                      /* (Mg, R)   */
     if (j->mode == CONV_GEMM) {
-      j->ty->gemm(false, true, g->mg, len, g->cg, wg, R, xg + (size_t)p0 * es, P,
+      j->ty->gemm(j->gemm_pool, false, true, g->mg, len, g->cg, wg, R, xg + (size_t)p0 * es, P,
                   yg + (size_t)p0 * es, P);
     } else if (j->mode == CONV_DIRECT) {
       j->ty->direct(w, xg, wg, g->cg, g->mg, yg);
     } else {
       char *col = j->col + (size_t)worker * j->col_bytes;
       j->ty->im2col(w, xg, g->cg, p0, len, col);
-      j->ty->gemm(false, true, g->mg, len, R, wg, R, col, len, yg + (size_t)p0 * es, P);
+      j->ty->gemm(j->gemm_pool, false, true, g->mg, len, R, wg, R, col, len,
+                  yg + (size_t)p0 * es, P);
     }
   }
   return KEEL_OK;
@@ -512,7 +519,7 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
   int64_t R = g->cg * w->k_size, P = w->out_size;
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(R, P), g->mg)));
   int threads = keel_pool_threads(k->pool);
-  conv_job j = {ty, g, conv_mode(g), R > 0 && w->in_size > 0, x, wt, b, y, NULL, 0, 0, 0};
+  conv_job j = {ty, g, conv_mode(g), R > 0 && w->in_size > 0, x, wt, b, y, NULL, 0, 0, 0, NULL};
   /* An empty spatial input (in_size 0, padded to a non-empty output) has
    * no data pointer (NULL + 0 is UB) and adds nothing: Y is the bias. */
   j.chunk = conv_chunk(g, j.mode, ty->es, threads);
@@ -523,7 +530,15 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
     KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * R * j.chunk, ty->es, &col));
     j.col = col;
   }
-  return keel_pool_for(k->pool, g->n * g->group * j.nchunks, 1, conv_task, &j);
+  int64_t tasks = g->n * g->group * j.nchunks;
+  /* Fewer tasks than threads (a late layer: 7x7 outputs, hundreds of
+   * channels): the tasks run one by one and each GEMM is split over the
+   * pool by rows instead, so no thread idles. */
+  if (threads > 1 && tasks < threads && j.mode != CONV_DIRECT) {
+    j.gemm_pool = k->pool;
+    return conv_task(&j, 0, tasks, 0);
+  }
+  return keel_pool_for(k->pool, tasks, 1, conv_task, &j);
 }
 
 typedef keel_status (*run_fn)(keel_kctx *k, const conv_ty *ty, const conv_geom *g, const void *x,
@@ -605,7 +620,7 @@ static void convtr_image(const conv_ty *ty, const conv_geom *g, const char *x, c
     char *yg = y + (size_t)(gi * g->mg * P) * es;          /* (Mg, P)     */
     for (int64_t q0 = 0; q0 < Q; q0 += chunk) {
       int64_t len = KEEL_MIN(chunk, Q - q0);
-      ty->gemm(true, false, R, len, g->cg, wg, R, xg + (size_t)q0 * es, Q, col, len);
+      ty->gemm(NULL, true, false, R, len, g->cg, wg, R, xg + (size_t)q0 * es, Q, col, len);
       ty->col2im(w, col, g->mg, q0, len, yg);
     }
   }
