@@ -55,12 +55,35 @@ typedef struct gemm_job {
   void *C;
 } gemm_job;
 
+/* One row of A (M == 1, A not transposed) against B: a matrix-vector
+ * product, memory bound, which sgemv streams and sgemm packs first. C is
+ * cleared first when beta is 0, so that garbage in C never reaches it. */
+static void gemv_call(const gemm_job *j, int64_t N, size_t ao, size_t bo, size_t co) {
+  if (j->f64) {
+    double *c = (double *)j->C + co;
+    if (j->beta == 0) memset(c, 0, sizeof(double) * (size_t)N);
+    cblas_dgemv(CblasRowMajor, j->tb ? CblasNoTrans : CblasTrans, j->tb ? (blasint)N : (blasint)j->K,
+                j->tb ? (blasint)j->K : (blasint)N, j->alpha, (const double *)j->B + bo,
+                (blasint)j->ldb, (const double *)j->A + ao, 1, j->beta, c, 1);
+  } else {
+    float *c = (float *)j->C + co;
+    if (j->beta == 0) memset(c, 0, sizeof(float) * (size_t)N);
+    cblas_sgemv(CblasRowMajor, j->tb ? CblasNoTrans : CblasTrans, j->tb ? (blasint)N : (blasint)j->K,
+                j->tb ? (blasint)j->K : (blasint)N, (float)j->alpha, (const float *)j->B + bo,
+                (blasint)j->ldb, (const float *)j->A + ao, 1, (float)j->beta, c, 1);
+  }
+}
+
 static void gemm_call(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
   int64_t M = m1 - m0, N = n1 - n0;
   /* A's row m is at m*lda (or column m when transposed), B's column n at n
    * (or row n when transposed) */
   size_t ao = (size_t)(j->ta ? m0 : m0 * j->lda), bo = (size_t)(j->tb ? n0 * j->ldb : n0);
   size_t co = (size_t)(m0 * j->ldc + n0);
+  if (M == 1 && !j->ta) {
+    gemv_call(j, N, ao, bo, co);
+    return;
+  }
   if (j->f64)
     cblas_dgemm(CblasRowMajor, blas_t(j->ta), blas_t(j->tb), (blasint)M, (blasint)N,
                 (blasint)j->K, j->alpha, (const double *)j->A + ao, (blasint)j->lda,
