@@ -31,6 +31,8 @@
 #include <math.h>
 
 #include "bcast.h"
+#include "conv_util.h"
+#include "vmath.h"
 
 enum { K_RNN = 0, K_GRU = 1, K_LSTM = 2 };
 
@@ -119,17 +121,13 @@ typedef struct rnn_vt {
 } rnn_vt;
 
 /* BLAS rejects K == 0 (input_size 0): that product is done here. */
-#define DEF_GEMM(T, BLAS)                                                                \
+/* Through keel's GEMM layer (a batch of one becomes a matrix-vector
+ * product there); on the calling thread: the steps of a recurrence are
+ * too small to split. */
+#define DEF_GEMM(T, KGEMM)                                                               \
   static void gemm_##T(int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,     \
                        const void *B, int64_t ldb, bool acc, void *C, int64_t ldc) {    \
-    if (M <= 0 || N <= 0) return;                                                        \
-    if (K <= 0) {                                                                        \
-      for (int64_t m = 0; m < M && !acc; m++)                                            \
-        memset((T *)C + m * ldc, 0, (size_t)N * sizeof(T));                              \
-      return;                                                                            \
-    }                                                                                    \
-    BLAS(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)M, (blasint)N, (blasint)K,    \
-         (T)1, A, (blasint)lda, B, (blasint)ldb, acc ? (T)1 : (T)0, C, (blasint)ldc);    \
+    KGEMM(NULL, false, true, M, N, K, (T)1, A, lda, B, ldb, acc ? (T)1 : (T)0, C, ldc);  \
   }
 
 #define ACT_EACH(T, expr)                  \
@@ -146,7 +144,12 @@ typedef struct rnn_vt {
     switch (a->fn) {                                                                      \
       case ACT_RELU: ACT_EACH(T, v > 0 ? v : 0);                                          \
       case ACT_TANH: ACT_EACH(T, TANH(v));                                                \
-      case ACT_SIGMOID: ACT_EACH(T, 1 / (1 + EXP(-v)));                                   \
+      case ACT_SIGMOID:                                                                   \
+        if (sizeof(T) == sizeof(float)) { /* vectorized, ops/vmath.c */                   \
+          keel_vm_sigmoid((float *)(void *)x, (float *)(void *)x, n);                     \
+          break;                                                                          \
+        }                                                                                 \
+        ACT_EACH(T, 1 / (1 + EXP(-v)));                                                   \
       case ACT_AFFINE: ACT_EACH(T, al * v + be);                                          \
       case ACT_LEAKY_RELU: ACT_EACH(T, v >= 0 ? v : al * v);                              \
       case ACT_THRESHOLDED_RELU: ACT_EACH(T, v >= al ? v : 0);                            \
@@ -257,8 +260,8 @@ typedef struct rnn_vt {
   static const rnn_vt vt_##T = {sizeof(T), gemm_##T, add_##T,                   \
                                 {rnn_row_##T, gru_zr_##T, lstm_row_##T}, gru_h_##T};
 
-DEF_TYPED(float, cblas_sgemm, expf, tanhf, log1pf)
-DEF_TYPED(double, cblas_dgemm, exp, tanh, log1p)
+DEF_TYPED(float, keel_gemm_f32, expf, tanhf, log1pf)
+DEF_TYPED(double, keel_gemm_f64, exp, tanh, log1p)
 #undef DEF_TYPED
 #undef DEF_LSTM_ROW
 #undef DEF_GRU_ROWS
