@@ -73,11 +73,21 @@ keel_status keel_pass_fold_identity(keel_model *m) {
 
 /* ==================================================== fuse-layernorm */
 
-typedef struct ln_match {
-  int32_t nodes[9];             /* mean, sub, pow, var, add, sqrt, div, mul, out */
-  const char *x, *gamma, *beta;
-  float eps;
-} ln_match;
+/* A matched decomposition: its nodes, the last of which becomes the one
+ * node `op` (of `opset`) reading `ins` with `attrs`, the others dropped
+ * and named in its `fused` list. Shared by fuse-layernorm and fuse-gelu. */
+#define PAT_MAX 9
+typedef struct pattern {
+  int32_t nodes[PAT_MAX];
+  int n;
+  const char *op;
+  int64_t opset;
+  const char *ins[3];
+  int n_in;
+  keel_attr attrs[2];
+  int n_attr;
+} pattern;
+typedef bool (*pattern_fn)(const keel_model *m, const keel_graph *g, int32_t i, pattern *t);
 
 static bool is_op(const keel_node *n, const char *op) {
   return !strcmp(n->op_type, op) && !n->domain[0] && n->n_out == 1;
@@ -114,7 +124,8 @@ static bool const_vec(const keel_model *m, const keel_graph *g, const char *name
 }
 
 /* Walks up from the Div node i; fills t and returns true on a match. */
-static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, ln_match *t) {
+static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern *t) {
+  float eps;
   const keel_node *div = &g->nodes[i];
   if (!is_op(div, "Div") || div->n_in != 2) return false;
   int32_t sub = keel_ir_producer(g, div->in_names[0]), sq = keel_ir_producer(g, div->in_names[1]);
@@ -127,7 +138,7 @@ static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, ln_matc
   for (int k = 0; k < 2 && var < 0; k++) {
     int32_t p = keel_ir_producer(g, an->in_names[k]);
     if (p >= 0 && mean_last(m, g, &g->nodes[p]) &&
-        keel_ir_const_f32(m, g, an->in_names[1 - k], &t->eps))
+        keel_ir_const_f32(m, g, an->in_names[1 - k], &eps))
       var = p;
   }
   if (var < 0) return false;
@@ -156,48 +167,51 @@ static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, ln_matc
       keel_ir_only_reader(g, an->out_names[0]) != sq ||
       keel_ir_only_reader(g, g->nodes[sq].out_names[0]) != i)
     return false;
-  *t = (ln_match){{mean, sub, pw, var, add, sq, i, mul, out}, sn->in_names[0], gamma, beta, t->eps};
+  *t = (pattern){{mean, sub, pw, var, add, sq, i, mul, out}, 9, "LayerNormalization", 17,
+                 {sn->in_names[0], gamma, beta}, 3,
+                 {{.name = "axis", .type = KEEL_ATTR_INT, .i = -1},
+                  {.name = "epsilon", .type = KEEL_ATTR_FLOAT, .f = eps}}, 2};
   return true;
 }
 
-static keel_status ln_rewrite(keel_model *m, keel_graph *g, const ln_match *t, bool *drop) {
+static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool *drop) {
   keel_arena *a = m->arena;
-  keel_node *n = &g->nodes[t->nodes[8]];
-  const char **ins = keel_arena_array(a, 3, sizeof(char *));
-  keel_attr *attrs = keel_arena_array(a, 2, sizeof(keel_attr));
-  const char **fused = keel_arena_array(a, 8, sizeof(char *));
-  if (!ins || !attrs || !fused) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-layernorm");
-  for (int k = 0; k < 8; k++) {
+  keel_node *n = &g->nodes[t->nodes[t->n - 1]];
+  const char **ins = keel_arena_array(a, (size_t)t->n_in, sizeof(char *));
+  keel_attr *attrs = t->n_attr ? keel_arena_array(a, (size_t)t->n_attr, sizeof(keel_attr)) : NULL;
+  const char **fused = keel_arena_array(a, (size_t)t->n - 1, sizeof(char *));
+  if (!ins || (t->n_attr && !attrs) || !fused)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
+  for (int k = 0; k < t->n - 1; k++) {
     char lb[256];
     if (!(fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb))))
-      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-layernorm");
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
     drop[t->nodes[k]] = true;
   }
-  ins[0] = t->x, ins[1] = t->gamma, ins[2] = t->beta;
-  attrs[0] = (keel_attr){.name = "axis", .type = KEEL_ATTR_INT, .i = -1};
-  attrs[1] = (keel_attr){.name = "epsilon", .type = KEEL_ATTR_FLOAT, .f = t->eps};
-  n->op_type = "LayerNormalization";
-  n->opset = 17;
-  n->n_in = 3, n->in_names = ins;
-  n->in = NULL;
-  n->n_attr = 2, n->attrs = attrs;
-  n->n_fused = 8, n->fused = fused;
+  memcpy(ins, t->ins, (size_t)t->n_in * sizeof(char *));
+  if (t->n_attr) memcpy(attrs, t->attrs, (size_t)t->n_attr * sizeof(keel_attr));
+  n->op_type = t->op;
+  n->opset = t->opset;
+  n->n_in = t->n_in, n->in_names = ins, n->in = NULL;
+  n->n_attr = t->n_attr, n->attrs = attrs;
+  n->n_fused = t->n - 1, n->fused = fused;
   return KEEL_OK;
 }
 
-static keel_status fuse_ln_graph(keel_model *m, keel_graph *g) {
-  bool *drop = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(bool));
-  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-layernorm");
+/* Every non-overlapping match of `find` in g, rewritten. */
+static keel_status fuse_patterns(keel_model *m, keel_graph *g, pattern_fn find) {
   size_t cap = (size_t)g->n_nodes + 1;
+  bool *drop = keel_sys_calloc(cap, sizeof(bool));
+  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
   keel_status st = KEEL_OK;
   int32_t found = 0;
   for (int32_t i = 0; i < g->n_nodes && !st; i++) {
-    ln_match t;
-    if (drop[i] || !ln_find(m, g, i, &t)) continue;
+    pattern t;
+    if (drop[i] || !find(m, g, i, &t)) continue;
     bool taken = false;
-    for (int k = 0; k < 9; k++) taken |= drop[t.nodes[k]];
+    for (int k = 0; k < t.n; k++) taken |= drop[t.nodes[k]];
     if (taken) continue;
-    st = ln_rewrite(m, g, &t, drop);
+    st = rewrite(m, g, &t, drop);
     found++;
   }
   if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
@@ -206,7 +220,7 @@ static keel_status fuse_ln_graph(keel_model *m, keel_graph *g) {
 }
 
 keel_status keel_pass_fuse_layernorm(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_ln_graph(m, m->graphs[i]));
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], ln_find));
   return KEEL_OK;
 }
 
@@ -222,13 +236,9 @@ static bool mul_by(const keel_model *m, const keel_graph *g, const keel_node *n,
   return o && keel_ir_const_f32(m, g, o, &v) && near(v, c);
 }
 
-typedef struct gelu_match {
-  int32_t nodes[5];             /* scale, erf, add, mul, out (mul2)      */
-  const char *x;
-} gelu_match;
 
 /* From the Erf node e: the whole pattern, or false. */
-static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, gelu_match *t) {
+static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, pattern *t) {
   const keel_node *erf = &g->nodes[e];
   if (!is_op(erf, "Erf") || erf->n_in != 1) return false;
   int32_t sc = keel_ir_producer(g, erf->in_names[0]);
@@ -254,57 +264,16 @@ static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, gelu_
   if (!strcmp(p, x)) { /* x * (1 + erf) then * 0.5 */
     int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
     if (out < 0 || !mul_by(m, g, &g->nodes[out], g->nodes[mul].out_names[0], 0.5)) return false;
-    *t = (gelu_match){{sc, e, add, mul, out}, x};
+    *t = (pattern){{sc, e, add, mul, out}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
     return true;
   }
   int32_t h = keel_ir_producer(g, p); /* (x * 0.5) * (1 + erf) */
   if (h < 0 || !mul_by(m, g, &g->nodes[h], x, 0.5) || keel_ir_only_reader(g, p) != mul) return false;
-  *t = (gelu_match){{sc, e, add, h, mul}, x};
+  *t = (pattern){{sc, e, add, h, mul}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
   return true;
 }
 
-static keel_status gelu_rewrite(keel_model *m, keel_graph *g, const gelu_match *t, bool *drop) {
-  keel_arena *a = m->arena;
-  keel_node *n = &g->nodes[t->nodes[4]];
-  const char **ins = keel_arena_array(a, 1, sizeof(char *));
-  const char **fused = keel_arena_array(a, 4, sizeof(char *));
-  if (!ins || !fused) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
-  for (int k = 0; k < 4; k++) {
-    char lb[256];
-    if (!(fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb))))
-      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
-    drop[t->nodes[k]] = true;
-  }
-  ins[0] = t->x;
-  n->op_type = "Gelu";
-  n->opset = 20;
-  n->n_in = 1, n->in_names = ins, n->in = NULL;
-  n->n_attr = 0, n->attrs = NULL;
-  n->n_fused = 4, n->fused = fused;
-  return KEEL_OK;
-}
-
-static keel_status fuse_gelu_graph(keel_model *m, keel_graph *g) {
-  size_t cap = (size_t)g->n_nodes + 1;
-  bool *drop = keel_sys_calloc(cap, sizeof(bool));
-  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fuse-gelu");
-  keel_status st = KEEL_OK;
-  int32_t found = 0;
-  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
-    gelu_match t;
-    if (drop[i] || !gelu_find(m, g, i, &t)) continue;
-    bool taken = false;
-    for (int k = 0; k < 5; k++) taken |= drop[t.nodes[k]];
-    if (taken) continue;
-    st = gelu_rewrite(m, g, &t, drop);
-    found++;
-  }
-  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
-  keel_sys_free(drop, cap * sizeof(bool));
-  return st;
-}
-
 keel_status keel_pass_fuse_gelu(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_gelu_graph(m, m->graphs[i]));
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], gelu_find));
   return KEEL_OK;
 }

@@ -29,7 +29,6 @@
 /* Prepared state: W (C, 1, kh, kw) regrouped as [C/CB][kh*kw][CB] (the
  * channel tail zero-filled) so that one tap of a block is one vector. */
 typedef struct dw_prep {
-  keel_block *block;
   int64_t c, kh, kw, nblocks;
   const float *w;               /* nblocks * kh*kw * CB                   */
 } dw_prep;
@@ -214,11 +213,11 @@ static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
   int64_t c = wt->shape[0], taps = wt->shape[2] * wt->shape[3], nb = (c + CB - 1) / CB;
   size_t bytes = sizeof(dw_prep) + KEEL_ALIGN + (size_t)(nb * taps * CB) * sizeof(float);
-  keel_block *blk;
+  void *blk;
   KEEL_TRY(keel_prep_alloc(p, bytes, &blk));
-  dw_prep *d = (dw_prep *)(void *)blk->ptr;
-  float *w = (float *)(void *)(blk->ptr + KEEL_ALIGN);
-  *d = (dw_prep){blk, c, wt->shape[2], wt->shape[3], nb, w};
+  dw_prep *d = blk;
+  float *w = (float *)(void *)((uint8_t *)blk + KEEL_ALIGN);
+  *d = (dw_prep){c, wt->shape[2], wt->shape[3], nb, w};
   const float *src = wt->data;
   memset(w, 0, (size_t)(nb * taps * CB) * sizeof(float));
   for (int64_t ch = 0; ch < c; ch++)
@@ -227,9 +226,6 @@ static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-static void dw_release(void *state, keel_heap *heap) {
-  keel_heap_free(heap, ((dw_prep *)state)->block);
-}
-
-static const keel_impl g_dw = {"depthwise", dw_supports, dw_prepare, dw_release, dw_run};
+static const keel_impl g_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release,
+                                dw_run};
 const keel_impl *const keel_conv_impls[] = {&g_dw, NULL};

@@ -278,24 +278,17 @@ void keel_broadcast_strides(int r, const int64_t *shape, int rout, const int64_t
 
 /* ================================================= prepared state */
 
-keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, keel_block **out) {
-  keel_block *b = keel_heap_alloc(p->heap, bytes ? bytes : 1, p->owner);
+/* Every block of prepared state: `bytes` after a one-cache-line header
+ * that keeps the block, so the state pointer alone releases it. */
+static keel_status prep_block(keel_heap *h, keel_owner owner, size_t bytes, void **state) {
+  keel_block *b = keel_heap_alloc(h, bytes + KEEL_ALIGN, owner);
   if (!b) {
-    keel_oom_info o = keel_heap_oom_info(p->heap);
+    keel_oom_info o = keel_heap_oom_info(h);
     return keel_err(KEEL_ERR_OUT_OF_MEMORY,
                     "cannot allocate %zu bytes of prepared state (allocated %llu, reserved %llu%s)",
                     bytes, (unsigned long long)o.allocated, (unsigned long long)o.reserved,
                     o.by_cap ? ", the cap is reached" : "");
   }
-  atomic_fetch_add(p->bytes, b->size);
-  *out = b;
-  return KEEL_OK;
-}
-
-/* The block's header (one cache line before the state) keeps the block. */
-keel_status keel_k_prep_block(keel_kctx *k, size_t bytes, void **state) {
-  keel_block *b = keel_heap_alloc(k->heap, bytes + KEEL_ALIGN, k->owner);
-  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes of prepared state", bytes);
   memcpy(b->ptr, &b, sizeof b);
   *state = b->ptr + KEEL_ALIGN;
   return KEEL_OK;
@@ -305,6 +298,16 @@ static keel_block *prep_block_of(void *state) {
   keel_block *b;
   memcpy(&b, (uint8_t *)state - KEEL_ALIGN, sizeof b);
   return b;
+}
+
+keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, void **state) {
+  KEEL_TRY(prep_block(p->heap, p->owner, bytes, state));
+  atomic_fetch_add(p->bytes, prep_block_of(*state)->size);
+  return KEEL_OK;
+}
+
+keel_status keel_k_prep_block(keel_kctx *k, size_t bytes, void **state) {
+  return prep_block(k->heap, k->owner, bytes, state);
 }
 
 keel_status keel_prep_from_attrs(const keel_prep_ctx *p, keel_prepare_fn fn, void **state) {

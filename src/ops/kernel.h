@@ -129,10 +129,11 @@ typedef struct keel_impl {
                                   then finds the state in k->prep          */
 } keel_impl;
 
-/* Prepared-state memory: a block of the session's heap tagged with the
- * node's prepared-state site. NULL (with a message) on OOM or the cap. */
-KEEL_INTERNAL keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes,
-                                          keel_block **out);
+/* Prepared-state memory: `bytes` (KEEL_ALIGN-aligned) of the session's
+ * heap tagged with the node's prepared-state site and counted in
+ * prepared_bytes; KEEL_ERR_OUT_OF_MEMORY with the figures on OOM or the
+ * cap. keel_prep_block_release (below) frees it from the pointer alone. */
+KEEL_INTERNAL keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, void **state);
 
 /* State built from a node's attributes alone (a tree ensemble, a lookup
  * table), by a function written against a kernel context: `k` has the
