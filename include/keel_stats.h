@@ -40,11 +40,9 @@ typedef struct keel_stats {
   uint64_t bytes_allocated_total; /* sum of every block ever allocated     */
   uint64_t n_alloc_retries; /* requests that reached the cap and were retried
                                after giving back cached segments          */
-  uint64_t prepared_bytes;  /* of `allocated`: kernels' prepared state (packed
-                               weights, library primitives' buffers)      */
-  uint64_t library_bytes;   /* memory a kernel library holds outside keel's
-                               allocator (its primitive objects, JIT code),
-                               as far as keel can measure it              */
+  uint64_t prepared_bytes;  /* of `allocated`: kernels' prepared state, one
+                               block per node at most (regrouped weights,
+                               tree ensembles, lookup tables)             */
   /* version 2: the automatic trim (keel_options.trim_*) */
   uint64_t n_auto_release;  /* segments the trim policy returned           */
   uint64_t bytes_auto_release;

@@ -160,8 +160,6 @@ void keel_pool_destroy(keel_pool *p) {
 
 int keel_pool_threads(const keel_pool *p) { return p ? p->threads : 1; }
 
-size_t keel_pool_bytes(const keel_pool *p) { return p ? pool_bytes(p->threads) : 0; }
-
 /* ============================================================== jobs */
 
 keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn fn, void *ctx) {

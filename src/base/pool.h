@@ -41,7 +41,5 @@ KEEL_INTERNAL int keel_pool_threads(const keel_pool *p);
  * one-thread pool call fn(ctx, 0, n, 0) directly. */
 KEEL_INTERNAL keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain,
                                         keel_pool_fn fn, void *ctx);
-/* Bookkeeping bytes the pool holds (for keel_stats meta figures). */
-KEEL_INTERNAL size_t keel_pool_bytes(const keel_pool *p);
 
 #endif /* KEEL_POOL_H */
