@@ -2,62 +2,63 @@
  * transformation: reverse-mode differentiation at load time.
  *
  * Gradient(xs, zs, y) names a region of its own graph: the nodes that lie on
- * a path from the tensors in xs and zs to y. This pass replaces the Gradient
- * node with ordinary nodes:
+ * a path from the tensors in xs and zs to y through differentiable inputs
+ * (each rule says which inputs are; ir/autodiff.h). This pass replaces the
+ * Gradient node with ordinary nodes:
  *   1. the forward region, evaluated at the Gradient node's inputs. When an
  *      input is the very tensor its xs/zs entry names (the usual case), the
  *      existing forward values are reused and nothing is recomputed;
  *      otherwise the region is cloned with renamed values.
  *   2. the backward pass: dy/dy = ones, then for each region node in reverse
- *      order its vector-Jacobian product (the rules table below), summing
- *      the gradient contributions of values used more than once, and
- *      reducing broadcast operands back to their shapes (SumToShape).
+ *      order its rule (the vector-Jacobian product, grad_*.c), summing the
+ *      gradient contributions of values used more than once.
  *   3. one output per xs entry (zeros where y does not depend on it).
  * After the pass the graph has no Gradient node: the planner orders the new
  * nodes and frees their values at last use like any others.
  *
  * It works on names (before ir/scope.c resolves them). Helper kernels the
- * rules need and ONNX lacks (OnesLike, ZerosLike, SumToShape, the
- * activation gradients, MatMulGrad) live in ops/grad.c under the domain
+ * rules need and ONNX lacks live in ops/grad*.c under the domain
  * "ai.keel.internal", which a model file cannot use without importing it.
  */
 #include <stdio.h>
 
 #include "../base/status.h"
 #include "../mem/sysmem.h"
+#include "autodiff.h"
 #include "scope.h"
-
-#define GRAD_DOMAIN "ai.onnx.preview.training"
-#define INTERNAL "ai.keel.internal"
 
 /* ============================================================ builder */
 
 /* New nodes for one Gradient node, collected before they join the graph. */
-typedef struct builder {
+struct ad_builder {
   keel_arena *a;
+  keel_model *m;
   keel_graph *g;
   const keel_node *grad;        /* the Gradient node being replaced      */
   int64_t opset;                /* ai.onnx opset of the model             */
   keel_node *nodes;
   int32_t n, cap;
   int32_t counter;              /* for fresh value names                  */
-} builder;
+};
+typedef ad_builder builder;
 
-static keel_status oom(void) {
-  return keel_err(KEEL_ERR_OUT_OF_MEMORY, "building a Gradient graph");
-}
+keel_status ad_oom(void) { return keel_err(KEEL_ERR_OUT_OF_MEMORY, "building a Gradient graph"); }
+static keel_status oom(void) { return ad_oom(); }
+keel_arena *ad_arena(ad_builder *b) { return b->a; }
+keel_model *ad_model(ad_builder *b) { return b->m; }
+keel_graph *ad_graph(ad_builder *b) { return b->g; }
+int64_t ad_opset(ad_builder *b) { return b->opset; }
 
-static const char *fresh(builder *b, const char *hint) {
+const char *ad_fresh(builder *b, const char *hint) {
   char buf[512];
   snprintf(buf, sizeof buf, "%s#%d/grad%d/%s", b->grad->name[0] ? b->grad->name : "Gradient",
            b->grad->index, b->counter++, hint);
   return keel_arena_strdup(b->a, buf);
 }
+static const char *fresh(builder *b, const char *hint) { return ad_fresh(b, hint); }
 
-/* Appends a node; `ins`/`outs` are arrays of names ("" = omitted). */
-static keel_status emit(builder *b, const char *op, const char *domain, int nin,
-                        const char *const *ins, int nout, const char *const *outs,
-                        keel_node **made) {
+keel_status ad_emit(builder *b, const char *op, const char *domain, int nin,
+                    const char *const *ins, int nout, const char *const *outs, keel_node **made) {
   if (b->n == b->cap) {
     int32_t nc = b->cap ? b->cap * 2 : 32;
     keel_node *q = keel_sys_realloc(b->nodes, (size_t)b->cap * sizeof *q, (size_t)nc * sizeof *q);
@@ -83,16 +84,115 @@ static keel_status emit(builder *b, const char *op, const char *domain, int nin,
   if (made) *made = n;
   return KEEL_OK;
 }
+#define emit ad_emit
+
+keel_status ad_op(builder *b, const char *op, const char *domain, const char *a, const char *bb,
+                  const char **out, keel_node **made) {
+  const char *o = fresh(b, "v");
+  if (!o) return oom();
+  const char *ins[2] = {a, bb};
+  KEEL_TRY(emit(b, op, domain, bb ? 2 : 1, ins, 1, &o, made));
+  *out = o;
+  return KEEL_OK;
+}
 
 /* out = op(a) or op(a, b): a fresh value name for one-output nodes. */
 static keel_status op1(builder *b, const char *op, const char *dom, const char *a,
                        const char *bb, const char **out) {
-  const char *o = fresh(b, "v");
-  if (!o) return oom();
-  const char *ins[2] = {a, bb};
-  KEEL_TRY(emit(b, op, dom, bb ? 2 : 1, ins, 1, &o, NULL));
-  *out = o;
+  return ad_op(b, op, dom, a, bb, out, NULL);
+}
+
+/* A new attribute slot on n (nodes made here own their attribute arrays). */
+static keel_status new_attr(builder *b, keel_node *n, const char *name, int32_t type,
+                            keel_attr **out) {
+  keel_attr *at = keel_arena_array(b->a, (size_t)n->n_attr + 1, sizeof *at);
+  const char *nm = keel_arena_strdup(b->a, name);
+  if (!at || !nm) return oom();
+  if (n->n_attr) memcpy(at, n->attrs, sizeof *at * (size_t)n->n_attr);
+  memset(&at[n->n_attr], 0, sizeof *at);
+  at[n->n_attr].name = nm;
+  at[n->n_attr].type = type;
+  *out = &at[n->n_attr];
+  n->attrs = at;
+  n->n_attr++;
   return KEEL_OK;
+}
+
+keel_status ad_attr_i(builder *b, keel_node *n, const char *name, int64_t v) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_INT, &at));
+  at->i = v;
+  return KEEL_OK;
+}
+
+keel_status ad_attr_f(builder *b, keel_node *n, const char *name, float v) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_FLOAT, &at));
+  at->f = v;
+  return KEEL_OK;
+}
+
+keel_status ad_attr_s(builder *b, keel_node *n, const char *name, const char *v) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_STRING, &at));
+  at->s = keel_arena_strdup(b->a, v);
+  at->slen = strlen(v);
+  return at->s ? KEEL_OK : oom();
+}
+
+keel_status ad_attr_ints(builder *b, keel_node *n, const char *name, int32_t count,
+                         const int64_t *v) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_INTS, &at));
+  at->n = count;
+  at->ints = keel_arena_array(b->a, (size_t)count, sizeof(int64_t));
+  if (!at->ints) return oom();
+  if (count) memcpy(at->ints, v, sizeof(int64_t) * (size_t)count);
+  return KEEL_OK;
+}
+
+keel_status ad_attr_floats(builder *b, keel_node *n, const char *name, int32_t count,
+                           const float *v) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_FLOATS, &at));
+  at->n = count;
+  at->floats = keel_arena_array(b->a, (size_t)count, sizeof(float));
+  if (!at->floats) return oom();
+  if (count) memcpy(at->floats, v, sizeof(float) * (size_t)count);
+  return KEEL_OK;
+}
+
+keel_status ad_attr_copy(builder *b, keel_node *n, const keel_node *from, const char *name) {
+  const keel_attr *src = keel_node_attr(from, name);
+  if (!src) return KEEL_OK;
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, src->type, &at));
+  const char *nm = at->name;
+  *at = *src; /* arrays live in the model's arena as long as the copy */
+  at->name = nm;
+  return KEEL_OK;
+}
+
+keel_status ad_const_ints(builder *b, int32_t count, const int64_t *v, const char **out) {
+  keel_node *c;
+  KEEL_TRY(emit(b, "Constant", "", 0, NULL, 1, (const char *[]){fresh(b, "const")}, &c));
+  if (c->opset < 13) c->opset = 13;
+  *out = c->out_names[0];
+  return ad_attr_ints(b, c, "value_ints", count, v);
+}
+
+keel_status ad_scalar_like(builder *b, const char *like, double v, const char **out) {
+  keel_node *c, *cl;
+  KEEL_TRY(emit(b, "Constant", "", 0, NULL, 1, (const char *[]){fresh(b, "scalar")}, &c));
+  if (c->opset < 13) c->opset = 13;
+  KEEL_TRY(ad_attr_f(b, c, "value_float", (float)v));
+  KEEL_TRY(ad_op(b, "CastLike", "", c->out_names[0], like, out, &cl));
+  if (cl->opset < 15) cl->opset = 15;
+  return KEEL_OK;
+}
+
+keel_status ad_sum_to(builder *b, const char *g, const char *x, const char **out) {
+  return op1(b, "SumToShape", AD_INTERNAL, g, x, out);
 }
 
 /* ============================================================ gradients */
@@ -133,87 +233,37 @@ static void gmap_free(gmap *m) {
   keel_sys_free(m->grad, (size_t)m->cap * sizeof(char *));
 }
 
-/* Adds grad `g` for input `x`, reduced to x's shape first. */
-static keel_status give(builder *b, gmap *m, const char *x, const char *g, bool bcast) {
-  if (!x[0]) return KEEL_OK;
-  if (bcast) KEEL_TRY(op1(b, "SumToShape", INTERNAL, g, x, &g));
-  return gmap_add(b, m, x, g);
+/* Whether a gradient can flow to input i of n (ops without a rule: every
+ * input, so that the missing rule is reported when a gradient reaches it). */
+static bool diff_input(const keel_node *n, int32_t i) {
+  const ad_rule *r = ad_rule_find(n->op_type, n->domain);
+  if (!r) return true;
+  return i < 64 && ((r->diff >> i) & 1u);
 }
 
-/* The vector-Jacobian product of node n (forward values named as in n),
- * given gy = d(y)/d(n's output 0). */
-/* Inputs a rule reads: 2 for the binary ops and MatMul, 1 otherwise. */
-static int32_t rule_arity(const char *op) {
-  static const char *const binary[] = {"Sub", "Mul", "Div", "MatMul"};
-  for (size_t i = 0; i < KEEL_COUNTOF(binary); i++)
-    if (!strcmp(op, binary[i])) return 2;
-  return 1;
-}
-
-static keel_status vjp(builder *b, gmap *m, const keel_node *n, const char *gy) {
-  const char *op = n->op_type, *const *x = n->in_names, *y, *t, *u;
-  if (n->domain[0]) goto unsupported;
-  if (n->n_in < rule_arity(op) || n->n_out < 1) {
-    char lb[256];
-    return keel_err(KEEL_ERR_INVALID_MODEL, "Gradient: node %s has %d inputs, its rule needs %d",
-                    keel_node_label(n, lb, sizeof lb), n->n_in, rule_arity(op));
-  }
-  y = n->out_names[0];
-  if (!strcmp(op, "Add") || !strcmp(op, "Sum")) {
-    for (int32_t i = 0; i < n->n_in; i++) KEEL_TRY(give(b, m, x[i], gy, true));
-  } else if (!strcmp(op, "Sub")) {
-    KEEL_TRY(give(b, m, x[0], gy, true));
-    KEEL_TRY(op1(b, "Neg", "", gy, NULL, &t));
-    KEEL_TRY(give(b, m, x[1], t, true));
-  } else if (!strcmp(op, "Mul")) {
-    KEEL_TRY(op1(b, "Mul", "", gy, x[1], &t));
-    KEEL_TRY(give(b, m, x[0], t, true));
-    KEEL_TRY(op1(b, "Mul", "", gy, x[0], &u));
-    KEEL_TRY(give(b, m, x[1], u, true));
-  } else if (!strcmp(op, "Div")) { /* d(a/b)/db = -(a/b)/b */
-    KEEL_TRY(op1(b, "Div", "", gy, x[1], &t));
-    KEEL_TRY(give(b, m, x[0], t, true));
-    KEEL_TRY(op1(b, "Mul", "", t, y, &u));
-    KEEL_TRY(op1(b, "Neg", "", u, NULL, &u));
-    KEEL_TRY(give(b, m, x[1], u, true));
-  } else if (!strcmp(op, "Neg")) {
-    KEEL_TRY(op1(b, "Neg", "", gy, NULL, &t));
-    KEEL_TRY(give(b, m, x[0], t, false));
-  } else if (!strcmp(op, "Identity")) {
-    KEEL_TRY(give(b, m, x[0], gy, false));
-  } else if (!strcmp(op, "Exp")) {
-    KEEL_TRY(op1(b, "Mul", "", gy, y, &t));
-    KEEL_TRY(give(b, m, x[0], t, false));
-  } else if (!strcmp(op, "Log")) {
-    KEEL_TRY(op1(b, "Div", "", gy, x[0], &t));
-    KEEL_TRY(give(b, m, x[0], t, false));
-  } else if (!strcmp(op, "Relu") || !strcmp(op, "Sigmoid") || !strcmp(op, "Tanh")) {
-    char name[32];
-    snprintf(name, sizeof name, "%sGrad", op);
-    const char *iname = keel_arena_strdup(b->a, name);
-    if (!iname) return oom();
-    KEEL_TRY(op1(b, iname, INTERNAL, gy, strcmp(op, "Relu") ? y : x[0], &t));
-    KEEL_TRY(give(b, m, x[0], t, false));
-  } else if (!strcmp(op, "Reshape") || !strcmp(op, "Flatten") || !strcmp(op, "Squeeze") ||
-             !strcmp(op, "Unsqueeze")) {
-    KEEL_TRY(op1(b, "Shape", "", x[0], NULL, &t));
-    KEEL_TRY(op1(b, "Reshape", "", gy, t, &u));
-    KEEL_TRY(give(b, m, x[0], u, false));
-  } else if (!strcmp(op, "MatMul")) {
-    const char *outs[2] = {fresh(b, "dA"), fresh(b, "dB")}, *ins[3] = {gy, x[0], x[1]};
-    if (!outs[0] || !outs[1]) return oom();
-    KEEL_TRY(emit(b, "MatMulGrad", INTERNAL, 3, ins, 2, outs, NULL));
-    KEEL_TRY(give(b, m, x[0], outs[0], false));
-    KEEL_TRY(give(b, m, x[1], outs[1], false));
-  } else {
-    goto unsupported;
-  }
-  return KEEL_OK;
-unsupported:;
+/* The rule of node n applied to the gradients reaching its outputs. */
+static keel_status vjp(builder *b, gmap *m, const keel_node *n, const char *const *gy,
+                       const char *y) {
+  const ad_rule *r = ad_rule_find(n->op_type, n->domain);
   char lb[256];
-  return keel_err(KEEL_ERR_UNSUPPORTED,
-                  "Gradient: no derivative rule for node %s (domain '%s') on the path to y",
-                  keel_node_label(n, lb, sizeof lb), n->domain);
+  if (!r)
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "no derivative rule for node %s (domain '%s', opset %lld) in graph '%s', on "
+                    "the path from the variables to '%s'",
+                    keel_node_label(n, lb, sizeof lb), n->domain[0] ? n->domain : "ai.onnx",
+                    (long long)n->opset, n->graph ? n->graph->path : "?", y);
+  if (!r->fn) return KEEL_OK;
+  if (n->n_in < r->min_in || n->n_out < 1)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "node %s has %d inputs, its derivative rule needs %d",
+                    keel_node_label(n, lb, sizeof lb), n->n_in, r->min_in);
+  const char **gx = keel_sys_calloc((size_t)n->n_in + 1, sizeof(char *));
+  if (!gx) return oom();
+  keel_status st = r->fn(b, n, gy, gx);
+  if (st) st = keel_err_prefix(st, "gradient of node %s", keel_node_label(n, lb, sizeof lb));
+  for (int32_t i = 0; !st && i < n->n_in; i++)
+    if (gx[i] && n->in_names[i][0] && diff_input(n, i)) st = gmap_add(b, m, n->in_names[i], gx[i]);
+  keel_sys_free(gx, ((size_t)n->n_in + 1) * sizeof(char *));
+  return st;
 }
 
 /* ============================================================== regions */
@@ -249,7 +299,8 @@ static bool depends(region *r, uint8_t *memo, const char *name, int depth) {
   memo[p] = 2;
   bool any = false;
   for (int32_t k = 0; k < r->g->nodes[p].n_in; k++)
-    if (r->g->nodes[p].in_names[k][0]) any |= depends(r, memo, r->g->nodes[p].in_names[k], depth + 1);
+    if (r->g->nodes[p].in_names[k][0] && diff_input(&r->g->nodes[p], k))
+      any |= depends(r, memo, r->g->nodes[p].in_names[k], depth + 1);
   memo[p] = any ? 1 : 2;
   if (any) r->in[p] = 1;
   return any;
@@ -335,7 +386,7 @@ static keel_status clone_region(builder *b, const grad_spec *s, const int32_t *o
 static keel_status backward(builder *b, const grad_spec *s, const int32_t *order,
                             int32_t n_order, const gmap *rn, gmap *gm) {
   const char *y = renamed(rn, s->y), *ones;
-  KEEL_TRY(op1(b, "OnesLike", INTERNAL, y, NULL, &ones));
+  KEEL_TRY(op1(b, "OnesLike", AD_INTERNAL, y, NULL, &ones));
   KEEL_TRY(gmap_add(b, gm, y, ones));
   for (int32_t p = n_order - 1; p >= 0; p--) {
     keel_node n = b->g->nodes[order[p]]; /* a copy with renamed values */
@@ -345,11 +396,13 @@ static keel_status backward(builder *b, const grad_spec *s, const int32_t *order
     for (int32_t k = 0; k < n.n_out; k++) outs[k] = renamed(rn, n.out_names[k]);
     n.in_names = ins;
     n.out_names = outs;
-    for (int32_t k = 1; k < n.n_out; k++)
-      if (outs[k][0] && gmap_get(gm, outs[k]))
-        return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient through output %d of a %s node", k, n.op_type);
-    const char *gy = n.n_out ? gmap_get(gm, outs[0]) : NULL;
-    if (gy) KEEL_TRY(vjp(b, gm, &n, gy));
+    const char *gy[64];
+    bool any = false;
+    for (int32_t k = 0; k < n.n_out; k++) {
+      gy[k] = outs[k][0] ? gmap_get(gm, outs[k]) : NULL;
+      any |= gy[k] != NULL;
+    }
+    if (any) KEEL_TRY(vjp(b, gm, &n, gy, s->y));
   }
   return KEEL_OK;
 }
@@ -360,7 +413,7 @@ static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const
     if (!out[0]) continue;
     const char *g = gmap_get(gm, renamed(rn, s->vars[i]));
     const char *ins[1] = {g ? g : b->grad->in_names[i]};
-    KEEL_TRY(emit(b, g ? "Identity" : "ZerosLike", g ? "" : INTERNAL, 1, ins, 1, &out, NULL));
+    KEEL_TRY(emit(b, g ? "Identity" : "ZerosLike", g ? "" : AD_INTERNAL, 1, ins, 1, &out, NULL));
   }
   return KEEL_OK;
 }
@@ -394,8 +447,8 @@ static keel_status differentiate(builder *b) {
 static keel_status graph_pass(keel_model *m, keel_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const keel_node *n = &g->nodes[i];
-    if (strcmp(n->op_type, "Gradient") || strcmp(n->domain, GRAD_DOMAIN)) continue;
-    builder b = {.a = m->arena, .g = g, .grad = n, .opset = keel_model_opset(m, "")};
+    if (strcmp(n->op_type, "Gradient") || strcmp(n->domain, AD_TRAINING)) continue;
+    builder b = {.a = m->arena, .m = m, .g = g, .grad = n, .opset = keel_model_opset(m, "")};
     keel_status st = differentiate(&b);
     if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
