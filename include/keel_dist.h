@@ -43,6 +43,12 @@ KEEL_API int keel_dist_size(void);
  * collectives is destroyed; otherwise keel does it at exit); a no-op when
  * the program initialized MPI itself. */
 KEEL_API keel_status keel_dist_finalize(void);
+/* Collects a text from every rank of MPI_COMM_WORLD on rank 0, in rank
+ * order, each part headed "rank R:\n" (for per-rank reports: only rank 0's
+ * standard output is shown under mpirun). Every rank must call it. Rank 0
+ * gets *all (free with keel_free); the others get NULL. Without MPI (or
+ * one rank), *all is a copy of `mine` under "rank 0:". */
+KEEL_API keel_status keel_dist_gather_text(const char *mine, char **all);
 /* Ends every rank of the job (MPI_Abort on MPI_COMM_WORLD) with `code`: for
  * a rank that failed while its peers may wait in a collective. Returns only
  * when MPI is not initialized. */

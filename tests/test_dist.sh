@@ -82,6 +82,20 @@ expect_fail killed 12 "${mpi[@]}" -np 2 bash -c \
   'if [[ ${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}} == 1 ]]; then (sleep 2; kill -9 $$) & fi
    exec "$0" run "$1" --data "$1/test_data_set_0" --iters 100000000' "$keel" "$dist/np2/mlp"
 
+# --mem-report: every rank's report (with its collective time) printed by
+# rank 0; --trace: one file per rank, each its own pid.
+tr=$(mktemp -d)
+out=$(timeout 60 "${mpi[@]}" -np 2 "$keel" run "$dist/np2/mlp" --data "$dist/np2/mlp/test_data_set_0" \
+      --iters 3 --mem-report --trace "$tr/t.json" 2>&1) || fail "per-rank reports: $out"
+for r in 0 1; do
+  grep -q "^collectives on rank $r of 2: 3 calls" <<<"$out" || fail "rank $r collective line: $out"
+  grep -q "\"pid\": $((r + 1)), \"args\": {\"name\": \"keel rank $r\"}" "$tr/t.rank$r.json" ||
+    fail "trace of rank $r"
+done
+grep -c "^memory of this rank" <<<"$out" | grep -qx 2 || fail "per-rank memory lines: $out"
+rm -rf "$tr"
+echo "per-rank reports: ok"
+
 # A program that owns MPI hands keel its own communicator (two groups of 2).
 if [[ -n ${2:-} ]]; then
   out=$(timeout 60 "${mpi[@]}" -np 4 "$2" "$dist" 2>&1) || fail "dist_comm: $out"

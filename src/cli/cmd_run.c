@@ -115,13 +115,38 @@ static int print_mem_report(keel_session_t *s, int top) {
   char *text;
   keel_status st = keel_profile_mem_report(s, top, &text);
   if (st) return fail("memory report", st);
-  printf("memory by node (top %d by bytes allocated, over all runs):\n%s", top, text);
+  if (cli_dist_on()) { /* every rank's report and memory, printed by rank 0 */
+    keel_stats ms = {.size = sizeof ms};
+    keel_stats_get(s, &ms);
+    size_t n = strlen(text);
+    char *both = malloc(n + 200);
+    if (!both) {
+      keel_free(text);
+      return fail("memory report", KEEL_ERR_OUT_OF_MEMORY);
+    }
+    snprintf(both, n + 200, "%smemory of this rank: allocated %llu B (peak %llu B), reserved %llu B\n",
+             text, (unsigned long long)ms.allocated, (unsigned long long)ms.allocated_peak,
+             (unsigned long long)ms.reserved);
+    keel_free(text);
+    char *all = NULL;
+    st = keel_dist_gather_text(both, &all);
+    free(both);
+    if (st) return fail("memory report", st);
+    text = all;
+  }
+  if (text) printf("memory by node (top %d by bytes allocated, over all runs):\n%s", top, text);
   keel_free(text);
   return 0;
 }
 
-static int write_trace(keel_session_t *s, const char *path) {
-  char *json;
+static int write_trace(keel_session_t *s, const char *trace) {
+  char *json, path[4096];
+  /* under mpirun, one trace per rank: t.json -> t.rank1.json */
+  const char *dot = strrchr(trace, '.');
+  if (!cli_dist_on()) snprintf(path, sizeof path, "%s", trace);
+  else if (dot && !strchr(dot, '/'))
+    snprintf(path, sizeof path, "%.*s.rank%d%s", (int)(dot - trace), trace, cli_dist_rank(), dot);
+  else snprintf(path, sizeof path, "%s.rank%d", trace, cli_dist_rank());
   keel_status st = keel_profile_trace_json(s, &json);
   if (st) return fail("trace", st);
   FILE *f = fopen(path, "w");
@@ -132,7 +157,8 @@ static int write_trace(keel_session_t *s, const char *path) {
     fprintf(stderr, "keel: cannot write %s\n", path);
     return 1;
   }
-  printf("trace  %s (open in https://ui.perfetto.dev or chrome://tracing)\n", path);
+  printf("trace  %s%s (open in https://ui.perfetto.dev or chrome://tracing)\n", path,
+         cli_dist_on() ? ", one file per rank" : "");
   return 0;
 }
 

@@ -9,9 +9,30 @@
 #include "comm.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../include/keel_dist.h"
+
+/* "rank R:\n" + text + a newline when it lacks one, appended to a buffer. */
+static char *append_part(char *buf, size_t *len, int rank, const char *text, size_t n) {
+  char head[32];
+  int h = snprintf(head, sizeof head, "rank %d:\n", rank);
+  bool nl = n && text[n - 1] != '\n';
+  char *q = realloc(buf, *len + (size_t)h + n + 2);
+  if (!q) {
+    free(buf);
+    return NULL;
+  }
+  memcpy(q + *len, head, (size_t)h);
+  memcpy(q + *len + h, text, n);
+  *len += (size_t)h + n;
+  if (nl) q[(*len)++] = '\n';
+  q[*len] = 0;
+  return q;
+}
 
 int keel_dist_launched(void) {
   static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK",
@@ -46,6 +67,12 @@ int keel_dist_rank(void) { return 0; }
 int keel_dist_size(void) { return 1; }
 keel_status keel_dist_finalize(void) { return KEEL_OK; }
 void keel_dist_abort(int code) { (void)code; }
+
+keel_status keel_dist_gather_text(const char *mine, char **all) {
+  size_t len = 0;
+  *all = append_part(NULL, &len, 0, mine ? mine : "", mine ? strlen(mine) : 0);
+  return *all ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "gathering reports");
+}
 
 keel_status keel_dist_bind(keel_session_t *s) {
   const keel_node *n = first_collective(s->m);
@@ -134,6 +161,43 @@ keel_status keel_dist_finalize(void) {
 
 void keel_dist_abort(int code) {
   if (mpi_up()) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* Lengths first (MPI_Gather), then the bytes (MPI_Gatherv) on rank 0. */
+keel_status keel_dist_gather_text(const char *mine, char **all) {
+  *all = NULL;
+  if (!mpi_up() || keel_dist_size() == 1) {
+    size_t len = 0;
+    *all = append_part(NULL, &len, 0, mine ? mine : "", mine ? strlen(mine) : 0);
+    return *all ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "gathering reports");
+  }
+  int rank = keel_dist_rank(), size = keel_dist_size(), n = mine ? (int)strlen(mine) : 0;
+  int *lens = rank == 0 ? calloc((size_t)size, sizeof(int)) : NULL;
+  int *offs = rank == 0 ? calloc((size_t)size, sizeof(int)) : NULL;
+  if (rank == 0 && (!lens || !offs)) n = -1; /* still take part, then fail */
+  keel_dist_lock();
+  int rc = MPI_Gather(&n, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  keel_dist_unlock();
+  keel_status st = keel_dist_check(rc, MPI_COMM_WORLD, "MPI_Gather (report lengths)");
+  size_t total = 0;
+  for (int r = 0; rank == 0 && !st && r < size; r++) offs[r] = (int)total, total += (size_t)(lens[r] > 0 ? lens[r] : 0);
+  char *bytes = rank == 0 ? malloc(total + 1) : NULL;
+  for (int r = 0; rank == 0 && r < size && lens; r++) if (lens[r] < 0) lens[r] = 0;
+  keel_dist_lock();
+  rc = MPI_Gatherv(mine ? mine : "", n > 0 ? n : 0, MPI_CHAR, bytes, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
+  keel_dist_unlock();
+  if (!st) st = keel_dist_check(rc, MPI_COMM_WORLD, "MPI_Gatherv (reports)");
+  size_t len = 0;
+  char *out = NULL;
+  for (int r = 0; rank == 0 && !st && bytes && r < size; r++) {
+    out = append_part(out, &len, r, bytes + offs[r], (size_t)lens[r]);
+    if (!out) st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "gathering reports");
+  }
+  if (rank == 0 && !st && !bytes) st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "gathering reports");
+  free(bytes), free(lens), free(offs);
+  if (st) free(out);
+  else *all = out;
+  return st;
 }
 
 MPI_Comm keel_dist_comm(const keel_session_t *s) {

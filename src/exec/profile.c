@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../dist/comm.h"
 #include "../mem/sysmem.h"
+#include "keel_dist.h"
 #include "session.h"
 
 #define MAX_DEPTH 64
@@ -449,6 +451,23 @@ static void report_rows(text *t, const keel_node_mem *m, size_t n, int top) {
   }
 }
 
+/* Time in the collectives (one line; nothing for a model without them). */
+static void collective_line(const keel_session_t *s, const keel_profile *p, text *t) {
+  uint64_t calls = 0, ns = 0, all_ns = 0;
+  for (uint32_t i = KEEL_SITE_FIRST_NODE; i < p->n_sites; i++) {
+    const keel_node *nd = s->sites[i].node;
+    if (!nd || nd->site != i) continue;
+    if (!nd->n_subs) all_ns += p->rec[i].ns; /* leaf nodes: no double count */
+    if (!keel_dist_is_collective(nd)) continue;
+    calls += p->rec[i].executions;
+    ns += p->rec[i].ns;
+  }
+  if (!calls) return;
+  put(t, "collectives on rank %d of %d: %llu calls, %.3f ms (%.1f %% of the time in nodes)\n",
+      keel_dist_rank(), keel_dist_size(), (unsigned long long)calls, (double)ns / 1e6,
+      all_ns ? 100.0 * (double)ns / (double)all_ns : 0.0);
+}
+
 keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out) {
   const keel_profile *p = s ? records(s) : NULL;
   if (!p || !out) return keel_err(KEEL_ERR_INVALID_ARG, "no profile recorded (keel_profile_start)");
@@ -468,6 +487,7 @@ keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out
   put(&t, "%-63s %10s %21s %8llu\n", "values made through the API, the session", bytes_text(ob, b, sizeof b), "",
       (unsigned long long)oa);
   put(&t, "(%zu nodes ran; sizes are the allocator's 64-byte-rounded blocks)\n", n);
+  collective_line(s, p, &t);
   keel_sys_free(m, (n + 1) * sizeof *m);
   return finish(&t, out);
 }
@@ -478,7 +498,12 @@ keel_status keel_profile_trace_json(const keel_session_t *s, char **out) {
     return keel_err(KEEL_ERR_INVALID_ARG, "no trace recorded (keel_profile_start with KEEL_PROFILE_TRACE)");
   text t = {0};
   put(&t, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-  put(&t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"keel\"}}");
+  int pid = keel_dist_rank() + 1; /* one process per rank under mpirun */
+  if (keel_dist_size() > 1)
+    put(&t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"keel rank %d\"}}",
+        pid, pid - 1);
+  else
+    put(&t, "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 1, \"args\": {\"name\": \"keel\"}}");
   for (size_t i = 0; i < p->n_ev; i++) {
     const prof_event *e = &p->ev[i];
     double ts = (double)(e->t0 - p->t_origin) / 1e3, dur = (double)(e->t1 - e->t0) / 1e3;
@@ -487,12 +512,13 @@ keel_status keel_profile_trace_json(const keel_session_t *s, char **out) {
     put_json_str(&t, keel_node_label(e->node, lb, sizeof lb));
     put(&t, ", \"cat\": ");
     put_json_str(&t, e->node->op_type);
-    put(&t, ", \"ph\": \"X\", \"pid\": 1, \"tid\": 1, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"graph\": ", ts, dur);
+    put(&t, ", \"ph\": \"X\", \"pid\": %d, \"tid\": 1, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"graph\": ",
+        pid, ts, dur);
     put_json_str(&t, e->node->graph->path);
     put(&t, ", \"iteration\": %u}}", e->iter);
-    put(&t, ",\n{\"name\": \"memory\", \"ph\": \"C\", \"pid\": 1, \"ts\": %.3f, \"args\": "
+    put(&t, ",\n{\"name\": \"memory\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, \"args\": "
             "{\"allocated\": %llu, \"reserved\": %llu}}",
-        (double)(e->t1 - p->t_origin) / 1e3, (unsigned long long)e->allocated,
+        pid, (double)(e->t1 - p->t_origin) / 1e3, (unsigned long long)e->allocated,
         (unsigned long long)e->reserved);
   }
   put(&t, "\n]}\n");
