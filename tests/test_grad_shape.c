@@ -16,9 +16,12 @@ typedef struct nodecase {
   const char *i2_name;
   int64_t i2;
   const char *s_name, *s;      /* a string attribute                     */
-  const char *ints2_name;      /* a second ints attribute                */
+  const char *ints2_name;      /* a second and a third ints attribute    */
   int n_ints2;
   int64_t ints2[8];
+  const char *ints3_name;
+  int n_ints3;
+  int64_t ints3[8];
 } nodecase;
 
 static int64_t I1[] = {1}, I0[] = {0};
@@ -60,6 +63,7 @@ static void one_node(mb_graph *g, void *ctx) {
   if (c->i2_name) mb_attr_i(n, c->i2_name, c->i2);
   if (c->s_name) mb_attr_s(n, c->s_name, c->s);
   if (c->ints2_name) mb_attr_ints(n, c->ints2_name, c->n_ints2, c->ints2);
+  if (c->ints3_name) mb_attr_ints(n, c->ints3_name, c->n_ints3, c->ints3);
   mb_add(g, "Tanh", "t", "y"); /* a non-linear head: gy differs per element */
 }
 
@@ -109,6 +113,9 @@ static const tcase CASES[] = {
                              .ints2 = {3, -1}}, 9, {2}, {{3, 4}}, 1},
     {"Slice steps, clamps", {"Slice", "a,st,en,ax01,steps"}, 13, {2}, {{3, 4}}, 1},
     {"Slice axes omitted", {"Slice", "a,st1,en1"}, 10, {2}, {{4, 3}}, 1},
+    {"Slice attrs with axes, opset 1", {"Slice", "a", 1, "starts", {-2}, .ints2_name = "ends",
+                                        .n_ints2 = 1, .ints2 = {1000}, .ints3_name = "axes",
+                                        .n_ints3 = 1, .ints3 = {1}}, 1, {3}, {{2, 3, 4}}, 1},
     {"Gather axis 0", {"Gather", "a,idx"}, 13, {2}, {{3, 4}}, 1},
     {"Gather axis 1, 2-D indices", {"Gather", "a,idx2d", .i_name = "axis", .i = -1}, 13, {3},
      {{2, 3, 3}}, 1},
@@ -134,6 +141,8 @@ static const tcase CASES[] = {
      13, {4}, {{1, 8, 1, 3}}, 1},
     {"SpaceToDepth", {"SpaceToDepth", "a", .i_name = "blocksize", .i = 2}, 13, {4}, {{1, 2, 2, 4}}, 1},
     {"ScatterElements", {"ScatterElements", "a,sc_idx,b", .i_name = "axis", .i = 1}, 13, {2, 0, 2},
+     {{2, 3}, {0}, {2, 2}}, 0},
+    {"Scatter opset 9", {"Scatter", "a,sc_idx,b", .i_name = "axis", .i = 1}, 9, {2, 0, 2},
      {{2, 3}, {0}, {2, 2}}, 0},
     {"ScatterND", {"ScatterND", "a,snd_idx,b"}, 13, {2, 0, 1}, {{2, 3}, {0}, {2}}, 0},
 };

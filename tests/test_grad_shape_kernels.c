@@ -2,7 +2,7 @@
  * ZerosLike of a sequence, ops/grad.c) run directly from a model importing
  * "ai.keel.internal": GatherGrad against a naive scatter-add in float64 and
  * float32 (sizes large enough for the thread pool to split the work),
- * GradAdd of tensors and of sequences, SequenceAtGrad,
+ * SliceGrad likewise, GradAdd of tensors and of sequences, SequenceAtGrad,
  * ConcatFromSequenceGrad, and their refusals of inputs that do not fit. */
 #include <math.h>
 #include <stdbool.h>
@@ -242,6 +242,53 @@ static void sequence_kernels(void) {
   keel_session_destroy(s);
 }
 
+/* ========================================================== SliceGrad */
+
+/* x [64, 40, 33]: axis 0 from 60 down to 2 by -3, axis 2 from 1 by 2
+ * (ends clamped), axis 1 whole; float32 and float64 against a naive loop. */
+static void slice_grad_case(int dtype) {
+  enum { X0 = 64, X1 = 40, X2 = 33 };
+  int64_t xs[3] = {X0, X1, X2}, gs[3] = {0, X1, 0};
+  for (int64_t i = 60; i > 2; i -= 3) gs[0]++;
+  for (int64_t i = 1; i < X2; i += 2) gs[2]++;
+  int64_t ng = gs[0] * gs[1] * gs[2], nx = X0 * X1 * X2;
+  double *gy = malloc(sizeof(double) * (size_t)ng), *want = calloc((size_t)nx, sizeof(double));
+  float *gyf = malloc(sizeof(float) * (size_t)ng);
+  void *x = calloc((size_t)nx, sizeof(double));
+  for (int64_t i = 0; i < ng; i++) gy[i] = gyf[i] = (float)cos(0.11 * (double)i);
+  for (int64_t a = 0; a < gs[0]; a++)
+    for (int64_t b = 0; b < gs[1]; b++)
+      for (int64_t c = 0; c < gs[2]; c++)
+        want[((60 - 3 * a) * X1 + b) * X2 + 1 + 2 * c] = gy[(a * gs[1] + b) * gs[2] + c];
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "gy", dtype, 3, gs);
+  mb_input(g, "x", dtype, 3, xs);
+  mb_init(g, "st", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){60, 1});
+  mb_init(g, "en", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){2, INT64_MAX});
+  mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){0, -1});
+  mb_init(g, "sp", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){-3, 2});
+  mb_output(g, "gx", dtype, -1, NULL);
+  mb_domain(mb_add(g, "SliceGrad", "gy,x,st,en,ax,sp", "gx"), KI);
+  keel_session_t *s = session(g, 13);
+  CHECK(s != NULL);
+  if (s) {
+    bool f = dtype == KEEL_FLOAT;
+    keel_value_t *in[2] = {mb_tensor(s, dtype, 3, gs, f ? (void *)gyf : (void *)gy),
+                           mb_tensor(s, dtype, 3, xs, x)};
+    keel_value_t *out = NULL;
+    CHECK_OK(run(s, 2, (const char *[]){"gy", "x"}, in, &out));
+    int bad = !out || keel_value_numel(out) != nx;
+    for (int64_t i = 0; !bad && i < nx; i++) bad += keel_value_at(out, i) != want[i];
+    CHECK(bad == 0);
+    keel_value_release(out);
+    /* a gradient of another shape is refused */
+    keel_value_t *in2[2] = {mb_tensor(s, dtype, 3, xs, x), mb_tensor(s, dtype, 3, xs, x)};
+    CHECK_STATUS(run(s, 2, (const char *[]){"gy", "x"}, in2, &out), KEEL_ERR_SHAPE);
+    keel_session_destroy(s);
+  }
+  free(gy), free(want), free(gyf), free(x);
+}
+
 int main(void) {
   const gg_case cases[] = {
       {2, {30, 300}, 0, 1, {40}},        /* embedding rows, some repeated   */
@@ -254,6 +301,8 @@ int main(void) {
     gather_grad_case(&cases[i], KEEL_FLOAT);
   }
   gather_grad_errors();
+  slice_grad_case(KEEL_DOUBLE);
+  slice_grad_case(KEEL_FLOAT);
   grad_add_tensors();
   grad_add_sequences();
   sequence_kernels();

@@ -9,8 +9,9 @@
  * of the op (Slice's steps and clamping, Pad's modes, negative indices) is
  * handled by the forward kernel itself; the gradient is then gy added into
  * zeros at those positions (ScatterElements, reduction "add", which also
- * sums repeated positions). Gather has a kernel of its own instead
- * (GatherGrad, ops/grad_shape.c): no position tensor of the data's size.
+ * sums repeated positions). Gather and Slice, common in training, have
+ * kernels of their own instead (GatherGrad, SliceGrad in ops/grad_shape.c):
+ * no position tensor of the data's size.
  *
  * The gradient of a sequence value is a sequence of the same length whose
  * elements are shaped as its elements; the rules build it with the
@@ -153,7 +154,39 @@ static keel_status by_positions(ad_builder *b, const keel_node *n, const char *g
   return scatter_back(b, n->in_names[0], pos, gy, size, sink, gx);
 }
 
-/* Slice, GatherElements, GatherND, DepthToSpace, SpaceToDepth. */
+/* An INTS attribute of n as a constant ("" when absent and not needed). */
+static keel_status ints_const(ad_builder *b, const keel_node *n, const char *name, bool need,
+                              const char **out) {
+  const keel_attr *a = keel_node_attr(n, name);
+  *out = "";
+  if (!a && !need) return KEEL_OK;
+  if (!a || a->type != KEEL_ATTR_INTS)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "%s: attribute %s (ints) is required", n->op_type, name);
+  return ad_const_ints(b, a->n, a->ints, out);
+}
+
+/* Slice: SliceGrad (ops/grad_shape.c) puts gy back into zeros; the
+ * attributes of Slice before opset 10 become its inputs. */
+static keel_status r_slice(ad_builder *b, const keel_node *n, const char *const *gy,
+                           const char **gx) {
+  const char *ins[6] = {gy[0], n->in_names[0], "", "", "", ""}, *o = ad_fresh(b, "dslice");
+  if (!o) return ad_oom();
+  if (n->opset < 10) {
+    KEEL_TRY(ints_const(b, n, "starts", true, &ins[2]));
+    KEEL_TRY(ints_const(b, n, "ends", true, &ins[3]));
+    KEEL_TRY(ints_const(b, n, "axes", false, &ins[4]));
+  } else {
+    if (n->n_in < 3) return keel_err(KEEL_ERR_INVALID_MODEL, "Slice needs starts and ends");
+    for (int32_t i = 1; i < n->n_in && i < 5; i++) ins[i + 1] = n->in_names[i];
+  }
+  int nin = 6;
+  while (!ins[nin - 1][0]) nin--;
+  KEEL_TRY(ad_emit(b, "SliceGrad", AD_INTERNAL, nin, ins, 1, &o, NULL));
+  gx[0] = o;
+  return KEEL_OK;
+}
+
+/* GatherElements, GatherND, DepthToSpace, SpaceToDepth. */
 static keel_status r_positions(ad_builder *b, const keel_node *n, const char *const *gy,
                                const char **gx) {
   return by_positions(b, n, gy[0], false, -1, NULL, &gx[0]);
@@ -412,7 +445,7 @@ const ad_rule ad_rules_shape[] = {
     {"Tile", "", 1, r_tile, 2},
     {"Concat", "", AD_ALL, r_concat, 1},
     {"Split", "", 1, r_split, 1},
-    {"Slice", "", 1, r_positions, 1},
+    {"Slice", "", 1, r_slice, 1},
     {"Pad", "", 1, r_pad, 1},
     {"Gather", "", 1, r_gather, 2},
     {"GatherElements", "", 1, r_positions, 2},
@@ -420,6 +453,7 @@ const ad_rule ad_rules_shape[] = {
     {"DepthToSpace", "", 1, r_positions, 1},
     {"SpaceToDepth", "", 1, r_positions, 1},
     {"ScatterElements", "", 5, r_scatter, 3},
+    {"Scatter", "", 5, r_scatter, 3},
     {"ScatterND", "", 5, r_scatter, 3},
     {"SequenceConstruct", "", AD_ALL, r_seq_construct, 1},
     {"SequenceAt", "", 1, r_seq_at, 2},

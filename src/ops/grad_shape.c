@@ -5,6 +5,9 @@
  *                                       driver sums gradients with it)
  *   GatherGrad(gy, x, indices; axis)    gy added into zeros shaped as x at
  *                                       the gathered rows (Gather's gradient)
+ *   SliceGrad(gy, x, starts, ends[, axes, steps])
+ *                                       zeros shaped as x, gy where Slice
+ *                                       took it from
  *   SequenceAtGrad(s, pos, g)           zeros shaped as s's elements, g at pos
  *   ConcatFromSequenceGrad(gy, s; axis, new_axis)
  *                                       gy cut back into pieces shaped as s's
@@ -206,6 +209,112 @@ static keel_status op_gather_grad(keel_kctx *k) {
   return keel_pool_for(k->pool, j.outer * j.chunks, grain, gather_task, &j);
 }
 
+/* ========================================================== SliceGrad */
+
+/* One axis of numpy slicing (as ops/shape.c's Slice): first index and
+ * count; negative indices count from the end, others are clamped. */
+static void slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step, int64_t *first,
+                       int64_t *len) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  uint64_t astep = step < 0 ? 0 - (uint64_t)step : (uint64_t)step;
+  int64_t span;
+  if (step > 0) {
+    start = KEEL_MAX(0, KEEL_MIN(start, dim));
+    end = KEEL_MAX(0, KEEL_MIN(end, dim));
+    span = end - start;
+  } else {
+    start = KEEL_MAX(0, KEEL_MIN(start, dim - 1));
+    end = KEEL_MAX(-1, KEEL_MIN(end, dim - 1));
+    span = start - end;
+  }
+  *first = start;
+  *len = (dim == 0 || span <= 0) ? 0 : (int64_t)(((uint64_t)span - 1) / astep + 1);
+}
+
+typedef struct slice_job {
+  const keel_tensor *gy;
+  keel_tensor *gx;
+  int r;
+  int64_t xst[KEEL_MAX_RANK];  /* gx strides times the steps (elements)   */
+  int64_t base;                /* gx offset of gy's first element          */
+  size_t es;                   /* element bytes                            */
+} slice_job;
+
+/* gy rows lo..hi (all axes but the last) written to their places in gx. */
+static keel_status slice_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const slice_job *j = ctx;
+  int64_t last = j->r ? j->gy->shape[j->r - 1] : 1, ls = j->r ? j->xst[j->r - 1] : 1;
+  for (int64_t row = lo; row < hi; row++) {
+    int64_t rem = row, off = j->base;
+    for (int d = j->r - 2; d >= 0; d--) {
+      off += (rem % j->gy->shape[d]) * j->xst[d];
+      rem /= j->gy->shape[d];
+    }
+    const char *src = (const char *)j->gy->data + (size_t)(row * last) * j->es;
+    char *dst = (char *)j->gx->data;
+    if (ls == 1) memcpy(dst + (size_t)off * j->es, src, (size_t)last * j->es);
+    else
+      for (int64_t c = 0; c < last; c++)
+        memcpy(dst + (size_t)(off + c * ls) * j->es, src + (size_t)c * j->es, j->es);
+  }
+  return KEEL_OK;
+}
+
+/* Where each axis of x starts and steps; gy's shape checked against it. */
+static keel_status slice_plan(keel_kctx *k, const keel_tensor *x, const keel_tensor *gy,
+                              slice_job *j) {
+  int64_t st[KEEL_MAX_RANK], en[KEEL_MAX_RANK], ax[KEEL_MAX_RANK], sp[KEEL_MAX_RANK];
+  int ns, ne, na = 0, nsp = 0;
+  KEEL_TRY(keel_k_in_ints(k, 2, st, KEEL_MAX_RANK, &ns));
+  KEEL_TRY(keel_k_in_ints(k, 3, en, KEEL_MAX_RANK, &ne));
+  if (keel_k_has_in(k, 4)) KEEL_TRY(keel_k_in_ints(k, 4, ax, KEEL_MAX_RANK, &na));
+  if (keel_k_has_in(k, 5)) KEEL_TRY(keel_k_in_ints(k, 5, sp, KEEL_MAX_RANK, &nsp));
+  if (ne != ns || (keel_k_has_in(k, 4) && na != ns) || (keel_k_has_in(k, 5) && nsp != ns))
+    return keel_err(KEEL_ERR_SHAPE, "SliceGrad: starts, ends, axes and steps differ in length");
+  int64_t first[KEEL_MAX_RANK] = {0}, len[KEEL_MAX_RANK], step[KEEL_MAX_RANK], xs = 1;
+  bool seen[KEEL_MAX_RANK] = {0};
+  for (int d = 0; d < x->rank; d++) len[d] = x->shape[d], step[d] = 1;
+  for (int i = 0; i < ns; i++) {
+    int a;
+    KEEL_TRY(keel_k_axis(keel_k_has_in(k, 4) ? ax[i] : i, x->rank, "SliceGrad axis", &a));
+    if (seen[a]) return keel_err(KEEL_ERR_INVALID_MODEL, "SliceGrad: axis %d is listed twice", a);
+    seen[a] = true;
+    step[a] = keel_k_has_in(k, 5) ? sp[i] : 1;
+    if (!step[a]) return keel_err(KEEL_ERR_RUNTIME, "SliceGrad: step for axis %d is 0", a);
+    slice_axis(x->shape[a], st[i], en[i], step[a], &first[a], &len[a]);
+  }
+  bool fits = gy->rank == x->rank;
+  for (int d = 0; fits && d < x->rank; d++) fits = gy->shape[d] == len[d];
+  if (!fits) return keel_err(KEEL_ERR_SHAPE, "SliceGrad: the gradient is not shaped as Slice's output");
+  j->base = 0;
+  for (int d = x->rank - 1; d >= 0; d--) {
+    j->xst[d] = xs * step[d];
+    j->base += first[d] * xs;
+    xs *= x->shape[d];
+  }
+  j->r = x->rank;
+  return KEEL_OK;
+}
+
+/* SliceGrad(gy, x, starts, ends[, axes, steps]): zeros shaped as x with gy
+ * where Slice took it from. */
+static keel_status op_slice_grad(keel_kctx *k) {
+  const keel_tensor *gy, *x;
+  KEEL_TRY(keel_k_in(k, 0, &gy));
+  KEEL_TRY(keel_k_in(k, 1, &x));
+  KEEL_TRY(float_tensor(gy, "SliceGrad: the gradient"));
+  slice_job j = {.gy = gy, .es = keel_dtype_nbytes((keel_dtype)gy->dtype, 1)};
+  KEEL_TRY(slice_plan(k, x, gy, &j));
+  KEEL_TRY(keel_k_out(k, 0, gy->dtype, x->rank, x->shape, &j.gx));
+  if (j.gx->data) memset(j.gx->data, 0, keel_tensor_nbytes(j.gx));
+  int64_t n = keel_tensor_numel(gy);
+  if (!n) return KEEL_OK;
+  int64_t last = gy->rank ? gy->shape[gy->rank - 1] : 1;
+  return keel_pool_for(k->pool, n / last, KEEL_MAX(1, 16384 / last), slice_rows, &j);
+}
+
 /* ===================================================== SequenceAtGrad */
 
 static keel_status op_sequence_at_grad(keel_kctx *k) {
@@ -300,6 +409,7 @@ static keel_status op_concat_from_sequence_grad(keel_kctx *k) {
 const keel_opdef keel_ops_grad_shape[] = {
     {D, "GradAdd", 1, KEEL_OPSET_MAX, op_grad_add, 0, KEEL_TS_FLOAT},
     {D, "GatherGrad", 1, KEEL_OPSET_MAX, op_gather_grad, 0, KEEL_TS_FLOAT},
+    {D, "SliceGrad", 1, KEEL_OPSET_MAX, op_slice_grad, 0, KEEL_TS_FLOAT},
     {D, "SequenceAtGrad", 1, KEEL_OPSET_MAX, op_sequence_at_grad, 0, KEEL_TS_FLOAT},
     {D, "ConcatFromSequenceGrad", 1, KEEL_OPSET_MAX, op_concat_from_sequence_grad, 0, KEEL_TS_FLOAT},
     {0},
