@@ -1,9 +1,9 @@
 /* test_grad_shape.c: the rules of ir/grad_shape.c (and the view rules of
  * grad_basic.c) against finite differences (tests/gradcheck.h), each
  * attribute and opset form; the sequence rules through SequenceConstruct,
- * Insert, Erase, At, ConcatFromSequence and SplitToSequence; and the
- * kernels of ops/grad_shape.c (GatherGrad, GradAdd, ZerosLike of a
- * sequence) against naive references, float32 against float64. */
+ * Insert, Erase, At, ConcatFromSequence and SplitToSequence; one chain of
+ * these ops differentiated in float32 against float64; a refusal at load.
+ * The helper kernels themselves: test_grad_shape_kernels.c. */
 #include "gradcheck.h"
 
 typedef struct nodecase {
@@ -291,6 +291,71 @@ static void check_sequences(void) {
   gc_check("SequenceEmpty/Length", seq_empty, NULL, e, 2, 13, 1e-6);
 }
 
+/* ============================================================ float32 */
+
+/* A chain through most rules, differentiated in `dtype`. */
+static keel_session_t *chain(int dtype) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "a", dtype, 2, (int64_t[]){3, 4});
+  mb_input(g, "b", dtype, 2, (int64_t[]){2, 4});
+  consts(g);
+  mb_init(g, "pd", KEEL_INT64, 1, (int64_t[]){4}, (int64_t[]){1, 0, 1, 0});
+  mb_init(g, "s5", KEEL_INT64, 1, (int64_t[]){1}, (int64_t[]){5});
+  mb_init(g, "gi", KEEL_INT64, 1, (int64_t[]){4}, (int64_t[]){0, 2, 2, -1});
+  mb_init(g, "r12", KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){1, 2});
+  mb_attr_s(mb_add(g, "Pad", "a,pd", "p"), "mode", "reflect");
+  mb_add(g, "Slice", "p,one,s5,zero", "s");
+  mb_attr_i(mb_add(g, "Concat", "s,b", "c"), "axis", 0);
+  mb_add(g, "Transpose", "c", "t");
+  mb_add(g, "Gather", "t,gi", "gt");
+  mb_add(g, "Tile", "gt,r12", "tl");
+  mb_attr_i(mb_add(g, "Split", "tl", "u,v"), "axis", 1);
+  mb_add(g, "Mul", "u,v", "m");
+  mb_add(g, "Tanh", "m", "y");
+  mb_output(g, "da", dtype, -1, NULL);
+  mb_output(g, "db", dtype, -1, NULL);
+  mb_node *n = mb_add(g, "Gradient", "a,b", "da,db");
+  mb_domain(n, TRAIN);
+  mb_attr_s(n, "y", "y");
+  mb_attr_strs(n, "xs", 2, (const char *[]){"a", "b"});
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  keel_session_t *s = NULL;
+  if (keel_session_create_from_memory(bytes, len, NULL, NULL, &s))
+    fprintf(stderr, "chain: %s\n", keel_last_error());
+  free(bytes);
+  return s;
+}
+
+static void check_float32(void) {
+  keel_session_t *s[2] = {chain(KEEL_FLOAT), chain(KEEL_DOUBLE)};
+  keel_value_t *out[2][2] = {{0}};
+  float af[12], bf[8];
+  double ad[12], bd[8];
+  for (int i = 0; i < 12; i++) ad[i] = af[i] = (float)A24[i];
+  for (int i = 0; i < 8; i++) bd[i] = bf[i] = (float)B24[i];
+  for (int k = 0; k < 2 && s[k]; k++) {
+    int dt = k ? KEEL_DOUBLE : KEEL_FLOAT;
+    keel_value_t *in[2] = {mb_tensor(s[k], dt, 2, (int64_t[]){3, 4}, k ? (void *)ad : (void *)af),
+                           mb_tensor(s[k], dt, 2, (int64_t[]){2, 4}, k ? (void *)bd : (void *)bf)};
+    CHECK_OK(keel_run(s[k], (const char *[]){"a", "b"}, in, 2, out[k]));
+    keel_value_release(in[0]), keel_value_release(in[1]);
+  }
+  CHECK(s[0] && s[1]);
+  double worst = 0, mass = 0;
+  for (int o = 0; o < 2 && out[0][o] && out[1][o]; o++) {
+    CHECK(keel_value_numel(out[0][o]) == keel_value_numel(out[1][o]));
+    for (int64_t i = 0; i < keel_value_numel(out[1][o]); i++)
+      worst = fmax(worst, fabs(keel_value_at(out[0][o], i) - keel_value_at(out[1][o], i))),
+      mass += fabs(keel_value_at(out[1][o], i));
+  }
+  CHECK(out[1][0] && out[1][1] && worst < 1e-5 && mass > 1);
+  for (int k = 0; k < 2; k++) {
+    keel_value_release(out[k][0]), keel_value_release(out[k][1]);
+    keel_session_destroy(s[k]);
+  }
+}
+
 /* A rule that cannot handle a case says so at load. */
 static void check_unsupported(void) {
   mb_graph *g = mb_graph_new("main");
@@ -323,6 +388,7 @@ int main(void) {
   }
   check_split();
   check_sequences();
+  check_float32();
   check_unsupported();
   return check_report();
 }
