@@ -3,15 +3,16 @@
  * the Gather and Scatter ops, DepthToSpace/SpaceToDepth) and for the
  * sequence ops.
  *
- * Index ops share one scheme ("positions"): the forward node is emitted
- * again with its data input replaced by the positions of x's elements
- * (Range reshaped to x's shape, int64), so every attribute and opset form
- * of the op (Slice's steps and clamping, Pad's modes, negative indices) is
- * handled by the forward kernel itself; the gradient is then gy added into
- * zeros at those positions (ScatterElements, reduction "add", which also
- * sums repeated positions). Gather and Slice, common in training, have
- * kernels of their own instead (GatherGrad, SliceGrad in ops/grad_shape.c):
- * no position tensor of the data's size.
+ * Gather and Slice, common in training, have kernels of their own
+ * (GatherGrad, SliceGrad in ops/grad_shape.c); GatherElements and GatherND
+ * scatter-add gy back with ScatterElements / ScatterND (reduction "add").
+ * The others (Pad, DepthToSpace, SpaceToDepth, GatherND with batch dims)
+ * share one scheme, "positions": the forward node is emitted again with
+ * its data input replaced by the positions of x's elements (Range shaped
+ * as x, int64), so every attribute and opset form of the op (Pad's modes,
+ * pads as attribute or input, axes) is handled by the forward kernel
+ * itself; the gradient is gy added into zeros at those positions
+ * (ScatterElements, reduction "add", which sums repeated positions).
  *
  * The gradient of a sequence value is a sequence of the same length whose
  * elements are shaped as its elements; the rules build it with the
@@ -36,19 +37,42 @@ static keel_status op_v(ad_builder *b, const char *op, const char *a, const char
   return KEEL_OK;
 }
 
+/* A Constant node (opset 13) with a fresh output. Emitted here rather
+ * than with ad_const_ints, which hands memcpy a NULL input list (UBSan). */
+static keel_status constant(ad_builder *b, const char **out, keel_node **c) {
+  const char *o = ad_fresh(b, "const"), *none[1] = {""};
+  if (!o) return ad_oom();
+  KEEL_TRY(ad_emit(b, "Constant", "", 0, none, 1, &o, c));
+  if ((*c)->opset < 13) (*c)->opset = 13;
+  *out = o;
+  return KEEL_OK;
+}
+
 /* A scalar int64 constant. */
 static keel_status scalar_i64(ad_builder *b, int64_t v, const char **out) {
-  const char *o = ad_fresh(b, "int");
   keel_node *c;
-  if (!o) return ad_oom();
-  KEEL_TRY(ad_emit(b, "Constant", "", 0, NULL, 1, &o, &c));
-  if (c->opset < 13) c->opset = 13;
-  *out = o;
+  KEEL_TRY(constant(b, out, &c));
   return ad_attr_i(b, c, "value_int", v);
 }
 
+/* A 1-D int64 constant. */
+static keel_status const_ints(ad_builder *b, int32_t count, const int64_t *v, const char **out) {
+  keel_node *c;
+  KEEL_TRY(constant(b, out, &c));
+  return ad_attr_ints(b, c, "value_ints", count, v);
+}
+
 static keel_status const1(ad_builder *b, int64_t v, const char **out) {
-  return ad_const_ints(b, 1, &v, out);
+  return const_ints(b, 1, &v, out);
+}
+
+/* A scalar 0 of the type of value `like`. */
+static keel_status zero_like(ad_builder *b, const char *like, const char **out) {
+  keel_node *c;
+  const char *f;
+  KEEL_TRY(constant(b, &f, &c));
+  KEEL_TRY(ad_attr_f(b, c, "value_float", 0.0f));
+  return op_v(b, "CastLike", f, like, 15, out, NULL);
 }
 
 static int64_t attr_i(const keel_node *n, const char *name, int64_t def) {
@@ -162,7 +186,7 @@ static keel_status ints_const(ad_builder *b, const keel_node *n, const char *nam
   if (!a && !need) return KEEL_OK;
   if (!a || a->type != KEEL_ATTR_INTS)
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s: attribute %s (ints) is required", n->op_type, name);
-  return ad_const_ints(b, a->n, a->ints, out);
+  return const_ints(b, a->n, a->ints, out);
 }
 
 /* Slice: SliceGrad (ops/grad_shape.c) puts gy back into zeros; the
@@ -186,7 +210,27 @@ static keel_status r_slice(ad_builder *b, const keel_node *n, const char *const 
   return KEEL_OK;
 }
 
-/* GatherElements, GatherND, DepthToSpace, SpaceToDepth. */
+/* GatherElements, and GatherND without batch dims: gy scatter-added into
+ * zeros shaped as x at the same indices. */
+static keel_status r_gather_elems(ad_builder *b, const keel_node *n, const char *const *gy,
+                                  const char **gx) {
+  bool nd = !strcmp(n->op_type, "GatherND");
+  if (nd && attr_i(n, "batch_dims", 0) != 0)
+    return by_positions(b, n, gy[0], false, -1, NULL, &gx[0]);
+  const char *z, *o = ad_fresh(b, "dgather");
+  if (!o) return ad_oom();
+  KEEL_TRY(ad_op(b, "ZerosLike", AD_INTERNAL, n->in_names[0], NULL, &z, NULL));
+  keel_node *c;
+  const char *ins[3] = {z, n->in_names[1], gy[0]};
+  KEEL_TRY(ad_emit(b, nd ? "ScatterND" : "ScatterElements", "", 3, ins, 1, &o, &c));
+  if (c->opset < 18) c->opset = 18;
+  KEEL_TRY(ad_attr_s(b, c, "reduction", "add"));
+  if (!nd) KEEL_TRY(ad_attr_i(b, c, "axis", attr_i(n, "axis", 0)));
+  gx[0] = o;
+  return KEEL_OK;
+}
+
+/* GatherND with batch dims, DepthToSpace, SpaceToDepth. */
 static keel_status r_positions(ad_builder *b, const keel_node *n, const char *const *gy,
                                const char **gx) {
   return by_positions(b, n, gy[0], false, -1, NULL, &gx[0]);
@@ -358,7 +402,7 @@ static keel_status from_front(ad_builder *b, const char *s, const char *p, const
   KEEL_TRY(op_v(b, "SequenceLength", s, NULL, 11, &len, NULL));
   KEEL_TRY(op_v(b, "CastLike", len, p, 15, &lenp, NULL));
   KEEL_TRY(op_v(b, "Add", p, lenp, 14, &q, NULL));
-  KEEL_TRY(ad_scalar_like(b, p, 0, &zero));
+  KEEL_TRY(zero_like(b, p, &zero));
   KEEL_TRY(op_v(b, "Less", p, zero, 13, &neg, NULL));
   const char *o = ad_fresh(b, "pos");
   if (!o) return ad_oom();
@@ -448,8 +492,8 @@ const ad_rule ad_rules_shape[] = {
     {"Slice", "", 1, r_slice, 1},
     {"Pad", "", 1, r_pad, 1},
     {"Gather", "", 1, r_gather, 2},
-    {"GatherElements", "", 1, r_positions, 2},
-    {"GatherND", "", 1, r_positions, 2},
+    {"GatherElements", "", 1, r_gather_elems, 2},
+    {"GatherND", "", 1, r_gather_elems, 2},
     {"DepthToSpace", "", 1, r_positions, 1},
     {"SpaceToDepth", "", 1, r_positions, 1},
     {"ScatterElements", "", 5, r_scatter, 3},

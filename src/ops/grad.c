@@ -22,7 +22,9 @@ static keel_status filled_like(keel_kctx *k, double v) {
   KEEL_TRY(float_input(k, 0, &x));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
-  for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  if (v == 0.0 && o->data) memset(o->data, 0, keel_tensor_nbytes(o)); /* 0 is all-zero bits */
+  else
+    for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
   return KEEL_OK;
 }
 
