@@ -6,8 +6,9 @@
  * Gather and Slice, common in training, have kernels of their own
  * (GatherGrad, SliceGrad in ops/grad_shape.c); GatherElements and GatherND
  * scatter-add gy back with ScatterElements / ScatterND (reduction "add").
- * The others (Pad, DepthToSpace, SpaceToDepth, GatherND with batch dims)
- * share one scheme, "positions": the forward node is emitted again with
+ * DepthToSpace (DCR) and SpaceToDepth are each other's inverse. The
+ * others (Pad, DepthToSpace CRD, GatherND with batch dims) share one
+ * scheme, "positions": the forward node is emitted again with
  * its data input replaced by the positions of x's elements (Range shaped
  * as x, int64), so every attribute and opset form of the op (Pad's modes,
  * pads as attribute or input, axes) is handled by the forward kernel
@@ -230,11 +231,6 @@ static keel_status r_gather_elems(ad_builder *b, const keel_node *n, const char 
   return KEEL_OK;
 }
 
-/* GatherND with batch dims, DepthToSpace, SpaceToDepth. */
-static keel_status r_positions(ad_builder *b, const keel_node *n, const char *const *gy,
-                               const char **gx) {
-  return by_positions(b, n, gy[0], false, -1, NULL, &gx[0]);
-}
 
 /* Pad: the padding gets position 0 (constant_value omitted, or the
  * attribute `value` before opset 11, so it is 0); every mode. */
@@ -256,6 +252,19 @@ static keel_status r_gather(ad_builder *b, const keel_node *n, const char *const
 }
 
 /* ====================================================== permutations */
+
+/* DepthToSpace in DCR mode and SpaceToDepth undo each other; CRD mode
+ * goes through positions. */
+static keel_status r_depth_space(ad_builder *b, const keel_node *n, const char *const *gy,
+                                 const char **gx) {
+  bool d2s = !strcmp(n->op_type, "DepthToSpace");
+  const keel_attr *mode = keel_node_attr(n, "mode");
+  if (d2s && mode && mode->s && strcmp(mode->s, "DCR"))
+    return by_positions(b, n, gy[0], false, -1, NULL, &gx[0]);
+  keel_node *c;
+  KEEL_TRY(op_v(b, d2s ? "SpaceToDepth" : "DepthToSpace", gy[0], NULL, 13, &gx[0], &c));
+  return ad_attr_copy(b, c, n, "blocksize");
+}
 
 static keel_status r_transpose(ad_builder *b, const keel_node *n, const char *const *gy,
                                const char **gx) {
@@ -494,8 +503,8 @@ const ad_rule ad_rules_shape[] = {
     {"Gather", "", 1, r_gather, 2},
     {"GatherElements", "", 1, r_gather_elems, 2},
     {"GatherND", "", 1, r_gather_elems, 2},
-    {"DepthToSpace", "", 1, r_positions, 1},
-    {"SpaceToDepth", "", 1, r_positions, 1},
+    {"DepthToSpace", "", 1, r_depth_space, 1},
+    {"SpaceToDepth", "", 1, r_depth_space, 1},
     {"ScatterElements", "", 5, r_scatter, 3},
     {"Scatter", "", 5, r_scatter, 3},
     {"ScatterND", "", 5, r_scatter, 3},
