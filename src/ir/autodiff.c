@@ -212,7 +212,7 @@ static const char *gmap_get(const gmap *m, const char *name) {
 /* Adds `g` to the gradient of `name` (a Sum node when one exists). */
 static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g) {
   for (int32_t i = 0; i < m->n; i++)
-    if (!strcmp(m->name[i], name)) return op1(b, "Add", "", m->grad[i], g, &m->grad[i]);
+    if (!strcmp(m->name[i], name)) return op1(b, "GradAdd", AD_INTERNAL, m->grad[i], g, &m->grad[i]);
   if (m->n == m->cap) {
     int32_t nc = m->cap ? m->cap * 2 : 16;
     const char **a = keel_sys_realloc(m->name, (size_t)m->cap * sizeof(char *), (size_t)nc * sizeof(char *));

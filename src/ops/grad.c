@@ -1,7 +1,7 @@
 /* grad.c: helper kernels for the derivative graphs ir/autodiff.c builds,
  * in the domain "ai.keel.internal" (not usable from a model file unless it
- * imports that domain): OnesLike, ZerosLike, SumToShape, ReluGrad,
- * SigmoidGrad, TanhGrad and MatMulGrad.
+ * imports that domain): OnesLike, ZerosLike (of a tensor or a sequence),
+ * SumToShape, ReluGrad, SigmoidGrad, TanhGrad and MatMulGrad.
  *
  * They work element by element through double (keel_elem_get/set_f64):
  * correct for every float type, and simple; derivative graphs are the seed
@@ -22,12 +22,35 @@ static keel_status filled_like(keel_kctx *k, double v) {
   KEEL_TRY(float_input(k, 0, &x));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
-  for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  if (v == 0.0 && o->data) memset(o->data, 0, keel_tensor_nbytes(o)); /* 0 is all-zero bits */
+  else
+    for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
   return KEEL_OK;
 }
 
 static keel_status op_ones_like(keel_kctx *k) { return filled_like(k, 1.0); }
-static keel_status op_zeros_like(keel_kctx *k) { return filled_like(k, 0.0); }
+/* ZerosLike also takes a sequence: zeros shaped as each of its elements. */
+static keel_status op_zeros_like(keel_kctx *k) {
+  if (!keel_k_has_in(k, 0) || k->in[0]->kind != KEEL_V_SEQUENCE) return filled_like(k, 0.0);
+  const keel_seq *x = k->in[0]->seq;
+  keel_seq *s;
+  if (x->of_maps) return keel_err(KEEL_ERR_SHAPE, "ZerosLike: a sequence of maps");
+  KEEL_TRY(keel_k_out_seq(k, 0, x->elem_dtype, &s));
+  for (size_t i = 0; i < x->n; i++) {
+    const keel_tensor *e = &x->items[i];
+    keel_tensor t;
+    if (!keel_dtype_is_float(e->dtype))
+      return keel_err(KEEL_ERR_SHAPE, "ZerosLike: element %zu is not float", i);
+    KEEL_TRY(keel_tensor_alloc(k->heap, e->dtype, e->rank, e->shape, keel_k_owner(k, 0), &t));
+    if (t.data) memset(t.data, 0, keel_tensor_nbytes(&t));
+    keel_status st = keel_seq_insert(s, s->n, &t);
+    if (st) {
+      keel_tensor_release(&t);
+      return st;
+    }
+  }
+  return KEEL_OK;
+}
 
 /* g reduced by summation to the shape of x (undoes numpy broadcasting). */
 static keel_status op_sum_to_shape(keel_kctx *k) {
