@@ -4,8 +4,8 @@
  * SigmoidGrad and TanhGrad (MatMulGrad is in grad_math.c).
  *
  * They work element by element through double (keel_elem_get/set_f64):
- * correct for every float type, and simple. SumToShape, which every
- * broadcasting rule ends with, has a float32 path that works row by row. */
+ * correct for every float type, and simple; float32 has direct loops
+ * (SumToShape, which every broadcasting rule ends with, row by row). */
 #include "bcast.h"
 
 static keel_status float_input(keel_kctx *k, int i, const keel_tensor **t) {
@@ -20,7 +20,13 @@ static keel_status filled_like(keel_kctx *k, double v) {
   KEEL_TRY(float_input(k, 0, &x));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
-  for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  int64_t n = keel_tensor_numel(o);
+  if (o->dtype == KEEL_FLOAT) {
+    float *f = o->data;
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v;
+  } else {
+    for (int64_t i = 0; i < n; i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  }
   return KEEL_OK;
 }
 
@@ -98,6 +104,12 @@ static keel_status act_grad(keel_kctx *k, double (*f)(double)) {
     return keel_err(KEEL_ERR_SHAPE, "gradient and value differ in size");
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, gy->dtype, gy->rank, gy->shape, &o));
+  if (gy->dtype == KEEL_FLOAT && v->dtype == KEEL_FLOAT) {
+    const float *g = gy->data, *x = v->data;
+    float *out = o->data;
+    for (int64_t i = 0; i < keel_tensor_numel(o); i++) out[i] = g[i] * (float)f(x[i]);
+    return KEEL_OK;
+  }
   for (int64_t i = 0; i < keel_tensor_numel(o); i++) {
     double g = keel_elem_get_f64(gy->dtype, gy->data, (size_t)i);
     keel_elem_set_f64(o->dtype, o->data, (size_t)i, g * f(keel_elem_get_f64(v->dtype, v->data, (size_t)i)));

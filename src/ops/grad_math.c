@@ -77,9 +77,10 @@ static double ug_deriv(const ug_job *j, double x) {
   }
 }
 
-/* The same in float (the float32 hot path). */
-static float ug_deriv_f(const ug_job *j, float x) {
-  switch (j->op) {
+/* The same in float (the float32 hot path); `op` is a constant where
+ * ug_f32 calls it, so each loop below compiles to one branch-free body. */
+static inline float ug_deriv_f(const ug_job *j, int op, float x) {
+  switch (op) {
     case UG_SQRT: return 0.5f / sqrtf(x);
     case UG_RECIPROCAL: return -1.0f / (x * x);
     case UG_ABS: return x > 0 ? 1.0f : x < 0 ? -1.0f : 0.0f;
@@ -95,23 +96,36 @@ static float ug_deriv_f(const ug_job *j, float x) {
       float c = 0.79788456f, t = tanhf(c * (x + 0.044715f * x * x * x));
       return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * c * (1 + 3 * 0.044715f * x * x);
     }
+    case UG_HARDSIGMOID: {
+      float v = (float)j->alpha * x + (float)j->beta;
+      return v > 0 && v < 1 ? (float)j->alpha : 0.0f;
+    }
+    case UG_HARDSWISH: return x < -3 ? 0.0f : x > 3 ? 1.0f : x / 3 + 0.5f;
     case UG_SOFTPLUS: return 1 / (1 + expf(-x));
     case UG_MISH: {
       float sp = fmaxf(x, 0) + log1pf(expf(-fabsf(x))), t = tanhf(sp);
       return t + x * (1 / (1 + expf(-x))) * (1 - t * t);
     }
-    default: return (float)ug_deriv(j, x);
+    default: return x >= (float)j->lo && x <= (float)j->hi ? 1.0f : 0.0f; /* UG_CLIP */
   }
 }
 
+#define UG_CASE(OP) \
+  case OP: for (int64_t i = b; i < e; i++) dx[i] = gy[i] * ug_deriv_f(j, OP, x[i]); break;
 static keel_status ug_f32(void *ctx, int64_t b, int64_t e, int w) {
   (void)w;
   const ug_job *j = ctx;
   const float *gy = j->gy, *x = j->x;
   float *dx = j->dx;
-  for (int64_t i = b; i < e; i++) dx[i] = gy[i] * ug_deriv_f(j, x[i]);
+  switch (j->op) {
+    UG_CASE(UG_SQRT) UG_CASE(UG_RECIPROCAL) UG_CASE(UG_ABS) UG_CASE(UG_ERF) UG_CASE(UG_SIN)
+    UG_CASE(UG_COS) UG_CASE(UG_SOFTSIGN) UG_CASE(UG_ELU) UG_CASE(UG_SELU) UG_CASE(UG_LEAKYRELU)
+    UG_CASE(UG_GELU) UG_CASE(UG_GELU_TANH) UG_CASE(UG_HARDSIGMOID) UG_CASE(UG_HARDSWISH)
+    UG_CASE(UG_SOFTPLUS) UG_CASE(UG_MISH) default: UG_CASE(UG_CLIP)
+  }
   return KEEL_OK;
 }
+#undef UG_CASE
 
 static keel_status ug_f64(void *ctx, int64_t b, int64_t e, int w) {
   (void)w;
