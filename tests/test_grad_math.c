@@ -6,6 +6,7 @@
  * (UnaryGrad, MatMulGrad, NegativeLogLikelihoodLossGrad, SumToShape)
  * against the float64 result. */
 #include "gradcheck.h"
+#include "grad_math_torch.h"
 
 /* One node "op(ins) -> outs" with attributes; "y" is what L reads. */
 typedef struct spec {
@@ -235,9 +236,42 @@ static void sce_both(mb_graph *g, void *ctx) {
 static void ls_nll(mb_graph *g, void *ctx) {
   mb_attr_i(mb_add(g, "LogSoftmax", "x", "lp"), "axis", 1);
   spec *s = ctx;
-  s->ins = "lp,t,w";
+  const char *keep = s->ins;
+  s->ins = strstr(keep, ",w") ? "lp,t,w" : "lp,t";
+  s->op = "NegativeLogLikelihoodLoss";
   node(g, s);
-  s->ins = "x,t,w";
+  s->ins = keep;
+}
+
+/* Both exports of PyTorch's cross_entropy against PyTorch's own gradients
+ * (tests/grad_math_torch.h, tools/gen_grad_math_torch.py). */
+static void torch_cross_entropy(void) {
+  int64_t t6[6] = {1, 0, 3, 2, 3, 1}, t4[4] = {2, 0, 1, 2};
+  double w4[4] = {0.7, 1.3, 0.9, 1.6};
+  for (size_t c = 0; c < sizeof TORCH_CE / sizeof TORCH_CE[0]; c++) {
+    const torch_ce *e = &TORCH_CE[c];
+    for (int form = 0; form < 2; form++) {
+      spec s = {.op = "SoftmaxCrossEntropyLoss", .ins = e->weight ? "x,t,w" : "x,t",
+                .sname = "reduction", .sval = e->reduction};
+      if (e->ignore != -100) s.iname[0] = "ignore_index", s.ival[0] = e->ignore;
+      gc_input in[3] = {{"x", 2, {6, 4}, X24, true}, {"t", 1, {6}, NULL, false, KEEL_INT64, t6},
+                        {"w", 1, {4}, w4, false}};
+      if (e->nd == 3) {
+        in[0] = (gc_input){"x", 3, {2, 3, 2}, X24, true};
+        in[1] = (gc_input){"t", 2, {2, 2}, NULL, false, KEEL_INT64, t4};
+        in[2].dims[0] = 3;
+      }
+      double *gr[1] = {0};
+      if (gc_gradients(form ? ls_nll : node, &s, in, e->weight ? 3 : 2, 13, gr)) {
+        double worst = 0;
+        for (int i = 0; i < 24 / (e->nd == 3 ? 2 : 1); i++) worst = fmax(worst, fabs(gr[0][i] - e->dx[i]));
+        if (worst > 1e-12)
+          fprintf(stderr, "torch cross_entropy case %zu form %d: off by %g\n", c, form, worst);
+        CHECK(worst <= 1e-12);
+      }
+      free(gr[0]);
+    }
+  }
 }
 
 static void loss_ops(void) {
@@ -499,6 +533,7 @@ int main(void) {
   reduce_ops();
   softmax_ops();
   loss_ops();
+  torch_cross_entropy();
   matmul_ops();
   gemm_ops();
   einsum_ops();
