@@ -502,7 +502,7 @@ static keel_status ein_operand(const keel_node *n, const char *s, size_t len, ch
   for (size_t i = 0; i < len; i++) {
     if (s[i] == ' ') continue;
     if (s[i] == '.') {
-      if (i + 2 >= len + 0 || s[i + 1] != '.' || s[i + 2] != '.' || strchr(out, '*'))
+      if (i + 2 >= len || s[i + 1] != '.' || s[i + 2] != '.' || strchr(out, '*'))
         return keel_err(KEEL_ERR_INVALID_MODEL, "Einsum: a bad '...' in the equation");
       i += 2;
       out[k++] = '*';

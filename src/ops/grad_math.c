@@ -60,7 +60,7 @@ static double ug_deriv(const ug_job *j, double x) {
     case UG_SOFTSIGN: { double d = 1 + fabs(x); return 1 / (d * d); }
     case UG_ELU: return x > 0 ? 1.0 : j->alpha * exp(x);
     case UG_SELU: return x > 0 ? j->gamma : j->gamma * j->alpha * exp(x);
-    case UG_LEAKYRELU: return x >= 0 ? 1.0 : j->alpha;
+    case UG_LEAKYRELU: return x > 0 ? 1.0 : j->alpha; /* at 0: alpha, as PyTorch */
     case UG_GELU: return 0.5 * (1 + erf(x * 0.7071067811865476)) + x * 0.3989422804014327 * exp(-0.5 * x * x);
     case UG_GELU_TANH: {
       double c = 0.7978845608028654, t = tanh(c * (x + 0.044715 * x * x * x));
@@ -90,7 +90,7 @@ static inline float ug_deriv_f(const ug_job *j, int op, float x) {
     case UG_SOFTSIGN: { float d = 1 + fabsf(x); return 1 / (d * d); }
     case UG_ELU: return x > 0 ? 1.0f : (float)j->alpha * expf(x);
     case UG_SELU: return x > 0 ? (float)j->gamma : (float)(j->gamma * j->alpha) * expf(x);
-    case UG_LEAKYRELU: return x >= 0 ? 1.0f : (float)j->alpha;
+    case UG_LEAKYRELU: return x > 0 ? 1.0f : (float)j->alpha;
     case UG_GELU: return 0.5f * (1 + erff(x * 0.70710678f)) + x * 0.39894228f * expf(-0.5f * x * x);
     case UG_GELU_TANH: {
       float c = 0.79788456f, t = tanhf(c * (x + 0.044715f * x * x * x));
