@@ -308,6 +308,48 @@ static void loss_ops(void) {
   gc_check("int32 labels", node, &s, in, 2, 12, 1e-6);
 }
 
+/* Operands that are Constant nodes get no gradient (nothing computed):
+ * the others must still be right. */
+typedef struct cspec {
+  spec s;
+  int rank;
+  int64_t dims[4];
+} cspec;
+
+static void with_const(mb_graph *g, void *ctx) {
+  cspec *c = ctx;
+  double k[8] = {0.4, -1.1, 0.35, 0.8, -0.6, 1.4, 0.25, -0.9};
+  mb_attr_t(mb_add(g, "Constant", "", "k"), "value", KEEL_DOUBLE, c->rank, c->dims, k);
+  node(g, &c->s);
+}
+
+static void constant_operands(void) {
+  bool cond[6] = {true, false, true, false, false, true};
+  double a[8] = {0.3, -0.8, 0.5, 1.2, -0.45, 0.7, 0.15, -0.2}, w[8], cc[4] = {0.1, 0.2, -0.3, 0.4};
+  for (int i = 0; i < 8; i++) w[i] = cos(0.8 * i);
+  struct { cspec c; gc_input in[3]; int n; } t[] = {
+      {{{.op = "MatMul", .ins = "a,k"}, 2, {3, 2}}, {{"a", 2, {2, 3}, a, true}}, 1},
+      {{{.op = "MatMul", .ins = "k,a"}, 2, {2, 3}}, {{"a", 2, {3, 2}, a, true}}, 1},
+      {{{.op = "Gemm", .ins = "a,k,c"}, 2, {2, 4}}, {{"a", 2, {3, 2}, a, true}, {"c", 1, {4}, cc, true}}, 2},
+      {{{.op = "Gemm", .ins = "a,w,k", .iname = {"transB"}, .ival = {1}}, 1, {4}},
+       {{"a", 2, {3, 2}, a, true}, {"w", 2, {4, 2}, w, true}}, 2},
+      {{{.op = "Where", .ins = "c,a,k"}, 1, {3}},
+       {{"c", 2, {2, 3}, NULL, false, KEEL_BOOL, cond}, {"a", 2, {2, 3}, a, true}}, 2},
+      {{{.op = "Where", .ins = "c,k,a"}, 1, {3}},
+       {{"c", 2, {2, 3}, NULL, false, KEEL_BOOL, cond}, {"a", 2, {2, 3}, a, true}}, 2},
+      {{{.op = "Max", .ins = "a,k"}, 1, {3}}, {{"a", 2, {2, 3}, a, true}}, 1},
+      {{{.op = "Min", .ins = "k,a"}, 1, {3}}, {{"a", 2, {2, 3}, a, true}}, 1},
+      {{{.op = "Mean", .ins = "a,k"}, 1, {3}}, {{"a", 2, {2, 3}, a, true}}, 1},
+      {{{.op = "Einsum", .ins = "a,k", .sname = "equation", .sval = "ij,jk->ik"}, 2, {3, 2}},
+       {{"a", 2, {2, 3}, a, true}}, 1},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    char label[64];
+    snprintf(label, sizeof label, "%s(%s), k constant", t[i].c.s.op, t[i].c.s.ins);
+    gc_check(label, with_const, &t[i].c, t[i].in, t[i].n, 13, 1e-6);
+  }
+}
+
 /* ------------------------------------------------------------ products */
 
 static void matmul_ops(void) {
@@ -538,6 +580,7 @@ int main(void) {
   gemm_ops();
   einsum_ops();
   einsum_diagonal();
+  constant_operands();
   float32_runs();
   return check_report();
 }

@@ -102,6 +102,11 @@ static bool from_constant(ad_builder *b, const char *name) {
   return false;
 }
 
+/* Whether input i wants a gradient: given, and not a Constant's output. */
+static bool need(ad_builder *b, const keel_node *n, int i) {
+  return has_in(n, i) && !from_constant(b, n->in_names[i]);
+}
+
 static keel_status unsupported(const keel_node *n, const char *what) {
   return keel_err(KEEL_ERR_UNSUPPORTED, "gradient of %s (ai.onnx, opset %lld): %s", n->op_type,
                   (long long)n->opset, what);
@@ -143,7 +148,7 @@ static keel_status r_pow(ad_builder *b, const keel_node *n, const char *const *g
   KEEL_TRY(op2(b, "Mul", p, y, &t));
   KEEL_TRY(op2(b, "Mul", gy[0], t, &t));
   KEEL_TRY(ad_sum_to(b, t, x, &gx[0]));
-  if (from_constant(b, n->in_names[1])) return KEEL_OK; /* x ** 2 and the like */
+  if (!need(b, n, 1)) return KEEL_OK; /* x ** 2 and the like */
   KEEL_TRY(scalar_like(b, x, 0.0, &zero));
   KEEL_TRY(op2(b, "Greater", x, zero, &pos));
   KEEL_TRY(op2(b, "Log", x, NULL, &lx));
@@ -172,6 +177,7 @@ static keel_status r_maxmin(ad_builder *b, const keel_node *n, const char *const
     } else {
       mask = taken = eq;
     }
+    if (!need(b, n, i)) continue; /* Max(x, 0) and the like */
     KEEL_TRY(where(b, mask, gy[0], zero, &g));
     KEEL_TRY(ad_sum_to(b, g, n->in_names[i], &gx[i]));
   }
@@ -186,7 +192,7 @@ static keel_status r_mean(ad_builder *b, const keel_node *n, const char *const *
   KEEL_TRY(scalar_like(b, gy[0], cnt ? cnt : 1, &s)); /* exact, unlike 1/cnt in float */
   KEEL_TRY(op2(b, "Div", gy[0], s, &g));
   for (int32_t i = 0; i < n->n_in; i++)
-    if (n->in_names[i][0]) KEEL_TRY(ad_sum_to(b, g, n->in_names[i], &gx[i]));
+    if (need(b, n, i)) KEEL_TRY(ad_sum_to(b, g, n->in_names[i], &gx[i]));
   return KEEL_OK;
 }
 
@@ -194,8 +200,11 @@ static keel_status r_where(ad_builder *b, const keel_node *n, const char *const 
                            const char **gx) {
   const char *zero, *gxv, *gyv;
   KEEL_TRY(scalar_like(b, gy[0], 0.0, &zero));
-  KEEL_TRY(where(b, n->in_names[0], gy[0], zero, &gxv));
-  KEEL_TRY(ad_sum_to(b, gxv, n->in_names[1], &gx[1]));
+  if (need(b, n, 1)) { /* Where(mask, x, -inf) and the like: one side only */
+    KEEL_TRY(where(b, n->in_names[0], gy[0], zero, &gxv));
+    KEEL_TRY(ad_sum_to(b, gxv, n->in_names[1], &gx[1]));
+  }
+  if (!need(b, n, 2)) return KEEL_OK;
   KEEL_TRY(where(b, n->in_names[0], zero, gy[0], &gyv));
   return ad_sum_to(b, gyv, n->in_names[2], &gx[2]);
 }
@@ -448,12 +457,12 @@ static keel_status r_sce(ad_builder *b, const keel_node *n, const char *const *g
 /* MatMul of any rank: MatMulGrad does op(A)/op(B) and the batch sums. */
 static keel_status r_matmul(ad_builder *b, const keel_node *n, const char *const *gy,
                             const char **gx) {
-  const char *outs[2] = {ad_fresh(b, "dA"), ad_fresh(b, "dB")};
+  const char *outs[2] = {need(b, n, 0) ? ad_fresh(b, "dA") : "", need(b, n, 1) ? ad_fresh(b, "dB") : ""};
   const char *ins[3] = {gy[0], n->in_names[0], n->in_names[1]};
   if (!outs[0] || !outs[1]) return ad_oom();
   KEEL_TRY(ad_emit(b, "MatMulGrad", AD_INTERNAL, 3, ins, 2, outs, NULL));
-  gx[0] = outs[0];
-  gx[1] = outs[1];
+  gx[0] = outs[0][0] ? outs[0] : NULL; /* an omitted output is not computed */
+  gx[1] = outs[1][0] ? outs[1] : NULL;
   return KEEL_OK;
 }
 
@@ -474,11 +483,11 @@ static keel_status r_gemm(ad_builder *b, const keel_node *n, const char *const *
   bool ta = attr_i(n, "transA", 0) != 0, tb = attr_i(n, "transB", 0) != 0;
   float alpha = attr_f(n, "alpha", 1.0f), beta = attr_f(n, "beta", 1.0f);
   const char *A = n->in_names[0], *B = n->in_names[1], *g = gy[0];
-  if (!ta) KEEL_TRY(gemm(b, g, B, false, !tb, alpha, &gx[0]));
-  else KEEL_TRY(gemm(b, B, g, tb, true, alpha, &gx[0]));
-  if (!tb) KEEL_TRY(gemm(b, A, g, !ta, false, alpha, &gx[1]));
-  else KEEL_TRY(gemm(b, g, A, true, ta, alpha, &gx[1]));
-  if (!has_in(n, 2)) return KEEL_OK;
+  if (need(b, n, 0) && !ta) KEEL_TRY(gemm(b, g, B, false, !tb, alpha, &gx[0]));
+  else if (need(b, n, 0)) KEEL_TRY(gemm(b, B, g, tb, true, alpha, &gx[0]));
+  if (need(b, n, 1) && !tb) KEEL_TRY(gemm(b, A, g, !ta, false, alpha, &gx[1]));
+  else if (need(b, n, 1)) KEEL_TRY(gemm(b, g, A, true, ta, alpha, &gx[1]));
+  if (!need(b, n, 2)) return KEEL_OK;
   const char *t = g;
   if (beta != 1.0f) {
     const char *s;
@@ -628,7 +637,8 @@ static keel_status r_einsum(ad_builder *b, const keel_node *n, const char *const
                             const char **gx) {
   ein_eq e;
   KEEL_TRY(ein_parse(n, &e));
-  for (int k = 0; k < e.n_ops; k++) KEEL_TRY(ein_grad(b, n, &e, k, gy[0], &gx[k]));
+  for (int k = 0; k < e.n_ops; k++)
+    if (need(b, n, k)) KEEL_TRY(ein_grad(b, n, &e, k, gy[0], &gx[k]));
   return KEEL_OK;
 }
 

@@ -298,21 +298,16 @@ static keel_status op_matmul_grad(keel_kctx *k) {
   KEEL_TRY(fd_input(k, 2, gy->dtype, &b));
   mm_geom g;
   KEEL_TRY(mm_geometry(gy, a, b, &g));
-  keel_tensor *da = NULL, *db = NULL;
-  KEEL_TRY(keel_k_out(k, 0, a->dtype, a->rank, a->shape, &da));
-  KEEL_TRY(keel_k_out(k, 1, b->dtype, b->rank, b->shape, &db));
-  bool want_a = keel_k_has_out(k, 0), want_b = keel_k_has_out(k, 1);
-  bool direct = mm_plan(&g, k->pool) != MM_LOOP;
-  if (want_a && !direct && da->data) memset(da->data, 0, keel_tensor_nbytes(da));
-  if (want_b && !direct && db->data) memset(db->data, 0, keel_tensor_nbytes(db));
-  if (!g.M || !g.N || !g.K || !g.nb) {
-    if (da->data) memset(da->data, 0, keel_tensor_nbytes(da));
-    if (db->data) memset(db->data, 0, keel_tensor_nbytes(db));
-    return KEEL_OK;
-  }
+  keel_tensor *da = NULL, *db = NULL; /* an omitted output is not computed */
+  if (keel_k_has_out(k, 0)) KEEL_TRY(keel_k_out(k, 0, a->dtype, a->rank, a->shape, &da));
+  if (keel_k_has_out(k, 1)) KEEL_TRY(keel_k_out(k, 1, b->dtype, b->rank, b->shape, &db));
+  bool zero = !g.M || !g.N || !g.K || !g.nb || mm_plan(&g, k->pool) == MM_LOOP;
+  if (zero && da && da->data) memset(da->data, 0, keel_tensor_nbytes(da));
+  if (zero && db && db->data) memset(db->data, 0, keel_tensor_nbytes(db));
+  if (!g.M || !g.N || !g.K || !g.nb) return KEEL_OK;
   bool f32 = a->dtype == KEEL_FLOAT;
   mm_grads(k->pool, &g, f32 ? mm_gemm32 : mm_gemm64, f32 ? sizeof(float) : sizeof(double),
-           gy->data, a->data, b->data, want_a ? da->data : NULL, want_b ? db->data : NULL);
+           gy->data, a->data, b->data, da ? da->data : NULL, db ? db->data : NULL);
   return KEEL_OK;
 }
 
