@@ -127,7 +127,7 @@ static void zeros_and_unsupported(void) {
     mb_output(g, "y", KEEL_FLOAT, -1, NULL);
     mb_output(g, "da", KEEL_FLOAT, -1, NULL);
     mb_output(g, "du", KEEL_FLOAT, -1, NULL);
-    mb_name(mb_add(g, bad ? "Floor" : "Neg", "a", "y"), "op_on_path");
+    mb_name(mb_add(g, bad ? "Det" : "Neg", "a", "y"), "op_on_path");
     mb_node *n = mb_add(g, "Gradient", "a,u", "da,du");
     mb_domain(n, TRAIN);
     mb_attr_s(n, "y", "y");

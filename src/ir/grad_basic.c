@@ -1,6 +1,7 @@
 /* grad_basic.c: derivative rules for arithmetic, a few activations, the
- * view ops (Reshape and its kin), 2-D MatMul, and the ops through which no
- * gradient flows (shapes, comparisons, index results). */
+ * view ops (Reshape and its kin), and the ops through which no
+ * gradient flows (shapes, comparisons, index results). MatMul is in
+ * grad_math.c. */
 #include <stdio.h>
 #include <string.h>
 
@@ -76,17 +77,6 @@ static keel_status r_view(ad_builder *b, const keel_node *n, const char *const *
   return ad_op(b, "Reshape", "", gy[0], t, &gx[0], NULL);
 }
 
-static keel_status r_matmul(ad_builder *b, const keel_node *n, const char *const *gy,
-                            const char **gx) {
-  const char *outs[2] = {ad_fresh(b, "dA"), ad_fresh(b, "dB")};
-  const char *ins[3] = {gy[0], n->in_names[0], n->in_names[1]};
-  if (!outs[0] || !outs[1]) return ad_oom();
-  KEEL_TRY(ad_emit(b, "MatMulGrad", AD_INTERNAL, 3, ins, 2, outs, NULL));
-  gx[0] = outs[0];
-  gx[1] = outs[1];
-  return KEEL_OK;
-}
-
 #define NONE(op) {op, "", 0, NULL}
 const ad_rule ad_rules_basic[] = {
     {"Add", "", AD_ALL, r_add},
@@ -105,7 +95,6 @@ const ad_rule ad_rules_basic[] = {
     {"Flatten", "", 1, r_view},
     {"Squeeze", "", 1, r_view},
     {"Unsqueeze", "", 1, r_view},
-    {"MatMul", "", AD_ALL, r_matmul, 2},
     NONE("Shape"), NONE("Size"), NONE("ArgMax"), NONE("ArgMin"), NONE("Equal"), NONE("Less"),
     NONE("Greater"), NONE("LessOrEqual"), NONE("GreaterOrEqual"), NONE("Not"), NONE("And"),
     NONE("Or"), NONE("Xor"), NONE("NonZero"), NONE("ConstantOfShape"), NONE("Range"),

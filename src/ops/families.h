@@ -27,6 +27,7 @@
   X(constant)            \
   X(grad)                \
   X(grad_shape)          \
+  X(grad_math)           \
   X(sequence)            \
   X(attention)           \
   X(transformer)         \

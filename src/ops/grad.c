@@ -1,13 +1,12 @@
 /* grad.c: helper kernels for the derivative graphs ir/autodiff.c builds,
  * in the domain "ai.keel.internal" (not usable from a model file unless it
  * imports that domain): OnesLike, ZerosLike (of a tensor or a sequence),
- * SumToShape, ReluGrad, SigmoidGrad, TanhGrad and MatMulGrad.
+ * SumToShape, ReluGrad, SigmoidGrad and TanhGrad (MatMulGrad is in
+ * grad_math.c).
  *
  * They work element by element through double (keel_elem_get/set_f64):
- * correct for every float type, and simple; derivative graphs are the seed
- * of training support, not yet a hot path. */
-#include <cblas.h>
-
+ * correct for every float type, and simple; float32 has direct loops
+ * (SumToShape, which every broadcasting rule ends with, row by row). */
 #include "bcast.h"
 
 static keel_status float_input(keel_kctx *k, int i, const keel_tensor **t) {
@@ -22,9 +21,14 @@ static keel_status filled_like(keel_kctx *k, double v) {
   KEEL_TRY(float_input(k, 0, &x));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
+  int64_t n = keel_tensor_numel(o);
   if (v == 0.0 && o->data) memset(o->data, 0, keel_tensor_nbytes(o)); /* 0 is all-zero bits */
-  else
-    for (int64_t i = 0; i < keel_tensor_numel(o); i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  else if (o->dtype == KEEL_FLOAT) {
+    float *f = o->data;
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v;
+  } else {
+    for (int64_t i = 0; i < n; i++) keel_elem_set_f64(o->dtype, o->data, (size_t)i, v);
+  }
   return KEEL_OK;
 }
 
@@ -52,6 +56,34 @@ static keel_status op_zeros_like(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* The float32 path of SumToShape: g walked row by row (its last dim), each
+ * row added into o at x's offset (or summed into one element when x
+ * broadcasts along that dim); float accumulation, as the forward ops. */
+static void sum_to_f32(const keel_tensor *g, int r, const int64_t *shape, const int64_t *st,
+                       keel_tensor *o) {
+  float *out = o->data;
+  const float *in = g->data;
+  memset(out, 0, keel_tensor_nbytes(o));
+  int64_t n = r ? shape[r - 1] : 1, rows = n ? keel_tensor_numel(g) / n : 0;
+  bool along = r && st[r - 1] != 0;
+  for (int64_t row = 0; row < rows; row++) {
+    int64_t rem = row, off = 0;
+    for (int d = r - 2; d >= 0; d--) {
+      off += (rem % shape[d]) * st[d];
+      rem /= shape[d];
+    }
+    const float *src = in + row * n;
+    float *dst = out + off;
+    if (along) {
+      for (int64_t j = 0; j < n; j++) dst[j] += src[j];
+    } else {
+      float s = 0;
+      for (int64_t j = 0; j < n; j++) s += src[j];
+      dst[0] += s;
+    }
+  }
+}
+
 /* g reduced by summation to the shape of x (undoes numpy broadcasting). */
 static keel_status op_sum_to_shape(keel_kctx *k) {
   const keel_tensor *g, *x;
@@ -65,10 +97,15 @@ static keel_status op_sum_to_shape(keel_kctx *k) {
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, g->dtype, x->rank, x->shape, &o));
   int64_t no = keel_tensor_numel(o), ng = keel_tensor_numel(g);
+  keel_broadcast_strides(x->rank, x->shape, r, shape, st);
+  if (g->dtype == KEEL_FLOAT) {
+    if (no == ng && no) memcpy(o->data, g->data, keel_tensor_nbytes(o));
+    else if (no) sum_to_f32(g, r, shape, st, o);
+    return KEEL_OK;
+  }
   double *acc;
   KEEL_TRY(keel_k_scratch(k, sizeof(double) * (size_t)(no ? no : 1), (void **)&acc));
   memset(acc, 0, sizeof(double) * (size_t)no);
-  keel_broadcast_strides(x->rank, x->shape, r, shape, st);
   for (int64_t i = 0; i < ng; i++) {
     int64_t rem = i, off = 0;
     for (int d = r - 1; d >= 0; d--) {
@@ -90,6 +127,12 @@ static keel_status act_grad(keel_kctx *k, double (*f)(double)) {
     return keel_err(KEEL_ERR_SHAPE, "gradient and value differ in size");
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, gy->dtype, gy->rank, gy->shape, &o));
+  if (gy->dtype == KEEL_FLOAT && v->dtype == KEEL_FLOAT) {
+    const float *g = gy->data, *x = v->data;
+    float *out = o->data;
+    for (int64_t i = 0; i < keel_tensor_numel(o); i++) out[i] = g[i] * (float)f(x[i]);
+    return KEEL_OK;
+  }
   for (int64_t i = 0; i < keel_tensor_numel(o); i++) {
     double g = keel_elem_get_f64(gy->dtype, gy->data, (size_t)i);
     keel_elem_set_f64(o->dtype, o->data, (size_t)i, g * f(keel_elem_get_f64(v->dtype, v->data, (size_t)i)));
@@ -104,43 +147,8 @@ static keel_status op_relu_grad(keel_kctx *k) { return act_grad(k, relu_d); }
 static keel_status op_sigmoid_grad(keel_kctx *k) { return act_grad(k, sigmoid_d); }
 static keel_status op_tanh_grad(keel_kctx *k) { return act_grad(k, tanh_d); }
 
-/* dA = gy B^T, dB = A^T gy for 2-D float/double A (M,K), B (K,N), gy (M,N). */
-static keel_status op_matmul_grad(keel_kctx *k) {
-  const keel_tensor *gy, *a, *b;
-  KEEL_TRY(float_input(k, 0, &gy));
-  KEEL_TRY(float_input(k, 1, &a));
-  KEEL_TRY(float_input(k, 2, &b));
-  if (a->rank != 2 || b->rank != 2 || gy->rank != 2)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient of MatMul: only 2-D operands so far");
-  int64_t M = a->shape[0], K = a->shape[1], N = b->shape[1];
-  if (b->shape[0] != K || gy->shape[0] != M || gy->shape[1] != N || a->dtype != b->dtype ||
-      (a->dtype != KEEL_FLOAT && a->dtype != KEEL_DOUBLE) || gy->dtype != a->dtype)
-    return keel_err(KEEL_ERR_SHAPE, "Gradient of MatMul: shapes or types do not fit");
-  keel_tensor *da, *db;
-  KEEL_TRY(keel_k_out(k, 0, a->dtype, 2, a->shape, &da));
-  KEEL_TRY(keel_k_out(k, 1, b->dtype, 2, b->shape, &db));
-  if (!M || !N || !K) {
-    if (da->data) memset(da->data, 0, keel_tensor_nbytes(da));
-    if (db->data) memset(db->data, 0, keel_tensor_nbytes(db));
-    return KEEL_OK;
-  }
-  if (a->dtype == KEEL_FLOAT) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.f, gy->data,
-                (int)N, b->data, (int)N, 0.f, da->data, (int)K);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.f, a->data,
-                (int)K, gy->data, (int)N, 0.f, db->data, (int)N);
-  } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)K, (int)N, 1.0, gy->data,
-                (int)N, b->data, (int)N, 0.0, da->data, (int)K);
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)K, (int)N, (int)M, 1.0, a->data,
-                (int)K, gy->data, (int)N, 0.0, db->data, (int)N);
-  }
-  return KEEL_OK;
-}
-
 #define D "ai.keel.internal"
 /* Element-type sets used in the table below. */
-#define FLOAT_DOUBLE (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE))
 const keel_opdef keel_ops_grad[] = {
     {D, "OnesLike", 1, KEEL_OPSET_MAX, op_ones_like, 0, KEEL_TS_FLOAT},
     {D, "ZerosLike", 1, KEEL_OPSET_MAX, op_zeros_like, 0, KEEL_TS_FLOAT},
@@ -148,7 +156,5 @@ const keel_opdef keel_ops_grad[] = {
     {D, "ReluGrad", 1, KEEL_OPSET_MAX, op_relu_grad, 0, KEEL_TS_FLOAT},
     {D, "SigmoidGrad", 1, KEEL_OPSET_MAX, op_sigmoid_grad, 0, KEEL_TS_FLOAT},
     {D, "TanhGrad", 1, KEEL_OPSET_MAX, op_tanh_grad, 0, KEEL_TS_FLOAT},
-    {D, "MatMulGrad", 1, KEEL_OPSET_MAX, op_matmul_grad, 0, FLOAT_DOUBLE},
     {0},
 };
-#undef FLOAT_DOUBLE
