@@ -15,7 +15,10 @@ from the repository root and compares
 and prints a diff of whatever does not match. Exit status 0 when every
 model matches, 1 otherwise.
 
-Run: /usr/bin/python3 tests/train/check.py [--keel build/keel]
+--forward checks inference only (no trainer needed): `keel run` on every
+batch at the exported weights must give PyTorch's loss (rtol 1e-4).
+
+Run: /usr/bin/python3 tests/train/check.py [--keel build/keel] [--forward]
          [--threads N] [--keep DIR] [NAME...]      (default: all four)
 """
 import argparse
@@ -181,18 +184,57 @@ def check_model(keel, name, threads, keep):
     return errors
 
 
+def check_forward(keel, name, work):
+    """keel run on each batch with the untrained weights against PyTorch."""
+    d = os.path.join("tests", "train", name)
+    with open(os.path.join(ROOT, d, "expected.json")) as f:
+        want = json.load(f)["forward_losses"]
+    errors, worst = [], 0.0
+    for k, exp in enumerate(want):
+        out_dir = os.path.join(work, f"out_{k}")
+        os.makedirs(out_dir, exist_ok=True)
+        cmd = shlex.split(keel) + ["run", os.path.join(d, "model.onnx"), "--data",
+                                   os.path.join(d, f"data_{k}"), "--out", out_dir]
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        path = os.path.join(out_dir, "output_0.pb")
+        if out.returncode != 0 or not os.path.exists(path):
+            errors.append(f"batch {k}: keel run exited with {out.returncode}: "
+                          + " / ".join((out.stderr or out.stdout).strip().splitlines()[-3:]))
+            continue
+        t = onnx.TensorProto()
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        got = float(numpy_helper.to_array(t))
+        os.remove(path)
+        os.rmdir(out_dir)
+        rel = abs(got - exp) / abs(exp)
+        worst = max(worst, rel)
+        if not rel <= 1e-4:
+            errors.append(f"batch {k}: keel loss {got:.7g}, PyTorch {exp:.7g} (rel {rel:.1e})")
+    print(f"== {name}: keel run on {len(want)} batches: worst rel {worst:.1e}")
+    return errors
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keel", default=os.path.join(ROOT, "build", "keel"),
                     help="keel binary (or a command prefix)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--keep", help="keep log and saved model in DIR/NAME")
+    ap.add_argument("--forward", action="store_true",
+                    help="check keel run's loss on every batch (inference only)")
     ap.add_argument("names", nargs="*", default=NAMES)
     a = ap.parse_args()
     failed = []
     for name in a.names:
         keep = os.path.join(a.keep, name) if a.keep else None
-        errors = check_model(a.keel, name, a.threads, keep)
+        if a.forward:
+            work = tempfile.mkdtemp(prefix=f"keel-forward-{name}-")
+            errors = check_forward(a.keel, name, work)
+            if not os.listdir(work):
+                os.rmdir(work)
+        else:
+            errors = check_model(a.keel, name, a.threads, keep)
         if errors:
             failed.append(name)
             print(f"   FAIL {name}:")
@@ -200,7 +242,8 @@ def main():
                 print("   " + e)
         else:
             print(f"   ok {name}")
-    print(f"{len(a.names) - len(failed)}/{len(a.names)} models match PyTorch"
+    what = "models' forward losses" if a.forward else "models"
+    print(f"{len(a.names) - len(failed)}/{len(a.names)} {what} match PyTorch"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 

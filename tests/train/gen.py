@@ -5,7 +5,8 @@ PyTorch): for each model of tests/train/models.py
   tests/train/<name>/model.onnx        exported untrained, loss output "loss"
   tests/train/<name>/data_K/input_J.pb batches (graph-input order, data only)
   tests/train/<name>/args              the `keel train` flags, one per line
-  tests/train/<name>/expected.json     per-step losses, branch taken, margins
+  tests/train/<name>/expected.json     per-step losses, branch taken, margins,
+                                       and each batch's loss at the initial weights
   tests/train/<name>/expected_params.npz  final parameters by initializer name
   tests/train/OPS.md                   every op of the four graphs
 
@@ -223,6 +224,7 @@ def gen(name):
     info = {
         "model": name, "opset": OPSET, "optimizer": spec["optimizer"], "hyper": spec["hyper"],
         "steps": steps, "batches": spec["nbatches"], "losses": l32,
+        "forward_losses": forward_losses(spec, init_state, batches),
         "params": "expected_params.npz",
         "param_names": {o: {"torch": t, "transposed": tr} for o, (t, tr) in mapping.items()},
         "frozen": unmatched,
