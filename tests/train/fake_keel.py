@@ -4,13 +4,18 @@ it parses the issue's command line, checks that every --data folder holds
 the model's inputs, and writes the log and saved model that a trainer
 matching PyTorch would write, from expected.json and expected_params.npz,
 damaged as KEEL_FAKE_MODE asks: exact, loss, param, alloc, untrained,
-steps, crash.
+steps, crash. For tools/train_10k.sh and bench/train_vs_torch.py it also
+runs longer than expected.json (losses repeat), flushing each log line;
+KEEL_FAKE_MODE=leak then grows its memory by 4 MB and allocated by 64
+bytes from step KEEL_FAKE_LEAK_STEP (5,000) on, KEEL_FAKE_STEP_US sleeps
+per step.
 
 Run: KEEL_FAKE_MODE=exact /usr/bin/python3 tests/train/fake_keel.py train MODEL ARGS...
 """
 import json
 import os
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -45,15 +50,28 @@ def main():
             if not os.path.exists(os.path.join(folder, f"input_{j}.pb")):
                 sys.exit(f"{folder}: no input_{j}.pb")
     steps = int(o["--steps"])
-    assert o["--loss"] == "loss" and len(o["data"]) == exp["batches"] and steps == exp["steps"]
+    assert o["--loss"] == "loss" and len(o["data"]) == exp["batches"]
     if mode == "crash":
         sys.exit("keel: train: something went wrong")
-    with open(o["--log"], "w") as f:
-        for s in range(1, steps + 1 - (mode == "steps")):
-            loss = exp["losses"][s - 1] * (1.002 if mode == "loss" and s == 7 else 1.0)
-            alloc = 4096 + (64 if mode == "alloc" and s >= 5 else 0) + (512 if s == 1 else 0)
-            f.write(json.dumps({"step": s, "loss": loss, "allocated": alloc,
-                                "reserved": 8192, "peak": 6000}) + "\n")
+    pause = float(os.environ.get("KEEL_FAKE_STEP_US", "0")) * 1e-6
+    log = open(o["--log"], "w") if "--log" in o else open(os.devnull, "w")
+    hog, leak_at = [], int(os.environ.get("KEEL_FAKE_LEAK_STEP", "5000"))
+    for s in range(1, steps + 1 - (mode == "steps")):
+        loss = exp["losses"][(s - 1) % len(exp["losses"])]
+        loss *= 1.002 if mode == "loss" and s == 7 else 1.0
+        alloc = 4096 + (64 if mode == "alloc" and s >= 5 else 0) + (512 if s == 1 else 0)
+        if mode == "leak" and s >= leak_at:
+            alloc += 64
+            if s == leak_at:
+                hog.append(bytearray(b"x" * (4 << 20)))
+        log.write(json.dumps({"step": s, "loss": loss, "allocated": alloc,
+                              "reserved": 8192, "peak": 6000}) + "\n")
+        log.flush()
+        if pause:
+            time.sleep(pause)
+    log.close()
+    if "--save" not in o:
+        return
     params = np.load(os.path.join(d, exp["params"]))
     first = sorted(params.files)[0]
     for init in model.graph.initializer:
