@@ -5,8 +5,10 @@
 # added to keel). Reports, and fails (exit 1) unless both hold:
 #   - allocated (bytes after each step, from the log) identical from step 2
 #     to the last step;
-#   - RSS growth from step 1,000 to the end under 1 MB (the RSS of the last
-#     sample taken at or after step 1,000 minus that of the first one).
+#   - RSS growth from step 1,000 to the end under 1 MB: the RSS of the last
+#     sample taken during training (last logged step below STEPS; after the
+#     last step keel tears down and frees) minus that of the first sample
+#     at or after step 1,000.
 #
 # Run:  tools/train_10k.sh                          (build/keel, 10,000 steps)
 #       KEEL=build/keel STEPS=10000 THREADS=1 OUT=/tmp/t10k tools/train_10k.sh
@@ -45,7 +47,7 @@ for line in open(rss):
     parts = line.split()
     if len(parts) == 2:
         samples.append((int(parts[0]), int(parts[1])))
-after = [(s, k) for s, k in samples if s >= start]
+after = [(s, k) for s, k in samples if start <= s < steps]
 if len(after) < 2:
     bad.append(f"fewer than 2 RSS samples at or after step {start} ({len(samples)} in all):"
                " the run was too short to measure")

@@ -12,6 +12,9 @@ from the repository root and compares
   - every other initializer and the graph's nodes with the exported model
     (unchanged),
   - `allocated` in the log: identical from step 2 to the last step,
+  - the saved model under `keel run` and, where onnxruntime-node is
+    installed (KEEL_ORT_NODE_PATH, default /work/ort/node_modules), under
+    ONNX Runtime: PyTorch's trained loss on two batches (rtol 1e-3),
 and prints a diff of whatever does not match. Exit status 0 when every
 model matches, 1 otherwise.
 
@@ -157,31 +160,126 @@ def check_model(keel, name, threads, keep):
     expected = np.load(os.path.join(d, exp["params"]))
     work = keep or tempfile.mkdtemp(prefix=f"keel-train-{name}-")
     os.makedirs(work, exist_ok=True)
-    cmd, out, secs, log, save = run_keel(keel, name, threads, work)
+    print(f"== {name}: {exp['steps']} steps, {exp['optimizer']}", flush=True)
     errors = []
-    print(f"== {name}: {' '.join(shlex.quote(c) for c in cmd[:3])} ... ({exp['steps']} steps, "
-          f"{exp['optimizer']})")
+    try:
+        compare(keel, name, threads, work, exp, expected, errors)
+    finally:
+        if not keep and not errors:
+            for p in ("log.jsonl", "trained.onnx"):
+                if os.path.exists(os.path.join(work, p)):
+                    os.remove(os.path.join(work, p))
+        if not keep and not os.listdir(work):
+            os.rmdir(work)
+        elif errors:
+            print(f"   files kept in {work}")
+    return errors
+
+
+def compare(keel, name, threads, work, exp, expected, errors):
+    d = os.path.join(ROOT, "tests", "train", name)
+    cmd, out, secs, log, save = run_keel(keel, name, threads, work)
+    print("   " + " ".join(shlex.quote(c) for c in cmd))
     if out.returncode != 0:
-        tail = (out.stderr or out.stdout).strip().splitlines()[-15:]
+        tail = (out.stderr or out.stdout).strip().splitlines()
+        if len(tail) > 15:  # a usage text: its first lines say why
+            tail = tail[:4] + ["..."] + tail[-10:]
         errors.append(f"keel train exited with {out.returncode}:")
         errors += ["  " + t for t in tail]
-        return errors
+        return
     rows = read_log(log, errors) if os.path.exists(log) else []
     if not rows and not errors:
         errors.append(f"--log wrote nothing to {log}")
     loss_rel = check_losses(rows, exp["losses"], errors) if rows else float("nan")
     alloc = check_allocated(rows, errors) if rows else None
     worst = check_params(save, os.path.join(d, "model.onnx"), expected, errors)
+    runners = check_saved_runs(keel, save, name, exp, work, errors)
     print(f"   {secs:.1f} s; worst loss rel {loss_rel:.2e}; worst parameter error "
-          f"{worst:.3f} of the tolerance; allocated from step 2: {alloc}")
-    if not keep and not errors:
-        for p in (log, save):
-            if os.path.exists(p):
-                os.remove(p)
-        os.rmdir(work) if not os.listdir(work) else None
-    elif errors:
-        print(f"   files kept in {work}")
-    return errors
+          f"{worst:.3f} of the tolerance; allocated from step 2: {alloc}; saved model run by "
+          f"{', '.join(sorted(runners)) or 'nothing'}")
+
+
+ORT_MODULES = os.environ.get("KEEL_ORT_NODE_PATH", "/work/ort/node_modules")
+ORT_DTYPES = {np.float32: "float32", np.int64: "int64"}
+
+
+def read_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+def ort_loss(model_path, data_dir, work):
+    """The model's loss on one batch under ONNX Runtime (tools/ort_run.js,
+    onnxruntime-node); None when node or onnxruntime-node is missing."""
+    if not os.path.isdir(os.path.join(ORT_MODULES, "onnxruntime-node")):
+        return None
+    names = [i.name for i in onnx.load(model_path, load_external_data=False).graph.input]
+    inputs = []
+    for j, nm in enumerate(names):
+        arr = read_pb(os.path.join(data_dir, f"input_{j}.pb"))
+        raw = os.path.join(work, f"ort_in_{j}.bin")
+        arr.tofile(raw)
+        inputs.append({"name": nm, "type": ORT_DTYPES[arr.dtype.type], "dims": list(arr.shape),
+                       "file": raw})
+    job = os.path.join(work, "ort_job.json")
+    with open(job, "w") as f:
+        json.dump({"model": os.path.abspath(model_path), "inputs": inputs, "out": work}, f)
+    out = subprocess.run(["node", os.path.join(ROOT, "tools", "ort_run.js"), job],
+                         env=dict(os.environ, NODE_PATH=ORT_MODULES), capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError("onnxruntime: " + out.stderr.strip()[-400:])
+    with open(os.path.join(work, "outputs.json")) as f:
+        meta = json.load(f)
+    i = [m["name"] for m in meta].index("loss")
+    loss = float(np.fromfile(os.path.join(work, f"{i}.bin"), dtype=np.float32)[0])
+    for x in [job, os.path.join(work, "outputs.json")] + [i["file"] for i in inputs] + \
+             [os.path.join(work, f"{k}.bin") for k in range(len(meta))]:
+        os.remove(x)
+    return loss
+
+
+def keel_run_loss(keel, model_path, data_dir, work):
+    """The model's loss on one batch from `keel run --out`."""
+    out_dir = os.path.join(work, "run_out")
+    os.makedirs(out_dir, exist_ok=True)
+    cmd = shlex.split(keel) + ["run", model_path, "--data", data_dir, "--out", out_dir]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    path = os.path.join(out_dir, "output_0.pb")
+    if out.returncode != 0 or not os.path.exists(path):
+        raise RuntimeError(f"keel run exited with {out.returncode}: "
+                           + " / ".join((out.stderr or out.stdout).strip().splitlines()[-3:]))
+    loss = float(read_pb(path))
+    os.remove(path)
+    os.rmdir(out_dir)
+    return loss
+
+
+def check_saved_runs(keel, save, name, exp, work, errors):
+    """The --save model under keel run and ONNX Runtime: PyTorch's trained
+    loss on the first batch and on the last step's batch (rtol 1e-3)."""
+    used = set()
+    if not os.path.exists(save):
+        return used
+    for k in sorted({0, (exp["steps"] - 1) % exp["batches"]}):
+        data = os.path.join(ROOT, "tests", "train", name, f"data_{k}")
+        want = exp["trained_forward_losses"][k]
+        for who, fn in [("keel run", lambda: keel_run_loss(keel, save, data, work)),
+                        ("onnxruntime", lambda: ort_loss(save, data, work))]:
+            try:
+                got = fn()
+            except (RuntimeError, OSError) as e:
+                errors.append(f"saved model, batch {k}: {who} failed: {e}")
+                continue
+            if got is None:
+                continue
+            used.add(who)
+            if not abs(got - want) <= 1e-3 * abs(want):
+                errors.append(f"saved model, batch {k}: {who} loss {got:.7g}, PyTorch's trained "
+                              f"model {want:.7g}")
+    return used
 
 
 def check_forward(keel, name, work):
@@ -191,22 +289,12 @@ def check_forward(keel, name, work):
         want = json.load(f)["forward_losses"]
     errors, worst = [], 0.0
     for k, exp in enumerate(want):
-        out_dir = os.path.join(work, f"out_{k}")
-        os.makedirs(out_dir, exist_ok=True)
-        cmd = shlex.split(keel) + ["run", os.path.join(d, "model.onnx"), "--data",
-                                   os.path.join(d, f"data_{k}"), "--out", out_dir]
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        path = os.path.join(out_dir, "output_0.pb")
-        if out.returncode != 0 or not os.path.exists(path):
-            errors.append(f"batch {k}: keel run exited with {out.returncode}: "
-                          + " / ".join((out.stderr or out.stdout).strip().splitlines()[-3:]))
+        try:
+            got = keel_run_loss(keel, os.path.join(d, "model.onnx"), os.path.join(d, f"data_{k}"),
+                                work)
+        except RuntimeError as e:
+            errors.append(f"batch {k}: {e}")
             continue
-        t = onnx.TensorProto()
-        with open(path, "rb") as f:
-            t.ParseFromString(f.read())
-        got = float(numpy_helper.to_array(t))
-        os.remove(path)
-        os.rmdir(out_dir)
         rel = abs(got - exp) / abs(exp)
         worst = max(worst, rel)
         if not rel <= 1e-4:

@@ -8,7 +8,7 @@ steps, crash. For tools/train_10k.sh and bench/train_vs_torch.py it also
 runs longer than expected.json (losses repeat), flushing each log line;
 KEEL_FAKE_MODE=leak then grows its memory by 4 MB and allocated by 64
 bytes from step KEEL_FAKE_LEAK_STEP (5,000) on, KEEL_FAKE_STEP_US sleeps
-per step.
+per step. `run` is passed to the real keel named by KEEL_FAKE_RUN.
 
 Run: KEEL_FAKE_MODE=exact /usr/bin/python3 tests/train/fake_keel.py train MODEL ARGS...
 """
@@ -20,6 +20,8 @@ import time
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+HOG = []  # the planted leak (global: kept until the process ends)
 
 
 def parse(argv):
@@ -38,6 +40,11 @@ def parse(argv):
 
 
 def main():
+    if sys.argv[1:2] == ["run"]:  # `keel run` on the saved model: the real keel's
+        real = os.environ.get("KEEL_FAKE_RUN")
+        if not real:
+            sys.exit("fake_keel.py: run needs KEEL_FAKE_RUN (a real keel)")
+        os.execv(real, [real] + sys.argv[1:])
     mode = os.environ.get("KEEL_FAKE_MODE", "exact")
     o = parse(sys.argv[1:])
     d = os.path.dirname(o["model"])
@@ -55,7 +62,7 @@ def main():
         sys.exit("keel: train: something went wrong")
     pause = float(os.environ.get("KEEL_FAKE_STEP_US", "0")) * 1e-6
     log = open(o["--log"], "w") if "--log" in o else open(os.devnull, "w")
-    hog, leak_at = [], int(os.environ.get("KEEL_FAKE_LEAK_STEP", "5000"))
+    leak_at = int(os.environ.get("KEEL_FAKE_LEAK_STEP", "5000"))
     for s in range(1, steps + 1 - (mode == "steps")):
         loss = exp["losses"][(s - 1) % len(exp["losses"])]
         loss *= 1.002 if mode == "loss" and s == 7 else 1.0
@@ -63,7 +70,7 @@ def main():
         if mode == "leak" and s >= leak_at:
             alloc += 64
             if s == leak_at:
-                hog.append(bytearray(b"x" * (4 << 20)))
+                HOG.append(bytearray(b"x" * (4 << 20)))
         log.write(json.dumps({"step": s, "loss": loss, "allocated": alloc,
                               "reserved": 8192, "peak": 6000}) + "\n")
         log.flush()

@@ -6,7 +6,8 @@ PyTorch): for each model of tests/train/models.py
   tests/train/<name>/data_K/input_J.pb batches (graph-input order, data only)
   tests/train/<name>/args              the `keel train` flags, one per line
   tests/train/<name>/expected.json     per-step losses, branch taken, margins,
-                                       and each batch's loss at the initial weights
+                                       each batch's loss at the initial and at
+                                       the trained weights
   tests/train/<name>/expected_params.npz  final parameters by initializer name
   tests/train/OPS.md                   every op of the four graphs
 
@@ -164,6 +165,13 @@ def forward_losses(spec, state, batches):
         return [float(module(*b)) for b in batches]
 
 
+def trained_state(init_state, params):
+    state = copy.deepcopy(init_state)
+    for k, v in params.items():
+        state[k] = torch.from_numpy(v.astype(np.float32))
+    return state
+
+
 def reference_check(name, d, spec, init_state, final_params, mapping, batches):
     """The ONNX 1.23 reference evaluator runs the exported graph on every
     batch with the initial and with the trained parameters; both must give
@@ -171,9 +179,7 @@ def reference_check(name, d, spec, init_state, final_params, mapping, batches):
     if not os.path.isdir(REF_PY):
         print(f"  {name}: no {REF_PY}: reference-evaluator check skipped")
         return None
-    final_state = copy.deepcopy(init_state)
-    for k, v in final_params.items():
-        final_state[k] = torch.from_numpy(v.astype(np.float32))
+    final_state = trained_state(init_state, final_params)
     want0 = forward_losses(spec, init_state, batches)
     want1 = forward_losses(spec, final_state, batches)
     trained = in_onnx_layout(mapping, {k: v.astype(np.float32) for k, v in final_params.items()})
@@ -225,6 +231,7 @@ def gen(name):
         "model": name, "opset": OPSET, "optimizer": spec["optimizer"], "hyper": spec["hyper"],
         "steps": steps, "batches": spec["nbatches"], "losses": l32,
         "forward_losses": forward_losses(spec, init_state, batches),
+        "trained_forward_losses": forward_losses(spec, trained_state(init_state, p32), batches),
         "params": "expected_params.npz",
         "param_names": {o: {"torch": t, "transposed": tr} for o, (t, tr) in mapping.items()},
         "frozen": unmatched,

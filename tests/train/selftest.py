@@ -7,7 +7,10 @@ too few or fails must each make check.py exit non-zero, naming the problem.
 Then tools/train_10k.sh on the same stand-in (2,000 steps, RSS from step
 200): steady passes; 4 MB and 64 allocated bytes more from step 1,000 fail.
 
-Run: /usr/bin/python3 tests/train/selftest.py
+`keel run` on the saved model goes to the real keel (argument, default
+build/keel).
+
+Run: /usr/bin/python3 tests/train/selftest.py [KEEL]
 """
 import os
 import subprocess
@@ -22,6 +25,9 @@ CASES = [("exact", 0, "4/4 models match"), ("loss", 1, "loss differs"),
 
 
 def main():
+    real = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(HERE, "..", "..", "build", "keel"))
+    os.environ["KEEL_FAKE_RUN"] = real
     fake = f"{sys.executable} {os.path.join(HERE, 'fake_keel.py')}"
     failures = 0
     for mode, rc_want, needle in CASES:
