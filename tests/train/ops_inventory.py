@@ -35,6 +35,23 @@ def reads(graph):
     return names
 
 
+def attrs(node):
+    """The node's plain attributes as 'name=value' (no graphs, no tensors)."""
+    parts = []
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, float):
+            v = f"{v:g}"
+        elif isinstance(v, list) and v and isinstance(v[0], (int, float)):
+            v = "[" + ",".join(str(x) for x in v) + "]"
+        elif not isinstance(v, (int, str)):
+            continue
+        parts.append(f"{a.name}={v}")
+    return " ".join(parts)
+
+
 def walk(graph, path, out, live):
     """Appends (op, domain, path, on_grad_path) for every node, recursing into
     sub-graphs; `live` is the set of differentiable names in scope (mutated).
@@ -61,7 +78,7 @@ def walk(graph, path, out, live):
                 sub_hit = any(outs) or bool(reads(sg) & live)
             hit = hit or sub_hit
         grad = hit and node.op_type not in STOP
-        out.append((node.op_type, node.domain or "ai.onnx", path, grad))
+        out.append((node.op_type, node.domain or "ai.onnx", path, grad, attrs(node)))
         if grad:
             live.update(o for o in node.output if o)
     return [o.name in live for o in graph.output]
@@ -78,10 +95,12 @@ def write_inventory(models, path):
         params = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
         found = []
         walk(model.graph, "main", found, set(params))
-        for op, dom, where, grad in found:
+        for op, dom, where, grad, at in found:
             key = (dom, op)
             r = rows.setdefault(key, {"opset": ver.get(dom), "models": {}, "sub": set(),
-                                      "grad": 0})
+                                      "grad": 0, "attrs": set()})
+            if at and op != "Constant":
+                r["attrs"].add(at)
             r["models"][name] = r["models"].get(name, 0) + 1
             r["grad"] += grad
             if where != "main":
@@ -95,13 +114,16 @@ def write_inventory(models, path):
              "models) that a value computed from a float initializer reaches through",
              "differentiable ops: those need a derivative rule (Shape, comparisons,",
              "Range, ConstantOfShape stop the path; If/Loop count when a branch or body",
-             "uses such a value).", "",
-             "| op | domain | opset | " + " | ".join(models) + " | on gradient path | in sub-graphs |",
-             "|---|---|---|" + "---|" * len(models) + "---|---|"]
+             "uses such a value). `attributes` lists the distinct attribute sets.", "",
+             "| op | domain | opset | " + " | ".join(models)
+             + " | on gradient path | attributes | in sub-graphs |",
+             "|---|---|---|" + "---|" * len(models) + "---|---|---|"]
     for (dom, op), r in sorted(rows.items(), key=lambda kv: kv[0][1]):
         counts = " | ".join(str(r["models"].get(n, "")) for n in models)
         sub = "; ".join(sorted(r["sub"])) or ""
-        lines.append(f"| {op} | {dom} | {r['opset']} | {counts} | {r['grad'] or ''} | {sub} |")
+        at = "; ".join(f"`{x}`" for x in sorted(r["attrs"]))
+        lines.append(f"| {op} | {dom} | {r['opset']} | {counts} | {r['grad'] or ''} | {at} "
+                     f"| {sub} |")
     rule = sorted(op for (_, op), r in rows.items() if r["grad"])
     lines += ["", f"{len(rows)} distinct ops; {len(rule)} on a gradient path: "
               + ", ".join(rule) + ".", ""]
