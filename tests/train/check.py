@@ -22,7 +22,10 @@ model matches, 1 otherwise.
 batch at the exported weights must give PyTorch's loss (rtol 1e-4).
 
 Run: /usr/bin/python3 tests/train/check.py [--keel build/keel] [--forward]
-         [--threads N] [--keep DIR] [NAME...]      (default: all four)
+         [--threads N] [--keep DIR] [NAME...]
+     (default: the issue's four and mlp_plain, a straight-line smoke model)
+On a mismatch it also runs one step (--steps 1) and names the parameters
+whose first update, i.e. whose gradient, differs from PyTorch's.
 """
 import argparse
 import json
@@ -39,15 +42,18 @@ from onnx import numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-NAMES = ["mlp_if", "rnn_loop", "cnn_branch", "transformer_lm"]
+NAMES = ["mlp_plain", "mlp_if", "rnn_loop", "cnn_branch", "transformer_lm"]
 LOG_KEYS = ("step", "loss", "allocated", "reserved", "peak")
 
 
-def run_keel(keel, name, threads, work):
+def run_keel(keel, name, threads, work, steps=None, tag=""):
     d = os.path.join("tests", "train", name)
     with open(os.path.join(ROOT, d, "args")) as f:
         args = f.read().split()
-    log, save = os.path.join(work, "log.jsonl"), os.path.join(work, "trained.onnx")
+    if steps is not None:
+        args[args.index("--steps") + 1] = str(steps)
+    log = os.path.join(work, f"log{tag}.jsonl")
+    save = os.path.join(work, f"trained{tag}.onnx")
     cmd = shlex.split(keel) + ["train", os.path.join(d, "model.onnx")] + args
     cmd += ["--log", log, "--save", save]
     if threads:
@@ -166,7 +172,7 @@ def check_model(keel, name, threads, keep):
         compare(keel, name, threads, work, exp, expected, errors)
     finally:
         if not keep and not errors:
-            for p in ("log.jsonl", "trained.onnx"):
+            for p in ("log.jsonl", "trained.onnx", "log_step1.jsonl", "trained_step1.onnx"):
                 if os.path.exists(os.path.join(work, p)):
                     os.remove(os.path.join(work, p))
         if not keep and not os.listdir(work):
@@ -197,6 +203,44 @@ def compare(keel, name, threads, work, exp, expected, errors):
     print(f"   {secs:.1f} s; worst loss rel {loss_rel:.2e}; worst parameter error "
           f"{worst:.3f} of the tolerance; allocated from step 2: {alloc}; saved model run by "
           f"{', '.join(sorted(runners)) or 'nothing'}")
+    if errors and "params_after_step1" in exp:
+        errors += diagnose_step1(keel, name, threads, work, exp)
+
+
+def diagnose_step1(keel, name, threads, work, exp):
+    """After a mismatch: one step of keel train (--steps 1 --save) against
+    PyTorch's parameters after step 1, to say which parameters' first update
+    (so which gradients) differ. For sgd/momentum the update is -lr * grad."""
+    _, out, _, _, save = run_keel(keel, name, threads, work, steps=1, tag="_step1")
+    if out.returncode != 0 or not os.path.exists(save):
+        return [f"diagnosis: keel train --steps 1 failed ({out.returncode})"]
+    d = os.path.join(ROOT, "tests", "train", name)
+    want = np.load(os.path.join(d, exp["params_after_step1"]))
+    init = {i.name: numpy_helper.to_array(i).astype(np.float64)
+            for i in onnx.load(os.path.join(d, "model.onnx")).graph.initializer}
+    got = {i.name: numpy_helper.to_array(i).astype(np.float64)
+           for i in onnx.load(save).graph.initializer}
+    lr = exp["hyper"]["lr"]
+    sgd = exp["optimizer"] in ("sgd", "momentum")
+    lines = []
+    for p in sorted(want.files):
+        if p not in got or got[p].shape != want[p].shape:
+            lines.append(f"  {p}: missing or reshaped in the 1-step save")
+            continue
+        u_t, u_k = want[p].astype(np.float64) - init[p], got[p] - init[p]
+        scale = float(np.abs(u_t).max())
+        off = np.abs(u_k - u_t) > 1e-7 + 1e-3 * scale
+        if off.any():
+            i = np.unravel_index(int(np.argmax(np.abs(u_k - u_t))), u_t.shape)
+            what = (f"grad keel {-u_k[i] / lr:.6g} torch {-u_t[i] / lr:.6g}" if sgd else
+                    f"update keel {u_k[i]:.6g} torch {u_t[i]:.6g}")
+            lines.append(f"  {p}: {int(off.sum())}/{off.size} entries; worst at {list(i)}: "
+                         f"{what}" + ("  [not updated]" if not u_k.any() else ""))
+    if not lines:
+        return ["diagnosis: step 1 matches PyTorch for every parameter: the difference "
+                "starts later (optimizer state, or a batch of another shape/branch)"]
+    return [f"diagnosis: after step 1, {len(lines)} of {len(want.files)} parameters' first "
+            "update differs from PyTorch's (so their gradient):"] + lines
 
 
 ORT_MODULES = os.environ.get("KEEL_ORT_NODE_PATH", "/work/ort/node_modules")

@@ -79,7 +79,7 @@ def main():
     log.close()
     if "--save" not in o:
         return
-    params = np.load(os.path.join(d, exp["params"]))
+    params = np.load(os.path.join(d, exp["params"] if steps != 1 else exp["params_after_step1"]))
     first = sorted(params.files)[0]
     for init in model.graph.initializer:
         if init.name in params.files and not (mode == "untrained" and init.name == first):

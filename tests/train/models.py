@@ -16,6 +16,27 @@ import torch.nn.functional as F
 from torch import nn
 
 
+# ------------------------------------------------------------- smoke test
+class MLPPlain(nn.Module):
+    """Not one of the issue's four: a straight-line MLP (MatMul, Add, Tanh,
+    Sub, Mul, ReduceMean only, no control flow), so a trainer can be
+    checked against PyTorch before If/Loop backward and Gemm/Conv rules
+    exist, and a failure of mlp_if can be told apart from one of plain
+    backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(8, 16) * 0.35)
+        self.b1 = nn.Parameter(torch.randn(16) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(16, 4) * 0.25)
+        self.b2 = nn.Parameter(torch.randn(4) * 0.1)
+
+    def forward(self, x, y):
+        h = torch.tanh(x @ self.w1 + self.b1)
+        d = h @ self.w2 + self.b2 - y
+        return (d * d).mean()
+
+
 # ------------------------------------------------------------------ (a)
 class MLPIf(nn.Module):
     """An MLP whose middle layer is chosen by a scripted, data-dependent
@@ -249,6 +270,10 @@ def lm_batches(g, n):
 # name -> everything gen.py and the bench need. `script`: export through
 # torch.jit.script (control flow) or by tracing (no control flow).
 MODELS = {
+    "mlp_plain": dict(
+        cls=MLPPlain, batches=mlp_batches, branch=None, script=False,
+        inputs=["x", "y"], dynamic={"x": {0: "batch"}, "y": {0: "batch"}},
+        optimizer="sgd", hyper=dict(lr=0.1), steps=40, nbatches=32, seed=10),
     "mlp_if": dict(
         cls=MLPIf, batches=mlp_batches, branch=mlp_branch, script=True,
         inputs=["x", "y"], dynamic={"x": {0: "batch"}, "y": {0: "batch"}},
