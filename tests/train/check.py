@@ -141,10 +141,12 @@ def check_params(save, model_path, expected, errors):
             errors.append(f"{name}: saved shape {g.shape}, expected {want.shape}")
             continue
         ratio = np.abs(g - want) / (1e-4 + 1e-3 * np.abs(want))
-        worst = max(worst, float(ratio.max()))
-        n_bad = int((ratio > 1).sum())
+        bad = ~(ratio <= 1)  # NaN counts as off
+        worst = max(worst, float(np.nanmax(np.where(np.isnan(ratio), np.inf, ratio))))
+        n_bad = int(bad.sum())
         if n_bad:
-            i = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+            i = np.unravel_index(int(np.argmax(np.where(bad, np.nan_to_num(ratio, nan=np.inf),
+                                                        -1))), ratio.shape)
             unmoved = np.array_equal(g, ref[name].astype(np.float64)) if name in ref else False
             lines.append(f"  {name}: {n_bad}/{g.size} entries off; worst at {list(i)}: keel "
                          f"{g[i]:.7g} torch {want[i]:.7g} (initial {ref[name][i]:.7g})"
@@ -229,9 +231,10 @@ def diagnose_step1(keel, name, threads, work, exp):
             continue
         u_t, u_k = want[p].astype(np.float64) - init[p], got[p] - init[p]
         scale = float(np.abs(u_t).max())
-        off = np.abs(u_k - u_t) > 1e-7 + 1e-3 * scale
+        err = np.nan_to_num(np.abs(u_k - u_t), nan=np.inf)
+        off = ~(err <= 1e-7 + 1e-3 * scale)
         if off.any():
-            i = np.unravel_index(int(np.argmax(np.abs(u_k - u_t))), u_t.shape)
+            i = np.unravel_index(int(np.argmax(err)), u_t.shape)
             what = (f"grad keel {-u_k[i] / lr:.6g} torch {-u_t[i] / lr:.6g}" if sgd else
                     f"update keel {u_k[i]:.6g} torch {u_t[i]:.6g}")
             lines.append(f"  {p}: {int(off.sum())}/{off.size} entries; worst at {list(i)}: "

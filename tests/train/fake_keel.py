@@ -3,8 +3,8 @@
 it parses the issue's command line, checks that every --data folder holds
 the model's inputs, and writes the log and saved model that a trainer
 matching PyTorch would write, from expected.json and expected_params.npz,
-damaged as KEEL_FAKE_MODE asks: exact, loss, param, alloc, untrained,
-steps, crash. For tools/train_10k.sh and bench/train_vs_torch.py it also
+damaged as KEEL_FAKE_MODE asks: exact, loss, param, nan, alloc,
+untrained, steps, crash. For tools/train_10k.sh and bench/train_vs_torch.py it also
 runs longer than expected.json (losses repeat), flushing each log line;
 KEEL_FAKE_MODE=leak then grows its memory by 4 MB and allocated by 64
 bytes from step KEEL_FAKE_LEAK_STEP (5,000) on, KEEL_FAKE_STEP_US sleeps
@@ -86,6 +86,8 @@ def main():
             v = params[init.name].copy()
             if mode == "param" and init.name == first:
                 v.flat[0] += 1e-3 + 2e-3 * abs(v.flat[0])
+            if mode == "nan" and init.name == first:
+                v.flat[-1] = np.nan
             init.CopyFrom(numpy_helper.from_array(v, init.name))
     onnx.save(model, o["--save"])
 
