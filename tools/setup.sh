@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 python3-onnx librsvg2-bin
           clang libclang-rt-14-dev python3-dev python3-numpy python3-pytest python3-venv
           pkg-config libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
-          libtiff-dev libopenjp2-7-dev openmpi-bin libopenmpi-dev python3-onnx)
+          libtiff-dev libopenjp2-7-dev openmpi-bin libopenmpi-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {
