@@ -81,5 +81,6 @@ KEEL_INTERNAL keel_status ad_oom(void);
 
 /* Rule tables (a {0}-terminated array per family file). */
 extern const ad_rule ad_rules_basic[];
+extern const ad_rule ad_rules_nn[];
 
 #endif /* KEEL_AUTODIFF_H */

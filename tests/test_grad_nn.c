@@ -1,0 +1,424 @@
+/* test_grad_nn.c: the rules of ir/grad_nn.c (and the kernels of
+ * ops/grad_nn.c) against finite differences in float64 (tests/gradcheck.h):
+ * Conv and ConvTranspose with their attributes, the pools, BatchNorm
+ * (inference and training, opsets 9/14/15), LayerNorm, Dropout, Resize.
+ * The float32 conv kernels are checked against the float64 result, and
+ * cases a rule refuses against their load-time error. */
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+
+#include "gradcheck.h"
+
+/* ------------------------------------------------------------ a case */
+
+typedef struct nn_attr {
+  const char *name;
+  int n;                       /* ints: count; 0 with s: a string; -1: int */
+  int64_t v[8];
+  const char *s;
+  float f;                     /* kind 'f' when name starts with '%'      */
+} nn_attr;
+
+typedef struct nn_case {
+  const char *op, *ins, *outs; /* outs: NULL = "y"                         */
+  nn_attr a[6];
+  const char *post;            /* a second node: "Op:ins:outs"              */
+} nn_case;
+
+static void nn_body(mb_graph *g, void *ctx) {
+  const nn_case *c = ctx;
+  mb_node *n = mb_add(g, c->op, c->ins, c->outs ? c->outs : "y");
+  for (int i = 0; i < 6 && c->a[i].name; i++) {
+    const nn_attr *a = &c->a[i];
+    if (a->name[0] == '%') mb_attr_f(n, a->name + 1, a->f);
+    else if (a->s) mb_attr_s(n, a->name, a->s);
+    else if (a->n < 0) mb_attr_i(n, a->name, a->v[0]);
+    else mb_attr_ints(n, a->name, a->n, a->v);
+  }
+  if (c->post) {
+    char buf[256], *op = buf, *ins, *outs;
+    snprintf(buf, sizeof buf, "%s", c->post);
+    ins = strchr(op, ':'), *ins++ = 0;
+    outs = strchr(ins, ':'), *outs++ = 0;
+    mb_add(g, op, ins, outs);
+  }
+}
+
+#define I1(nm, x) {nm, -1, {x}, NULL, 0}
+#define IS(nm, k, ...) {nm, k, {__VA_ARGS__}, NULL, 0}
+#define S(nm, str) {nm, 0, {0}, str, 0}
+#define F(nm, x) {"%" nm, 0, {0}, NULL, x}
+
+/* Smooth, distinct values (no ties: max pooling stays away from kinks). */
+static double *vals(int64_t n, int seed) {
+  double *v = malloc(sizeof(double) * (size_t)n);
+  for (int64_t i = 0; i < n; i++)
+    v[i] = 0.9 * sin(0.7 * (double)i + 1.3 * seed) + 0.01 * (double)((i * 37 + seed) % 101) / 101.0;
+  return v;
+}
+
+static int64_t prod(int r, const int64_t *d) {
+  int64_t p = 1;
+  for (int i = 0; i < r; i++) p *= d[i];
+  return p;
+}
+
+/* x, w and (when b_len > 0) b, all differentiated. */
+static void check3(const char *label, const nn_case *c, int xr, const int64_t *xd, int wr,
+                   const int64_t *wd, int64_t b_len, int opset) {
+  double *x = vals(prod(xr, xd), 1), *w = vals(prod(wr, wd), 2), *b = vals(b_len ? b_len : 1, 3);
+  gc_input in[3] = {{"x", xr, {0}, x, true}, {"w", wr, {0}, w, true}, {"b", 1, {b_len}, b, true}};
+  memcpy(in[0].dims, xd, sizeof(int64_t) * (size_t)xr);
+  memcpy(in[1].dims, wd, sizeof(int64_t) * (size_t)wr);
+  gc_check(label, nn_body, (void *)c, in, b_len ? 3 : 2, opset, 1e-6);
+  free(x), free(w), free(b);
+}
+
+/* ------------------------------------------------------------- conv */
+
+static void conv_cases(void) {
+  nn_case basic = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1)}};
+  check3("conv 2-D pads 1", &basic, 4, (int64_t[]){2, 3, 5, 5}, 4, (int64_t[]){4, 3, 3, 3}, 4, 13);
+  nn_case strided = {"Conv", "x,w,b", NULL,
+                     {IS("strides", 2, 2, 2), IS("pads", 4, 0, 1, 1, 0), IS("dilations", 2, 2, 1)}};
+  check3("conv strides, odd pads, dilations", &strided, 4, (int64_t[]){1, 2, 7, 6}, 4,
+         (int64_t[]){3, 2, 2, 3}, 3, 13);
+  nn_case grouped = {"Conv", "x,w,b", NULL, {I1("group", 2), IS("pads", 4, 1, 0, 1, 0)}};
+  check3("conv group 2", &grouped, 4, (int64_t[]){1, 4, 5, 5}, 4, (int64_t[]){6, 2, 3, 3}, 6, 13);
+  nn_case depth = {"Conv", "x,w,b", NULL, {I1("group", 4), IS("strides", 2, 2, 2), S("auto_pad", "SAME_UPPER")}};
+  check3("conv depthwise SAME_UPPER stride 2", &depth, 4, (int64_t[]){2, 4, 6, 5}, 4,
+         (int64_t[]){4, 1, 3, 3}, 4, 13);
+  nn_case lower = {"Conv", "x,w", NULL, {S("auto_pad", "SAME_LOWER"), IS("kernel_shape", 2, 2, 2)}};
+  check3("conv SAME_LOWER, no bias", &lower, 4, (int64_t[]){1, 2, 4, 5}, 4, (int64_t[]){3, 2, 2, 2}, 0, 13);
+  nn_case valid = {"Conv", "x,w,b", NULL, {S("auto_pad", "VALID"), IS("strides", 2, 2, 1)}};
+  check3("conv VALID", &valid, 4, (int64_t[]){2, 2, 6, 5}, 4, (int64_t[]){2, 2, 3, 2}, 2, 11);
+  nn_case one = {"Conv", "x,w,b", NULL, {IS("strides", 1, 2), IS("pads", 2, 1, 2)}};
+  check3("conv 1-D", &one, 3, (int64_t[]){2, 3, 8}, 3, (int64_t[]){2, 3, 3}, 2, 13);
+  nn_case three = {"Conv", "x,w,b", NULL, {IS("pads", 6, 1, 0, 0, 0, 1, 0)}};
+  check3("conv 3-D", &three, 5, (int64_t[]){1, 2, 3, 4, 3}, 5, (int64_t[]){2, 2, 2, 2, 2}, 2, 13);
+  nn_case point = {"Conv", "x,w,b", NULL, {{0}}};
+  check3("conv 1x1", &point, 4, (int64_t[]){2, 3, 3, 4}, 4, (int64_t[]){5, 3, 1, 1}, 5, 13);
+}
+
+static void convtr_cases(void) {
+  nn_case basic = {"ConvTranspose", "x,w,b", NULL,
+                   {IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1), IS("output_padding", 2, 1, 0)}};
+  check3("convT stride 2, pads, output_padding", &basic, 4, (int64_t[]){2, 2, 3, 3}, 4,
+         (int64_t[]){2, 3, 3, 3}, 3, 13);
+  nn_case grouped = {"ConvTranspose", "x,w,b", NULL, {I1("group", 2), IS("dilations", 2, 2, 1)}};
+  check3("convT group 2, dilations", &grouped, 4, (int64_t[]){1, 4, 3, 4}, 4,
+         (int64_t[]){4, 2, 2, 3}, 4, 13);
+  nn_case shape = {"ConvTranspose", "x,w", NULL, {IS("strides", 2, 3, 2), IS("output_shape", 2, 9, 8)}};
+  check3("convT output_shape", &shape, 4, (int64_t[]){1, 2, 3, 3}, 4, (int64_t[]){2, 2, 3, 3}, 0, 13);
+  nn_case same = {"ConvTranspose", "x,w,b", NULL, {IS("strides", 2, 2, 2), S("auto_pad", "SAME_UPPER")}};
+  check3("convT SAME_UPPER", &same, 4, (int64_t[]){1, 2, 3, 3}, 4, (int64_t[]){2, 1, 3, 3}, 1, 13);
+  nn_case lower = {"ConvTranspose", "x,w", NULL, {IS("strides", 2, 2, 2), S("auto_pad", "SAME_LOWER")}};
+  check3("convT SAME_LOWER", &lower, 4, (int64_t[]){1, 2, 3, 2}, 4, (int64_t[]){2, 2, 2, 3}, 0, 13);
+  nn_case one = {"ConvTranspose", "x,w,b", NULL, {IS("strides", 1, 3), IS("pads", 2, 0, 1)}};
+  check3("convT 1-D", &one, 3, (int64_t[]){2, 3, 4}, 3, (int64_t[]){3, 2, 4}, 2, 13);
+  nn_case point = {"ConvTranspose", "x,w,b", NULL, {{0}}};
+  check3("convT 1x1", &point, 4, (int64_t[]){2, 3, 3, 2}, 4, (int64_t[]){3, 4, 1, 1}, 4, 13);
+  nn_case three = {"ConvTranspose", "x,w", NULL, {IS("strides", 3, 2, 1, 1)}};
+  check3("convT 3-D", &three, 5, (int64_t[]){1, 2, 2, 3, 2}, 5, (int64_t[]){2, 1, 2, 2, 2}, 0, 13);
+}
+
+/* ------------------------------------------------------------ pools */
+
+static void check1(const char *label, const nn_case *c, int xr, const int64_t *xd, int opset) {
+  double *x = vals(prod(xr, xd), 4);
+  gc_input in[1] = {{"x", xr, {0}, x, true}};
+  memcpy(in[0].dims, xd, sizeof(int64_t) * (size_t)xr);
+  gc_check(label, nn_body, (void *)c, in, 1, opset, 1e-6);
+  free(x);
+}
+
+static void pool_cases(void) {
+  nn_case mp = {"MaxPool", "x", NULL, {IS("kernel_shape", 2, 3, 3), IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1)}};
+  check1("maxpool 3x3 s2 p1", &mp, 4, (int64_t[]){2, 2, 6, 7}, 13);
+  nn_case mpc = {"MaxPool", "x", "y,idx",
+                 {IS("kernel_shape", 2, 2, 2), IS("strides", 2, 2, 2), I1("ceil_mode", 1),
+                  IS("dilations", 2, 1, 2), I1("storage_order", 1)}};
+  check1("maxpool ceil_mode, dilations, Indices", &mpc, 4, (int64_t[]){1, 2, 5, 7}, 12);
+  nn_case mp1 = {"MaxPool", "x", NULL, {IS("kernel_shape", 1, 3), S("auto_pad", "SAME_UPPER"), IS("strides", 1, 2)}};
+  check1("maxpool 1-D SAME_UPPER", &mp1, 3, (int64_t[]){2, 3, 7}, 11);
+  nn_case gmp = {"GlobalMaxPool", "x", NULL, {{0}}};
+  check1("globalmaxpool", &gmp, 4, (int64_t[]){2, 3, 3, 4}, 13);
+  nn_case ap = {"AveragePool", "x", NULL, {IS("kernel_shape", 2, 3, 2), IS("pads", 4, 1, 0, 1, 1)}};
+  check1("averagepool pads", &ap, 4, (int64_t[]){2, 2, 5, 4}, 13);
+  nn_case api = {"AveragePool", "x", NULL,
+                 {IS("kernel_shape", 2, 3, 3), IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1),
+                  I1("count_include_pad", 1), I1("ceil_mode", 1)}};
+  check1("averagepool count_include_pad, ceil_mode", &api, 4, (int64_t[]){1, 2, 6, 5}, 13);
+  nn_case ap3 = {"AveragePool", "x", NULL, {IS("kernel_shape", 3, 2, 2, 2), S("auto_pad", "SAME_LOWER")}};
+  check1("averagepool 3-D SAME_LOWER", &ap3, 5, (int64_t[]){1, 2, 3, 3, 2}, 13);
+  nn_case gap = {"GlobalAveragePool", "x", NULL, {{0}}};
+  check1("globalaveragepool", &gap, 4, (int64_t[]){2, 3, 3, 4}, 13);
+  nn_case gap1 = {"GlobalAveragePool", "x", NULL, {{0}}};
+  check1("globalaveragepool 1-D", &gap1, 3, (int64_t[]){2, 3, 5}, 13);
+
+  /* ties: the whole gradient goes to the first maximal element */
+  double flat[8] = {1, 1, 1, 1, 2, 2, 0, 2};
+  gc_input in[1] = {{"x", 4, {1, 1, 2, 4}, flat, true}};
+  nn_case tie = {"MaxPool", "x", NULL, {IS("kernel_shape", 2, 2, 2), IS("strides", 2, 2, 2)}};
+  double *gr[1] = {0};
+  if (gc_gradients(nn_body, &tie, in, 1, 13, gr)) {
+    /* windows {0,1,4,5} and {2,3,6,7}: maxima first at 4 and 7 */
+    double R0 = 0.5 + 0.37 * sin(0.2), R1 = 0.5 + 0.37 * sin(1.5);
+    for (int i = 0; i < 8; i++) CHECK(fabs(gr[0][i] - (i == 4 ? R0 : i == 7 ? R1 : 0)) < 1e-12);
+  }
+  free(gr[0]);
+}
+
+/* ------------------------------------------------------------ norms */
+
+/* BatchNormalization: x, scale, B differentiated; mean, var fed. */
+static void bn_check(const char *label, const nn_case *c, int opset) {
+  int64_t xd[4] = {3, 2, 3, 2};
+  double *x = vals(36, 5), *s = vals(2, 6), *b = vals(2, 7);
+  double mean[2] = {0.1, -0.2}, var[2] = {0.8, 1.3};
+  gc_input in[5] = {{"x", 4, {0}, x, true}, {"s", 1, {2}, s, true}, {"b", 1, {2}, b, true},
+                    {"mean", 1, {2}, mean, false}, {"var", 1, {2}, var, false}};
+  memcpy(in[0].dims, xd, sizeof xd);
+  gc_check(label, nn_body, (void *)c, in, 5, opset, 1e-6);
+  free(x), free(s), free(b);
+}
+
+static void norm_cases(void) {
+  nn_case inf = {"BatchNormalization", "x,s,b,mean,var", NULL, {F("epsilon", 1e-3f)}};
+  bn_check("batchnorm inference opset 9", &inf, 9);
+  bn_check("batchnorm inference opset 14", &inf, 14);
+  bn_check("batchnorm inference opset 15", &inf, 15);
+  nn_case tr = {"BatchNormalization", "x,s,b,mean,var", "y,rm,rv", {I1("training_mode", 1), F("momentum", 0.8f)}};
+  bn_check("batchnorm training opset 14", &tr, 14);
+  bn_check("batchnorm training opset 15", &tr, 15);
+  nn_case tr1 = {"BatchNormalization", "x,s,b,mean,var", "y", {I1("training_mode", 1)}};
+  bn_check("batchnorm training opset 15, Y only", &tr1, 15);
+  nn_case tr9 = {"BatchNormalization", "x,s,b,mean,var", "y,rm,rv,sm,sv", {{0}}};
+  bn_check("batchnorm training opset 9", &tr9, 9);
+
+  double *x = vals(24, 8), *s = vals(12, 9), *b = vals(12, 10), *s2 = vals(4, 11);
+  gc_input in[3] = {{"x", 3, {2, 3, 4}, x, true}, {"s", 2, {3, 4}, s, true}, {"b", 2, {3, 4}, b, true}};
+  nn_case ln = {"LayerNormalization", "x,s,b", NULL, {I1("axis", 1), F("epsilon", 1e-3f)}};
+  gc_check("layernorm axis 1", nn_body, &ln, in, 3, 17, 1e-6);
+  gc_input in2[2] = {{"x", 3, {2, 3, 4}, x, true}, {"s", 1, {4}, s2, true}};
+  nn_case lnb = {"LayerNormalization", "x,s", NULL, {{0}}};
+  gc_check("layernorm axis -1, no B", nn_body, &lnb, in2, 2, 17, 1e-6);
+  gc_input in3[3] = {{"x", 3, {2, 3, 4}, x, true}, {"s", 1, {4}, s2, true}, {"b", 2, {1, 4}, b, true}};
+  nn_case lns = {"LayerNormalization", "x,s,b", "y0,mean,inv", {I1("axis", -2), I1("stash_type", KEEL_DOUBLE)},
+                 "Sum:y0,mean,inv:y"};
+  in3[1] = (gc_input){"s", 2, {3, 1}, s2, true};
+  gc_check("layernorm axis -2, Mean and InvStdDev used, broadcast Scale and B", nn_body, &lns,
+           in3, 3, 17, 1e-6);
+  free(x), free(s), free(b), free(s2);
+}
+
+/* ---------------------------------------------------------- Dropout */
+
+static void dropout_cases(void) {
+  double *x = vals(40, 12), ratio = 0.3;
+  uint8_t on = 1, off = 0;
+  gc_input in[3] = {{"x", 2, {5, 8}, x, true}, {"r", 0, {0}, &ratio, false},
+                    {"t", 0, {0}, NULL, false, KEEL_BOOL, &on}};
+  nn_case inf = {"Dropout", "x", NULL, {{0}}};
+  gc_check("dropout inference opset 13", nn_body, &inf, in, 1, 13, 1e-6);
+  nn_case inf10 = {"Dropout", "x", "y,mask", {F("ratio", 0.4f)}};
+  gc_check("dropout opset 10 (inference)", nn_body, &inf10, in, 1, 10, 1e-6);
+  nn_case tr = {"Dropout", "x,r,t", "y,mask", {I1("seed", 3)}};
+  gc_check("dropout training, mask output", nn_body, &tr, in, 3, 13, 1e-6);
+  nn_case trn = {"Dropout", "x,r,t", NULL, {I1("seed", 5)}};
+  gc_check("dropout training, no mask output", nn_body, &trn, in, 3, 13, 1e-6);
+  nn_case trd = {"Dropout", "x,,t", NULL, {{0}}};
+  gc_check("dropout training, default ratio", nn_body, &trd, (gc_input[]){in[0], in[2]}, 2, 13, 1e-6);
+  nn_case tr6 = {"Dropout", "x", "y,mask", {I1("is_test", 0), F("ratio", 0.25f)}};
+  gc_check("dropout opset 6, is_test 0 (training)", nn_body, &tr6, in, 1, 6, 1e-6);
+  in[2].idata = &off;
+  gc_check("dropout training_mode false", nn_body, &tr, in, 3, 13, 1e-6);
+  /* the rule is not the identity in training: some gradients are 0 */
+  in[2].idata = &on;
+  double *gr[1] = {0};
+  int zeros = 0;
+  if (gc_gradients(nn_body, &tr, in, 3, 13, gr))
+    for (int i = 0; i < 40; i++) zeros += gr[0][i] == 0;
+  CHECK(zeros > 3 && zeros < 37);
+  free(gr[0]);
+  free(x);
+}
+
+/* ----------------------------------------------------------- Resize */
+
+static void resize_check(const char *label, const char *mode, const char *ctm, const char *nm,
+                         const double *scales, const int64_t *sizes, int opset) {
+  nn_case c = {"Resize", sizes ? "x,,,sizes" : "x,,scales", NULL,
+               {S("mode", mode), S("coordinate_transformation_mode", ctm), S("nearest_mode", nm)}};
+  if (opset < 11) c = (nn_case){"Resize", "x,scales", NULL, {S("mode", mode)}};
+  double *x = vals(2 * 3 * 4 * 5, 13);
+  float fs[4] = {0};
+  for (int i = 0; scales && i < 4; i++) fs[i] = (float)scales[i];
+  gc_input in[2] = {{"x", 4, {2, 3, 4, 5}, x, true}, {"scales", 1, {4}, NULL, false, KEEL_FLOAT, fs}};
+  if (sizes) in[1] = (gc_input){"sizes", 1, {4}, NULL, false, KEEL_INT64, sizes};
+  gc_check(label, nn_body, &c, in, 2, opset, 1e-6);
+  free(x);
+}
+
+static void resize_cases(void) {
+  double up[4] = {1, 1, 2, 1.5}, down[4] = {1, 1, 0.5, 0.6};
+  int64_t sz[4] = {2, 3, 7, 3};
+  resize_check("resize nearest asymmetric floor", "nearest", "asymmetric", "floor", up, NULL, 13);
+  resize_check("resize nearest half_pixel round_prefer_floor", "nearest", "half_pixel",
+               "round_prefer_floor", up, NULL, 13);
+  resize_check("resize nearest sizes", "nearest", "pytorch_half_pixel", "round_prefer_ceil", NULL, sz, 13);
+  resize_check("resize linear half_pixel", "linear", "half_pixel", "floor", up, NULL, 13);
+  resize_check("resize linear pytorch_half_pixel down", "linear", "pytorch_half_pixel", "floor",
+               down, NULL, 13);
+  resize_check("resize linear align_corners sizes", "linear", "align_corners", "floor", NULL, sz, 19);
+  resize_check("resize linear asymmetric", "linear", "asymmetric", "floor", up, NULL, 11);
+  resize_check("resize opset 10 nearest", "nearest", "", "", up, NULL, 10);
+  resize_check("resize opset 10 linear", "linear", "", "", down, NULL, 10);
+}
+
+/* ------------------------------------------------- refused at load */
+
+static void refused(const char *label, const nn_case *c, int xr, const int64_t *xd,
+                    const char *want) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_DOUBLE, xr, xd);
+  mb_init(g, "scales", KEEL_FLOAT, 1, (int64_t[]){4}, (float[]){1, 1, 2, 2});
+  nn_body(g, (void *)c);
+  mb_output(g, "y", KEEL_DOUBLE, -1, NULL);
+  mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
+  mb_node *n = mb_add(g, "Gradient", "x", "dx");
+  mb_domain(n, TRAIN);
+  mb_attr_s(n, "y", "y");
+  mb_attr_strs(n, "xs", 1, (const char *[]){"x"});
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  keel_session_t *s = NULL;
+  keel_status st = keel_session_create_from_memory(bytes, len, NULL, NULL, &s);
+  free(bytes);
+  CHECK(st == KEEL_ERR_UNSUPPORTED);
+  if (st != KEEL_ERR_UNSUPPORTED || !strstr(keel_last_error(), want))
+    fprintf(stderr, "%s: %s\n", label, st ? keel_last_error() : "accepted");
+  CHECK(st && strstr(keel_last_error(), want));
+  keel_session_destroy(s);
+}
+
+static void refused_cases(void) {
+  int64_t xd[4] = {1, 1, 2, 2};
+  nn_case cubic = {"Resize", "x,,scales", NULL, {S("mode", "cubic")}};
+  refused("resize cubic", &cubic, 4, xd, "cubic");
+  nn_case crop = {"Resize", "x,,scales", NULL, {S("mode", "linear"),
+                  S("coordinate_transformation_mode", "tf_crop_and_resize")}};
+  refused("resize tf_crop_and_resize", &crop, 4, xd, "tf_crop_and_resize");
+  nn_case ceil = {"Resize", "x,,scales", NULL, {S("nearest_mode", "weird")}};
+  refused("resize nearest_mode", &ceil, 4, xd, "weird");
+}
+
+/* ------------------------------------------- float32 against float64 */
+
+/* Gradients of L = sum(conv(x, w, b) * R) in `dt` for inputs of the given
+ * shapes (values from vals()); grads[i] gets doubles. */
+static bool conv_grads(const nn_case *c, int dt, int xr, const int64_t *xd, const int64_t *wd,
+                       int64_t m, int threads, double **grads, double *ms) {
+  mb_graph *g = mb_graph_new("main");
+  int64_t nx = prod(xr, xd), nw = prod(xr, wd);
+  double *v[3] = {vals(nx, 1), vals(nw, 2), vals(m, 3)};
+  int64_t dims[3][GC_MAX_RANK], n3[3] = {nx, nw, m};
+  memcpy(dims[0], xd, sizeof(int64_t) * (size_t)xr);
+  memcpy(dims[1], wd, sizeof(int64_t) * (size_t)xr);
+  dims[2][0] = m;
+  const char *names[3] = {"x", "w", "b"};
+  for (int i = 0; i < 3; i++) mb_input(g, names[i], dt, i == 2 ? 1 : xr, dims[i]);
+  nn_body(g, (void *)c);
+  mb_add(g, "Mul", "y,y", "L");
+  mb_output(g, "L", dt, -1, NULL);
+  const char *outs[3] = {"dx", "dw", "db"};
+  for (int i = 0; i < 3; i++) mb_output(g, outs[i], dt, -1, NULL);
+  mb_node *gn = mb_add(g, "Gradient", "x,w,b", "dx,dw,db");
+  mb_domain(gn, TRAIN);
+  mb_attr_s(gn, "y", "L");
+  mb_attr_strs(gn, "xs", 3, names);
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  keel_options o = {.size = sizeof o, .threads = threads};
+  keel_session_t *s = NULL;
+  bool ok = keel_session_create_from_memory(bytes, len, NULL, &o, &s) == KEEL_OK;
+  free(bytes);
+  keel_value_t *in[3] = {0}, *out[4] = {0};
+  for (int i = 0; ok && i < 3; i++) {
+    void *buf = malloc(sizeof(double) * (size_t)n3[i]);
+    for (int64_t j = 0; j < n3[i]; j++)
+      if (dt == KEEL_FLOAT) ((float *)buf)[j] = (float)v[i][j];
+      else ((double *)buf)[j] = v[i][j];
+    in[i] = mb_tensor(s, dt, i == 2 ? 1 : xr, dims[i], buf);
+    free(buf);
+  }
+  for (int rep = 0; ok && rep < 3; rep++) { /* the last of three runs is timed */
+    for (int i = 0; i < 4; i++) keel_value_release(out[i]), out[i] = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ok = keel_run(s, names, in, 3, out) == KEEL_OK;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  }
+  if (!ok) fprintf(stderr, "conv_grads: %s\n", keel_last_error());
+  for (int i = 0; ok && i < 3; i++) {
+    grads[i] = malloc(sizeof(double) * (size_t)n3[i]);
+    for (int64_t j = 0; j < n3[i]; j++) grads[i][j] = keel_value_at(out[i + 1], j);
+  }
+  for (int i = 0; i < 4; i++) keel_value_release(out[i]);
+  for (int i = 0; i < 3; i++) keel_value_release(in[i]), free(v[i]);
+  keel_session_destroy(s);
+  return ok;
+}
+
+static void f32_case(const char *label, const nn_case *c, int xr, const int64_t *xd,
+                     const int64_t *wd, int64_t m, int threads) {
+  double *g32[3] = {0}, *g64[3] = {0}, t32 = 0, t64 = 0;
+  bool ok = conv_grads(c, KEEL_FLOAT, xr, xd, wd, m, threads, g32, &t32) &&
+            conv_grads(c, KEEL_DOUBLE, xr, xd, wd, m, threads, g64, &t64);
+  CHECK(ok);
+  int64_t n3[3] = {prod(xr, xd), prod(xr, wd), m};
+  for (int i = 0; ok && i < 3; i++) {
+    double worst = 0, scale = 0;
+    for (int64_t j = 0; j < n3[i]; j++) scale = fmax(scale, fabs(g64[i][j]));
+    for (int64_t j = 0; j < n3[i]; j++) worst = fmax(worst, fabs(g32[i][j] - g64[i][j]));
+    if (!(worst <= 1e-4 * (1 + scale)))
+      fprintf(stderr, "%s: gradient %d differs by %g (scale %g)\n", label, i, worst, scale);
+    CHECK(worst <= 1e-4 * (1 + scale));
+  }
+  printf("%s (%d threads): float32 %.2f ms, float64 %.2f ms per forward+backward\n", label,
+         threads, t32, t64);
+  for (int i = 0; i < 3; i++) free(g32[i]), free(g64[i]);
+}
+
+static void f32_cases(void) {
+  nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1), IS("strides", 2, 1, 1)}};
+  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){4, 16, 20, 20}, (int64_t[]){24, 16, 3, 3}, 24, 2);
+  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){1, 8, 9, 9}, (int64_t[]){8, 8, 3, 3}, 8, 4);
+  nn_case dw = {"Conv", "x,w,b", NULL, {I1("group", 8), IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1)}};
+  f32_case("float32 depthwise conv", &dw, 4, (int64_t[]){2, 8, 12, 12}, (int64_t[]){8, 1, 3, 3}, 8, 2);
+  nn_case pw = {"Conv", "x,w,b", NULL, {{0}}};
+  f32_case("float32 conv 1x1", &pw, 4, (int64_t[]){2, 16, 10, 10}, (int64_t[]){32, 16, 1, 1}, 32, 2);
+  nn_case tr = {"ConvTranspose", "x,w,b", NULL, {IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1),
+                                                IS("output_padding", 2, 1, 1)}};
+  f32_case("float32 convT", &tr, 4, (int64_t[]){2, 16, 8, 8}, (int64_t[]){16, 8, 3, 3}, 8, 2);
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && !strcmp(argv[1], "bench")) { /* a training-sized layer, timed */
+    nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1)}};
+    int th = argc > 2 ? atoi(argv[2]) : 0;
+    f32_case("bench conv 32x64x32x32 -> 64, 3x3", &conv, 4, (int64_t[]){32, 64, 32, 32},
+             (int64_t[]){64, 64, 3, 3}, 64, th);
+    return check_report();
+  }
+  conv_cases();
+  convtr_cases();
+  pool_cases();
+  norm_cases();
+  dropout_cases();
+  resize_cases();
+  refused_cases();
+  f32_cases();
+  return check_report();
+}
