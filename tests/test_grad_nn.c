@@ -371,37 +371,99 @@ static bool conv_grads(const nn_case *c, int dt, int xr, const int64_t *xd, cons
   return ok;
 }
 
+/* A naive 2-D Conv (pads top/left pt, pl; the output sizes given) and its
+ * gradients for L = sum(y * y): gy = 2y, then dX, dW, dB by direct loops. */
+typedef struct naive2d {
+  int64_t n, c, h, w, m, kh, kw, g, s, pt, pl, dh, dw, oh, ow;
+} naive2d;
+
+static void naive_grads(const naive2d *q, double **ref) {
+  int64_t cg = q->c / q->g, mg = q->m / q->g, ny = q->n * q->m * q->oh * q->ow;
+  double *x = vals(q->n * q->c * q->h * q->w, 1), *w = vals(q->m * cg * q->kh * q->kw, 2);
+  double *b = vals(q->m, 3), *gy = calloc((size_t)ny, sizeof(double));
+  ref[0] = calloc((size_t)(q->n * q->c * q->h * q->w), sizeof(double));
+  ref[1] = calloc((size_t)(q->m * cg * q->kh * q->kw), sizeof(double));
+  ref[2] = calloc((size_t)q->m, sizeof(double));
+  for (int pass = 0; pass < 2; pass++) /* 0: y (into gy), 1: the gradients */
+    for (int64_t n = 0; n < q->n; n++)
+      for (int64_t m = 0; m < q->m; m++)
+        for (int64_t oy = 0; oy < q->oh; oy++)
+          for (int64_t ox = 0; ox < q->ow; ox++) {
+            int64_t yi = ((n * q->m + m) * q->oh + oy) * q->ow + ox, gi = m / mg;
+            double acc = b[m];
+            if (pass) ref[2][m] += gy[yi];
+            for (int64_t c = 0; c < cg; c++)
+              for (int64_t ky = 0; ky < q->kh; ky++)
+                for (int64_t kx = 0; kx < q->kw; kx++) {
+                  int64_t iy = oy * q->s - q->pt + ky * q->dh, ix = ox * q->s - q->pl + kx * q->dw;
+                  if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->w) continue;
+                  int64_t xi = ((n * q->c + gi * cg + c) * q->h + iy) * q->w + ix;
+                  int64_t wi = ((m * cg + c) * q->kh + ky) * q->kw + kx;
+                  if (!pass) acc += w[wi] * x[xi];
+                  else ref[0][xi] += gy[yi] * w[wi], ref[1][wi] += gy[yi] * x[xi];
+                }
+            if (!pass) gy[yi] = 2 * acc;
+          }
+  free(x), free(w), free(b), free(gy);
+}
+
+static void compare(const char *label, const char *what, double *const *got, double *const *want,
+                    const int64_t *n3, double tol) {
+  for (int i = 0; i < 3; i++) {
+    double worst = 0, scale = 0;
+    for (int64_t j = 0; j < n3[i]; j++) scale = fmax(scale, fabs(want[i][j]));
+    for (int64_t j = 0; j < n3[i]; j++) worst = fmax(worst, fabs(got[i][j] - want[i][j]));
+    if (!(worst <= tol * (1 + scale)))
+      fprintf(stderr, "%s: %s gradient %d differs by %g (scale %g)\n", label, what, i, worst, scale);
+    CHECK(worst <= tol * (1 + scale));
+  }
+}
+
+/* float32 against float64 (and both against the naive loops when q is
+ * given: a plain 2-D Conv). */
 static void f32_case(const char *label, const nn_case *c, int xr, const int64_t *xd,
-                     const int64_t *wd, int64_t m, int threads) {
-  double *g32[3] = {0}, *g64[3] = {0}, t32 = 0, t64 = 0;
+                     const int64_t *wd, int64_t m, int threads, const naive2d *q) {
+  double *g32[3] = {0}, *g64[3] = {0}, *ref[3] = {0}, t32 = 0, t64 = 0;
   bool ok = conv_grads(c, KEEL_FLOAT, xr, xd, wd, m, threads, g32, &t32) &&
             conv_grads(c, KEEL_DOUBLE, xr, xd, wd, m, threads, g64, &t64);
   CHECK(ok);
   int64_t n3[3] = {prod(xr, xd), prod(xr, wd), m};
-  for (int i = 0; ok && i < 3; i++) {
-    double worst = 0, scale = 0;
-    for (int64_t j = 0; j < n3[i]; j++) scale = fmax(scale, fabs(g64[i][j]));
-    for (int64_t j = 0; j < n3[i]; j++) worst = fmax(worst, fabs(g32[i][j] - g64[i][j]));
-    if (!(worst <= 1e-4 * (1 + scale)))
-      fprintf(stderr, "%s: gradient %d differs by %g (scale %g)\n", label, i, worst, scale);
-    CHECK(worst <= 1e-4 * (1 + scale));
+  if (ok) compare(label, "float32", g32, g64, n3, 1e-4);
+  if (ok && q) {
+    naive_grads(q, ref);
+    compare(label, "float64 (naive loops)", g64, ref, n3, 1e-10);
+    compare(label, "float32 (naive loops)", g32, ref, n3, 1e-4);
   }
   printf("%s (%d threads): float32 %.2f ms, float64 %.2f ms per forward+backward\n", label,
          threads, t32, t64);
-  for (int i = 0; i < 3; i++) free(g32[i]), free(g64[i]);
+  for (int i = 0; i < 3; i++) free(g32[i]), free(g64[i]), free(ref[i]);
 }
 
 static void f32_cases(void) {
   nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1), IS("strides", 2, 1, 1)}};
-  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){4, 16, 20, 20}, (int64_t[]){24, 16, 3, 3}, 24, 2);
-  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){1, 8, 9, 9}, (int64_t[]){8, 8, 3, 3}, 8, 4);
+  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){4, 16, 20, 20}, (int64_t[]){24, 16, 3, 3}, 24, 2,
+           &(naive2d){4, 16, 20, 20, 24, 3, 3, 1, 1, 1, 1, 1, 1, 20, 20});
+  f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){1, 8, 9, 9}, (int64_t[]){8, 8, 3, 3}, 8, 4,
+           &(naive2d){1, 8, 9, 9, 8, 3, 3, 1, 1, 1, 1, 1, 1, 9, 9});
+  /* a column matrix over the 4 MB budget in float64 (chunks), not in float32 */
+  nn_case big = {"Conv", "x,w,b", NULL, {I1("group", 2), IS("pads", 4, 2, 1, 2, 1), IS("dilations", 2, 2, 1)}};
+  f32_case("float32 conv grouped, dilated, chunked", &big, 4, (int64_t[]){1, 32, 64, 64},
+           (int64_t[]){16, 16, 3, 3}, 16, 2, &(naive2d){1, 32, 64, 64, 16, 3, 3, 2, 1, 2, 1, 2, 1, 64, 64});
+  nn_case sd = {"Conv", "x,w,b", NULL, {IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 0, 0)}};
+  f32_case("float32 conv stride 2", &sd, 4, (int64_t[]){3, 8, 15, 15}, (int64_t[]){12, 8, 3, 3}, 12, 2,
+           &(naive2d){3, 8, 15, 15, 12, 3, 3, 1, 2, 1, 1, 1, 1, 7, 7});
   nn_case dw = {"Conv", "x,w,b", NULL, {I1("group", 8), IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1)}};
-  f32_case("float32 depthwise conv", &dw, 4, (int64_t[]){2, 8, 12, 12}, (int64_t[]){8, 1, 3, 3}, 8, 2);
+  f32_case("float32 depthwise conv", &dw, 4, (int64_t[]){2, 8, 12, 12}, (int64_t[]){8, 1, 3, 3}, 8, 2,
+           &(naive2d){2, 8, 12, 12, 8, 3, 3, 8, 2, 1, 1, 1, 1, 6, 6});
   nn_case pw = {"Conv", "x,w,b", NULL, {{0}}};
-  f32_case("float32 conv 1x1", &pw, 4, (int64_t[]){2, 16, 10, 10}, (int64_t[]){32, 16, 1, 1}, 32, 2);
+  f32_case("float32 conv 1x1", &pw, 4, (int64_t[]){2, 16, 10, 10}, (int64_t[]){32, 16, 1, 1}, 32, 2,
+           &(naive2d){2, 16, 10, 10, 32, 1, 1, 1, 1, 0, 0, 1, 1, 10, 10});
   nn_case tr = {"ConvTranspose", "x,w,b", NULL, {IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1),
                                                 IS("output_padding", 2, 1, 1)}};
-  f32_case("float32 convT", &tr, 4, (int64_t[]){2, 16, 8, 8}, (int64_t[]){16, 8, 3, 3}, 8, 2);
+  f32_case("float32 convT", &tr, 4, (int64_t[]){2, 16, 8, 8}, (int64_t[]){16, 8, 3, 3}, 8, 2, NULL);
+  /* ConvTranspose's columns (Mg * k rows over X's positions) over budget in float64 */
+  f32_case("float32 convT chunked", &tr, 4, (int64_t[]){1, 16, 62, 62}, (int64_t[]){16, 16, 3, 3}, 16,
+           2, NULL);
 }
 
 int main(int argc, char **argv) {
@@ -409,7 +471,7 @@ int main(int argc, char **argv) {
     nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1)}};
     int th = argc > 2 ? atoi(argv[2]) : 0;
     f32_case("bench conv 32x64x32x32 -> 64, 3x3", &conv, 4, (int64_t[]){32, 64, 32, 32},
-             (int64_t[]){64, 64, 3, 3}, 64, th);
+             (int64_t[]){64, 64, 3, 3}, 64, th, NULL);
     return check_report();
   }
   conv_cases();
