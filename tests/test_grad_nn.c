@@ -1,7 +1,8 @@
 /* test_grad_nn.c: the rules of ir/grad_nn.c (and the kernels of
  * ops/grad_nn.c) against finite differences in float64 (tests/gradcheck.h):
  * Conv and ConvTranspose with their attributes, the pools, BatchNorm
- * (inference and training, opsets 9/14/15), LayerNorm, Dropout, Resize.
+ * (inference and training, opsets 9/14/15), LayerNorm, InstanceNorm,
+ * GroupNorm, Dropout, Resize.
  * The float32 conv kernels are checked against the float64 result, and
  * cases a rule refuses against their load-time error. */
 #define _POSIX_C_SOURCE 200809L
@@ -210,6 +211,20 @@ static void norm_cases(void) {
   gc_check("layernorm axis -2, Mean and InvStdDev used, broadcast Scale and B", nn_body, &lns,
            in3, 3, 17, 1e-6);
   free(x), free(s), free(b), free(s2);
+
+  double *xi = vals(2 * 4 * 3 * 2, 14), *si = vals(4, 15), *bi = vals(4, 16);
+  gc_input ii[3] = {{"x", 4, {2, 4, 3, 2}, xi, true}, {"s", 1, {4}, si, true}, {"b", 1, {4}, bi, true}};
+  nn_case inst = {"InstanceNormalization", "x,s,b", NULL, {F("epsilon", 1e-2f)}};
+  gc_check("instancenorm", nn_body, &inst, ii, 3, 13, 1e-6);
+  nn_case gn21 = {"GroupNormalization", "x,s,b", NULL, {I1("num_groups", 2), F("epsilon", 1e-3f)}};
+  gc_check("groupnorm opset 21 (per channel)", nn_body, &gn21, ii, 3, 21, 1e-6);
+  ii[1].dims[0] = ii[2].dims[0] = 2;
+  gc_check("groupnorm opset 18 (per group)", nn_body, &gn21, ii, 3, 18, 1e-6);
+  ii[0] = (gc_input){"x", 3, {2, 4, 3}, xi, true};
+  ii[1].dims[0] = ii[2].dims[0] = 1;
+  nn_case gn1 = {"GroupNormalization", "x,s,b", NULL, {I1("num_groups", 1)}};
+  gc_check("groupnorm one group, 3-D", nn_body, &gn1, ii, 3, 18, 1e-6);
+  free(xi), free(si), free(bi);
 }
 
 /* ---------------------------------------------------------- Dropout */

@@ -2,6 +2,7 @@
  * ConvTranspose (dX, dW through ops/grad_nn.c's GEMM kernels, dB as a
  * ReduceSum), MaxPool / AveragePool and their Global forms,
  * BatchNormalization (inference and training mode), LayerNormalization,
+ * InstanceNormalization, GroupNormalization,
  * Dropout and Resize (nearest and linear, 4-D).
  *
  * The heavy parts are internal kernels (ai.keel.internal) because their
@@ -176,6 +177,34 @@ static keel_status r_layernorm(ad_builder *b, const keel_node *n, const char *co
   return KEEL_OK;
 }
 
+/* InstanceNormalization (X, scale, B) and GroupNormalization (X, scale,
+ * bias; per group before opset 21, per channel from 21): one kernel,
+ * num_groups 0 meaning a group per channel. */
+static keel_status group_norm(ad_builder *b, const keel_node *n, const char *const *gy,
+                              const char **gx, bool instance) {
+  const char *ins[3] = {gy[0], n->in_names[0], n->in_names[1]};
+  const char *outs[3] = {ad_fresh(b, "dX"), ad_fresh(b, "dScale"), ad_fresh(b, "dB")};
+  keel_node *m;
+  if (!outs[0] || !outs[1] || !outs[2]) return ad_oom();
+  KEEL_TRY(ad_emit(b, "GroupNormGrad", AD_INTERNAL, 3, ins, 3, outs, &m));
+  KEEL_TRY(ad_attr_copy(b, m, n, "epsilon"));
+  if (instance) KEEL_TRY(ad_attr_i(b, m, "num_groups", 0));
+  else KEEL_TRY(ad_attr_copy(b, m, n, "num_groups"));
+  if (!instance && n->opset < 21) KEEL_TRY(ad_attr_i(b, m, "per_group", 1));
+  for (int i = 0; i < 3; i++) gx[i] = outs[i];
+  return KEEL_OK;
+}
+
+static keel_status r_instancenorm(ad_builder *b, const keel_node *n, const char *const *gy,
+                                  const char **gx) {
+  return group_norm(b, n, gy, gx, true);
+}
+static keel_status r_groupnorm(ad_builder *b, const keel_node *n, const char *const *gy,
+                               const char **gx) {
+  if (!keel_node_attr(n, "num_groups")) return unsupported(n, "no num_groups", NULL);
+  return group_norm(b, n, gy, gx, false);
+}
+
 /* ------------------------------------------------------------ Dropout */
 
 /* The mask: the node's own output 1, or a twin Dropout (same inputs and
@@ -284,6 +313,8 @@ const ad_rule ad_rules_nn[] = {
     {"GlobalAveragePool", "", 1, r_gavgpool, 1},
     {"BatchNormalization", "", 7, r_batchnorm, 5},
     {"LayerNormalization", "", 7, r_layernorm, 2},
+    {"InstanceNormalization", "", 7, r_instancenorm, 3},
+    {"GroupNormalization", "", 7, r_groupnorm, 3},
     {"Dropout", "", 1, r_dropout, 1},
     {"Resize", "", 1, r_resize, 2},
     {0},

@@ -3,7 +3,8 @@
  *   ConvGradX, ConvGradW              dX and dW of Conv
  *   ConvTransposeGradX/W              dX and dW of ConvTranspose
  *   MaxPoolGrad, AveragePoolGrad      (attribute global=1: the Global* ops)
- *   BatchNormGrad, LayerNormGrad      dX, dScale, dB
+ *   BatchNormGrad, LayerNormGrad,     dX, dScale, dB
+ *   GroupNormGrad (also InstanceNormalization's)
  *   DropoutGrad, ResizeGrad
  *
  * Every kernel takes float and double. The conv products go through
@@ -680,6 +681,95 @@ static keel_status op_ln_grad(keel_kctx *k) {
   return KEEL_OK;
 }
 
+/* ============================================ Instance/GroupNorm */
+
+typedef struct gn_job {
+  int64_t n, c, g, l;           /* X as (N, G, C / G, L)                 */
+  bool dbl;
+  double eps;
+  const void *gy, *x;
+  const double *scale;          /* per channel                           */
+  void *dx;
+  double *parts;                /* per worker: dScale then dB (2 C)      */
+} gn_job;
+
+/* Rows (n, group) [r0, r1): LayerNorm's formula over the group's C / G * L
+ * values, with each channel's scale. */
+static keel_status gn_task(void *ctx, int64_t r0, int64_t r1, int worker) {
+  const gn_job *j = ctx;
+  int64_t cg = j->c / j->g, D = cg * j->l;
+  double *ds = j->parts + (size_t)worker * 2 * (size_t)j->c, *db = ds + j->c;
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t b = r * D, c0 = (r % j->g) * cg;
+    double mu = 0, var = 0, mg = 0, mgx = 0;
+    for (int64_t i = 0; i < D; i++) mu += ld(j->x, j->dbl, b + i);
+    mu /= (double)D;
+    for (int64_t i = 0; i < D; i++) {
+      double t = ld(j->x, j->dbl, b + i) - mu;
+      var += t * t;
+    }
+    double inv = 1 / sqrt(var / (double)D + j->eps);
+    for (int64_t i = 0; i < D; i++) {
+      int64_t c = c0 + i / j->l;
+      double g = ld(j->gy, j->dbl, b + i), xh = (ld(j->x, j->dbl, b + i) - mu) * inv;
+      ds[c] += g * xh, db[c] += g;
+      mg += g * j->scale[c], mgx += g * j->scale[c] * xh;
+    }
+    mg /= (double)D, mgx /= (double)D;
+    for (int64_t i = 0; i < D; i++) {
+      double xh = (ld(j->x, j->dbl, b + i) - mu) * inv;
+      double g = ld(j->gy, j->dbl, b + i) * j->scale[c0 + i / j->l];
+      st(j->dx, j->dbl, b + i, inv * (g - mg - xh * mgx));
+    }
+  }
+  return KEEL_OK;
+}
+
+/* Inputs (gY, X, scale); attributes num_groups (0: InstanceNormalization,
+ * one group per channel), per_group (scale and B per group, as
+ * GroupNormalization before opset 21), epsilon. Outputs dX, dScale, dB
+ * shaped as scale. */
+static keel_status op_gn_grad(keel_kctx *k) {
+  const keel_tensor *gy, *x, *sc;
+  KEEL_TRY(fd_input(k, 1, -1, &x));
+  KEEL_TRY(fd_input(k, 0, x->dtype, &gy));
+  KEEL_TRY(fd_input(k, 2, x->dtype, &sc));
+  if (x->rank < 2) return keel_err(KEEL_ERR_SHAPE, "%s: X must be (N, C, ...)", k->node->op_type);
+  KEEL_TRY(same_shape(k, gy, "the gradient", x->rank, x->shape));
+  int64_t C = x->shape[1], G = keel_k_attr_i(k, "num_groups", 0);
+  if (G == 0) G = C;
+  if (G < 1 || C % G)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "%s: num_groups %lld does not divide %lld channels",
+                    k->node->op_type, (long long)G, (long long)C);
+  bool per_group = keel_k_attr_i(k, "per_group", 0) != 0;
+  int64_t ns = per_group ? G : C;
+  KEEL_TRY(same_shape(k, sc, "scale", 1, &ns));
+  gn_job j = {x->shape[0], C, G, keel_shape_numel(x->rank - 2, x->shape + 2),
+              x->dtype == KEEL_DOUBLE, keel_k_attr_f(k, "epsilon", 1e-5f), gy->data, x->data,
+              NULL, NULL, NULL};
+  keel_tensor *dx, *ds, *db;
+  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &dx));
+  KEEL_TRY(keel_k_out(k, 1, x->dtype, 1, &ns, &ds));
+  KEEL_TRY(keel_k_out(k, 2, x->dtype, 1, &ns, &db));
+  int threads = keel_pool_threads(k->pool);
+  void *p, *q;
+  KEEL_TRY(keel_k_scratch_n(k, C + 1, sizeof(double), &p));
+  KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * 2 * C + 1, sizeof(double), &q));
+  double *scale = p, *parts = q;
+  for (int64_t c = 0; c < C; c++) scale[c] = ld(sc->data, j.dbl, per_group ? c / (C / G) : c);
+  memset(parts, 0, sizeof(double) * (size_t)(threads * 2 * C));
+  j.scale = scale, j.parts = parts, j.dx = dx->data;
+  if (keel_tensor_numel(x)) KEEL_TRY(keel_pool_for(k->pool, j.n * G, 1, gn_task, &j));
+  for (int64_t i = 0; i < ns; i++) st(ds->data, j.dbl, i, 0), st(db->data, j.dbl, i, 0);
+  for (int t = 0; t < threads; t++)
+    for (int64_t c = 0; c < C; c++) {
+      int64_t o = per_group ? c / (C / G) : c;
+      st(ds->data, j.dbl, o, ld(ds->data, j.dbl, o) + parts[(size_t)t * 2 * (size_t)C + (size_t)c]);
+      st(db->data, j.dbl, o, ld(db->data, j.dbl, o) + parts[(size_t)t * 2 * (size_t)C + (size_t)(C + c)]);
+    }
+  return KEEL_OK;
+}
+
 /* ========================================================= Dropout */
 
 /* Inputs (gY, mask, ratio?, training_mode?); attributes ratio and training
@@ -883,6 +973,7 @@ const keel_opdef keel_ops_grad_nn[] = {
     {D, "AveragePoolGrad", 1, KEEL_OPSET_MAX, op_avgpool_grad, 0, FD},
     {D, "BatchNormGrad", 1, KEEL_OPSET_MAX, op_bn_grad, 0, FD},
     {D, "LayerNormGrad", 1, KEEL_OPSET_MAX, op_ln_grad, 0, FD},
+    {D, "GroupNormGrad", 1, KEEL_OPSET_MAX, op_gn_grad, 0, FD},
     {D, "DropoutGrad", 1, KEEL_OPSET_MAX, op_dropout_grad, 0, FD},
     {D, "ResizeGrad", 1, KEEL_OPSET_MAX, op_resize_grad, 0, FD},
     {0},
