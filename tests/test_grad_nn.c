@@ -332,58 +332,135 @@ static void refused_cases(void) {
 
 /* Gradients of L = sum(conv(x, w, b) * R) in `dt` for inputs of the given
  * shapes (values from vals()); grads[i] gets doubles. */
-static bool conv_grads(const nn_case *c, int dt, int xr, const int64_t *xd, const int64_t *wd,
-                       int64_t m, int threads, double **grads, double *ms) {
+/* Gradients of L = sum(y * y) with respect to the `diff` inputs, with the
+ * double inputs given in `dt`, on a session of `threads` threads; grads[k]
+ * gets doubles, *ms the time of the last of three runs. */
+static bool typed_grads(const nn_case *c, int dt, const gc_input *in, int n_in, int opset,
+                        int threads, double **grads, double *ms) {
   mb_graph *g = mb_graph_new("main");
-  int64_t nx = prod(xr, xd), nw = prod(xr, wd);
-  double *v[3] = {vals(nx, 1), vals(nw, 2), vals(m, 3)};
-  int64_t dims[3][GC_MAX_RANK], n3[3] = {nx, nw, m};
-  memcpy(dims[0], xd, sizeof(int64_t) * (size_t)xr);
-  memcpy(dims[1], wd, sizeof(int64_t) * (size_t)xr);
-  dims[2][0] = m;
-  const char *names[3] = {"x", "w", "b"};
-  for (int i = 0; i < 3; i++) mb_input(g, names[i], dt, i == 2 ? 1 : xr, dims[i]);
+  const char *names[8], *xs[8];
+  char ins[256] = "", outs[256] = "";
+  int nx = 0;
+  for (int i = 0; i < n_in; i++) {
+    names[i] = in[i].name;
+    mb_input(g, in[i].name, in[i].dtype ? in[i].dtype : dt, in[i].rank, in[i].dims);
+  }
   nn_body(g, (void *)c);
   mb_add(g, "Mul", "y,y", "L");
   mb_output(g, "L", dt, -1, NULL);
-  const char *outs[3] = {"dx", "dw", "db"};
-  for (int i = 0; i < 3; i++) mb_output(g, outs[i], dt, -1, NULL);
-  mb_node *gn = mb_add(g, "Gradient", "x,w,b", "dx,dw,db");
+  for (int i = 0; i < n_in; i++) {
+    if (!in[i].diff) continue;
+    char o[64];
+    snprintf(o, sizeof o, "d_%s", in[i].name);
+    mb_output(g, o, dt, -1, NULL);
+    snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%s", nx ? "," : "", in[i].name);
+    snprintf(outs + strlen(outs), sizeof outs - strlen(outs), "%s%s", nx ? "," : "", o);
+    xs[nx++] = in[i].name;
+  }
+  mb_node *gn = mb_add(g, "Gradient", ins, outs);
   mb_domain(gn, TRAIN);
   mb_attr_s(gn, "y", "L");
-  mb_attr_strs(gn, "xs", 3, names);
+  mb_attr_strs(gn, "xs", nx, xs);
   size_t len;
-  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  uint8_t *bytes = mb_model_domains(g, opset, TRAIN, 1, &len);
   keel_options o = {.size = sizeof o, .threads = threads};
   keel_session_t *s = NULL;
   bool ok = keel_session_create_from_memory(bytes, len, NULL, &o, &s) == KEEL_OK;
   free(bytes);
-  keel_value_t *in[3] = {0}, *out[4] = {0};
-  for (int i = 0; ok && i < 3; i++) {
-    void *buf = malloc(sizeof(double) * (size_t)n3[i]);
-    for (int64_t j = 0; j < n3[i]; j++)
-      if (dt == KEEL_FLOAT) ((float *)buf)[j] = (float)v[i][j];
-      else ((double *)buf)[j] = v[i][j];
-    in[i] = mb_tensor(s, dt, i == 2 ? 1 : xr, dims[i], buf);
+  keel_value_t *v[8] = {0}, *out[9] = {0};
+  for (int i = 0; ok && i < n_in; i++) {
+    int64_t n = numel(&in[i]);
+    if (in[i].dtype) {
+      v[i] = mb_tensor(s, in[i].dtype, in[i].rank, in[i].dims, in[i].idata);
+      continue;
+    }
+    void *buf = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    for (int64_t j = 0; j < n; j++)
+      if (dt == KEEL_FLOAT) ((float *)buf)[j] = (float)in[i].data[j];
+      else ((double *)buf)[j] = in[i].data[j];
+    v[i] = mb_tensor(s, dt, in[i].rank, in[i].dims, buf);
     free(buf);
   }
   for (int rep = 0; ok && rep < 3; rep++) { /* the last of three runs is timed */
-    for (int i = 0; i < 4; i++) keel_value_release(out[i]), out[i] = NULL;
+    for (int i = 0; i < 9; i++) keel_value_release(out[i]), out[i] = NULL;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    ok = keel_run(s, names, in, 3, out) == KEEL_OK;
+    ok = keel_run(s, names, v, (size_t)n_in, out) == KEEL_OK;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
   }
-  if (!ok) fprintf(stderr, "conv_grads: %s\n", keel_last_error());
-  for (int i = 0; ok && i < 3; i++) {
-    grads[i] = malloc(sizeof(double) * (size_t)n3[i]);
-    for (int64_t j = 0; j < n3[i]; j++) grads[i][j] = keel_value_at(out[i + 1], j);
+  if (!ok) fprintf(stderr, "typed_grads: %s\n", keel_last_error());
+  for (int i = 0, k = 0; ok && i < n_in; i++) {
+    if (!in[i].diff) continue;
+    grads[k] = malloc(sizeof(double) * (size_t)numel(&in[i]));
+    for (int64_t j = 0; j < numel(&in[i]); j++) grads[k][j] = keel_value_at(out[k + 1], j);
+    k++;
   }
-  for (int i = 0; i < 4; i++) keel_value_release(out[i]);
-  for (int i = 0; i < 3; i++) keel_value_release(in[i]), free(v[i]);
+  for (int i = 0; i < 9; i++) keel_value_release(out[i]);
+  for (int i = 0; i < n_in; i++) keel_value_release(v[i]);
   keel_session_destroy(s);
   return ok;
+}
+
+/* typed_grads for (x, w, b) of the given shapes, values from vals(). */
+static bool conv_grads(const nn_case *c, int dt, int xr, const int64_t *xd, const int64_t *wd,
+                       int64_t m, int threads, double **grads, double *ms) {
+  int64_t nx = prod(xr, xd), nw = prod(xr, wd);
+  double *v[3] = {vals(nx, 1), vals(nw, 2), vals(m, 3)};
+  gc_input in[3] = {{"x", xr, {0}, v[0], true}, {"w", xr, {0}, v[1], true}, {"b", 1, {m}, v[2], true}};
+  memcpy(in[0].dims, xd, sizeof(int64_t) * (size_t)xr);
+  memcpy(in[1].dims, wd, sizeof(int64_t) * (size_t)xr);
+  bool ok = typed_grads(c, dt, in, 3, 13, threads, grads, ms);
+  for (int i = 0; i < 3; i++) free(v[i]);
+  return ok;
+}
+
+/* The other kernels: float32 against float64 on a mid-sized input. */
+static void f32_other(const char *label, const nn_case *c, const gc_input *in, int n_in, int opset) {
+  double *g32[8] = {0}, *g64[8] = {0}, t32 = 0, t64 = 0;
+  bool ok = typed_grads(c, KEEL_FLOAT, in, n_in, opset, 2, g32, &t32) &&
+            typed_grads(c, KEEL_DOUBLE, in, n_in, opset, 2, g64, &t64);
+  CHECK(ok);
+  for (int i = 0, k = 0; ok && i < n_in; i++) {
+    if (!in[i].diff) continue;
+    double worst = 0, scale = 0;
+    for (int64_t j = 0; j < numel(&in[i]); j++) scale = fmax(scale, fabs(g64[k][j]));
+    for (int64_t j = 0; j < numel(&in[i]); j++) worst = fmax(worst, fabs(g32[k][j] - g64[k][j]));
+    if (!(worst <= 1e-4 * (1 + scale)))
+      fprintf(stderr, "%s: float32 gradient of %s differs by %g (scale %g)\n", label, in[i].name,
+              worst, scale);
+    CHECK(worst <= 1e-4 * (1 + scale));
+    k++;
+  }
+  printf("%s: float32 %.2f ms, float64 %.2f ms per forward+backward\n", label, t32, t64);
+  for (int i = 0; i < 8; i++) free(g32[i]), free(g64[i]);
+}
+
+static void f32_others(void) {
+  int64_t n = 4 * 8 * 16 * 16;
+  double *x = vals(n, 21), *s = vals(8, 22), *b = vals(8, 23), *ln_s = vals(256, 24);
+  double mean[8] = {0}, var[8] = {1, 1, 1, 1, 2, 2, 2, 2};
+  gc_input x1[1] = {{"x", 4, {4, 8, 16, 16}, x, true}};
+  nn_case mp = {"MaxPool", "x", NULL, {IS("kernel_shape", 2, 3, 3), IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 1, 1)}};
+  f32_other("float32 maxpool", &mp, x1, 1, 13);
+  nn_case ap = {"AveragePool", "x", NULL, {IS("kernel_shape", 2, 2, 2), IS("strides", 2, 2, 2)}};
+  f32_other("float32 averagepool", &ap, x1, 1, 13);
+  nn_case gap = {"GlobalAveragePool", "x", NULL, {{0}}};
+  f32_other("float32 globalaveragepool", &gap, x1, 1, 13);
+  gc_input bn[5] = {x1[0], {"s", 1, {8}, s, true}, {"b", 1, {8}, b, true}, {"mean", 1, {8}, mean, false},
+                    {"var", 1, {8}, var, false}};
+  nn_case bnt = {"BatchNormalization", "x,s,b,mean,var", NULL, {I1("training_mode", 1)}};
+  f32_other("float32 batchnorm training", &bnt, bn, 5, 15);
+  gc_input ln[2] = {x1[0], {"s", 2, {16, 16}, ln_s, true}};
+  nn_case lnc = {"LayerNormalization", "x,s", NULL, {I1("axis", 2)}};
+  f32_other("float32 layernorm", &lnc, ln, 2, 17);
+  nn_case gn = {"GroupNormalization", "x,s,b", NULL, {I1("num_groups", 4)}};
+  f32_other("float32 groupnorm", &gn, bn, 3, 21);
+  float sc[4] = {1, 1, 2, 2};
+  gc_input rs[2] = {x1[0], {"scales", 1, {4}, NULL, false, KEEL_FLOAT, sc}};
+  nn_case rl = {"Resize", "x,,scales", NULL, {S("mode", "linear")}};
+  f32_other("float32 resize linear", &rl, rs, 2, 13);
+  free(x), free(s), free(b), free(ln_s);
 }
 
 /* A naive 2-D Conv (pads top/left pt, pl; the output sizes given) and its
@@ -497,5 +574,6 @@ int main(int argc, char **argv) {
   resize_cases();
   refused_cases();
   f32_cases();
+  f32_others();
   return check_report();
 }
