@@ -328,6 +328,53 @@ static void refused_cases(void) {
   refused("resize nearest_mode", &ceil, 4, xd, "weird");
 }
 
+/* The kernels called directly (a model importing ai.keel.internal) with
+ * inputs that do not fit: an error naming the problem, no crash. */
+static void bad_call(const char *op, int n_in, const int64_t (*dims)[4], const int *ranks,
+                     const char *want) {
+  mb_graph *g = mb_graph_new("main");
+  const char *names[6] = {"a", "b", "c", "d", "e", "f"};
+  char ins[32] = "";
+  for (int i = 0; i < n_in; i++) {
+    mb_input(g, names[i], KEEL_FLOAT, ranks[i], dims[i]);
+    snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%s", i ? "," : "", names[i]);
+  }
+  mb_node *n = mb_add(g, op, ins, "y");
+  mb_domain(n, "ai.keel.internal");
+  if (!strcmp(op, "MaxPoolGrad")) mb_attr_ints(n, "kernel_shape", 2, (int64_t[]){2, 2});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, "ai.keel.internal", 1, &len);
+  keel_session_t *s = NULL;
+  keel_status st = keel_session_create_from_memory(bytes, len, NULL, NULL, &s);
+  free(bytes);
+  CHECK(st == KEEL_OK);
+  keel_value_t *v[6] = {0}, *out = NULL;
+  for (int i = 0; s && i < n_in; i++) v[i] = mb_tensor(s, KEEL_FLOAT, ranks[i], dims[i], NULL);
+  st = s ? keel_run(s, names, v, (size_t)n_in, &out) : KEEL_ERR_INVALID_MODEL;
+  CHECK(st != KEEL_OK && strstr(keel_last_error(), want));
+  if (st == KEEL_OK || !strstr(keel_last_error(), want))
+    fprintf(stderr, "%s: %s\n", op, st ? keel_last_error() : "accepted");
+  for (int i = 0; i < n_in; i++) keel_value_release(v[i]);
+  keel_value_release(out);
+  keel_session_destroy(s);
+}
+
+static void bad_calls(void) {
+  bad_call("ConvGradX", 3, (const int64_t[][4]){{1, 2, 4, 4}, {1, 3, 5, 5}, {2, 3, 3, 3}},
+           (int[]){4, 4, 4}, "the gradient has shape");
+  bad_call("ConvGradW", 3, (const int64_t[][4]){{1, 2, 3, 3}, {1, 4, 5, 5}, {2, 3, 3, 3}},
+           (int[]){4, 4, 4}, "channels");
+  bad_call("MaxPoolGrad", 2, (const int64_t[][4]){{1, 1, 2, 2}, {1, 1, 4, 4}}, (int[]){4, 4},
+           "the gradient has shape");
+  bad_call("BatchNormGrad", 5, (const int64_t[][4]){{2, 3}, {2, 3}, {4}, {3}, {3}},
+           (int[]){2, 2, 1, 1, 1}, "scale has shape");
+  bad_call("LayerNormGrad", 3, (const int64_t[][4]){{2, 3}, {2, 3}, {4}}, (int[]){2, 2, 1},
+           "do not broadcast");
+  bad_call("ResizeGrad", 2, (const int64_t[][4]){{1, 1, 2, 2}, {1, 1, 2, 2}}, (int[]){4, 4},
+           "4 scales or 4 sizes");
+}
+
 /* ------------------------------------------- float32 against float64 */
 
 /* Gradients of L = sum(conv(x, w, b) * R) in `dt` for inputs of the given
@@ -573,6 +620,7 @@ int main(int argc, char **argv) {
   dropout_cases();
   resize_cases();
   refused_cases();
+  bad_calls();
   f32_cases();
   f32_others();
   return check_report();

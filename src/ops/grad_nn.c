@@ -169,9 +169,9 @@ static size_t gc_grid_off(const gconv *g, int64_t n, int64_t gi) {
 static void gc_image_plane(const gjob *j, int64_t n, int64_t gi, char *col) {
   const gconv *g = j->g;
   int64_t P = g->w.out_size;
-  const char *wg = j->wt + (size_t)(gi * g->ca * g->R) * g->es;
-  const char *gr = j->grid + gc_grid_off(g, n, gi);
-  char *im = j->out + gc_img_off(g, n, gi);
+  const char *wg = j->wt + (size_t)(gi * g->ca * g->R) * g->es;  /* (ca, cr * k)  */
+  const char *gr = j->grid + gc_grid_off(g, n, gi);                /* (ca, P)       */
+  char *im = j->out + gc_img_off(g, n, gi);                        /* (cr, in...)   */
   if (g->pointwise) {
     gc_gemm(g, j->gemm_pool, true, false, g->cr, P, g->ca, wg, g->cr, gr, P, false, im, P);
     return;
@@ -193,9 +193,9 @@ static void gc_image_plane(const gjob *j, int64_t n, int64_t gi, char *col) {
 static void gc_grid_plane(const gjob *j, int64_t n, int64_t gi, char *col) {
   const gconv *g = j->g;
   int64_t P = g->w.out_size;
-  const char *wg = j->wt + (size_t)(gi * g->ca * g->R) * g->es;
-  const char *im = j->img + gc_img_off(g, n, gi);
-  char *gr = j->out + gc_grid_off(g, n, gi);
+  const char *wg = j->wt + (size_t)(gi * g->ca * g->R) * g->es;  /* (ca, cr * k)  */
+  const char *im = j->img + gc_img_off(g, n, gi);                  /* (cr, in...)   */
+  char *gr = j->out + gc_grid_off(g, n, gi);                       /* (ca, P)       */
   if (g->pointwise) {
     gc_gemm(g, j->gemm_pool, false, false, g->ca, P, g->cr, wg, g->R, im, P, false, gr, P);
     return;
@@ -213,6 +213,7 @@ static void gc_weight_chunk(const gjob *j, int64_t n, int64_t gi, int64_t p0, ch
                             char *part) {
   const gconv *g = j->g;
   int64_t P = g->w.out_size, len = KEEL_MIN(j->chunk, P - p0);
+  keel_assert_internal(len > 0 && gi < g->group && n < g->n);
   const char *im = j->img + gc_img_off(g, n, gi);
   const char *gr = j->grid + gc_grid_off(g, n, gi) + (size_t)p0 * g->es;
   char *pg = part + (size_t)(gi * g->ca * g->R) * g->es;
@@ -228,6 +229,7 @@ static void gc_weight_chunk(const gjob *j, int64_t n, int64_t gi, int64_t p0, ch
 static keel_status gc_task(void *ctx, int64_t t0, int64_t t1, int worker) {
   const gjob *j = ctx;
   const gconv *g = j->g;
+  keel_assert_internal(j->gemm_pool == NULL || worker == 0);
   char *col = j->col ? j->col + (size_t)worker * j->col_bytes : NULL;
   for (int64_t t = t0; t < t1; t++) {
     if (j->kind == GC_WEIGHT) {
@@ -433,6 +435,7 @@ static keel_status pg_task(void *ctx, int64_t c0, int64_t c1, int worker) {
           double v = ld(j->x, j->dbl, xp + taps[t]);
           if (bi < 0 || v > best || best != best) best = v, bi = taps[t];
         }
+        keel_assert_internal(bi >= 0 && bi < w->in_size);
         st(j->dx, j->dbl, xp + bi, ld(j->dx, j->dbl, xp + bi) + g);
       } else {
         double gd = g / (double)div;
@@ -884,6 +887,7 @@ static keel_status rg_task(void *ctx, int64_t c0, int64_t c1, int worker) {
         for (int64_t a = 0; a < h->n; a++)
           for (int64_t b = 0; b < w->n; b++) {
             int64_t at = c * ip + h->idx[oh * h->n + a] * w->in + w->idx[ow * w->n + b];
+            keel_assert_internal(at >= c * ip && at < (c + 1) * ip);
             double v = g * h->w[oh * h->n + a] * w->w[ow * w->n + b];
             st(j->dx, j->dbl, at, ld(j->dx, j->dbl, at) + v);
           }
