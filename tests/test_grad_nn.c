@@ -606,11 +606,14 @@ static void f32_cases(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc > 1 && !strcmp(argv[1], "bench")) { /* a training-sized layer, timed */
-    nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1)}};
+  if (argc > 1 && !strcmp(argv[1], "bench")) { /* training-sized layers, timed */
     int th = argc > 2 ? atoi(argv[2]) : 0;
+    nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1)}};
     f32_case("bench conv 32x64x32x32 -> 64, 3x3", &conv, 4, (int64_t[]){32, 64, 32, 32},
              (int64_t[]){64, 64, 3, 3}, 64, th, NULL);
+    nn_case dw = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1), I1("group", 64)}};
+    f32_case("bench depthwise 32x64x32x32, 3x3", &dw, 4, (int64_t[]){32, 64, 32, 32},
+             (int64_t[]){64, 1, 3, 3}, 64, th, NULL);
     return check_report();
   }
   conv_cases();
