@@ -579,6 +579,7 @@ static void f32_case(const char *label, const nn_case *c, int xr, const int64_t 
 }
 
 static void f32_cases(void) {
+  nn_case point = {"Conv", "x,w,b", NULL, {{0}}};
   nn_case conv = {"Conv", "x,w,b", NULL, {IS("pads", 4, 1, 1, 1, 1), IS("strides", 2, 1, 1)}};
   f32_case("float32 conv 3x3", &conv, 4, (int64_t[]){4, 16, 20, 20}, (int64_t[]){24, 16, 3, 3}, 24, 2,
            &(naive2d){4, 16, 20, 20, 24, 3, 3, 1, 1, 1, 1, 1, 1, 20, 20});
@@ -588,6 +589,10 @@ static void f32_cases(void) {
   nn_case big = {"Conv", "x,w,b", NULL, {I1("group", 2), IS("pads", 4, 2, 1, 2, 1), IS("dilations", 2, 2, 1)}};
   f32_case("float32 conv grouped, dilated, chunked", &big, 4, (int64_t[]){1, 32, 64, 64},
            (int64_t[]){16, 16, 3, 3}, 16, 2, &(naive2d){1, 32, 64, 64, 16, 3, 3, 2, 1, 2, 1, 2, 1, 64, 64});
+  /* 16 workers: float32's dW partial sums fit the budget, float64's do not
+   * (one part, each product split over the pool) */
+  f32_case("float32 conv large W, 16 threads", &point, 4, (int64_t[]){2, 64, 12, 12},
+           (int64_t[]){72, 64, 8, 8}, 72, 16, &(naive2d){2, 64, 12, 12, 72, 8, 8, 1, 1, 0, 0, 1, 1, 5, 5});
   nn_case sd = {"Conv", "x,w,b", NULL, {IS("strides", 2, 2, 2), IS("pads", 4, 1, 1, 0, 0)}};
   f32_case("float32 conv stride 2", &sd, 4, (int64_t[]){3, 8, 15, 15}, (int64_t[]){12, 8, 3, 3}, 12, 2,
            &(naive2d){3, 8, 15, 15, 12, 3, 3, 1, 2, 1, 1, 1, 1, 7, 7});

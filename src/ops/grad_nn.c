@@ -28,6 +28,9 @@
 #include "conv_util.h"
 
 #define COL_BUDGET ((int64_t)4 << 20)
+/* Bound on the per-worker dW partial sums, in bytes: a larger weight has
+ * large products, which run one by one, each split over the pool. */
+#define PARTS_BUDGET ((int64_t)32 << 20)
 
 static keel_status fd_input(keel_kctx *k, int i, int dtype, const keel_tensor **t) {
   KEEL_TRY(keel_k_in(k, i, t));
@@ -267,7 +270,8 @@ static keel_status gc_run(keel_kctx *k, const gconv *g, int kind, const void *gr
   int threads = keel_pool_threads(k->pool);
   gc_chunks(g, kind, threads, &j);
   int64_t tasks = g->n * g->group * (kind == GC_WEIGHT ? j.nchunks : 1);
-  bool serial = threads > 1 && tasks < threads;
+  bool serial = threads > 1 && (tasks < threads || (kind == GC_WEIGHT &&
+                                (int64_t)threads * out_numel * (int64_t)g->es > PARTS_BUDGET));
   int parts = serial ? 1 : threads;
   if (serial) j.gemm_pool = k->pool;
   if (!g->pointwise) {
