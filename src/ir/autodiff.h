@@ -83,5 +83,6 @@ KEEL_INTERNAL keel_status ad_oom(void);
 extern const ad_rule ad_rules_basic[];
 extern const ad_rule ad_rules_shape[];
 extern const ad_rule ad_rules_math[];
+extern const ad_rule ad_rules_nn[];
 
 #endif /* KEEL_AUTODIFF_H */

@@ -9,6 +9,7 @@ static const ad_rule *const g_tables[] = {
     ad_rules_basic,
     ad_rules_shape,
     ad_rules_math,
+    ad_rules_nn,
 };
 
 const ad_rule *ad_rule_find(const char *op, const char *domain) {

@@ -305,6 +305,17 @@ DEF_DIRECT(direct_f32, float, float)
 DEF_DIRECT(direct_f64, double, double)
 DEF_DIRECT(direct_i32, int32_t, uint32_t)
 
+/* The float and double column routines, for the derivative kernels
+ * (ops/grad_nn.c). */
+void keel_conv_im2col(const keel_win *w, bool dbl, const void *x, int64_t ch, int64_t p0,
+                      int64_t len, void *col) {
+  (dbl ? im2col_f64 : im2col_f32)(w, x, ch, p0, len, col);
+}
+void keel_conv_col2im(const keel_win *w, bool dbl, const void *col, int64_t ch, int64_t q0,
+                      int64_t len, void *y) {
+  (dbl ? col2im_f64 : col2im_f32)(w, col, ch, q0, len, y);
+}
+
 /* C (M x N) = op(A) x B, or += when acc; split over the pool when one is
  * given (the few-task case of conv_run), else on the calling thread. */
 static void gemm_f32(keel_pool *pool, bool ta, bool acc, int64_t M, int64_t N, int64_t K,
@@ -569,7 +580,7 @@ static keel_status run_half(keel_kctx *k, run_fn run, const conv_geom *g, const 
  * for SAME_UPPER and to the start otherwise, with floor division as in the
  * ONNX reference, since output_shape may exceed the full size (negative
  * pads: the extra positions get only the bias). */
-static keel_status convtr_geometry(keel_kctx *k, keel_win *w) {
+keel_status keel_win_transposed(keel_kctx *k, keel_win *w) {
   int64_t opad[KEEL_MAX_RANK], out;
   KEEL_TRY(read_ints(k, "output_padding", w->nd, 0, 0, opad));
   int nos;
@@ -656,7 +667,7 @@ static keel_status conv_float(keel_kctx *k, bool tr, keel_tensor **yout) {
                     keel_dtype_name((keel_dtype)x->dtype), keel_dtype_name((keel_dtype)wt->dtype));
   conv_geom g;
   KEEL_TRY(conv_setup(k, x, wt, tr, &g));
-  KEEL_TRY(tr ? convtr_geometry(k, &g.w) : keel_win_forward(&g.w, false));
+  KEEL_TRY(tr ? keel_win_transposed(k, &g.w) : keel_win_forward(&g.w, false));
   KEEL_TRY(check_bias(b, g.m, x->dtype));
   conv_yshape(&g);
   keel_tensor *y;

@@ -59,6 +59,20 @@ KEEL_INTERNAL keel_status keel_win_forward(keel_win *w, bool ceil_mode);
 /* Sets in_size, out_size and k_size; KEEL_ERR_SHAPE on overflow. */
 KEEL_INTERNAL keel_status keel_win_sizes(keel_win *w);
 
+/* Transposed window (ConvTranspose): w->in, k, s, d and the explicit pads
+ * set; reads output_padding and output_shape, resolves auto_pad and sets
+ * w->out and the sizes (conv.c). */
+KEEL_INTERNAL keel_status keel_win_transposed(keel_kctx *k, keel_win *w);
+
+/* conv.c's column routines in float (dbl false) or double: im2col writes
+ * col (ch * k_size, len) from x (ch, in...) for the grid positions
+ * [p0, p0 + len) of w->out; col2im adds col (ch * k_size, len), the grid
+ * positions [q0, q0 + len) of w->in, into y (ch, out...). */
+KEEL_INTERNAL void keel_conv_im2col(const keel_win *w, bool dbl, const void *x, int64_t ch,
+                                    int64_t p0, int64_t len, void *col);
+KEEL_INTERNAL void keel_conv_col2im(const keel_win *w, bool dbl, const void *col, int64_t ch,
+                                    int64_t q0, int64_t len, void *y);
+
 /* The span of a dilated kernel along dim i. */
 static inline int64_t keel_win_ext(const keel_win *w, int i) {
   return (w->k[i] - 1) * w->d[i] + 1;

@@ -28,6 +28,7 @@
   X(grad)                \
   X(grad_shape)          \
   X(grad_math)           \
+  X(grad_nn)             \
   X(sequence)            \
   X(attention)           \
   X(transformer)         \
