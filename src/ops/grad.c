@@ -94,13 +94,15 @@ static keel_status op_sum_to_shape(keel_kctx *k) {
   KEEL_TRY(keel_broadcast_shape(x->rank, x->shape, g->rank, g->shape, &r, shape));
   if (r != g->rank || memcmp(shape, g->shape, sizeof(int64_t) * (size_t)r))
     return keel_err(KEEL_ERR_SHAPE, "SumToShape: the gradient's shape is not a broadcast of the value's");
+  /* nothing broadcast (the usual case): the gradient itself, no copy */
+  if (x->rank == g->rank && !memcmp(x->shape, g->shape, sizeof(int64_t) * (size_t)x->rank))
+    return keel_k_out_ref(k, 0, k->in[0]);
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, g->dtype, x->rank, x->shape, &o));
   int64_t no = keel_tensor_numel(o), ng = keel_tensor_numel(g);
   keel_broadcast_strides(x->rank, x->shape, r, shape, st);
   if (g->dtype == KEEL_FLOAT) {
-    if (no == ng && no) memcpy(o->data, g->data, keel_tensor_nbytes(o));
-    else if (no) sum_to_f32(g, r, shape, st, o);
+    if (no) sum_to_f32(g, r, shape, st, o);
     return KEEL_OK;
   }
   double *acc;
