@@ -442,6 +442,78 @@ static keel_status differentiate(builder *b) {
   return st;
 }
 
+/* ============================================================= pruning */
+
+/* Rules emit the gradient of every differentiable input, also of inputs
+ * no variable reaches (the data of a first layer): the nodes that make
+ * only such values are dropped here, walking the new nodes backward from
+ * the Gradient node's outputs. A node with sub-graphs is kept with every
+ * name its sub-graphs read. MatMulGrad, which computes only the outputs it
+ * lists, loses the ones nobody reads. */
+typedef struct nameset {
+  const char **v;
+  int32_t n, cap;
+} nameset;
+
+static bool ns_has(const nameset *s, const char *name) {
+  for (int32_t i = s->n - 1; i >= 0; i--)
+    if (!strcmp(s->v[i], name)) return true;
+  return false;
+}
+
+static keel_status ns_add(nameset *s, const char *name) {
+  if (!name[0] || ns_has(s, name)) return KEEL_OK;
+  if (s->n == s->cap) {
+    int32_t nc = s->cap ? s->cap * 2 : 64;
+    const char **q = keel_sys_realloc(s->v, (size_t)s->cap * sizeof(char *), (size_t)nc * sizeof(char *));
+    if (!q) return oom();
+    s->v = q;
+    s->cap = nc;
+  }
+  s->v[s->n++] = name;
+  return KEEL_OK;
+}
+
+static keel_status ns_add_reads(nameset *s, const keel_graph *g) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_in; k++) KEEL_TRY(ns_add(s, n->in_names[k]));
+    for (int32_t k = 0; k < n->n_subs; k++) KEEL_TRY(ns_add_reads(s, n->subs[k]));
+  }
+  for (int32_t k = 0; k < g->n_out; k++) KEEL_TRY(ns_add(s, g->out_names[k]));
+  return KEEL_OK;
+}
+
+static keel_status prune(builder *b) {
+  nameset need = {0};
+  keel_status st = KEEL_OK;
+  int32_t n0 = b->n;
+  bool *drop = keel_sys_calloc((size_t)n0 + 1, sizeof(bool));
+  if (!drop) return oom();
+  for (int32_t k = 0; !st && k < b->grad->n_out; k++) st = ns_add(&need, b->grad->out_names[k]);
+  for (int32_t i = b->n - 1; !st && i >= 0; i--) {
+    keel_node *n = &b->nodes[i];
+    bool used = n->n_subs > 0;
+    for (int32_t k = 0; k < n->n_out && !used; k++) used = n->out_names[k][0] && ns_has(&need, n->out_names[k]);
+    if (!used) {
+      drop[i] = true;
+      continue;
+    }
+    if (!strcmp(n->op_type, "MatMulGrad") && !strcmp(n->domain, AD_INTERNAL))
+      for (int32_t k = 0; k < n->n_out; k++)
+        if (!ns_has(&need, n->out_names[k])) n->out_names[k] = "";
+    for (int32_t k = 0; !st && k < n->n_in; k++) st = ns_add(&need, n->in_names[k]);
+    for (int32_t k = 0; !st && k < n->n_subs; k++) st = ns_add_reads(&need, n->subs[k]);
+  }
+  int32_t kept = 0;
+  for (int32_t i = 0; !st && i < b->n; i++)
+    if (!drop[i]) b->nodes[kept++] = b->nodes[i];
+  if (!st) b->n = kept;
+  keel_sys_free(drop, ((size_t)n0 + 1) * sizeof(bool));
+  keel_sys_free(need.v, (size_t)need.cap * sizeof(char *));
+  return st;
+}
+
 /* ============================================================== graphs */
 
 static keel_status graph_pass(keel_model *m, keel_graph *g) {
@@ -450,6 +522,7 @@ static keel_status graph_pass(keel_model *m, keel_graph *g) {
     if (strcmp(n->op_type, "Gradient") || strcmp(n->domain, AD_TRAINING)) continue;
     builder b = {.a = m->arena, .m = m, .g = g, .grad = n, .opset = keel_model_opset(m, "")};
     keel_status st = differentiate(&b);
+    if (!st) st = prune(&b);
     if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
     char lb[256];
