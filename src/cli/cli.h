@@ -19,6 +19,7 @@ int cmd_info(int argc, char **argv);
 int cmd_memcheck(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_shard(int argc, char **argv);
 
 /* The session of the model at `path` as the ONNX writer writes it back
  * (roundtrip.c; `keel test --roundtrip`). */

@@ -1,4 +1,4 @@
-/* main.c: the `keel` command: run, test, info, memcheck, ops, bench. */
+/* main.c: the `keel` command: run, test, info, memcheck, ops, bench, shard. */
 #include <string.h>
 
 #include "cli.h"
@@ -29,7 +29,9 @@ static const char *g_usage[][2] = {
              "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
-             "  control-flow tree and weight bytes."},
+             "  control-flow tree and weight bytes. For a shard folder (keel shard's\n"
+             "  rank_R.onnx files): per rank, the parameters kept, their bytes and where\n"
+             "  the collectives are."},
     {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--loop NAME] [--plot FILE.svg]\n"
                  "              [--mem-limit SIZE] [--threads N]\n"
                  "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
@@ -37,6 +39,11 @@ static const char *g_usage[][2] = {
                  "  iterations of loop NAME), naming the values whose blocks survived.\n"
                  "  --plot draws both as SVG. Under mpirun MODEL may be a folder of rank_R.onnx;\n"
                  "  every rank reports (mpirun --tag-output)."},
+    {"shard", "keel shard MODEL --tp N --out DIR [--split-vocab]\n"
+              "  Splits MODEL's transformer blocks N ways (tensor parallel, Megatron-LM style)\n"
+              "  into DIR/rank_0.onnx ... rank_{N-1}.onnx and DIR/manifest.json; run them with\n"
+              "  mpirun -np N keel run DIR. --split-vocab makes the LM head vocabulary-parallel\n"
+              "  (AllGather). A block it cannot split correctly is refused, naming the node."},
     {"ops", "keel ops [--markdown]\n"
             "  Lists the operators keel implements: domain, opset range, element types."},
     {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"
@@ -67,6 +74,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "memcheck")) return cmd_memcheck(argc - 2, argv + 2);
   if (!strcmp(cmd, "ops")) return cmd_ops(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "shard")) return cmd_shard(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     cli_usage(NULL, NULL);
     return 0;

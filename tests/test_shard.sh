@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# test_shard.sh KEEL: `keel shard` on the GPT of tests/gpt (tools/gen_gpt.py:
+# exported from PyTorch, 4 blocks, 8 heads, hidden 256, vocab 256), plain and
+# in a greedy-decoding Loop that runs the whole decoder per new token.
+# Weights are written first from their seeded generator (tools/gpt_weights.py,
+# numpy only). Then, at TP = 2 and 4 under mpirun:
+#  - keel test DIR passes against PyTorch's outputs (tokens exactly);
+#  - rank 0's logits match the one-process run within atol 1e-4, and the
+#    generated tokens are identical;
+#  - every rank's parameter bytes (keel info DIR --json) are at most
+#    (1/N of the blocks' weights + the rest) x 1.05;
+#  - tp 3 and 16 are refused naming the node (width, 8 heads), writing nothing.
+# Exit 77 (skip) without mpirun, numpy, or an MPI build.
+set -uo pipefail
+keel=$1
+here=$(cd "$(dirname "$0")" && pwd)
+tools=$here/../tools
+py=/usr/bin/python3
+launcher=${KEEL_MPIRUN:-mpirun}
+if ! command -v "$launcher" >/dev/null; then
+  echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+  exit 77
+fi
+if ! "$py" -c "import numpy" 2>/dev/null; then
+  echo "SKIP: $py has no numpy (apt-get install python3-numpy)"
+  exit 77
+fi
+if "$keel" run "$here/dist/np2/mlp" 2>&1 </dev/null | grep -q "built without MPI"; then
+  echo "SKIP: keel was built without MPI (cmake -DKEEL_MPI=OFF)"
+  exit 77
+fi
+if "$launcher" --version 2>&1 | grep -q "Open MPI"; then
+  mpi=("$launcher" --oversubscribe --allow-run-as-root)
+else
+  mpi=("$launcher")
+fi
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+for m in plain loop; do
+  cp -r "$here/gpt/$m" "$work/$m"
+  "$py" "$tools/gpt_weights.py" "$work/$m/weights.txt" "$work/$m/weights.bin" || fail "$m: weights"
+done
+out=$("$keel" test "$work/plain" "$work/loop" 2>&1)
+grep -q "2 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
+
+# the bound: blocks' weights (torch names blocks.*) / N + everything else, x 1.05
+block_bytes() {
+  awk '$2 ~ /blocks\./ { n = 4; for (i = 4; i <= NF; i++) n *= $i; s += n } END { print s }' "$1"
+}
+total_bytes() { "$keel" info "$1" --json | "$py" -c "import json,sys; print(json.load(sys.stdin)['weight_bytes'])"; }
+
+for m in plain loop; do
+  ds=$work/$m/test_data_set_0
+  "$keel" run "$work/$m/model.onnx" --data "$ds" --out "$work/$m/one" >/dev/null || fail "$m: one-process run"
+  blocks=$(block_bytes "$work/$m/weights.txt")
+  total=$(total_bytes "$work/$m/model.onnx")
+  for n in 2 4; do
+    dir=$work/$m-tp$n
+    out=$("$keel" shard "$work/$m/model.onnx" --tp $n --out "$dir" 2>&1) || { fail "$m tp$n: shard: $out"; continue; }
+    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$n: blocks found: $out"
+    cp -r "$ds" "$dir/"
+    out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
+    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$n: keel test against PyTorch: $out"
+    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$n-out" >/dev/null 2>&1 ||
+      fail "$m tp$n: mpirun keel run"
+    for f in "$work/$m/one"/output_*.pb; do
+      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$n-out/$(basename "$f")" 1e-4 ||
+        fail "$m tp$n: $(basename "$f") differs from one process"
+    done
+    "$keel" info "$dir" --json | "$py" -c "
+import json, sys
+d = json.load(sys.stdin); n = $n; blocks = $blocks; total = $total
+bound = (blocks / n + (total - blocks)) * 1.05
+assert d['tp'] == n, d['tp']
+for r in d['ranks']:
+    b = r['parameter_bytes']
+    print(f'$m tp{n} rank {r[\"rank\"]}: {b} parameter bytes, bound {bound:.0f} (unsharded {total}); '
+          f'{len(r[\"collectives\"])} collectives')
+    assert b <= bound, (b, bound)
+    assert len(r['collectives']) == 8 and all(c['op'] == 'AllReduce' for c in r['collectives'])
+" || fail "$m tp$n: per-rank parameter bytes or collectives"
+  done
+done
+
+# refusals name the node; nothing is written
+out=$("$keel" shard "$work/plain/model.onnx" --tp 16 --out "$work/r16" 2>&1) && fail "tp 16 accepted"
+grep -q "node '/blocks.0/attn/Reshape' (Reshape): 8 heads do not divide among 16 ranks" <<<"$out" ||
+  fail "tp 16 message: $out"
+[[ -e $work/r16/rank_0.onnx ]] && fail "tp 16 wrote a rank file"
+out=$("$keel" shard "$work/loop/model.onnx" --tp 3 --out "$work/r3" 2>&1) && fail "tp 3 accepted"
+grep -q "graph 'main/Loop/body': node .*does not divide among 3 ranks" <<<"$out" || fail "tp 3 message: $out"
+[[ -e $work/r3/rank_0.onnx ]] && fail "tp 3 wrote a rank file"
+
+if ((fails)); then
+  echo "$fails failure(s)"
+  exit 1
+fi
+echo "test_shard: ok"
