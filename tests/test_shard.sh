@@ -9,6 +9,7 @@
 #    generated tokens are identical;
 #  - every rank's parameter bytes (keel info DIR --json) are at most
 #    (1/N of the blocks' weights + the rest) x 1.05;
+#  - the same with --split-vocab (LM head AllGather, embedding AllReduce);
 #  - tp 3 and 16 are refused naming the node (width, 8 heads), writing nothing.
 # Exit 77 (skip) without mpirun, numpy, or an MPI build.
 set -uo pipefail
@@ -57,18 +58,21 @@ for m in plain loop; do
   "$keel" run "$work/$m/model.onnx" --data "$ds" --out "$work/$m/one" >/dev/null || fail "$m: one-process run"
   blocks=$(block_bytes "$work/$m/weights.txt")
   total=$(total_bytes "$work/$m/model.onnx")
-  for n in 2 4; do
-    dir=$work/$m-tp$n
-    out=$("$keel" shard "$work/$m/model.onnx" --tp $n --out "$dir" 2>&1) || { fail "$m tp$n: shard: $out"; continue; }
-    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$n: blocks found: $out"
+  for run in 2 4 2v 4v; do
+    n=${run%v}
+    sv=(); ncoll=8; nag=0
+    [[ $run == *v ]] && { sv=(--split-vocab); ncoll=10; nag=1; }
+    dir=$work/$m-tp$run
+    out=$("$keel" shard "$work/$m/model.onnx" --tp $n "${sv[@]}" --out "$dir" 2>&1) || { fail "$m tp$run: shard: $out"; continue; }
+    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$run: blocks found: $out"
     cp -r "$ds" "$dir/"
     out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
-    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$n: keel test against PyTorch: $out"
-    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$n-out" >/dev/null 2>&1 ||
-      fail "$m tp$n: mpirun keel run"
+    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$run: keel test against PyTorch: $out"
+    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$run-out" >/dev/null 2>&1 ||
+      fail "$m tp$run: mpirun keel run"
     for f in "$work/$m/one"/output_*.pb; do
-      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$n-out/$(basename "$f")" 1e-4 ||
-        fail "$m tp$n: $(basename "$f") differs from one process"
+      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$run-out/$(basename "$f")" 1e-4 ||
+        fail "$m tp$run: $(basename "$f") differs from one process"
     done
     "$keel" info "$dir" --json | "$py" -c "
 import json, sys
@@ -77,11 +81,12 @@ bound = (blocks / n + (total - blocks)) * 1.05
 assert d['tp'] == n, d['tp']
 for r in d['ranks']:
     b = r['parameter_bytes']
-    print(f'$m tp{n} rank {r[\"rank\"]}: {b} parameter bytes, bound {bound:.0f} (unsharded {total}); '
+    print(f'$m tp$run rank {r[\"rank\"]}: {b} parameter bytes, bound {bound:.0f} (unsharded {total}); '
           f'{len(r[\"collectives\"])} collectives')
     assert b <= bound, (b, bound)
-    assert len(r['collectives']) == 8 and all(c['op'] == 'AllReduce' for c in r['collectives'])
-" || fail "$m tp$n: per-rank parameter bytes or collectives"
+    assert len(r['collectives']) == $ncoll, r['collectives']
+    assert sum(c['op'] == 'AllGather' for c in r['collectives']) == $nag
+" || fail "$m tp$run: per-rank parameter bytes or collectives"
   done
 done
 

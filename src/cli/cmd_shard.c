@@ -60,10 +60,10 @@ static int write_manifest(const char *dir, const char *model, const keel_shard_c
   fprintf(f, "{\n  \"tp\": %d,\n  \"model\": ", cfg->tp);
   json_str(f, model);
   fprintf(f, ",\n  \"split_vocab\": %s,\n  \"blocks\": %d,\n  \"attention_blocks\": %d,\n"
-             "  \"mlp_blocks\": %d,\n  \"unsharded_parameter_bytes\": %llu,\n"
+             "  \"mlp_blocks\": %d,\n  \"vocab_parallel_heads\": %d,\n  \"vocab_parallel_embeddings\": %d,\n  \"unsharded_parameter_bytes\": %llu,\n"
              "  \"sharded_weight_bytes_unsharded\": %llu,\n  \"ranks\": [\n",
           cfg->split_vocab ? "true" : "false", cfg->n_blocks, cfg->n_attention, cfg->n_mlp,
-          (unsigned long long)full_bytes, (unsigned long long)cfg->sharded_full_bytes);
+          cfg->n_vocab_heads, cfg->n_vocab_embeddings, (unsigned long long)full_bytes, (unsigned long long)cfg->sharded_full_bytes);
   for (int32_t r = 0; r < cfg->tp; r++)
     fprintf(f, "    {\"rank\": %d, \"file\": \"rank_%d.onnx\", \"parameter_bytes\": %llu, "
                "\"parameters\": %llu, \"tensors\": %llu, \"sharded_weight_bytes\": %llu}%s\n",
@@ -158,8 +158,9 @@ int cmd_shard(int argc, char **argv) {
     rc = 1;
   } else {
     rc = write_manifest(dir, model, cfg, ri, full);
-    printf("%s: %d block(s) (%d attention, %d MLP) split %d ways, %d collective(s)\n", model,
-           cfg->n_blocks, cfg->n_attention, cfg->n_mlp, tp, cfg->n_coll);
+    printf("%s: %d block(s) (%d attention, %d MLP) split %d ways; vocabulary-parallel: %d LM "
+           "head(s), %d embedding(s); %d collective(s)\n", model, cfg->n_blocks, cfg->n_attention,
+           cfg->n_mlp, tp, cfg->n_vocab_heads, cfg->n_vocab_embeddings, cfg->n_coll);
     for (int32_t r = 0; r < tp; r++)
       printf("  rank_%d.onnx: %llu parameter bytes (of %llu unsharded)\n", r,
              (unsigned long long)ri[r].bytes, (unsigned long long)full);

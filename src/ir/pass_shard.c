@@ -504,12 +504,26 @@ static keel_status new_node(sharder *S, const char *name, const char *op, const 
   return KEEL_OK;
 }
 
-/* Inserts `nd` before (or after) node `at` of g. */
-static keel_status insert(sharder *S, int32_t at, bool after, const keel_node *nd) {
-  keel_node pair[2];
-  pair[after ? 0 : 1] = S->g->nodes[at];
-  pair[after ? 1 : 0] = *nd;
-  return keel_graph_replace_node(S->m->arena, S->g, at, pair, 2);
+/* Nodes to insert around node `at` of g: pre before it, post after it. */
+typedef struct pending {
+  int32_t at, n_pre, n_post;
+  keel_node pre[8], post[2];
+} pending;
+
+static pending one_node(int32_t at, bool after, const keel_node *nd) {
+  pending p = {.at = at};
+  if (after) p.post[p.n_post++] = *nd;
+  else p.pre[p.n_pre++] = *nd;
+  return p;
+}
+
+static keel_status insert(sharder *S, const pending *p) {
+  keel_node all[11];
+  int32_t k = 0;
+  for (int32_t i = 0; i < p->n_pre; i++) all[k++] = p->pre[i];
+  all[k++] = S->g->nodes[p->at];
+  for (int32_t i = 0; i < p->n_post; i++) all[k++] = p->post[i];
+  return keel_graph_replace_node(S->m->arena, S->g, p->at, all, k);
 }
 
 /* Reshape shape element `pos` / tp: a new constant, or a Div node in
@@ -548,13 +562,6 @@ static keel_status apply_shape(sharder *S, const shape_edit *e, keel_node *div, 
   return KEEL_OK;
 }
 
-/* Pending insertions of one graph, applied last to first. */
-typedef struct pending {
-  int32_t at;
-  bool after;
-  keel_node node;
-} pending;
-
 static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     keel_node *n = &S->g->nodes[B->nodes[j]];
@@ -571,7 +578,7 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
     keel_node div;
     int32_t at;
     KEEL_TRY(apply_shape(S, &B->shapes[j], &div, &at));
-    if (at >= 0) ins[(*n_ins)++] = (pending){at, false, div};
+    if (at >= 0) ins[(*n_ins)++] = one_node(at, false, &div);
   }
   keel_node *x = &S->g->nodes[B->exit];
   S->taken[B->exit] = true;
@@ -582,7 +589,7 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   KEEL_TRY(new_node(S, arena_fmt(S, x->name[0] ? x->name : full, "/AllReduce"), "AllReduce",
                     "com.microsoft", 1, in, full, &ar));
   x->out_names[0] = part;
-  ins[(*n_ins)++] = (pending){B->exit, true, ar};
+  ins[(*n_ins)++] = one_node(B->exit, true, &ar);
   keel_shard_cfg *cfg = S->cfg;
   if (cfg->n_coll < KEEL_SHARD_MAX_COLL)
     cfg->coll[cfg->n_coll++] = (keel_shard_coll){S->g->path, ar.name, "AllReduce", x->name};
@@ -595,6 +602,173 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
 static int cmp_pending(const void *a, const void *b) {
   const pending *x = a, *y = b;
   return (y->at > x->at) - (y->at < x->at); /* last first */
+}
+
+/* ======================================================= split vocab */
+
+/* The vocabulary: rows of a 2-D constant table some Gather reads (an
+ * embedding), in g or a graph around it, with `width` columns. */
+static bool is_vocab(const sharder *S, int64_t v, int64_t width) {
+  for (const keel_graph *o = S->g; o; o = o->parent)
+    for (int32_t i = 0; i < o->n_nodes; i++) {
+      const keel_node *n = &o->nodes[i];
+      if (strcmp(n->op_type, "Gather") || n->domain[0] || n->n_in != 2) continue;
+      const keel_attr *ax = keel_node_attr(n, "axis");
+      int32_t c = keel_ir_const_of(S->m, o, n->in_names[0]);
+      const keel_tensor *t = c >= 0 ? &S->m->consts[c] : NULL;
+      if (t && t->rank == 2 && t->shape[0] == v && t->shape[1] == width && (!ax || ax->i == 0)) return true;
+    }
+  return false;
+}
+
+/* The LM head (a weight MatMul outside every block whose width is the
+ * vocabulary), column-parallel: its weight and bias sliced, an AllGather
+ * on the last axis after the bias Add (or the MatMul). */
+static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_ins) {
+  keel_node *x = &S->g->nodes[i];
+  const keel_tensor *w = const_t(S, x->in_names[1]);
+  int32_t tp = S->cfg->tp;
+  if (w->shape[1] % tp)
+    return refuse(S, x, "%sthe vocabulary (%lld) does not divide among %lld ranks", "",
+                  (long long)w->shape[1], tp);
+  KEEL_TRY(slice_const(S, x->in_names[1], 1, &x->in_names[1]));
+  S->taken[i] = true;
+  int32_t at = i, rd = keel_ir_only_reader(S->g, x->out_names[0]);
+  keel_node *add = rd >= 0 ? &S->g->nodes[rd] : NULL;
+  if (add && !strcmp(add->op_type, "Add") && !add->domain[0] && add->n_in == 2) {
+    int32_t b = strcmp(add->in_names[0], x->out_names[0]) ? 0 : 1;
+    const keel_tensor *bias = const_t(S, add->in_names[b]);
+    if (bias && bias->rank == 1 && bias->shape[0] == w->shape[1]) {
+      KEEL_TRY(slice_const(S, add->in_names[b], 0, &add->in_names[b]));
+      at = rd;
+      x = add;
+    }
+  }
+  const char *full = x->out_names[0], *part = arena_fmt(S, full, "/vocab_part");
+  keel_node ag;
+  KEEL_TRY(new_node(S, arena_fmt(S, x->name[0] ? x->name : full, "/AllGather"), "AllGather",
+                    "com.microsoft", 1, (const char *[]){part}, full, &ag));
+  keel_attr *at2 = keel_arena_array(S->m->arena, 2, sizeof *at2);
+  if (!at2) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: attributes");
+  at2[0] = (keel_attr){.name = "group_size", .type = KEEL_ATTR_INT, .i = tp};
+  at2[1] = (keel_attr){.name = "axis", .type = KEEL_ATTR_INT, .i = -1};
+  ag.attrs = at2;
+  ag.n_attr = 2;
+  x->out_names[0] = part;
+  ins[(*n_ins)++] = one_node(at, true, &ag);
+  keel_shard_cfg *cfg = S->cfg;
+  if (cfg->n_coll < KEEL_SHARD_MAX_COLL)
+    cfg->coll[cfg->n_coll++] = (keel_shard_coll){S->g->path, ag.name, "AllGather", x->name};
+  cfg->n_vocab_heads++;
+  return KEEL_OK;
+}
+
+/* Rows [r*V/tp, (r+1)*V/tp) of table `src` and one zero row after them
+ * (where out-of-range tokens look up). */
+static keel_status slice_rows_zero(sharder *S, const char *src, const char **out) {
+  const keel_tensor *t = const_t(S, src);
+  int32_t tp = S->cfg->tp, r = S->cfg->rank;
+  char name[1024];
+  snprintf(name, sizeof name, "%s/vocab%d_%d", src, r, tp);
+  size_t es = keel_dtype_size((keel_dtype)t->dtype), row = (size_t)t->shape[1] * es;
+  int64_t rows = t->shape[0] / tp;
+  size_t nbytes = (size_t)(rows + 1) * row;
+  uint8_t *d = keel_arena_alloc(S->m->arena, nbytes, KEEL_ALIGN);
+  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
+  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
+  memcpy(d, (const uint8_t *)t->data + (size_t)(r * rows) * row, (size_t)rows * row);
+  memset(d + (size_t)rows * row, 0, row);
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_STATIC;
+  b->nbytes = nbytes;
+  b->data = d;
+  keel_tensor s = *t;
+  s.buf = b;
+  s.data = d;
+  s.shape[0] = rows + 1;
+  KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &s, NULL));
+  *out = S->g->ld.init_names[S->g->ld.n_init - 1];
+  S->cfg->sharded_bytes += nbytes;
+  S->cfg->sharded_full_bytes += keel_tensor_nbytes(t);
+  if (S->n_dropped < (int32_t)KEEL_COUNTOF(S->dropped)) S->dropped[S->n_dropped++] = src;
+  return KEEL_OK;
+}
+
+/* One node of the embedding rewrite: op(in...) -> "<base>/<suffix>". */
+static keel_status emb_node(sharder *S, pending *p, const char *base, const char *op, const char *suffix,
+                            int32_t n_in, const char *const *in, const char **out) {
+  *out = arena_fmt(S, base, suffix);
+  return new_node(S, *out, op, "", n_in, in, *out, &p->pre[p->n_pre++]);
+}
+
+/* A vocabulary-parallel embedding: rank r keeps rows r*V/tp.. of the
+ * table (+ a zero row); a token outside them looks up the zero row; an
+ * AllReduce sums the ranks' rows (exactly one is not zero). */
+static keel_status split_embedding(sharder *S, int32_t i, pending *ins, int32_t *n_ins) {
+  keel_node *n = &S->g->nodes[i];
+  const keel_tensor *t = const_t(S, n->in_names[0]);
+  int32_t tp = S->cfg->tp;
+  if (t->shape[0] % tp)
+    return refuse(S, n, "%sthe vocabulary (%lld) does not divide among %lld ranks", "",
+                  (long long)t->shape[0], tp);
+  const char *base = n->out_names[0], *k_off, *k_zero, *k_vn, *v64, *loc, *neg, *ge, *lt, *inr, *idx;
+  int64_t off = S->cfg->rank * (t->shape[0] / tp), zero = 0, vn = t->shape[0] / tp;
+  KEEL_TRY(int64_const(S, arena_fmt(S, base, "/vocab_offset"), 1, &off, &k_off));
+  KEEL_TRY(int64_const(S, arena_fmt(S, base, "/vocab_zero"), 1, &zero, &k_zero));
+  KEEL_TRY(int64_const(S, arena_fmt(S, base, "/vocab_rows"), 1, &vn, &k_vn));
+  pending p = {.at = i};
+  KEEL_TRY(emb_node(S, &p, base, "Cast", "/vocab_i64", 1, (const char *[]){n->in_names[1]}, &v64));
+  keel_attr *to = keel_arena_array(S->m->arena, 1, sizeof *to);
+  if (!to) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: attributes");
+  *to = (keel_attr){.name = "to", .type = KEEL_ATTR_INT, .i = KEEL_INT64};
+  p.pre[0].attrs = to;
+  p.pre[0].n_attr = 1;
+  KEEL_TRY(emb_node(S, &p, base, "Sub", "/vocab_local", 2, (const char *[]){v64, k_off}, &loc));
+  KEEL_TRY(emb_node(S, &p, base, "Less", "/vocab_below", 2, (const char *[]){loc, k_zero}, &neg));
+  KEEL_TRY(emb_node(S, &p, base, "Not", "/vocab_from", 1, (const char *[]){neg}, &ge));
+  KEEL_TRY(emb_node(S, &p, base, "Less", "/vocab_to", 2, (const char *[]){loc, k_vn}, &lt));
+  KEEL_TRY(emb_node(S, &p, base, "And", "/vocab_mine", 2, (const char *[]){ge, lt}, &inr));
+  KEEL_TRY(emb_node(S, &p, base, "Where", "/vocab_index", 3, (const char *[]){inr, loc, k_vn}, &idx));
+  n = &S->g->nodes[i];
+  KEEL_TRY(slice_rows_zero(S, n->in_names[0], &n->in_names[0]));
+  n->in_names[1] = idx;
+  const char *part = arena_fmt(S, base, "/vocab_part");
+  keel_node ar;
+  KEEL_TRY(new_node(S, arena_fmt(S, n->name[0] ? n->name : base, "/AllReduce"), "AllReduce",
+                    "com.microsoft", 1, (const char *[]){part}, base, &ar));
+  n->out_names[0] = part;
+  p.post[p.n_post++] = ar;
+  ins[(*n_ins)++] = p;
+  S->taken[i] = true;
+  keel_shard_cfg *cfg = S->cfg;
+  if (cfg->n_coll < KEEL_SHARD_MAX_COLL)
+    cfg->coll[cfg->n_coll++] = (keel_shard_coll){S->g->path, ar.name, "AllReduce", n->name};
+  cfg->n_vocab_embeddings++;
+  return KEEL_OK;
+}
+
+static keel_status split_vocab(sharder *S, pending *ins, int32_t *n_ins) {
+  int64_t vocab[8];
+  int nv = 0;
+  for (int32_t i = 0; i < S->g->n_nodes; i++) {
+    const keel_node *x = &S->g->nodes[i];
+    if (S->taken[i] || !weight_matmul(S, x) || sharded_value(S, x->in_names[0])) continue;
+    const keel_tensor *w = const_t(S, x->in_names[1]);
+    if (!is_vocab(S, w->shape[1], w->shape[0])) continue;
+    if (nv < 8) vocab[nv++] = w->shape[1];
+    KEEL_TRY(split_head(S, i, ins, n_ins));
+  }
+  /* the embeddings of the same vocabulary (not position tables) */
+  for (int32_t i = 0; i < S->g->n_nodes; i++) {
+    const keel_node *n = &S->g->nodes[i];
+    if (S->taken[i] || strcmp(n->op_type, "Gather") || n->domain[0] || n->n_in != 2) continue;
+    const keel_attr *ax = keel_node_attr(n, "axis");
+    const keel_tensor *t = const_t(S, n->in_names[0]);
+    bool hit = false;
+    for (int k = 0; k < nv && t && t->rank == 2 && (!ax || ax->i == 0); k++) hit = hit || t->shape[0] == vocab[k];
+    if (hit) KEEL_TRY(split_embedding(S, i, ins, n_ins));
+  }
+  return KEEL_OK;
 }
 
 /* ============================================================ driver */
@@ -625,8 +799,9 @@ static keel_status shard_graph(keel_model *m, keel_graph *g) {
   int32_t n_ins = 0;
   keel_status st = (!S.memo || !S.taken || !ins) ? keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard") : KEEL_OK;
   if (!st) st = find_blocks(&S, ins, &n_ins);
+  if (!st && S.cfg->split_vocab) st = split_vocab(&S, ins, &n_ins);
   qsort(ins, (size_t)n_ins, sizeof *ins, cmp_pending);
-  for (int32_t i = 0; !st && i < n_ins; i++) st = insert(&S, ins[i].at, ins[i].after, &ins[i].node);
+  for (int32_t i = 0; !st && i < n_ins; i++) st = insert(&S, &ins[i]);
   /* the unsharded originals go when nothing reads them any more */
   for (int32_t i = 0; !st && i < S.n_dropped; i++)
     for (keel_graph *o = g; o; o = o->parent) {

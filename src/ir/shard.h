@@ -15,9 +15,12 @@
  * the row-parallel MatMul, before its bias Add. What cannot be split
  * correctly is refused naming the node (tp not dividing the heads, a block
  * value read outside the block, an op the block cannot hold).
- * With split_vocab the LM head (a weight MatMul after the last block whose
+ * With split_vocab the LM head (a weight MatMul outside the blocks whose
  * output width is the vocabulary of an embedding Gather) is column-parallel
- * followed by an AllGather on the last axis; embeddings stay replicated.
+ * followed by an AllGather on the last axis, and the embeddings of that
+ * vocabulary are row-parallel: each rank looks up its own rows (a zero
+ * row for the others' tokens), an AllReduce sums them. Position tables
+ * (another row count) stay replicated.
  */
 #ifndef KEEL_SHARD_H
 #define KEEL_SHARD_H
@@ -37,7 +40,7 @@ typedef struct keel_shard_cfg {
   int32_t tp, rank;
   bool split_vocab;
   /* filled by the pass */
-  int32_t n_blocks, n_attention, n_mlp, n_coll;
+  int32_t n_blocks, n_attention, n_mlp, n_vocab_heads, n_vocab_embeddings, n_coll;
   uint64_t sharded_bytes;      /* this rank's bytes of sharded weights     */
   uint64_t sharded_full_bytes; /* the same weights unsharded               */
   keel_shard_coll coll[KEEL_SHARD_MAX_COLL];
