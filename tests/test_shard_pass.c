@@ -6,6 +6,7 @@
  * sum_r y_r - (tp-1) * bias must equal the unsharded model's output. So
  * the slicing of weights, biases and heads is checked numerically, for
  *  - an attention block with constant Reshape shapes (6 heads, tp 2 and 3),
+ *  - the same with q, k, v fused in one weight and a Split (tp 2 and 3),
  *  - an MLP block inside an If branch reading outer weights (tp 2 and 4);
  * and the structure: the AllReduce sits between the row-parallel MatMul
  * and its bias Add, the originals of sliced weights are gone.
@@ -29,7 +30,7 @@
 #define D (C / H)
 #define F 16
 
-static float g_w[4][C * C], g_b[4][C], g_w1[C * F], g_b1[F], g_w2[F * C], g_b2[C], g_x[T * C];
+static float g_wf[C * 3 * C], g_bf[3 * C], g_w[4][C * C], g_b[4][C], g_w1[C * F], g_b1[F], g_w2[F * C], g_b2[C], g_x[T * C];
 
 static void fill(float *p, int n, uint32_t seed, float scale) {
   for (int i = 0; i < n; i++) {
@@ -43,7 +44,7 @@ static void fill(float *p, int n, uint32_t seed, float scale) {
 /* q, k, v projections, heads split by Reshape [1,T,H,D], attention,
  * merge [1,T,C], the output projection + bias. `probs_out`: the attention
  * probabilities are a graph output too (read outside the block). */
-static uint8_t *attention_model(size_t *len, bool probs_out, int softmax_axis) {
+static uint8_t *attention_model_ex(size_t *len, bool probs_out, int softmax_axis, bool fused) {
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){1, T, C});
   mb_output(g, "y", KEEL_FLOAT, -1, NULL);
@@ -59,14 +60,25 @@ static uint8_t *attention_model(size_t *len, bool probs_out, int softmax_axis) {
   float scale = 0.5f;
   mb_init(g, "scale", KEEL_FLOAT, 0, NULL, &scale);
   const char *p[3] = {"q", "k", "v"};
+  if (fused) { /* one [C, 3C] projection, Split into q, k, v (nanoGPT's c_attn) */
+    mb_init(g, "wf", KEEL_FLOAT, 2, (int64_t[]){C, 3 * C}, g_wf);
+    mb_init(g, "bf", KEEL_FLOAT, 1, (int64_t[]){3 * C}, g_bf);
+    int64_t sizes[3] = {C, C, C};
+    mb_init(g, "sizes", KEEL_INT64, 1, (int64_t[]){3}, sizes);
+    mb_add(g, "MatMul", "x,wf", "f_mm");
+    mb_add(g, "Add", "f_mm,bf", "f_b");
+    mb_attr_i(mb_add(g, "Split", "f_b,sizes", "q_b,k_b,v_b"), "axis", 2);
+  }
   for (int i = 0; i < 3; i++) {
     char in[64], out[64];
+    if (fused) goto reshape;
     snprintf(out, sizeof out, "%s_mm", p[i]);
     snprintf(in, sizeof in, "x,%s", w[i]);
     mb_add(g, "MatMul", in, out);
     snprintf(in, sizeof in, "%s_mm,%s", p[i], b[i]);
     snprintf(out, sizeof out, "%s_b", p[i]);
     mb_add(g, "Add", in, out);
+  reshape:
     snprintf(in, sizeof in, "%s_b,split", p[i]);
     snprintf(out, sizeof out, "%s_h", p[i]);
     mb_name(mb_add(g, "Reshape", in, out), i == 0 ? "split_q" : i == 1 ? "split_k" : "split_v");
@@ -85,6 +97,10 @@ static uint8_t *attention_model(size_t *len, bool probs_out, int softmax_axis) {
   mb_name(mb_add(g, "MatMul", "ctx_m,wo", "o"), "proj");
   mb_name(mb_add(g, "Add", "o,bo", "y"), "proj_bias");
   return mb_model(g, 17, len);
+}
+
+static uint8_t *attention_model(size_t *len, bool probs_out, int softmax_axis) {
+  return attention_model_ex(len, probs_out, softmax_axis, false);
 }
 
 /* If(c) then: Relu(x @ w1 + b1) @ w2 + b2 (w1, w2 outer initializers,
@@ -234,6 +250,28 @@ static void attention_block(void) {
   free(bytes);
 }
 
+/* q, k, v fused in one weight and Split: each rank keeps its heads of
+ * every part (columns sliced part by part), the Split sizes divided. */
+static void fused_qkv(void) {
+  size_t len;
+  uint8_t *bytes = attention_model_ex(&len, false, -1, true);
+  check_sum(bytes, len, 2, false, g_b[3]);
+  check_sum(bytes, len, 3, false, g_b[3]);
+  keel_model *m = NULL;
+  keel_shard_cfg cfg;
+  CHECK_OK(shard(bytes, len, 3, 2, &cfg, &m));
+  if (m) {
+    CHECK(cfg.n_attention == 1 && count_op(m, "AllReduce") == 1);
+    int32_t c = keel_ir_const_of(m, m->main, "wf/tp2_3g");
+    /* row 0: rank 2's block (columns 8..11) of q, then of k, then of v */
+    const float *w = c >= 0 ? m->consts[c].data : NULL;
+    CHECK(c >= 0 && m->consts[c].shape[1] == C && w[0] == g_wf[8] && w[4] == g_wf[C + 8] && w[8] == g_wf[2 * C + 8]);
+    CHECK(c >= 0 && w[C] == g_wf[3 * C + 8]); /* row 1 */
+  }
+  keel_onnx_free(m);
+  free(bytes);
+}
+
 static void mlp_in_if(void) {
   size_t len;
   uint8_t *bytes = mlp_in_if_model(&len);
@@ -294,7 +332,10 @@ int main(void) {
   fill(g_w2, F * C, 33, 1.0f);
   fill(g_b2, C, 34, 0.5f);
   fill(g_x, T * C, 35, 2.0f);
+  fill(g_wf, C * 3 * C, 41, 1.0f);
+  fill(g_bf, 3 * C, 42, 0.5f);
   attention_block();
+  fused_qkv();
   mlp_in_if();
   refusals();
   return check_report();

@@ -33,10 +33,13 @@ typedef struct vstate {
   int32_t fe;                  /* sharded axis, counted from the last (0)  */
   int32_t rank;                /* -1: unknown                              */
   int64_t g;                   /* global extent of that axis; -1 unknown   */
+  int32_t entry1;              /* 1 + the entry it comes from directly (only
+                                  elementwise ops between), else 0         */
 } vstate;
 
 typedef struct slice_edit {    /* node input `in` becomes a slice          */
   int32_t node, in, axis_fe;
+  int32_t entry1;              /* its entry (for a fused QKV's groups)     */
 } slice_edit;
 
 typedef struct shape_edit {    /* Reshape `node`: shape element `pos` / tp */
@@ -53,6 +56,10 @@ typedef struct block {
   slice_edit slices[MAX_BLOCK];
   int32_t n_shapes;
   shape_edit shapes[64];
+  int32_t n_splits;            /* Splits of a fused projection: sizes / tp */
+  int32_t splits[16];
+  int32_t n_groups;            /* fused entries: node, parts (q, k, v)     */
+  int32_t group_node[16], group_k[16];
   bool attention;
 } block;
 
@@ -112,18 +119,22 @@ static bool is_elementwise(const keel_node *n) {
   return false;
 }
 
+static bool is_split(const keel_node *n) { return !strcmp(n->op_type, "Split") && !n->domain[0]; }
+
 /* Ops a block's interior may hold. */
 static bool block_op(const sharder *S, const keel_node *n) {
-  if (n->n_out != 1 || n->n_subs) return false;
-  if (is_elementwise(n)) return true;
+  if (n->n_subs || (n->n_out != 1 && !is_split(n))) return false;
+  if (is_elementwise(n) || is_split(n)) return true;
   if (n->domain[0]) return false;
   if (!strcmp(n->op_type, "MatMul")) return !weight_matmul(S, n);
   return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Transpose");
 }
 
+
+
 /* Inputs that carry block data (a Reshape's shape does not). */
 static int32_t data_inputs(const keel_node *n) {
-  return !strcmp(n->op_type, "Reshape") ? 1 : n->n_in;
+  return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Split") ? 1 : n->n_in;
 }
 
 static bool sharded_value(sharder *S, const char *name);
@@ -241,7 +252,8 @@ static bool side_shape(const sharder *S, const char *name, int depth, int32_t *r
 /* A non-block operand of a block node whose sharded axis is `fe` (global
  * extent g): constant along the axis (fine), or a constant spanning it
  * (sliced), else refused. */
-static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int32_t fe, int64_t g) {
+static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int32_t fe, int64_t g,
+                             int32_t entry1) {
   const keel_node *n = &S->g->nodes[node];
   const char *name = n->in_names[in];
   if (!name[0]) return KEEL_OK;
@@ -256,7 +268,7 @@ static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int
       return refuse(S, n, "operand '%s' spans %lld along the sharded axis, not a multiple of %lld",
                     name, (long long)g, S->cfg->tp);
     if (B->n_slices == MAX_BLOCK) return refuse(S, n, "too many slices%s", "", 0, 0);
-    B->slices[B->n_slices++] = (slice_edit){node, in, fe};
+    B->slices[B->n_slices++] = (slice_edit){node, in, fe, entry1};
     return KEEL_OK;
   }
   return refuse(S, n, "operand '%s' varies along the sharded axis (%lld)", name,
@@ -347,6 +359,58 @@ static keel_status plan_transpose(sharder *S, int32_t i, const vstate *in, vstat
   return KEEL_OK;
 }
 
+/* The sizes of a Split: its `split` input or attribute; n = 0 when it
+ * splits equally. false: sizes computed at run time. */
+static bool split_sizes(const sharder *S, const keel_node *n, int64_t *sz, int32_t *k) {
+  const keel_attr *a = keel_node_attr(n, "split");
+  *k = 0;
+  if (n->n_in >= 2 && n->in_names[1][0]) {
+    const keel_tensor *t = const_t(S, n->in_names[1]);
+    if (!t || t->dtype != KEEL_INT64 || keel_tensor_numel(t) > 64) return false;
+    *k = (int32_t)keel_tensor_numel(t);
+    memcpy(sz, t->data, sizeof(int64_t) * (size_t)*k);
+  } else if (a && a->type == KEEL_ATTR_INTS && a->n <= 64) {
+    *k = a->n;
+    memcpy(sz, a->ints, sizeof(int64_t) * (size_t)a->n);
+  }
+  return true;
+}
+
+/* A fused projection (q, k and v in one weight) split along its last
+ * axis into equal parts: each rank keeps its block of every part, so the
+ * entry's columns (and bias) are sliced part by part. */
+static keel_status plan_split(sharder *S, block *B, int32_t i, const vstate *in) {
+  const keel_node *n = &S->g->nodes[i];
+  const keel_attr *ax = keel_node_attr(n, "axis");
+  int64_t axis = ax ? ax->i : 0, sz[64];
+  int32_t k, parts = n->n_out, tp = S->cfg->tp;
+  if (!split_sizes(S, n, sz, &k)) return refuse(S, n, "a Split with sizes computed at run time%s", "", 0, 0);
+  bool equal = true, last = axis == -1 || (in->rank >= 0 && axis == in->rank - 1);
+  int64_t sum = 0;
+  for (int32_t j = 0; j < k; j++) sum += sz[j], equal = equal && sz[j] == sz[0];
+  if (!last && in->rank < 0 && axis >= 0 && k == parts && in->g > 0 && sum == in->g) last = true;
+  if (in->fe != 0 || !last || !in->entry1 || (k && k != parts) || in->g <= 0 || in->g % parts)
+    return refuse(S, n, "a Split that is not the last-axis split of a fused projection%s", "", 0, 0);
+  if (!equal) return refuse(S, n, "a fused projection split into unequal parts%s (grouped heads)", "", 0, 0);
+  int64_t part = in->g / parts;
+  if (part % tp)
+    return refuse(S, n, "%seach part's width %lld does not divide among %lld ranks", "", (long long)part, tp);
+  if (B->n_groups == 16 || B->n_splits == 16) return refuse(S, n, "too many fused projections%s", "", 0, 0);
+  B->group_node[B->n_groups] = in->entry1 - 1;
+  B->group_k[B->n_groups++] = parts;
+  if (k) B->splits[B->n_splits++] = i;
+  int32_t rank = in->rank >= 0 ? in->rank : (int32_t)axis + 1;
+  for (int32_t j = 0; j < parts; j++)
+    if (n->out_names[j][0]) B->states[B->n_states++] = (vstate){n->out_names[j], 0, rank, part, 0};
+  return KEEL_OK;
+}
+
+static int32_t groups_of(const block *B, int32_t entry1) {
+  for (int32_t j = 0; entry1 && j < B->n_groups; j++)
+    if (B->group_node[j] == entry1 - 1) return B->group_k[j];
+  return 1;
+}
+
 /* An interior node: the state of its output from its sharded operands. */
 static keel_status plan_node(sharder *S, block *B, int32_t i) {
   const keel_node *n = &S->g->nodes[i];
@@ -359,7 +423,8 @@ static keel_status plan_node(sharder *S, block *B, int32_t i) {
     if (!first) first = s;
   }
   if (!first) return refuse(S, n, "no sharded operand (internal)%s", "", 0, 0);
-  vstate out = {n->out_names[0], first->fe, first->rank, first->g};
+  if (is_split(n)) return plan_split(S, B, i, first);
+  vstate out = {n->out_names[0], first->fe, first->rank, first->g, is_elementwise(n) ? first->entry1 : 0};
   if (!strcmp(n->op_type, "Reshape")) KEEL_TRY(plan_reshape(S, B, i, first, &out));
   else if (!strcmp(n->op_type, "Transpose")) KEEL_TRY(plan_transpose(S, i, first, &out));
   else if (!strcmp(n->op_type, "MatMul") && first->fe < 2)
@@ -371,7 +436,7 @@ static keel_status plan_node(sharder *S, block *B, int32_t i) {
     if (fe < 0 || fe == first->fe) return refuse(S, n, "a Softmax over the sharded axis%s", "", 0, 0);
   }
   for (int32_t k = 0; k < data_inputs(n); k++)
-    if (!state_of(B, n->in_names[k])) KEEL_TRY(plan_side(S, B, i, k, out.fe, out.g));
+    if (!state_of(B, n->in_names[k])) KEEL_TRY(plan_side(S, B, i, k, out.fe, out.g, out.entry1));
   B->states[B->n_states++] = out;
   return KEEL_OK;
 }
@@ -405,7 +470,7 @@ static keel_status plan(sharder *S, block *B) {
       if (w->shape[1] % tp)
         return refuse(S, n, "%sthe projection width %lld does not divide among %lld ranks", "",
                       (long long)w->shape[1], tp);
-      B->states[B->n_states++] = (vstate){n->out_names[0], 0, -1, w->shape[1]};
+      B->states[B->n_states++] = (vstate){n->out_names[0], 0, -1, w->shape[1], i + 1};
     } else {
       KEEL_TRY(plan_node(S, B, i));
     }
@@ -424,11 +489,12 @@ static keel_status plan(sharder *S, block *B) {
 /* ========================================================== applying */
 
 /* A new constant: block `rank` of tp along `axis` of constant `src`. */
-static keel_status slice_const(sharder *S, const char *src, int32_t axis, const char **out) {
+static keel_status slice_const(sharder *S, const char *src, int32_t axis, int32_t groups,
+                               const char **out) {
   const keel_tensor *t = const_t(S, src);
   int32_t tp = S->cfg->tp, r = S->cfg->rank;
   char name[1024];
-  snprintf(name, sizeof name, "%s/tp%d_%d", src, r, tp);
+  snprintf(name, sizeof name, "%s/tp%d_%d%s", src, r, tp, groups > 1 ? "g" : "");
   if (const_t(S, name)) { /* the same weight in two blocks (shared weights) */
     *out = keel_arena_strdup(S->m->arena, name);
     return *out ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: a name");
@@ -437,16 +503,19 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
   if (!es || t->dtype == KEEL_STRING || keel_dtype_is_packed(t->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "shard: constant '%s' of type %s cannot be sliced", src,
                     keel_dtype_name((keel_dtype)t->dtype));
-  int64_t outer = 1, inner = 1, len = t->shape[axis] / tp;
+  int64_t outer = 1, inner = 1, glen = t->shape[axis] / groups, len = glen / tp;
   for (int32_t k = 0; k < axis; k++) outer *= t->shape[k];
   for (int32_t k = axis + 1; k < t->rank; k++) inner *= t->shape[k];
-  size_t row = (size_t)(len * inner) * es, nbytes = (size_t)outer * row;
+  size_t row = (size_t)(len * inner) * es, nbytes = (size_t)(outer * groups) * row;
   uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN);
   keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
   if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
-  for (int64_t o = 0; o < outer; o++)
-    memcpy(d + (size_t)o * row,
-           (const uint8_t *)t->data + ((size_t)(o * t->shape[axis] + r * len) * (size_t)inner) * es, row);
+  for (int64_t o = 0; o < outer; o++) /* part q of row o: its r-th block */
+    for (int64_t q = 0; q < groups; q++)
+      memcpy(d + (size_t)(o * groups + q) * row,
+             (const uint8_t *)t->data +
+                 ((size_t)(o * t->shape[axis] + q * glen + r * len) * (size_t)inner) * es,
+             row);
   atomic_init(&b->refs, 1);
   b->kind = KEEL_BUF_STATIC;
   b->nbytes = nbytes;
@@ -454,7 +523,7 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
   keel_tensor s = *t;
   s.buf = b;
   s.data = d;
-  s.shape[axis] = len;
+  s.shape[axis] = len * groups;
   KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &s, NULL));
   *out = S->g->ld.init_names[S->g->ld.n_init - 1];
   S->cfg->sharded_bytes += nbytes;
@@ -562,17 +631,37 @@ static keel_status apply_shape(sharder *S, const shape_edit *e, keel_node *div, 
   return KEEL_OK;
 }
 
+/* A fused projection's Split: every size / tp (its input or attribute). */
+static keel_status apply_split(sharder *S, keel_node *n) {
+  int64_t sz[64];
+  int32_t k;
+  split_sizes(S, n, sz, &k);
+  for (int32_t j = 0; j < k; j++) sz[j] /= S->cfg->tp;
+  if (n->n_in >= 2 && n->in_names[1][0])
+    return int64_const(S, arena_fmt(S, n->out_names[0], "/split_tp"), k, sz, &n->in_names[1]);
+  keel_attr *at = keel_arena_array(S->m->arena, (size_t)n->n_attr, sizeof *at);
+  int64_t *ints = keel_arena_array(S->m->arena, (size_t)k, sizeof *ints);
+  if (!at || !ints) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: a Split");
+  memcpy(at, n->attrs, sizeof *at * (size_t)n->n_attr);
+  memcpy(ints, sz, sizeof *ints * (size_t)k);
+  for (int32_t j = 0; j < n->n_attr; j++)
+    if (!strcmp(at[j].name, "split")) at[j].ints = ints;
+  n->attrs = at;
+  return KEEL_OK;
+}
+
 static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     keel_node *n = &S->g->nodes[B->nodes[j]];
     S->taken[B->nodes[j]] = true;
-    if (weight_matmul(S, n)) KEEL_TRY(slice_const(S, n->in_names[1], 1, &n->in_names[1]));
+    if (weight_matmul(S, n))
+      KEEL_TRY(slice_const(S, n->in_names[1], 1, groups_of(B, B->nodes[j] + 1), &n->in_names[1]));
   }
   for (int32_t j = 0; j < B->n_slices; j++) {
     keel_node *n = &S->g->nodes[B->slices[j].node];
     const keel_tensor *t = const_t(S, n->in_names[B->slices[j].in]);
     KEEL_TRY(slice_const(S, n->in_names[B->slices[j].in], t->rank - 1 - B->slices[j].axis_fe,
-                         &n->in_names[B->slices[j].in]));
+                         groups_of(B, B->slices[j].entry1), &n->in_names[B->slices[j].in]));
   }
   for (int32_t j = 0; j < B->n_shapes; j++) {
     keel_node div;
@@ -582,7 +671,8 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   }
   keel_node *x = &S->g->nodes[B->exit];
   S->taken[B->exit] = true;
-  KEEL_TRY(slice_const(S, x->in_names[1], 0, &x->in_names[1]));
+  KEEL_TRY(slice_const(S, x->in_names[1], 0, 1, &x->in_names[1]));
+  for (int32_t j = 0; j < B->n_splits; j++) KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]]));
   const char *full = x->out_names[0], *part = arena_fmt(S, full, "/partial");
   const char *in[1] = {part};
   keel_node ar;
@@ -631,7 +721,7 @@ static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_in
   if (w->shape[1] % tp)
     return refuse(S, x, "%sthe vocabulary (%lld) does not divide among %lld ranks", "",
                   (long long)w->shape[1], tp);
-  KEEL_TRY(slice_const(S, x->in_names[1], 1, &x->in_names[1]));
+  KEEL_TRY(slice_const(S, x->in_names[1], 1, 1, &x->in_names[1]));
   S->taken[i] = true;
   int32_t at = i, rd = keel_ir_only_reader(S->g, x->out_names[0]);
   keel_node *add = rd >= 0 ? &S->g->nodes[rd] : NULL;
@@ -639,7 +729,7 @@ static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_in
     int32_t b = strcmp(add->in_names[0], x->out_names[0]) ? 0 : 1;
     const keel_tensor *bias = const_t(S, add->in_names[b]);
     if (bias && bias->rank == 1 && bias->shape[0] == w->shape[1]) {
-      KEEL_TRY(slice_const(S, add->in_names[b], 0, &add->in_names[b]));
+      KEEL_TRY(slice_const(S, add->in_names[b], 0, 1, &add->in_names[b]));
       at = rd;
       x = add;
     }
