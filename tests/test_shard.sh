@@ -10,6 +10,7 @@
 #  - every rank's parameter bytes (keel info DIR --json) are at most
 #    (1/N of the blocks' weights + the rest) x 1.05;
 #  - the same with --split-vocab (LM head AllGather, embedding AllReduce);
+#  - --external-data: the weights in rank_R.data, the same answers;
 #  - tp 3 and 16 are refused naming the node (width, 8 heads), writing nothing.
 # Exit 77 (skip) without mpirun, numpy, or an MPI build.
 set -uo pipefail
@@ -89,6 +90,15 @@ for r in d['ranks']:
 " || fail "$m tp$run: per-rank parameter bytes or collectives"
   done
 done
+
+# --external-data: weights in rank_R.data beside rank_R.onnx, same answers
+dir=$work/ext
+"$keel" shard "$work/plain/model.onnx" --tp 2 --external-data --out "$dir" >/dev/null || fail "external: shard"
+[[ -s $dir/rank_0.data && -s $dir/rank_1.data ]] || fail "external: no rank_R.data"
+(($(stat -c %s "$dir/rank_0.onnx") < 200000)) || fail "external: rank_0.onnx holds the weights"
+cp -r "$work/plain/test_data_set_0" "$dir/"
+out=$(timeout 120 "${mpi[@]}" -np 2 "$keel" test "$dir" 2>&1)
+grep -q "1 passed, 0 failed" <<<"$out" || fail "external: keel test: $out"
 
 # refusals name the node; nothing is written
 out=$("$keel" shard "$work/plain/model.onnx" --tp 16 --out "$work/r16" 2>&1) && fail "tp 16 accepted"

@@ -2,8 +2,10 @@
  *
  * For each rank R the model is loaded, the shard pass (ir/pass_shard.c)
  * rewrites it into R's part of the N-way tensor-parallel split, and the
- * ONNX writer (onnx/write.c) writes DIR/rank_R.onnx (weights inline; the
- * fusions run later, when each rank loads its file). DIR/manifest.json
+ * ONNX writer (onnx/write.c) writes DIR/rank_R.onnx (weights inline, or in
+ * DIR/rank_R.data with --external-data, or when a rank's weights pass
+ * 1 GiB: protobuf cannot hold 2 GiB; the fusions run later, when each rank
+ * loads its file). DIR/manifest.json
  * records tp, the blocks found, per-rank parameter bytes and where the
  * collectives are. A model the pass refuses writes nothing: the message
  * names the node.
@@ -86,8 +88,10 @@ static int write_manifest(const char *dir, const char *model, const keel_shard_c
 }
 
 /* Rank r's file; its figures in *ri, the pass's in *cfg. */
+#define EXTERNAL_AUTO (1ull << 30)
+
 static keel_status shard_rank(const char *model, const char *dir, keel_shard_cfg *cfg, int32_t r,
-                              rank_info *ri, uint64_t *full_bytes) {
+                              bool external, rank_info *ri, uint64_t *full_bytes) {
   keel_model *m;
   KEEL_TRY(keel_onnx_load_file(model, &m));
   rank_info full = {0};
@@ -100,9 +104,12 @@ static keel_status shard_rank(const char *model, const char *dir, keel_shard_cfg
   if (!st) {
     count_params(m, ri);
     ri->sharded_bytes = c.sharded_bytes;
-    char path[4200];
+    char path[4200], data[64];
     snprintf(path, sizeof path, "%s/rank_%d.onnx", dir, r);
-    st = keel_onnx_write_file(m, NULL, path);
+    snprintf(data, sizeof data, "rank_%d.data", r);
+    keel_onnx_write_opts o = {.external_min = 1024};
+    if (external || ri->bytes > EXTERNAL_AUTO) o.external = data;
+    st = keel_onnx_write_file_ex(m, &o, path);
   }
   /* collective names point into the model's arena: keep rank 0's copy */
   if (!st && r == 0) {
@@ -128,11 +135,12 @@ static void free_cfg(keel_shard_cfg *cfg) {
 int cmd_shard(int argc, char **argv) {
   const char *model = NULL, *dir = NULL;
   int tp = 0;
-  bool split_vocab = false;
+  bool split_vocab = false, external = false;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--tp") && i + 1 < argc) tp = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--split-vocab")) split_vocab = true;
+    else if (!strcmp(argv[i], "--external-data")) external = true;
     else if (argv[i][0] == '-') return cli_usage("shard", "unknown or incomplete option");
     else if (!model) model = argv[i];
     else return cli_usage("shard", "more than one model given");
@@ -151,7 +159,7 @@ int cmd_shard(int argc, char **argv) {
   cfg->split_vocab = split_vocab;
   uint64_t full = 0;
   keel_status st = KEEL_OK;
-  for (int32_t r = 0; r < tp && !st; r++) st = shard_rank(model, dir, cfg, r, &ri[r], &full);
+  for (int32_t r = 0; r < tp && !st; r++) st = shard_rank(model, dir, cfg, r, external, &ri[r], &full);
   int rc = 0;
   if (st) {
     fprintf(stderr, "keel: %s: %s\n", keel_status_str(st), keel_last_error());

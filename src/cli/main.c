@@ -39,11 +39,13 @@ static const char *g_usage[][2] = {
                  "  iterations of loop NAME), naming the values whose blocks survived.\n"
                  "  --plot draws both as SVG. Under mpirun MODEL may be a folder of rank_R.onnx;\n"
                  "  every rank reports (mpirun --tag-output)."},
-    {"shard", "keel shard MODEL --tp N --out DIR [--split-vocab]\n"
+    {"shard", "keel shard MODEL --tp N --out DIR [--split-vocab] [--external-data]\n"
               "  Splits MODEL's transformer blocks N ways (tensor parallel, Megatron-LM style)\n"
               "  into DIR/rank_0.onnx ... rank_{N-1}.onnx and DIR/manifest.json; run them with\n"
               "  mpirun -np N keel run DIR. --split-vocab makes the LM head vocabulary-parallel\n"
-              "  (AllGather). A block it cannot split correctly is refused, naming the node."},
+              "  (AllGather). --external-data puts each rank's weights in DIR/rank_R.data\n"
+              "  (automatic past 1 GiB a rank). A block it cannot split correctly is refused,\n"
+              "  naming the node."},
     {"ops", "keel ops [--markdown]\n"
             "  Lists the operators keel implements: domain, opset range, element types."},
     {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"

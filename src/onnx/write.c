@@ -18,6 +18,12 @@ typedef struct writer {
   const keel_model *m;
   const keel_tensor *const *replace;
   keel_bytes *b;
+  /* external data: initializers of >= ext_min bytes go to ext */
+  FILE *ext;
+  const char *ext_location;
+  size_t ext_min;
+  uint64_t ext_off;
+  bool ext_failed;
 } writer;
 
 static void write_graph(writer *W, uint32_t field, const keel_graph *g);
@@ -187,6 +193,40 @@ static void write_const_node(writer *W, const char *name, int32_t c) {
   keel_pbw_end(b, at);
 }
 
+/* An initializer whose bytes go to the data file (64-byte aligned). */
+static void write_external(writer *W, const keel_tensor *t, const char *name) {
+  keel_bytes *b = W->b;
+  static const uint8_t zeros[64];
+  size_t n = keel_tensor_nbytes(t), pad = (size_t)((64 - W->ext_off % 64) % 64);
+  if (fwrite(zeros, 1, pad, W->ext) != pad || fwrite(t->data, 1, n, W->ext) != n) W->ext_failed = true;
+  W->ext_off += pad;
+  char num[32];
+  size_t at = keel_pbw_begin(b, 5);
+  for (int i = 0; i < t->rank; i++) keel_pbw_int(b, 1, t->shape[i]);
+  keel_pbw_int(b, 2, t->dtype);
+  keel_pbw_str(b, 8, name);
+  const char *keys[3] = {"location", "offset", "length"};
+  for (int k = 0; k < 3; k++) {
+    size_t e = keel_pbw_begin(b, 13);
+    keel_pbw_str(b, 1, keys[k]);
+    if (k == 0) keel_pbw_str(b, 2, W->ext_location);
+    else {
+      snprintf(num, sizeof num, "%llu", (unsigned long long)(k == 1 ? W->ext_off : n));
+      keel_pbw_str(b, 2, num);
+    }
+    keel_pbw_end(b, e);
+  }
+  keel_pbw_int(b, 14, 1); /* data_location = EXTERNAL */
+  keel_pbw_end(b, at);
+  W->ext_off += n;
+}
+
+static void write_init(writer *W, const keel_tensor *t, const char *name) {
+  if (W->ext && t->dtype != KEEL_STRING && keel_tensor_nbytes(t) >= W->ext_min && t->data)
+    write_external(W, t, name);
+  else write_tensor(W->b, 5, t, name);
+}
+
 /* ============================================================= graphs */
 
 /* GraphProto: node 1, name 2, initializer 5, doc_string 10, input 11,
@@ -202,7 +242,7 @@ static void write_graph(writer *W, uint32_t field, const keel_graph *g) {
   if (g->name) keel_pbw_str(b, 2, g->name);
   for (int32_t i = 0; i < g->ld.n_init; i++)
     if (!g->ld.init_is_node || !g->ld.init_is_node[i])
-      write_tensor(b, 5, const_of(W, g->ld.init_consts[i]), g->ld.init_names[i]);
+      write_init(W, const_of(W, g->ld.init_consts[i]), g->ld.init_names[i]);
   if (g->doc) keel_pbw_str(b, 10, g->doc);
   for (int32_t i = 0; i < g->n_in; i++) write_value_info(b, 11, g->in_names[i], &g->in_types[i]);
   for (int32_t i = 0; i < g->n_out; i++)
@@ -254,17 +294,16 @@ static void write_props(const keel_model *m, keel_bytes *b) {
   }
 }
 
-keel_status keel_onnx_write(const keel_model *m, const keel_tensor *const *replace,
-                            keel_bytes *out) {
-  if (!m || !m->main || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_onnx_write: NULL argument");
-  writer W = {m, replace, out};
+static keel_status write_model(writer *W) {
+  const keel_model *m = W->m;
+  keel_bytes *out = W->b;
   keel_pbw_int(out, 1, m->ir_version);
   if (m->producer_name) keel_pbw_str(out, 2, m->producer_name);
   if (m->producer_version) keel_pbw_str(out, 3, m->producer_version);
   if (m->domain) keel_pbw_str(out, 4, m->domain);
   if (m->model_version) keel_pbw_int(out, 5, m->model_version);
   if (m->doc) keel_pbw_str(out, 6, m->doc);
-  write_graph(&W, 7, m->main);
+  write_graph(W, 7, m->main);
   write_opsets(m, out);
   write_props(m, out);
   if (out->failed) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "%s: out of memory while writing the model", m->path);
@@ -274,10 +313,44 @@ keel_status keel_onnx_write(const keel_model *m, const keel_tensor *const *repla
   return KEEL_OK;
 }
 
+keel_status keel_onnx_write(const keel_model *m, const keel_tensor *const *replace,
+                            keel_bytes *out) {
+  if (!m || !m->main || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_onnx_write: NULL argument");
+  writer W = {.m = m, .replace = replace, .b = out};
+  return write_model(&W);
+}
+
+/* The data file beside `path` (its folder + location). */
+static keel_status open_external(writer *W, const char *path, const char *location) {
+  if (strchr(location, '/') || !location[0] || !strcmp(location, ".."))
+    return keel_err(KEEL_ERR_INVALID_ARG, "external data file '%s': a plain file name is needed", location);
+  char full[4200];
+  const char *slash = strrchr(path, '/');
+  if (slash) snprintf(full, sizeof full, "%.*s/%s", (int)(slash - path), path, location);
+  else snprintf(full, sizeof full, "%s", location);
+  W->ext = fopen(full, "wb");
+  if (!W->ext) return keel_err(KEEL_ERR_IO, "%s: cannot create: %s", full, strerror(errno));
+  W->ext_location = location;
+  return KEEL_OK;
+}
+
 keel_status keel_onnx_write_file(const keel_model *m, const keel_tensor *const *replace,
                                  const char *path) {
+  keel_onnx_write_opts o = {.replace = replace};
+  return keel_onnx_write_file_ex(m, &o, path);
+}
+
+keel_status keel_onnx_write_file_ex(const keel_model *m, const keel_onnx_write_opts *o,
+                                    const char *path) {
+  if (!m || !m->main || !o || !path) return keel_err(KEEL_ERR_INVALID_ARG, "keel_onnx_write_file: NULL argument");
   keel_bytes b = {0};
-  keel_status st = keel_onnx_write(m, replace, &b);
+  writer W = {.m = m, .replace = o->replace, .b = &b, .ext_min = o->external_min};
+  keel_status st = o->external ? open_external(&W, path, o->external) : KEEL_OK;
+  if (!st) st = write_model(&W);
+  if (W.ext && fclose(W.ext) != 0) W.ext_failed = true;
+  if (!st && W.ext_failed)
+    st = keel_err(KEEL_ERR_IO, "%s: writing external data '%s' failed: %s", path,
+                  W.ext_location ? W.ext_location : "", strerror(errno));
   if (!st) {
     FILE *f = fopen(path, "wb");
     if (!f) st = keel_err(KEEL_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
