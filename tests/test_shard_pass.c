@@ -8,6 +8,7 @@
  *  - an attention block with constant Reshape shapes (6 heads, tp 2 and 3),
  *  - the same with q, k, v fused in one weight and a Split (tp 2 and 3),
  *  - an MLP block inside an If branch reading outer weights (tp 2 and 4);
+ *  - an MLP of two Gemms on a 2-D input (transB, alpha; tp 2 and 4);
  * and the structure: the AllReduce sits between the row-parallel MatMul
  * and its bias Add, the originals of sliced weights are gone.
  * Refusals name the node: tp not dividing the heads, a block value read
@@ -130,7 +131,27 @@ static uint8_t *mlp_in_if_model(size_t *len) {
   return mb_model(g, 17, len);
 }
 
+/* Two Gemms on a 2-D input [T, C]: fc1 (transB, bias [F]) -> Relu -> fc2
+ * (bias [C], moved after the AllReduce). */
+static uint8_t *gemm_mlp_model(size_t *len) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){T, C});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  mb_init(g, "w1t", KEEL_FLOAT, 2, (int64_t[]){F, C}, g_w1); /* transposed: [F, C] */
+  mb_init(g, "b1", KEEL_FLOAT, 1, (int64_t[]){F}, g_b1);
+  mb_init(g, "w2", KEEL_FLOAT, 2, (int64_t[]){F, C}, g_w2);
+  mb_init(g, "b2", KEEL_FLOAT, 1, (int64_t[]){C}, g_b2);
+  mb_node *a = mb_add(g, "Gemm", "x,w1t,b1", "h");
+  mb_attr_i(a, "transB", 1);
+  mb_attr_f(a, "alpha", 0.5f);
+  mb_add(g, "Relu", "h", "hr");
+  mb_name(mb_add(g, "Gemm", "hr,w2,b2", "y"), "fc2");
+  return mb_model(g, 13, len);
+}
+
 /* ============================================================ running */
+
+static int g_x_rank = 3; /* the models' input: [1, T, C], or [T, C] */
 
 static keel_status shard(const uint8_t *bytes, size_t len, int tp, int rank, keel_shard_cfg *cfg,
                          keel_model **out) {
@@ -164,7 +185,8 @@ static bool run(const uint8_t *bytes, size_t len, bool with_c, float *out) {
   CHECK_OK(st);
   if (st) return false;
   uint8_t c = 1;
-  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){1, T, C}, g_x),
+  keel_value_t *in[2] = {g_x_rank == 3 ? mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){1, T, C}, g_x)
+                                        : mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){T, C}, g_x),
                          mb_tensor(s, KEEL_BOOL, 0, NULL, &c)};
   keel_value_t *y[2] = {0};
   st = keel_run(s, (const char *[]){"x", "c"}, in, with_c ? 2 : 1, y);
@@ -289,6 +311,30 @@ static void mlp_in_if(void) {
   free(bytes);
 }
 
+static void gemm_mlp(void) {
+  size_t len;
+  uint8_t *bytes = gemm_mlp_model(&len);
+  g_x_rank = 2;
+  check_sum(bytes, len, 2, false, g_b2);
+  check_sum(bytes, len, 4, false, g_b2);
+  g_x_rank = 3;
+  keel_model *m = NULL;
+  keel_shard_cfg cfg;
+  CHECK_OK(shard(bytes, len, 4, 3, &cfg, &m));
+  if (m) {
+    const keel_graph *g = m->main;
+    CHECK(cfg.n_mlp == 1 && g->n_nodes == 5);
+    /* fc2 lost its bias, which is added after the AllReduce */
+    CHECK(g->n_nodes == 5 && !strcmp(g->nodes[2].name, "fc2") && g->nodes[2].in_names[2][0] == 0 &&
+          !strcmp(g->nodes[3].op_type, "AllReduce") && !strcmp(g->nodes[4].op_type, "Add") &&
+          !strcmp(g->nodes[4].in_names[1], "b2") && !strcmp(g->nodes[4].out_names[0], "y"));
+    int32_t c = keel_ir_const_of(m, g, "w1t/tp3_4"); /* transB: rows sliced */
+    CHECK(c >= 0 && m->consts[c].shape[0] == F / 4 && m->consts[c].shape[1] == C);
+  }
+  keel_onnx_free(m);
+  free(bytes);
+}
+
 static void refusals(void) {
   size_t len;
   keel_model *m = NULL;
@@ -337,6 +383,7 @@ int main(void) {
   attention_block();
   fused_qkv();
   mlp_in_if();
+  gemm_mlp();
   refusals();
   return check_report();
 }

@@ -1,7 +1,8 @@
 /* pass_shard.c: tensor-parallel sharding of transformer blocks (shard.h).
  *
  * Per graph (sub-graphs of Loop / If included):
- *  1. find: a weight MatMul (B a 2-D constant) whose input A is "sharded"
+ *  1. find: a weight MatMul (B a 2-D constant; or a Gemm by one, whose
+ *     bias, when row-parallel, moves after the AllReduce) whose input A is "sharded"
  *     (derived, through block ops, from the outputs of weight MatMuls whose
  *     own input is not) is a block's exit; walking back from it collects
  *     the block: its entries (column-parallel projections) and the nodes
@@ -102,11 +103,31 @@ static const keel_tensor *const_vals(const sharder *S, const char *name) {
   return u && !strcmp(u->op_type, "Unsqueeze") && !u->domain[0] ? const_t(S, u->in_names[0]) : NULL;
 }
 
-/* MatMul by a 2-D float constant. */
-static bool weight_matmul(const sharder *S, const keel_node *n) {
-  if (strcmp(n->op_type, "MatMul") || n->domain[0] || n->n_in != 2) return false;
+static int64_t attr_i(const keel_node *n, const char *name, int64_t dflt) {
+  const keel_attr *a = keel_node_attr(n, name);
+  return a && a->type == KEEL_ATTR_INT ? a->i : dflt;
+}
+
+/* A projection: MatMul by a 2-D float constant, or Gemm (transA 0) by
+ * one; the weight's contracted axis in *k and its output axis in *m. */
+static bool weight_proj(const sharder *S, const keel_node *n, int32_t *k, int32_t *m) {
+  bool gemm = !strcmp(n->op_type, "Gemm");
+  if ((!gemm && strcmp(n->op_type, "MatMul")) || n->domain[0] || n->n_in < 2 || (!gemm && n->n_in != 2))
+    return false;
+  if (gemm && attr_i(n, "transA", 0)) return false;
   const keel_tensor *w = const_t(S, n->in_names[1]);
-  return w && w->rank == 2 && is_float_type(w->dtype) && !const_t(S, n->in_names[0]);
+  if (!w || w->rank != 2 || !is_float_type(w->dtype) || const_t(S, n->in_names[0])) return false;
+  bool tb = gemm && attr_i(n, "transB", 0);
+  if (k) *k = tb ? 1 : 0;
+  if (m) *m = tb ? 0 : 1;
+  return true;
+}
+
+static bool weight_matmul(const sharder *S, const keel_node *n) { return weight_proj(S, n, NULL, NULL); }
+
+/* A Gemm's bias C, when it has one. */
+static const char *gemm_bias(const keel_node *n) {
+  return !strcmp(n->op_type, "Gemm") && n->n_in == 3 && n->in_names[2][0] ? n->in_names[2] : NULL;
 }
 
 static const char *const g_elementwise[] = {
@@ -465,12 +486,18 @@ static keel_status plan(sharder *S, block *B) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     int32_t i = B->nodes[j];
     const keel_node *n = &S->g->nodes[i];
-    if (weight_matmul(S, n)) {
+    int32_t ka, ma;
+    if (weight_proj(S, n, &ka, &ma)) {
       const keel_tensor *w = const_t(S, n->in_names[1]);
-      if (w->shape[1] % tp)
+      if (w->shape[ma] % tp)
         return refuse(S, n, "%sthe projection width %lld does not divide among %lld ranks", "",
-                      (long long)w->shape[1], tp);
-      B->states[B->n_states++] = (vstate){n->out_names[0], 0, -1, w->shape[1], i + 1};
+                      (long long)w->shape[ma], tp);
+      const char *c = gemm_bias(n);
+      const keel_tensor *ct = c ? const_t(S, c) : NULL;
+      if (c && (!ct || (ct->rank && ct->shape[ct->rank - 1] != 1 && ct->shape[ct->rank - 1] != w->shape[ma])))
+        return refuse(S, n, "a Gemm whose bias '%s' is not a constant of its width", c, 0, 0);
+      B->states[B->n_states++] = (vstate){n->out_names[0], 0, !strcmp(n->op_type, "Gemm") ? 2 : -1,
+                                          w->shape[ma], i + 1};
     } else {
       KEEL_TRY(plan_node(S, B, i));
     }
@@ -478,11 +505,16 @@ static keel_status plan(sharder *S, block *B) {
   const keel_node *x = &S->g->nodes[B->exit];
   const vstate *a = state_of(B, x->in_names[0]);
   const keel_tensor *w = const_t(S, x->in_names[1]);
+  int32_t ka, ma;
+  weight_proj(S, x, &ka, &ma);
   if (!a || a->fe != 0)
     return refuse(S, x, "the row-parallel MatMul's input is not sharded along its last axis%s", "", 0, 0);
-  if (w->shape[0] % tp || (a->g > 0 && a->g != w->shape[0]))
+  if (w->shape[ka] % tp || (a->g > 0 && a->g != w->shape[ka]))
     return refuse(S, x, "%sits weight's %lld rows do not divide among %lld ranks", "",
-                  (long long)w->shape[0], tp);
+                  (long long)w->shape[ka], tp);
+  const keel_attr *beta = keel_node_attr(x, "beta");
+  if (gemm_bias(x) && (x->opset < 11 || (beta && beta->f != 1.0f)))
+    return refuse(S, x, "a row-parallel Gemm with a scaled bias (beta) or before opset 11%s", "", 0, 0);
   return plan_closed(S, B);
 }
 
@@ -654,8 +686,13 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     keel_node *n = &S->g->nodes[B->nodes[j]];
     S->taken[B->nodes[j]] = true;
-    if (weight_matmul(S, n))
-      KEEL_TRY(slice_const(S, n->in_names[1], 1, groups_of(B, B->nodes[j] + 1), &n->in_names[1]));
+    int32_t ka, ma;
+    if (!weight_proj(S, n, &ka, &ma)) continue;
+    int32_t groups = groups_of(B, B->nodes[j] + 1);
+    KEEL_TRY(slice_const(S, n->in_names[1], ma, groups, &n->in_names[1]));
+    const keel_tensor *c = gemm_bias(n) ? const_t(S, n->in_names[2]) : NULL;
+    if (c && c->rank && c->shape[c->rank - 1] > 1)
+      KEEL_TRY(slice_const(S, n->in_names[2], c->rank - 1, groups, &n->in_names[2]));
   }
   for (int32_t j = 0; j < B->n_slices; j++) {
     keel_node *n = &S->g->nodes[B->slices[j].node];
@@ -671,15 +708,25 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   }
   keel_node *x = &S->g->nodes[B->exit];
   S->taken[B->exit] = true;
-  KEEL_TRY(slice_const(S, x->in_names[1], 0, 1, &x->in_names[1]));
+  int32_t ka, ma;
+  weight_proj(S, x, &ka, &ma);
+  KEEL_TRY(slice_const(S, x->in_names[1], ka, 1, &x->in_names[1]));
   for (int32_t j = 0; j < B->n_splits; j++) KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]]));
-  const char *full = x->out_names[0], *part = arena_fmt(S, full, "/partial");
+  const char *full = x->out_names[0], *part = arena_fmt(S, full, "/partial"), *bias = gemm_bias(x);
   const char *in[1] = {part};
   keel_node ar;
+  /* a Gemm's bias moves after the AllReduce: added once, not once a rank */
+  const char *reduced = bias ? arena_fmt(S, full, "/reduced") : full;
   KEEL_TRY(new_node(S, arena_fmt(S, x->name[0] ? x->name : full, "/AllReduce"), "AllReduce",
-                    "com.microsoft", 1, in, full, &ar));
+                    "com.microsoft", 1, in, reduced, &ar));
   x->out_names[0] = part;
-  ins[(*n_ins)++] = one_node(B->exit, true, &ar);
+  pending p = one_node(B->exit, true, &ar);
+  if (bias) {
+    x->in_names[2] = "";
+    KEEL_TRY(new_node(S, arena_fmt(S, x->name[0] ? x->name : full, "/bias"), "Add", "", 2,
+                      (const char *[]){reduced, bias}, full, &p.post[p.n_post++]));
+  }
+  ins[(*n_ins)++] = p;
   keel_shard_cfg *cfg = S->cfg;
   if (cfg->n_coll < KEEL_SHARD_MAX_COLL)
     cfg->coll[cfg->n_coll++] = (keel_shard_coll){S->g->path, ar.name, "AllReduce", x->name};
@@ -717,18 +764,23 @@ static bool is_vocab(const sharder *S, int64_t v, int64_t width) {
 static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_ins) {
   keel_node *x = &S->g->nodes[i];
   const keel_tensor *w = const_t(S, x->in_names[1]);
-  int32_t tp = S->cfg->tp;
-  if (w->shape[1] % tp)
-    return refuse(S, x, "%sthe vocabulary (%lld) does not divide among %lld ranks", "",
-                  (long long)w->shape[1], tp);
-  KEEL_TRY(slice_const(S, x->in_names[1], 1, 1, &x->in_names[1]));
+  int32_t tp = S->cfg->tp, ka, ma;
+  weight_proj(S, x, &ka, &ma);
+  int64_t vocab = w->shape[ma];
+  if (vocab % tp)
+    return refuse(S, x, "%sthe vocabulary (%lld) does not divide among %lld ranks", "", (long long)vocab, tp);
+  KEEL_TRY(slice_const(S, x->in_names[1], ma, 1, &x->in_names[1]));
+  const keel_tensor *c = gemm_bias(x) ? const_t(S, x->in_names[2]) : NULL;
+  if (gemm_bias(x) && !c) return refuse(S, x, "an LM head whose bias is not a constant%s", "", 0, 0);
+  if (c && c->rank && c->shape[c->rank - 1] > 1)
+    KEEL_TRY(slice_const(S, x->in_names[2], c->rank - 1, 1, &x->in_names[2]));
   S->taken[i] = true;
   int32_t at = i, rd = keel_ir_only_reader(S->g, x->out_names[0]);
   keel_node *add = rd >= 0 ? &S->g->nodes[rd] : NULL;
   if (add && !strcmp(add->op_type, "Add") && !add->domain[0] && add->n_in == 2) {
     int32_t b = strcmp(add->in_names[0], x->out_names[0]) ? 0 : 1;
     const keel_tensor *bias = const_t(S, add->in_names[b]);
-    if (bias && bias->rank == 1 && bias->shape[0] == w->shape[1]) {
+    if (bias && bias->rank == 1 && bias->shape[0] == vocab) {
       KEEL_TRY(slice_const(S, add->in_names[b], 0, 1, &add->in_names[b]));
       at = rd;
       x = add;
@@ -844,8 +896,10 @@ static keel_status split_vocab(sharder *S, pending *ins, int32_t *n_ins) {
     const keel_node *x = &S->g->nodes[i];
     if (S->taken[i] || !weight_matmul(S, x) || sharded_value(S, x->in_names[0])) continue;
     const keel_tensor *w = const_t(S, x->in_names[1]);
-    if (!is_vocab(S, w->shape[1], w->shape[0])) continue;
-    if (nv < 8) vocab[nv++] = w->shape[1];
+    int32_t ka, ma;
+    weight_proj(S, x, &ka, &ma);
+    if (!is_vocab(S, w->shape[ma], w->shape[ka])) continue;
+    if (nv < 8) vocab[nv++] = w->shape[ma];
     KEEL_TRY(split_head(S, i, ins, n_ins));
   }
   /* the embeddings of the same vocabulary (not position tables) */
