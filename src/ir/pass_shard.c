@@ -682,6 +682,8 @@ static keel_status apply_split(sharder *S, keel_node *n) {
   return KEEL_OK;
 }
 
+static keel_status apply_exit(sharder *S, block *B, pending *ins, int32_t *n_ins);
+
 static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     keel_node *n = &S->g->nodes[B->nodes[j]];
@@ -706,12 +708,23 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
     KEEL_TRY(apply_shape(S, &B->shapes[j], &div, &at));
     if (at >= 0) ins[(*n_ins)++] = one_node(at, false, &div);
   }
+  for (int32_t j = 0; j < B->n_splits; j++) KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]]));
+  KEEL_TRY(apply_exit(S, B, ins, n_ins));
+  keel_shard_cfg *cfg = S->cfg;
+  cfg->n_blocks++;
+  if (B->attention) cfg->n_attention++;
+  else cfg->n_mlp++;
+  return KEEL_OK;
+}
+
+/* The row-parallel projection: rows sliced, then an AllReduce (and a
+ * Gemm's bias after it). */
+static keel_status apply_exit(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   keel_node *x = &S->g->nodes[B->exit];
   S->taken[B->exit] = true;
   int32_t ka, ma;
   weight_proj(S, x, &ka, &ma);
   KEEL_TRY(slice_const(S, x->in_names[1], ka, 1, &x->in_names[1]));
-  for (int32_t j = 0; j < B->n_splits; j++) KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]]));
   const char *full = x->out_names[0], *part = arena_fmt(S, full, "/partial"), *bias = gemm_bias(x);
   const char *in[1] = {part};
   keel_node ar;
@@ -730,9 +743,6 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   keel_shard_cfg *cfg = S->cfg;
   if (cfg->n_coll < KEEL_SHARD_MAX_COLL)
     cfg->coll[cfg->n_coll++] = (keel_shard_coll){S->g->path, ar.name, "AllReduce", x->name};
-  cfg->n_blocks++;
-  if (B->attention) cfg->n_attention++;
-  else cfg->n_mlp++;
   return KEEL_OK;
 }
 
