@@ -66,6 +66,11 @@ for m in plain loop; do
     dir=$work/$m-tp$run
     out=$("$keel" shard "$work/$m/model.onnx" --tp $n "${sv[@]}" --out "$dir" 2>&1) || { fail "$m tp$run: shard: $out"; continue; }
     grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$run: blocks found: $out"
+    if [[ $run == *v ]]; then
+      grep -q "left whole" <<<"$out" && fail "$m tp$run: a projection left whole: $out"
+    else
+      grep -q "in no recognised block): 1 projection" <<<"$out" || fail "$m tp$run: the LM head: $out"
+    fi
     cp -r "$ds" "$dir/"
     out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
     grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$run: keel test against PyTorch: $out"
@@ -99,6 +104,12 @@ dir=$work/ext
 cp -r "$work/plain/test_data_set_0" "$dir/"
 out=$(timeout 120 "${mpi[@]}" -np 2 "$keel" test "$dir" 2>&1)
 grep -q "1 passed, 0 failed" <<<"$out" || fail "external: keel test: $out"
+
+# usage errors exit 2
+"$keel" shard "$work/plain/model.onnx" --out "$work/u" >/dev/null 2>&1; [[ $? == 2 ]] || fail "no --tp: not exit 2"
+"$keel" shard "$work/plain/model.onnx" --tp 2 >/dev/null 2>&1; [[ $? == 2 ]] || fail "no --out: not exit 2"
+"$keel" shard "$work/plain/model.onnx" --tp 2 --out "$work/u" --bogus >/dev/null 2>&1; [[ $? == 2 ]] ||
+  fail "unknown option: not exit 2"
 
 # refusals name the node; nothing is written
 out=$("$keel" shard "$work/plain/model.onnx" --tp 16 --out "$work/r16" 2>&1) && fail "tp 16 accepted"

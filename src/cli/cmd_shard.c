@@ -72,7 +72,7 @@ static int write_manifest(const char *dir, const char *model, const keel_shard_c
             r, r, (unsigned long long)ri[r].bytes, (unsigned long long)ri[r].params,
             (unsigned long long)ri[r].tensors, (unsigned long long)ri[r].sharded_bytes,
             r + 1 < cfg->tp ? "," : "");
-  fprintf(f, "  ],\n  \"collectives\": [\n");
+  fprintf(f, "  ],\n  \"replicated_projections\": %d,\n  \"collectives\": [\n", cfg->n_replicated);
   for (int32_t i = 0; i < cfg->n_coll; i++) {
     const keel_shard_coll *c = &cfg->coll[i];
     fprintf(f, "    {\"op\": \"%s\", \"graph\": ", c->op);
@@ -119,6 +119,8 @@ static keel_status shard_rank(const char *model, const char *dir, keel_shard_cfg
       cfg->coll[i].node = strdup(c.coll[i].node);
       cfg->coll[i].after = strdup(c.coll[i].after);
     }
+    for (int32_t i = 0; i < c.n_replicated && i < (int32_t)KEEL_COUNTOF(c.replicated); i++)
+      cfg->replicated[i] = strdup(c.replicated[i]);
   }
   keel_onnx_free(m);
   return st;
@@ -130,6 +132,8 @@ static void free_cfg(keel_shard_cfg *cfg) {
     free((char *)cfg->coll[i].node);
     free((char *)cfg->coll[i].after);
   }
+  for (int32_t i = 0; i < cfg->n_replicated && i < (int32_t)KEEL_COUNTOF(cfg->replicated); i++)
+    free((char *)cfg->replicated[i]);
 }
 
 int cmd_shard(int argc, char **argv) {
@@ -172,6 +176,9 @@ int cmd_shard(int argc, char **argv) {
     for (int32_t r = 0; r < tp; r++)
       printf("  rank_%d.onnx: %llu parameter bytes (of %llu unsharded)\n", r,
              (unsigned long long)ri[r].bytes, (unsigned long long)full);
+    if (cfg->n_replicated) printf("  left whole on every rank (in no recognised block): %d projection(s)\n", cfg->n_replicated);
+    for (int32_t i = 0; i < cfg->n_replicated && i < (int32_t)KEEL_COUNTOF(cfg->replicated); i++)
+      printf("    %s\n", cfg->replicated[i]);
   }
   free_cfg(cfg);
   free(cfg);

@@ -954,6 +954,15 @@ static keel_status shard_graph(keel_model *m, keel_graph *g) {
   keel_status st = (!S.memo || !S.taken || !ins) ? keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard") : KEEL_OK;
   if (!st) st = find_blocks(&S, ins, &n_ins);
   if (!st && S.cfg->split_vocab) st = split_vocab(&S, ins, &n_ins);
+  for (int32_t i = 0; !st && i < n; i++) { /* what stays whole, for the report */
+    if (S.taken[i] || !weight_matmul(&S, &g->nodes[i])) continue;
+    keel_shard_cfg *c = S.cfg;
+    char lbl[256], buf[512];
+    snprintf(buf, sizeof buf, "%s: %s", g->path, keel_node_label(&g->nodes[i], lbl, sizeof lbl));
+    if (c->n_replicated < (int32_t)KEEL_COUNTOF(c->replicated))
+      c->replicated[c->n_replicated] = keel_arena_strdup(m->arena, buf);
+    c->n_replicated++;
+  }
   qsort(ins, (size_t)n_ins, sizeof *ins, cmp_pending);
   for (int32_t i = 0; !st && i < n_ins; i++) st = insert(&S, &ins[i]);
   /* the unsharded originals go when nothing reads them any more */

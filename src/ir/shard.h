@@ -44,6 +44,9 @@ typedef struct keel_shard_cfg {
   uint64_t sharded_bytes;      /* this rank's bytes of sharded weights     */
   uint64_t sharded_full_bytes; /* the same weights unsharded               */
   keel_shard_coll coll[KEEL_SHARD_MAX_COLL];
+  /* weight projections in no recognised block: left whole on every rank */
+  int32_t n_replicated;
+  const char *replicated[8];   /* the first few: "graph: 'node'"          */
 } keel_shard_cfg;
 
 KEEL_INTERNAL keel_status keel_pass_shard(keel_model *m);
