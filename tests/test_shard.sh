@@ -10,6 +10,7 @@
 #  - every rank's parameter bytes (keel info DIR --json) are at most
 #    (1/N of the blocks' weights + the rest) x 1.05;
 #  - the same with --split-vocab (LM head AllGather, embedding AllReduce);
+#  - the loop at TP = 4 keeps allocated bytes steady over 20 runs on every rank;
 #  - --external-data: the weights in rank_R.data, the same answers;
 #  - tp 3 and 16 are refused naming the node (width, 8 heads), writing nothing.
 # Exit 77 (skip) without mpirun, numpy, or an MPI build.
@@ -95,6 +96,12 @@ for r in d['ranks']:
 " || fail "$m tp$run: per-rank parameter bytes or collectives"
   done
 done
+
+# the generation loop at TP = 4: allocated bytes steady over 20 runs, every rank
+# (1000 runs take minutes: by hand, mpirun -np 4 keel memcheck DIR --iters 1000)
+out=$(timeout 120 "${mpi[@]}" -np 4 "$keel" memcheck "$work/loop-tp4" --iters 20 \
+      --data "$work/loop/test_data_set_0" 2>&1) || fail "memcheck loop tp4: $out"
+[[ $(grep -c "verdict: steady" <<<"$out") == 4 ]] || fail "memcheck loop tp4 verdicts: $out"
 
 # --external-data: weights in rank_R.data beside rank_R.onnx, same answers
 dir=$work/ext
