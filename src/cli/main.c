@@ -1,4 +1,4 @@
-/* main.c: the `keel` command: run, test, info, memcheck, ops, bench. */
+/* main.c: the `keel` command: run, test, info, memcheck, ops, bench, shard. */
 #include <string.h>
 
 #include "cli.h"
@@ -19,14 +19,19 @@ static const char *g_usage[][2] = {
             "  mpirun -np N keel run DIR ...: DIR holds rank_0.onnx ... rank_{N-1}.onnx; each\n"
             "  rank runs its own file, rank 0 prints."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"
+             "               [--roundtrip]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
              "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
              "  fails a test whose allocated bytes change after the first run.\n"
+             "  --roundtrip runs each model as keel's ONNX writer writes it back (load, write,\n"
+             "  load, write again: the last writings must be identical).\n"
              "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
-             "  control-flow tree and weight bytes."},
+             "  control-flow tree and weight bytes. For a shard folder (keel shard's\n"
+             "  rank_R.onnx files): per rank, the parameters kept, their bytes and where\n"
+             "  the collectives are."},
     {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--loop NAME] [--plot FILE.svg]\n"
                  "              [--mem-limit SIZE] [--threads N]\n"
                  "  Runs MODEL N times and prints allocated and reserved bytes after each\n"
@@ -34,6 +39,13 @@ static const char *g_usage[][2] = {
                  "  iterations of loop NAME), naming the values whose blocks survived.\n"
                  "  --plot draws both as SVG. Under mpirun MODEL may be a folder of rank_R.onnx;\n"
                  "  every rank reports (mpirun --tag-output)."},
+    {"shard", "keel shard MODEL --tp N --out DIR [--split-vocab] [--external-data]\n"
+              "  Splits MODEL's transformer blocks N ways (tensor parallel, Megatron-LM style)\n"
+              "  into DIR/rank_0.onnx ... rank_{N-1}.onnx and DIR/manifest.json; run them with\n"
+              "  mpirun -np N keel run DIR. --split-vocab makes the LM head vocabulary-parallel\n"
+              "  (AllGather). --external-data puts each rank's weights in DIR/rank_R.data\n"
+              "  (automatic past 1 GiB a rank). A block it cannot split correctly is refused,\n"
+              "  naming the node."},
     {"ops", "keel ops [--markdown]\n"
             "  Lists the operators keel implements: domain, opset range, element types."},
     {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"
@@ -64,6 +76,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "memcheck")) return cmd_memcheck(argc - 2, argv + 2);
   if (!strcmp(cmd, "ops")) return cmd_ops(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+  if (!strcmp(cmd, "shard")) return cmd_shard(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     cli_usage(NULL, NULL);
     return 0;

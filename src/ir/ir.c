@@ -114,3 +114,52 @@ keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *dr
   set_nodes(g, nodes, n);
   return KEEL_OK;
 }
+
+/* Copies n items of `size` into a new arena array of n + 1 (NULL on OOM). */
+static void *grow_copy(keel_arena *a, const void *old, int32_t n, size_t size) {
+  void *p = keel_arena_array(a, (size_t)n + 1, size);
+  if (p && n) memcpy(p, old, (size_t)n * size);
+  return p;
+}
+
+keel_status keel_ir_add_const(keel_model *m, keel_graph *g, const char *name, const keel_tensor *t,
+                              int32_t *index) {
+  keel_arena *a = m->arena;
+  keel_tensor *c = grow_copy(a, m->consts, m->n_consts, sizeof *c);
+  const char **cn = grow_copy(a, m->const_names, m->n_consts, sizeof *cn);
+  const char **in = grow_copy(a, g->ld.init_names, g->ld.n_init, sizeof *in);
+  int32_t *ic = grow_copy(a, g->ld.init_consts, g->ld.n_init, sizeof *ic);
+  uint8_t *node = grow_copy(a, g->ld.init_is_node, g->ld.n_init, 1);
+  const char *nm = keel_arena_strdup(a, name);
+  if (!c || !cn || !in || !ic || !node || !nm)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding constant '%s' to graph '%s'", name, g->path);
+  c[m->n_consts] = *t;
+  cn[m->n_consts] = nm;
+  in[g->ld.n_init] = nm;
+  ic[g->ld.n_init] = m->n_consts;
+  if (index) *index = m->n_consts;
+  m->consts = c;
+  m->const_names = cn;
+  m->n_consts++;
+  m->weight_bytes += keel_tensor_nbytes(t);
+  g->ld.init_names = in;
+  g->ld.init_consts = ic;
+  g->ld.init_is_node = node;
+  g->ld.n_init++;
+  return KEEL_OK;
+}
+
+void keel_ir_drop_init(keel_graph *g, const char *name) {
+  int32_t k = 0;
+  for (int32_t i = 0; i < g->ld.n_init; i++) {
+    if (!strcmp(g->ld.init_names[i], name)) {
+      if (g->ld.init_is_node && g->ld.init_is_node[i]) g->ld.n_folded--;
+      continue;
+    }
+    g->ld.init_names[k] = g->ld.init_names[i];
+    g->ld.init_consts[k] = g->ld.init_consts[i];
+    if (g->ld.init_is_node) g->ld.init_is_node[k] = g->ld.init_is_node[i];
+    k++;
+  }
+  g->ld.n_init = k;
+}

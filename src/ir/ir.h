@@ -162,6 +162,7 @@ typedef struct keel_graph {
     int32_t n_init;            /* initializers and folded Constants       */
     const char **init_names;
     int32_t *init_consts;
+    uint8_t *init_is_node;     /* 1: a Constant node of the file (folded) */
     int32_t n_vinfo;
     const char **vinfo_names;
     keel_type *vinfo_types;
@@ -198,6 +199,7 @@ typedef struct keel_model {
   const char **const_names;
   uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
+  struct keel_shard_cfg *shard; /* set only by `keel shard` (ir/shard.h)  */
 } keel_model;
 
 /* Opset version of `domain` in the model; 0 when not imported. */
@@ -231,6 +233,16 @@ KEEL_INTERNAL bool keel_ir_const_f32(const keel_model *m, const keel_graph *g, c
                                      float *v);
 /* Drops the nodes of g with drop[i] set (renumbering the rest). */
 KEEL_INTERNAL keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *drop);
+
+/* Adds a constant (an initializer) named `name` to graph g: appended to
+ * the model's constants and to g's initializer list (t's bytes must live
+ * as long as the model: the arena or the mapping). Its index in *index
+ * when not NULL. */
+KEEL_INTERNAL keel_status keel_ir_add_const(keel_model *m, keel_graph *g, const char *name,
+                                            const keel_tensor *t, int32_t *index);
+/* Drops g's initializer `name` from its list (the constant itself stays in
+ * the model's array, unused). */
+KEEL_INTERNAL void keel_ir_drop_init(keel_graph *g, const char *name);
 
 /* Find an attribute by name, or NULL. */
 KEEL_INTERNAL const keel_attr *keel_node_attr(const keel_node *n,

@@ -30,6 +30,11 @@ typedef struct keel_pass {
  * give the model its meaning (autodiff). */
 KEEL_INTERNAL keel_status keel_ir_passes(keel_model *m, bool optimize);
 
+/* Runs the passes that give the model its meaning, in order, up to and
+ * including `last` (keel shard: autodiff, then shard; no fusion, so the
+ * written model stays plain ONNX). */
+KEEL_INTERNAL keel_status keel_ir_passes_through(keel_model *m, const char *last);
+
 /* The pipeline, for listing (keel info, tests). */
 KEEL_INTERNAL const keel_pass *keel_ir_pass_list(size_t *n);
 

@@ -1,0 +1,187 @@
+#!/usr/bin/env /usr/bin/python3
+"""The GPT of tests/gpt (issue 12: keel shard), exported from PyTorch.
+
+A GPT-2-style decoder: token and position embeddings, 4 pre-LayerNorm
+blocks (8 heads, hidden 256, causal self-attention with separate q, k, v
+projections, a GELU MLP of 1024), a final LayerNorm and an LM head, vocab
+256. Two models:
+  plain/  logits = gpt(tokens)                       (torch.onnx.export, traced)
+  loop/   tokens, logits = greedy(tokens, n)         (torch.jit.script: a Loop
+          that runs the whole decoder once per new token, appending argmax)
+Weights come from tools/gpt_weights.py (a seeded numpy generator); the
+.onnx files keep them as external data (weights.bin, ~13 MB, written at
+test time by gpt_weights.py from weights.txt, not committed). Expected
+outputs are PyTorch's, in test_data_set_0.
+
+Run: /usr/bin/python3 tools/gen_gpt.py   (python3-torch, python3-onnx)
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_weights  # noqa: E402
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpt")
+VOCAB, HIDDEN, HEADS, BLOCKS, MLP, MAXPOS = 256, 256, 8, 4, 1024, 64
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.k = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.v = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.proj = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.nh = HEADS
+        self.register_buffer("mask", torch.tril(torch.ones(MAXPOS, MAXPOS)).view(1, 1, MAXPOS, MAXPOS))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q = self.q(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        k = self.k(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        v = self.v(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / float(C // self.nh) ** 0.5)
+        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        return self.proj(y)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(HIDDEN)
+        self.attn = Attention()
+        self.ln2 = torch.nn.LayerNorm(HIDDEN)
+        self.fc = torch.nn.Linear(HIDDEN, MLP)
+        self.act = torch.nn.GELU()
+        self.out = torch.nn.Linear(MLP, HIDDEN)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.out(self.act(self.fc(self.ln2(x))))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = torch.nn.Embedding(VOCAB, HIDDEN)
+        self.wpe = torch.nn.Embedding(MAXPOS, HIDDEN)
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(BLOCKS)])
+        self.ln_f = torch.nn.LayerNorm(HIDDEN)
+        self.head = torch.nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, tokens):
+        x = self.wte(tokens)
+        # positions 0..T-1 as a Slice of the table (the exporter folds an
+        # arange over the tokens' size to the first iteration's length)
+        x = x + self.wpe.weight[: x.size(1)]
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+
+
+class Greedy(torch.nn.Module):
+    """Greedy decoding: n times, the whole decoder on the tokens so far,
+    then the argmax of the last position's logits appended."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.gpt = gpt
+        self.vocab = VOCAB
+
+    def forward(self, tokens, n: int):
+        logits = torch.zeros(1, self.vocab)
+        for _ in range(n):
+            logits = self.gpt(tokens)[:, -1, :]
+            nxt = logits.argmax(dim=-1, keepdim=True)
+            tokens = torch.cat([tokens, nxt], 1)
+        return tokens, logits
+
+
+def seeded_gpt():
+    torch.manual_seed(0)
+    m = GPT().eval()
+    for name, p in m.named_parameters():
+        p.data = torch.from_numpy(gpt_weights.param(name, list(p.shape)))
+    return m
+
+
+def externalize(path, model_torch, listing):
+    """Initializers equal to a torch parameter (or its transpose) move to
+    weights.bin; weights.txt lists them in file order for gpt_weights.py."""
+    params = {n: p.detach().numpy() for n, p in model_torch.named_parameters()}
+    m = onnx.load(path)
+    lines, offset = [], 0
+    inits = [t for t in m.graph.initializer]
+    for g in [m.graph] + [a.g for n in m.graph.node for a in n.attribute if a.g.name]:
+        pass
+    for t in inits:
+        a = numpy_helper.to_array(t)
+        hit = None
+        for n, p in params.items():
+            if p.shape == a.shape and np.array_equal(p, a):
+                hit = (n, 0)
+            elif p.ndim == 2 and p.T.shape == a.shape and np.array_equal(p.T, a):
+                hit = (n, 1)
+            if hit:
+                break
+        if not hit:
+            continue
+        nbytes = a.size * 4
+        t.ClearField("raw_data")
+        t.ClearField("float_data")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        del t.external_data[:]
+        for k, v in (("location", "weights.bin"), ("offset", str(offset)), ("length", str(nbytes))):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        lines.append(f"{t.name} {hit[0]} {hit[1]} {' '.join(str(d) for d in a.shape)}")
+        offset += nbytes
+    onnx.save(m, path)
+    with open(listing, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{path}: {len(lines)} initializers external, {offset} bytes; inline {os.path.getsize(path)} bytes")
+
+
+def save_pb(d, kind, i, name, a):
+    with open(os.path.join(d, "test_data_set_0", f"{kind}_{i}.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(np.asarray(a), name).SerializeToString())
+
+
+def export(name, module, args, input_names, output_names, script):
+    d = os.path.join(OUT, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"), exist_ok=True)
+    path = os.path.join(d, "model.onnx")
+    mod = torch.jit.script(module) if script else module
+    with torch.no_grad():
+        expected = mod(*args)
+        if not isinstance(expected, tuple):
+            expected = (expected,)
+        torch.onnx.export(mod, args, path, opset_version=17, input_names=input_names,
+                          output_names=output_names, do_constant_folding=True,
+                          dynamic_axes={input_names[0]: {1: "T"}} if not script else None)
+    gpt = module if isinstance(module, GPT) else module.gpt
+    externalize(path, gpt, os.path.join(d, "weights.txt"))
+    for i, a in enumerate(args):
+        save_pb(d, "input", i, input_names[i], a.numpy() if isinstance(a, torch.Tensor) else np.array(a, np.int64))
+    for i, e in enumerate(expected):
+        save_pb(d, "output", i, output_names[i], e.numpy())
+    return expected
+
+
+def main():
+    gpt = seeded_gpt()
+    tokens = torch.tensor([[3, 141, 59, 26, 53, 58, 97, 93, 23, 84, 62, 64, 33, 83, 27, 95]], dtype=torch.long)
+    export("plain", gpt, (tokens,), ["tokens"], ["logits"], False)
+    out = export("loop", Greedy(gpt), (tokens[:, :5], 8), ["tokens", "n"], ["generated", "logits"], True)
+    print("generated", out[0].tolist())
+
+
+if __name__ == "__main__":
+    main()
