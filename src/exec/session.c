@@ -214,6 +214,27 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   return KEEL_OK;
 }
 
+keel_status keel_session_create_model(keel_model *m, const keel_options *opts,
+                                      keel_session_t **out) {
+  if (!m || !out) {
+    keel_onnx_free(m);
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create_model: NULL argument");
+  }
+  return finish(m, opts, out);
+}
+
+keel_status keel_session_label_site(keel_session_t *s, const char *label, uint32_t *site) {
+  const char *l = keel_arena_strdup(s->m->arena, label);
+  keel_site *t = l ? keel_sys_realloc(s->sites, (size_t)s->n_sites * sizeof *t,
+                                      ((size_t)s->n_sites + 1) * sizeof *t)
+                   : NULL;
+  if (!t) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "owner-tag site for %s", label);
+  t[s->n_sites] = (keel_site){NULL, NULL, -1, l};
+  s->sites = t;
+  *site = s->n_sites++;
+  return KEEL_OK;
+}
+
 keel_status keel_session_create(const char *path, const keel_options *opts,
                                 keel_session_t **out) {
   if (!path || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create: NULL argument");

@@ -5,6 +5,7 @@
 #include "scope.h"
 
 static const keel_pass g_passes[] = {
+    {"train", keel_pass_train, false},
     {"autodiff", keel_ir_autodiff, false},
     {"fold-identity", keel_pass_fold_identity, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
