@@ -259,6 +259,12 @@ static void matches_reference(const uint8_t *bytes, size_t len, keel_optimizer o
   CHECK(alloc_bad == 0);
   CHECK(keel_trainer_steps(t) == 12);
   check_params(t, &m);
+  if (opt == KEEL_OPTIM_ADAM && wd < 0) { /* what the allocated bytes are, by owner */
+    char *rep = NULL;
+    CHECK_OK(keel_mem_live_report(keel_trainer_session(t), NULL, 0, &rep, NULL));
+    fprintf(stderr, "live after 12 Adam steps (inputs of two batches held by the test):\n%s", rep ? rep : "");
+    keel_free(rep);
+  }
   free_feed(&f[0]), free_feed(&f[1]);
   keel_trainer_destroy(t);
 }
