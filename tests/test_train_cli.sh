@@ -66,6 +66,14 @@ expect_out "optimizer" "resume mismatch message"
 # --- the saved model runs, with the trained values
 expect_rc 0 "saved model runs in keel run" "$KEEL" run "$tmp/full.onnx" --data "$DIR/data_0"
 expect_out "loss" "keel run prints the loss"
+# ... and computes what ONNX Runtime computes on it (tools/ort_train_cli.js wrote the figures)
+for i in 0 1; do
+  "$KEEL" run "$tmp/full.onnx" --data "$DIR/data_$i" > "$tmp/out" 2>&1
+  got=$(grep -o '^output loss: .*: [-0-9.e]*$' "$tmp/out" | sed 's/.*: //')
+  want=$(sed -n "$((i + 1))p" "$DIR/ort_saved_adam40.txt")
+  awk -v a="$got" -v b="$want" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 + 1e-4 * b)}' ||
+    fail "saved model on data_$i: keel $got, ONNX Runtime $want"
+done
 expect_rc 0 "saved model trains on" "$KEEL" train "$tmp/full.onnx" --loss loss --data "$DIR/data_0" --data "$DIR/data_1" --freeze c --steps 1 --optimizer adam --lr 0.01
 last=$(tail -1 "$tmp/full.jsonl" | grep -o '"loss": [-0-9.e]*' | cut -d' ' -f2)
 first=$(grep -o '^step 1/1: loss [0-9.]*' "$tmp/out" | cut -d' ' -f4)
