@@ -428,6 +428,15 @@ static void planted_leak_is_named(const uint8_t *bytes, size_t len) {
   CHECK_OK(keel_mem_live_report(s, &flt, 0, &rep, NULL));
   CHECK(rep && strstr(rep, "value 'h2'") && strstr(rep, "param 'W1'"));
   keel_free(rep);
+  /* a gradient kept alive is named after its parameter */
+  CHECK_OK(keel_debug_plant_leak(s, "W2.keel_grad"));
+  uint64_t mark = keel_mem_mark(s);
+  CHECK_OK(keel_trainer_step(t, f.v, 3, NULL));
+  flt.since = mark;
+  CHECK_OK(keel_mem_live_report(s, &flt, 0, &rep, NULL));
+  CHECK(rep && strstr(rep, "grad of 'W2'"));
+  if (rep && !strstr(rep, "grad of 'W2'")) fprintf(stderr, "%s", rep);
+  keel_free(rep);
   keel_debug_plant_leak(s, NULL);
   free_feed(&f);
   keel_trainer_destroy(t);

@@ -240,8 +240,10 @@ static keel_status take_grad(const keel_trainer_t *t, int32_t i, const keel_valu
     return keel_err(KEEL_ERR_INTERNAL, "training: the gradient of '%s' has %lld elements of %s, the parameter %lld",
                     p->name, (long long)keel_value_numel(g), keel_dtype_name(keel_value_dtype(g)),
                     (long long)p->numel);
+  /* the block holds the gradient now (also when a reference to it was
+   * kept elsewhere: that is what a report should then name) */
   const keel_val *v = keel_value_val(g);
-  if (v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP && keel_buffer_exclusive(v->t.buf))
+  if (v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP)
     keel_heap_retag(v->t.buf->block, (keel_owner){p->grad_site & t->s->owner_mask, 0});
   return KEEL_OK;
 }
