@@ -461,6 +461,54 @@ static void planted_leak_is_named(const uint8_t *bytes, size_t len) {
   keel_trainer_destroy(t);
 }
 
+/* A parameter read only inside an If branch: either autodiff
+ * differentiates the If (then a step moves the parameter by lr * x) or the
+ * trainer refuses the model naming the If; never silent zeros. */
+static void parameter_inside_a_branch(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "cond", KEEL_BOOL, 0, NULL);
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){1, 1});
+  float w = 0.5f, s0 = 0;
+  mb_init(g, "Wb", KEEL_FLOAT, 2, (int64_t[]){1, 1}, &w);
+  mb_init(g, "s0", KEEL_FLOAT, 0, NULL, &s0);
+  mb_graph *th = mb_graph_new("then");
+  mb_output(th, "yt", KEEL_FLOAT, -1, NULL);
+  mb_add(th, "MatMul", "x,Wb", "yt");
+  mb_graph *el = mb_graph_new("else");
+  mb_output(el, "ye", KEEL_FLOAT, -1, NULL);
+  mb_add(el, "Identity", "x", "ye");
+  mb_node *n = mb_add(g, "If", "cond", "y");
+  mb_name(n, "branch");
+  mb_attr_g(n, "then_branch", th);
+  mb_attr_g(n, "else_branch", el);
+  mb_add(g, "Shape", "s0", "shp");
+  mb_add(g, "Reshape", "y,shp", "loss");
+  mb_output(g, "loss", KEEL_FLOAT, -1, NULL);
+  size_t len;
+  uint8_t *bytes = mb_model(g, 13, &len);
+  keel_train_options o;
+  keel_train_options_init(&o, KEEL_OPTIM_SGD, 0.1);
+  o.loss = "loss";
+  keel_trainer_t *t = NULL;
+  keel_status st = keel_trainer_create_from_memory(bytes, len, NULL, &o, &t);
+  if (st) {
+    CHECK(st == KEEL_ERR_UNSUPPORTED && strstr(keel_last_error(), "'branch' (If)") &&
+          strstr(keel_last_error(), "'Wb'"));
+  } else {
+    keel_session_t *s = keel_trainer_session(t);
+    bool c = true;
+    float xv = 2;
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_BOOL, 0, NULL, &c), mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){1, 1}, &xv)};
+    CHECK_OK(keel_trainer_step(t, in, 2, NULL));
+    float after = 0;
+    CHECK_OK(keel_trainer_param_copy(t, "Wb", &after, 1));
+    CHECK_NEAR(after, 0.5 - 0.1 * 2, 1e-6);
+    keel_value_release(in[0]), keel_value_release(in[1]);
+  }
+  keel_trainer_destroy(t);
+  free(bytes);
+}
+
 /* ----------------------------------------------------- mapped pages */
 
 /* A figure of /proc/self/status ("RssFile:", "RssAnon:") in KB. */
@@ -533,6 +581,7 @@ int main(void) {
   saved_model_runs(bytes, len);
   bad_input_is_refused(bytes, len);
   planted_leak_is_named(bytes, len);
+  parameter_inside_a_branch();
   mapped_pages_are_dropped();
   free(bytes);
   return check_report();

@@ -187,6 +187,9 @@ typedef struct keel_train_spec {
   int32_t n_params;            /* out: trainable initializers, file order  */
   const char **params;         /* out: their names (now graph inputs)      */
   int32_t *param_consts;       /* out: the constant each was loaded into   */
+  const char **param_via;      /* out: NULL, or the label of the control-flow
+                                  node whose sub-graphs alone connect the
+                                  parameter to the loss (for messages)     */
   int32_t first_param_input;   /* out: main inputs [first, first+n) are the
                                   parameters, the ones before the data     */
   int32_t loss_output;         /* out: index of the loss in main outputs   */

@@ -31,24 +31,35 @@ static keel_status oom(void) { return keel_err(KEEL_ERR_OUT_OF_MEMORY, "building
 /* ============================================================ names */
 
 /* A growable list of borrowed names (the worklist of the walk). */
+/* A growable list of borrowed names (the worklist of the walk), each with
+ * the node of the main graph whose sub-graphs read it (NULL: read directly
+ * by main-graph nodes along the way). */
 typedef struct names {
   const char **v;
+  const keel_node **via;
   int32_t n, cap;
+  const keel_node *cur;        /* `via` of the names pushed now           */
 } names;
 
 static keel_status names_push(names *l, const char *s) {
   if (l->n == l->cap) {
     int32_t nc = l->cap ? l->cap * 2 : 64;
     const char **q = keel_sys_realloc(l->v, (size_t)l->cap * sizeof *q, (size_t)nc * sizeof *q);
-    if (!q) return oom();
-    l->v = q;
+    if (q) l->v = q;
+    const keel_node **w = q ? keel_sys_realloc(l->via, (size_t)l->cap * sizeof *w, (size_t)nc * sizeof *w) : NULL;
+    if (!w) return oom();
+    l->via = w;
     l->cap = nc;
   }
+  l->via[l->n] = l->cur;
   l->v[l->n++] = s;
   return KEEL_OK;
 }
 
-static void names_free(names *l) { keel_sys_free(l->v, (size_t)l->cap * sizeof *l->v); }
+static void names_free(names *l) {
+  keel_sys_free(l->v, (size_t)l->cap * sizeof *l->v);
+  keel_sys_free(l->via, (size_t)l->cap * sizeof *l->via);
+}
 
 /* True when graph g itself defines `name` (input, initializer, node output). */
 static bool defines(const keel_graph *g, const char *name) {
@@ -97,28 +108,40 @@ static keel_status push_inputs(const keel_graph *g, const keel_node *n, names *w
   for (int32_t k = 0; k < n->n_in; k++)
     if (n->in_names[k][0] && (!r || (k < 64 && ((r->diff >> k) & 1u))))
       KEEL_TRY(names_push(work, n->in_names[k]));
-  for (int32_t s = 0; s < n->n_subs; s++) KEEL_TRY(free_names(n->subs[s], g, work));
-  return KEEL_OK;
+  const keel_node *keep = work->cur;
+  if (!keep && n->n_subs) work->cur = n;
+  keel_status st = KEEL_OK;
+  for (int32_t s = 0; !st && s < n->n_subs; s++) st = free_names(n->subs[s], g, work);
+  work->cur = keep;
+  return st;
 }
 
 /* Marks in `hit` (per initializer entry) the float initializers the loss
- * depends on through differentiable inputs. */
-static keel_status walk(const keel_model *m, const char *loss, uint8_t *hit) {
+ * depends on through differentiable inputs, and in via[e] the control-flow
+ * node whose sub-graphs alone lead to it (NULL once a path of main-graph
+ * inputs does). A node reached on both kinds of path is walked on each. */
+static keel_status walk(const keel_model *m, const char *loss, uint8_t *hit, const keel_node **via) {
   const keel_graph *g = m->main;
   uint8_t *seen = keel_sys_calloc((size_t)g->n_nodes + 1, 1);
   names work = {0};
   keel_status st = seen ? names_push(&work, loss) : oom();
   while (!st && work.n) {
     const char *nm = work.v[--work.n];
+    const keel_node *by = work.via[work.n];
     int32_t e = init_entry(g, nm);
     if (e >= 0) {
-      hit[e] |= m->consts[g->ld.init_consts[e]].dtype == KEEL_FLOAT;
+      if (m->consts[g->ld.init_consts[e]].dtype != KEEL_FLOAT) continue;
+      via[e] = hit[e] && !via[e] ? NULL : by;
+      hit[e] = 1;
       continue;
     }
     int32_t p = keel_ir_producer(g, nm);
-    if (p < 0 || seen[p]) continue;
-    seen[p] = 1;
+    uint8_t bit = by ? 2 : 1; /* walked through a sub-graph / directly */
+    if (p < 0 || (seen[p] & bit)) continue;
+    seen[p] |= bit;
+    work.cur = by;
     st = push_inputs(g, &g->nodes[p], &work);
+    work.cur = NULL;
   }
   names_free(&work);
   keel_sys_free(seen, (size_t)g->n_nodes + 1);
@@ -254,7 +277,8 @@ static keel_status add_gradient(keel_model *m, keel_train_spec *sp) {
 
 /* The parameters: trainable entries in file order, moved out of the
  * initializer list. */
-static keel_status take_params(keel_model *m, keel_train_spec *sp, const uint8_t *hit) {
+static keel_status take_params(keel_model *m, keel_train_spec *sp, const uint8_t *hit,
+                               const keel_node *const *via) {
   keel_graph *g = m->main;
   int32_t n = 0;
   for (int32_t i = 0; i < g->ld.n_init; i++) n += hit[i] && !frozen(sp, g->ld.init_names[i]);
@@ -263,10 +287,14 @@ static keel_status take_params(keel_model *m, keel_train_spec *sp, const uint8_t
                     "initializer of the main graph through differentiable inputs (or all are frozen)", sp->loss);
   sp->params = keel_arena_array(m->arena, (size_t)n, sizeof(char *));
   sp->param_consts = keel_arena_array(m->arena, (size_t)n, sizeof(int32_t));
-  if (!sp->params || !sp->param_consts) return oom();
+  sp->param_via = keel_arena_array(m->arena, (size_t)n, sizeof(char *));
+  if (!sp->params || !sp->param_consts || !sp->param_via) return oom();
   sp->n_params = 0;
   for (int32_t i = 0; i < g->ld.n_init; i++)
     if (hit[i] && !frozen(sp, g->ld.init_names[i])) {
+      char lb[256];
+      if (via[i] && !(sp->param_via[sp->n_params] = keel_arena_strdup(m->arena, keel_node_label(via[i], lb, sizeof lb))))
+        return oom();
       sp->params[sp->n_params] = g->ld.init_names[i];
       sp->param_consts[sp->n_params++] = g->ld.init_consts[i];
     }
@@ -282,10 +310,11 @@ keel_status keel_pass_train(keel_model *m) {
   KEEL_TRY(check_freeze(g, sp));
   size_t n_hit = (size_t)g->ld.n_init + 1; /* take_params shortens the list */
   uint8_t *hit = keel_sys_calloc(n_hit, 1);
-  if (!hit) return oom();
-  keel_status st = walk(m, sp->loss, hit);
-  if (!st) st = take_params(m, sp, hit);
+  const keel_node **via = keel_sys_calloc(n_hit, sizeof *via);
+  keel_status st = hit && via ? walk(m, sp->loss, hit, via) : oom();
+  if (!st) st = take_params(m, sp, hit, via);
   keel_sys_free(hit, n_hit);
+  keel_sys_free(via, n_hit * sizeof *via);
   if (!st) st = add_inputs(m, sp);
   if (!st) st = add_gradient(m, sp);
   return st;

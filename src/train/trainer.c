@@ -22,6 +22,7 @@
 #include "../base/prim.h"
 #include "../base/status.h"
 #include "../mem/sysmem.h"
+#include "../ir/autodiff.h"
 #include "../onnx/onnx.h"
 #include "train.h"
 
@@ -141,10 +142,30 @@ static keel_status check_loss_type(const keel_trainer_t *t) {
                   t->spec->loss, keel_dtype_name((keel_dtype)ty->dtype), ty->rank);
 }
 
+/* A gradient output the autodiff pass made as zeros (it found no path
+ * from the parameter to the loss) while the training pass found one: the
+ * path goes through sub-graphs autodiff does not differentiate. Training
+ * would silently leave the parameter as it is; refuse instead. */
+static keel_status check_gradients(const keel_trainer_t *t) {
+  const keel_graph *g = t->s->m->main;
+  for (int32_t i = 0; i < t->spec->n_params; i++) {
+    int32_t p = keel_ir_producer(g, g->out_names[t->spec->first_grad_output + i]);
+    if (p < 0 || strcmp(g->nodes[p].op_type, "ZerosLike") || strcmp(g->nodes[p].domain, AD_INTERNAL))
+      continue;
+    const char *via = t->spec->param_via[i];
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "training: no gradient reaches parameter '%s' although the loss '%s' depends on it%s%s%s",
+                    t->spec->params[i], t->spec->loss, via ? " through the sub-graphs of node " : "",
+                    via ? via : "", via ? ", which autodiff does not differentiate" : "");
+  }
+  return KEEL_OK;
+}
+
 static keel_status setup(keel_trainer_t *t) {
   t->spec = t->s->m->train;
   t->n_params = t->spec->n_params;
   KEEL_TRY(check_loss_type(t));
+  KEEL_TRY(check_gradients(t));
   t->p = keel_sys_calloc((size_t)t->n_params + 1, sizeof *t->p);
   if (!t->p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "trainer");
   for (int32_t i = 0; i < t->n_params; i++) KEEL_TRY(make_param(t, i));
