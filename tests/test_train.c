@@ -503,6 +503,22 @@ static void parameter_inside_a_branch(void) {
     float after = 0;
     CHECK_OK(keel_trainer_param_copy(t, "Wb", &after, 1));
     CHECK_NEAR(after, 0.5 - 0.1 * 2, 1e-6);
+    /* the seed failure (branch results kept alive behind the If output)
+     * makes allocated bytes grow, and the report names the branch */
+    keel_train_stats a = {.size = sizeof a}, b = {.size = sizeof b};
+    CHECK_OK(keel_trainer_step(t, in, 2, NULL));
+    CHECK_OK(keel_trainer_stats(t, &a));
+    uint64_t mark = keel_mem_mark(s);
+    keel_debug_leak_subgraph_results(s, 1);
+    for (int k = 0; k < 3; k++) CHECK_OK(keel_trainer_step(t, in, 2, NULL));
+    CHECK_OK(keel_trainer_stats(t, &b));
+    CHECK(b.allocated > a.allocated);
+    keel_live_filter f = {.size = sizeof f, .since = mark};
+    char *rep = NULL;
+    CHECK_OK(keel_mem_live_report(s, &f, 0, &rep, NULL));
+    CHECK(rep && strstr(rep, "main/branch/then"));
+    keel_free(rep);
+    keel_debug_leak_subgraph_results(s, 0);
     keel_value_release(in[0]), keel_value_release(in[1]);
   }
   keel_trainer_destroy(t);

@@ -31,6 +31,7 @@ typedef struct train_args {
   const char *freeze[MAX_FREEZE];
   keel_options so;
   bool has_opt, has_lr, has_momentum, has_wd;
+  bool leak_subgraphs;         /* test-only: If/Loop results kept alive */
   double momentum, wd;
 } train_args;
 
@@ -94,7 +95,8 @@ static int parse(int argc, char **argv, train_args *a) {
   a->so.size = sizeof a->so;
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
-    if (s[0] == '-' && s[1]) {
+    if (!strcmp(s, "--debug-leak-subgraphs")) a->leak_subgraphs = true; /* test-only */
+    else if (s[0] == '-' && s[1]) {
       if (i + 1 >= argc) return cli_usage("train", "an option lacks its value");
       int rc = parse_value(a, s, argv[++i]);
       if (rc) return rc;
@@ -190,7 +192,9 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
            "(first at step %lld)", cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second,
            cli_bytes(m->last, b2, sizeof b2), (long long)m->grew_at);
   snprintf(since, sizeof since, "step %lld", (long long)m->second);
-  return cli_leak_report(keel_trainer_session(t), m->mark, why, since);
+  int rc = cli_leak_report(keel_trainer_session(t), m->mark, why, since);
+  printf("(a block of the main graph gives the training step it was made in as its iteration)\n");
+  return rc;
 }
 
 static void print_header(keel_trainer_t *t, const train_args *a) {
@@ -224,6 +228,7 @@ static int train(train_args *a) {
   if (a->resume && (st = keel_trainer_checkpoint_load(t, a->resume))) rc = fail("resume", st);
   if (!rc && a->plant && (st = keel_debug_plant_leak(keel_trainer_session(t), a->plant)))
     rc = fail("--debug-plant-leak", st);
+  keel_debug_leak_subgraph_results(keel_trainer_session(t), a->leak_subgraphs);
   FILE *log = NULL;
   if (!rc && a->log && !(log = fopen(a->log, "w"))) {
     fprintf(stderr, "keel: cannot write %s\n", a->log);

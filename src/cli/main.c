@@ -55,7 +55,8 @@ static const char *g_usage[][2] = {
               "  --log writes one JSON object per step. --checkpoint writes parameters and\n"
               "  optimizer state after the last step, --resume continues from one, --save\n"
               "  writes the model with the trained values. Exits 1 when allocated memory after\n"
-              "  the last step differs from that after step 2, naming the blocks that survived."},
+              "  the last step differs from that after step 2, naming the blocks that survived\n"
+              "  (for main-graph blocks the iteration is the training step)."},
 };
 
 int cli_usage(const char *cmd, const char *problem) {

@@ -265,7 +265,8 @@ static keel_status take_grad(const keel_trainer_t *t, int32_t i, const keel_valu
    * kept elsewhere: that is what a report should then name) */
   const keel_val *v = keel_value_val(g);
   if (v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP)
-    keel_heap_retag(v->t.buf->block, (keel_owner){p->grad_site & t->s->owner_mask, 0});
+    keel_heap_retag(v->t.buf->block, (keel_owner){p->grad_site & t->s->owner_mask,
+                                                  keel_block_owner(v->t.buf->block).iter});
   return KEEL_OK;
 }
 
@@ -299,7 +300,9 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
   for (size_t i = 0; i < n; i++) t->run_in[i] = inputs[i];
   for (int32_t i = 0; i < t->n_params; i++) t->run_in[n + (size_t)i] = t->p[i].value;
   keel_stats_reset_peaks(t->s);
-  keel_status st = keel_run(t->s, t->run_names, t->run_in, t->n_run, t->out);
+  /* main-graph blocks carry the step number (from 1) as their iteration */
+  uint32_t step = (uint32_t)KEEL_MIN(t->steps + 1, (int64_t)UINT32_MAX);
+  keel_status st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step);
   float l = NAN;
   if (!st) st = take_outputs(t, &l);
   if (!st) {
