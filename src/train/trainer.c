@@ -253,6 +253,16 @@ static keel_status read_loss(const keel_trainer_t *t, const keel_value_t *v, flo
                   t->spec->loss, keel_dtype_name(keel_value_dtype(v)), sh);
 }
 
+/* True when buf is one of the trainer's own (parameter, state). */
+static bool owned_by_trainer(const keel_trainer_t *t, const keel_buffer *buf) {
+  for (int32_t i = 0; i < t->n_params; i++) {
+    if (keel_value_val(t->p[i].value)->t.buf == buf) return true;
+    for (int k = 0; k < KEEL_OPTIM_MAX_STATE; k++)
+      if (t->p[i].state[k] && keel_value_val(t->p[i].state[k])->t.buf == buf) return true;
+  }
+  return false;
+}
+
 /* Gradient i: checked against its parameter, its block re-tagged. */
 static keel_status take_grad(const keel_trainer_t *t, int32_t i, const keel_value_t *g) {
   const train_param *p = &t->p[i];
@@ -264,6 +274,9 @@ static keel_status take_grad(const keel_trainer_t *t, int32_t i, const keel_valu
   /* the block holds the gradient now (also when a reference to it was
    * kept elsewhere: that is what a report should then name) */
   const keel_val *v = keel_value_val(g);
+  if (v->t.buf && !keel_buffer_exclusive(v->t.buf) && owned_by_trainer(t, v->t.buf))
+    return keel_err(KEEL_ERR_INTERNAL, "training: the gradient of '%s' shares the bytes of a parameter or "
+                    "optimizer buffer; updating would read what it writes", p->name);
   if (v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP)
     keel_heap_retag(v->t.buf->block, (keel_owner){p->grad_site & t->s->owner_mask,
                                                   keel_block_owner(v->t.buf->block).iter});
