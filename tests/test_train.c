@@ -36,7 +36,8 @@ static const float W2_0[NH * NO] = {0.3f, -0.2f, 0.1f, -0.15f, 0.25f, 0.05f, 0.2
 static const float b2_0[NO] = {0.05f, -0.05f, 0.1f};
 
 /* The model; act: the activation op ("Tanh", or one without a rule);
- * w2_input: W2 is listed as a graph input too (IR < 4 exporters). */
+ * w2_input: W2 is listed as a graph input too (IR < 4 exporters), and
+ * d goes through a Mul by a float Constant node 1 (not trainable). */
 static uint8_t *mlp_ex(const char *act, bool w2_input, size_t *len) {
   mb_graph *g = mb_graph_new("main");
   if (w2_input) mb_input(g, "W2", KEEL_FLOAT, 2, (int64_t[]){NH, NO});
@@ -55,7 +56,14 @@ static uint8_t *mlp_ex(const char *act, bool w2_input, size_t *len) {
   mb_add(g, act, "h2", "h");
   mb_add(g, "MatMul", "h,W2", "hw");
   mb_add(g, "Add", "hw,b2", "o");
-  mb_add(g, "Sub", "o,t", "d");
+  if (w2_input) {
+    float one = 1;
+    mb_attr_t(mb_add(g, "Constant", "", "one"), "value", KEEL_FLOAT, 0, NULL, &one);
+    mb_add(g, "Sub", "o,t", "d0");
+    mb_add(g, "Mul", "d0,one", "d");
+  } else {
+    mb_add(g, "Sub", "o,t", "d");
+  }
   mb_add(g, "Mul", "d,d", "sq");
   mb_add(g, "MatMul", "r,sq", "rs");
   mb_add(g, "MatMul", "rs,c", "s11");
@@ -237,6 +245,25 @@ static void trains_the_right_initializers(const uint8_t *bytes, size_t len) {
     CHECK_OK(keel_trainer_input(t, 0, &io));
     CHECK(!strcmp(io.name, "x"));
     CHECK_OK(keel_trainer_param(t, "W2", &v));
+    CHECK_STATUS(keel_trainer_param(t, "one", &v), KEEL_ERR_INVALID_ARG);
+    /* it saves (the Constant node written back) and the file loads */
+    batch bt;
+    make_batch(&bt, 2, 3);
+    feed f = make_feed(keel_trainer_session(t), &bt);
+    CHECK_OK(keel_trainer_step(t, f.v, 3, NULL));
+    free_feed(&f);
+    char path[] = "/tmp/keel_test_saved2_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd >= 0) close(fd);
+    CHECK_OK(keel_trainer_save(t, path));
+    keel_trainer_t *t2 = NULL;
+    CHECK_OK(keel_trainer_create(path, &o, &t2));
+    float w1[NI * NH], w2[NI * NH];
+    CHECK_OK(keel_trainer_param_copy(t, "W2", w1, NI * NH));
+    if (t2) CHECK_OK(keel_trainer_param_copy(t2, "W2", w2, NI * NH));
+    CHECK(t2 && !memcmp(w1, w2, sizeof(float) * NH * NO) && keel_trainer_param_count(t2) == 4);
+    keel_trainer_destroy(t2);
+    unlink(path);
   }
   keel_trainer_destroy(t);
   free(b2);

@@ -21,6 +21,10 @@ int cmd_ops(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
+/* The session of the model at `path` as the ONNX writer writes it back
+ * (roundtrip.c; `keel test --roundtrip`). */
+keel_status cli_roundtrip_session(const char *path, const keel_options *opts, keel_session_t **out);
+
 /* Under mpirun (dist.c). cli_dist_begin resolves the model of `path` for
  * this rank (a shard folder gives DIR/rank_R.onnx) and starts MPI when a
  * shard folder is given or an MPI launcher started the process; ranks

@@ -348,6 +348,7 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, c
 }
 
 static bool g_debug_leak; /* --debug-leak-subgraphs (test-only) */
+static bool g_roundtrip;  /* --roundtrip: run the model as onnx/write.c writes it */
 
 static void run_test(const char *dir, const char *name, const keel_options *opts, int repeat,
                      results *R) {
@@ -359,7 +360,8 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
   }
   uint64_t before = keel_process_bytes();
   keel_session_t *s;
-  keel_status st = keel_session_create(path, opts, &s);
+  keel_status st = g_roundtrip ? cli_roundtrip_session(path, opts, &s)
+                               : keel_session_create(path, opts, &s);
   if (st) {
     add_result(R, name, st == KEEL_ERR_UNSUPPORTED ? R_UNSUPPORTED : R_ERROR, keel_last_error());
     return;
@@ -506,6 +508,7 @@ int cmd_test(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!strcmp(argv[i], "--debug-leak-subgraphs")) g_debug_leak = true;
+    else if (!strcmp(argv[i], "--roundtrip")) g_roundtrip = true;
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = atoi(argv[++i]);
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");

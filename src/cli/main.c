@@ -19,10 +19,13 @@ static const char *g_usage[][2] = {
             "  mpirun -np N keel run DIR ...: DIR holds rank_0.onnx ... rank_{N-1}.onnx; each\n"
             "  rank runs its own file, rank 0 prints."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"
+             "               [--roundtrip]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
              "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
              "  fails a test whose allocated bytes change after the first run.\n"
+             "  --roundtrip runs each model as keel's ONNX writer writes it back (load, write,\n"
+             "  load, write again: the last writings must be identical).\n"
              "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
     {"info", "keel info MODEL [--json]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"

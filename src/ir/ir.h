@@ -162,7 +162,7 @@ typedef struct keel_graph {
     int32_t n_init;            /* initializers and folded Constants       */
     const char **init_names;
     int32_t *init_consts;
-    uint8_t *init_folded;      /* entry i came from a Constant node        */
+    uint8_t *init_is_node;     /* 1: a Constant node of the file (folded) */
     int32_t n_vinfo;
     const char **vinfo_names;
     keel_type *vinfo_types;

@@ -97,7 +97,7 @@ static keel_status free_names(const keel_graph *sub, const keel_graph *top, name
  * Constant), or -1. */
 static int32_t init_entry(const keel_graph *g, const char *name) {
   for (int32_t i = 0; i < g->ld.n_init; i++)
-    if (!g->ld.init_folded[i] && !strcmp(g->ld.init_names[i], name)) return i;
+    if (!g->ld.init_is_node[i] && !strcmp(g->ld.init_names[i], name)) return i;
   return -1;
 }
 
@@ -201,7 +201,7 @@ static void drop_init(keel_graph *g, int32_t e) {
   for (int32_t i = e + 1; i < g->ld.n_init; i++) {
     g->ld.init_names[i - 1] = g->ld.init_names[i];
     g->ld.init_consts[i - 1] = g->ld.init_consts[i];
-    g->ld.init_folded[i - 1] = g->ld.init_folded[i];
+    g->ld.init_is_node[i - 1] = g->ld.init_is_node[i];
   }
   g->ld.n_init--;
 }

@@ -573,102 +573,59 @@ keel_status keel_pb_read_value(keel_heap *h, const void *bytes, size_t len,
 
 /* =========================================================== encoding */
 
-void keel_bytes_put(keel_bytes *b, const void *p, size_t n) {
-  if (b->failed) return;
-  if (b->cap - b->len < n) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < n) {
-      if (cap > SIZE_MAX / 2) {
-        b->failed = true;
-        return;
-      }
-      cap *= 2;
-    }
-    uint8_t *q = realloc(b->p, cap);
-    if (!q) {
-      b->failed = true;
-      return;
-    }
-    b->p = q;
-    b->cap = cap;
-  }
-  if (n) memcpy(b->p + b->len, p, n);
-  b->len += n;
-}
-
-static void put_varint(keel_bytes *b, uint64_t v) {
-  uint8_t buf[10];
-  size_t n = 0;
-  do {
-    buf[n++] = (uint8_t)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
-    v >>= 7;
-  } while (v);
-  keel_bytes_put(b, buf, n);
-}
-
-static void put_tag(keel_bytes *b, uint32_t f, uint32_t wt) {
-  put_varint(b, ((uint64_t)f << 3) | wt);
-}
-
-static void put_len(keel_bytes *b, uint32_t f, const void *p, size_t n) {
-  put_tag(b, f, PB_LEN);
-  put_varint(b, n);
-  keel_bytes_put(b, p, n);
-}
-
-static void write_tensor(const keel_tensor *t, const char *name, keel_bytes *b) {
+void keel_pb_put_tensor(keel_bytes *b, const keel_tensor *t, const char *name) {
   for (int i = 0; i < t->rank; i++) {
-    put_tag(b, TP_DIMS, PB_VARINT);
-    put_varint(b, (uint64_t)t->shape[i]);
+    keel_pbw_tag(b, TP_DIMS, PB_VARINT);
+    keel_pbw_varint(b, (uint64_t)t->shape[i]);
   }
-  put_tag(b, TP_DATA_TYPE, PB_VARINT);
-  put_varint(b, (uint64_t)t->dtype);
-  if (name) put_len(b, TP_NAME, name, strlen(name));
+  keel_pbw_tag(b, TP_DATA_TYPE, PB_VARINT);
+  keel_pbw_varint(b, (uint64_t)t->dtype);
+  if (name) keel_pbw_len(b, TP_NAME, name, strlen(name));
   if (t->dtype == KEEL_STRING) {
     const keel_string *s = t->data;
     for (int64_t i = 0; i < keel_tensor_numel(t); i++)
-      put_len(b, TP_STRING, s[i].data, s[i].len);
+      keel_pbw_len(b, TP_STRING, s[i].data, s[i].len);
   } else {
-    put_len(b, TP_RAW, t->data, keel_tensor_nbytes(t));
+    keel_pbw_len(b, TP_RAW, t->data, keel_tensor_nbytes(t));
   }
 }
 
 /* Writes a nested message: field f, then the bytes `fill` produced. */
 static void put_tensor_field(keel_bytes *b, uint32_t f, const keel_tensor *t) {
   keel_bytes inner = {0};
-  write_tensor(t, NULL, &inner);
+  keel_pb_put_tensor(&inner, t, NULL);
   if (inner.failed) b->failed = true;
-  else put_len(b, f, inner.p, inner.len);
+  else keel_pbw_len(b, f, inner.p, inner.len);
   free(inner.p);
 }
 
 /* MapProto: keys packed (int64) or one string_keys entry each; values a
  * SequenceProto of scalar tensors, as onnx.numpy_helper.from_dict writes. */
 static void write_map(const keel_map *m, const char *name, keel_bytes *b) {
-  if (name) put_len(b, 1, name, strlen(name));
-  put_tag(b, 2, PB_VARINT);
-  put_varint(b, (uint64_t)m->keys.dtype);
+  if (name) keel_pbw_len(b, 1, name, strlen(name));
+  keel_pbw_tag(b, 2, PB_VARINT);
+  keel_pbw_varint(b, (uint64_t)m->keys.dtype);
   int64_t n = keel_map_len(m);
   if (m->keys.dtype == KEEL_INT64 && n > 0) {
     keel_bytes packed = {0};
-    for (int64_t i = 0; i < n; i++) put_varint(&packed, (uint64_t)((const int64_t *)m->keys.data)[i]);
+    for (int64_t i = 0; i < n; i++) keel_pbw_varint(&packed, (uint64_t)((const int64_t *)m->keys.data)[i]);
     if (packed.failed) b->failed = true;
-    else put_len(b, 3, packed.p, packed.len);
+    else keel_pbw_len(b, 3, packed.p, packed.len);
     free(packed.p);
   } else {
     const keel_string *k = m->keys.data;
-    for (int64_t i = 0; i < n; i++) put_len(b, 4, k[i].data, k[i].len);
+    for (int64_t i = 0; i < n; i++) keel_pbw_len(b, 4, k[i].data, k[i].len);
   }
   keel_bytes seq = {0};
-  put_tag(&seq, 2, PB_VARINT);
-  put_varint(&seq, ELEM_TENSOR);
+  keel_pbw_tag(&seq, 2, PB_VARINT);
+  keel_pbw_varint(&seq, ELEM_TENSOR);
   size_t es = keel_dtype_size((keel_dtype)m->values.dtype);
   for (int64_t i = 0; i < n; i++) {
     keel_tensor one = {NULL, (uint8_t *)m->values.data + (size_t)i * es, m->values.dtype, 0, {0}};
     put_tensor_field(&seq, 3, &one);
   }
   if (seq.failed) b->failed = true;
-  else put_len(b, 5, seq.p, seq.len);
+  else keel_pbw_len(b, 5, seq.p, seq.len);
   free(seq.p);
 }
 
@@ -676,35 +633,35 @@ static void put_map_field(keel_bytes *b, uint32_t f, const keel_map *m) {
   keel_bytes inner = {0};
   write_map(m, NULL, &inner);
   if (inner.failed) b->failed = true;
-  else put_len(b, f, inner.p, inner.len);
+  else keel_pbw_len(b, f, inner.p, inner.len);
   free(inner.p);
 }
 
 static void write_sequence(const keel_seq *s, const char *name, keel_bytes *b) {
-  if (name) put_len(b, 1, name, strlen(name));
+  if (name) keel_pbw_len(b, 1, name, strlen(name));
   if (s->of_maps) {
-    put_tag(b, 2, PB_VARINT);
-    put_varint(b, ELEM_MAP);
+    keel_pbw_tag(b, 2, PB_VARINT);
+    keel_pbw_varint(b, ELEM_MAP);
     for (size_t i = 0; i < s->n; i++) put_map_field(b, 6, s->maps[i]);
     return;
   }
-  put_tag(b, 2, PB_VARINT);
-  put_varint(b, ELEM_TENSOR);
+  keel_pbw_tag(b, 2, PB_VARINT);
+  keel_pbw_varint(b, ELEM_TENSOR);
   for (size_t i = 0; i < s->n; i++) put_tensor_field(b, 3, &s->items[i]);
 }
 
 keel_status keel_pb_write_value(const keel_val *v, const char *name,
                                 keel_bytes *b) {
   if (v->kind == KEEL_V_TENSOR) {
-    write_tensor(&v->t, name, b);
+    keel_pb_put_tensor(b, &v->t, name);
   } else if (v->kind == KEEL_V_SEQUENCE) {
     write_sequence(v->seq, name, b);
   } else if (v->kind == KEEL_V_MAP) {
     write_map(v->map, name, b);
   } else if (v->kind == KEEL_V_NONE) {
-    if (name) put_len(b, 1, name, strlen(name));
-    put_tag(b, 2, PB_VARINT);
-    put_varint(b, ELEM_UNDEFINED);
+    if (name) keel_pbw_len(b, 1, name, strlen(name));
+    keel_pbw_tag(b, 2, PB_VARINT);
+    keel_pbw_varint(b, ELEM_UNDEFINED);
   } else {
     return keel_err(KEEL_ERR_INVALID_ARG, "cannot serialize an empty value");
   }

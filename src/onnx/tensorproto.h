@@ -52,13 +52,9 @@ KEEL_INTERNAL keel_status keel_pb_read_value(keel_heap *h, const void *bytes,
                                              size_t len, int kind_hint,
                                              keel_val *out);
 
-/* A growable byte buffer for encoding (plain malloc: handed to the user). */
-typedef struct keel_bytes {
-  uint8_t *p;
-  size_t len, cap;
-  bool failed;
-} keel_bytes;
-KEEL_INTERNAL void keel_bytes_put(keel_bytes *b, const void *p, size_t n);
+/* The fields of a TensorProto for t (dims, type, name when not NULL, the
+ * data as raw_data, or string_data for STRING). */
+KEEL_INTERNAL void keel_pb_put_tensor(keel_bytes *b, const keel_tensor *t, const char *name);
 
 /* Encodes a value as TensorProto (tensor), SequenceProto or OptionalProto
  * (empty optional). */

@@ -1,6 +1,8 @@
 /* wire.c: protobuf wire-format primitives (see wire.h). */
 #include "wire.h"
 
+#include <stdlib.h>
+
 #include "../base/status.h"
 
 static keel_status truncated(const keel_pb *r, const char *what) {
@@ -138,4 +140,84 @@ keel_status keel_pb_count_varints(const keel_pb *packed, size_t *n) {
                     (size_t)(packed->end - packed->base));
   *n = c;
   return KEEL_OK;
+}
+
+/* ============================================================ encoder */
+
+void keel_bytes_put(keel_bytes *b, const void *p, size_t n) {
+  if (b->failed) return;
+  if (b->cap - b->len < n) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < n) {
+      if (cap > SIZE_MAX / 2) {
+        b->failed = true;
+        return;
+      }
+      cap *= 2;
+    }
+    uint8_t *q = realloc(b->p, cap);
+    if (!q) {
+      b->failed = true;
+      return;
+    }
+    b->p = q;
+    b->cap = cap;
+  }
+  if (n) memcpy(b->p + b->len, p, n);
+  b->len += n;
+}
+
+static size_t varint_bytes(uint8_t buf[10], uint64_t v) {
+  size_t n = 0;
+  do {
+    buf[n++] = (uint8_t)((v & 0x7F) | (v > 0x7F ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  return n;
+}
+
+void keel_pbw_varint(keel_bytes *b, uint64_t v) {
+  uint8_t buf[10];
+  keel_bytes_put(b, buf, varint_bytes(buf, v));
+}
+
+void keel_pbw_tag(keel_bytes *b, uint32_t f, uint32_t wt) {
+  keel_pbw_varint(b, ((uint64_t)f << 3) | wt);
+}
+
+void keel_pbw_int(keel_bytes *b, uint32_t f, int64_t v) {
+  keel_pbw_tag(b, f, PB_VARINT);
+  keel_pbw_varint(b, (uint64_t)v);
+}
+
+void keel_pbw_float(keel_bytes *b, uint32_t f, float v) {
+  uint8_t le[4];
+  memcpy(le, &v, 4); /* keel runs on little-endian hosts only (common.h) */
+  keel_pbw_tag(b, f, PB_FIXED32);
+  keel_bytes_put(b, le, 4);
+}
+
+void keel_pbw_len(keel_bytes *b, uint32_t f, const void *p, size_t n) {
+  keel_pbw_tag(b, f, PB_LEN);
+  keel_pbw_varint(b, n);
+  keel_bytes_put(b, p, n);
+}
+
+void keel_pbw_str(keel_bytes *b, uint32_t f, const char *s) {
+  keel_pbw_len(b, f, s, strlen(s));
+}
+
+size_t keel_pbw_begin(keel_bytes *b, uint32_t f) {
+  keel_pbw_tag(b, f, PB_LEN);
+  return b->len;
+}
+
+void keel_pbw_end(keel_bytes *b, size_t mark) {
+  if (b->failed) return;
+  uint8_t buf[10];
+  size_t body = b->len - mark, k = varint_bytes(buf, body);
+  keel_bytes_put(b, buf, k); /* room for the length */
+  if (b->failed) return;
+  memmove(b->p + mark + k, b->p + mark, body);
+  memcpy(b->p + mark, buf, k);
 }

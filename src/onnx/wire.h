@@ -1,4 +1,5 @@
-/* wire.h: a reader for the protobuf wire format over bytes in memory.
+/* wire.h: the protobuf wire format over bytes in memory: a reader, and the
+ * symmetric encoder into a growable buffer (keel_bytes, keel_pbw_*).
  *
  * It allocates nothing and copies nothing: a length-delimited field becomes
  * a sub-reader over the same bytes. Every read is bounds-checked; a
@@ -53,5 +54,30 @@ KEEL_INTERNAL int keel_pb_next(keel_pb *r, uint32_t field, const char *what, kee
  * count the elements in a packed run, for sizing arrays before filling. */
 KEEL_INTERNAL keel_status keel_pb_count_varints(const keel_pb *packed,
                                                 size_t *n);
+
+/* ---------------------------------------------------------- encoder */
+
+/* A growable byte buffer (plain malloc: it may be handed to the user). A
+ * failed allocation sets `failed`; later writes do nothing, so callers
+ * check once at the end. */
+typedef struct keel_bytes {
+  uint8_t *p;
+  size_t len, cap;
+  bool failed;
+} keel_bytes;
+KEEL_INTERNAL void keel_bytes_put(keel_bytes *b, const void *p, size_t n);
+
+KEEL_INTERNAL void keel_pbw_varint(keel_bytes *b, uint64_t v);
+KEEL_INTERNAL void keel_pbw_tag(keel_bytes *b, uint32_t field, uint32_t wt);
+/* field = v as a varint (negative int64s take 10 bytes, as protobuf does) */
+KEEL_INTERNAL void keel_pbw_int(keel_bytes *b, uint32_t field, int64_t v);
+KEEL_INTERNAL void keel_pbw_float(keel_bytes *b, uint32_t field, float v);
+/* A length-delimited field: bytes, or a NUL-terminated string. */
+KEEL_INTERNAL void keel_pbw_len(keel_bytes *b, uint32_t field, const void *p, size_t n);
+KEEL_INTERNAL void keel_pbw_str(keel_bytes *b, uint32_t field, const char *s);
+/* A nested message written in place: begin returns a mark; end inserts
+ * the length in front of what was written since. */
+KEEL_INTERNAL size_t keel_pbw_begin(keel_bytes *b, uint32_t field);
+KEEL_INTERNAL void keel_pbw_end(keel_bytes *b, size_t mark);
 
 #endif /* KEEL_WIRE_H */

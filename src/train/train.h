@@ -1,6 +1,7 @@
 /* train.h: what the files of the trainer's room share (src/train/):
- * the trainer itself (trainer.c), the optimizers (optim.c), checkpoints
- * (checkpoint.c) and writing the trained model (save.c). */
+ * the trainer itself (trainer.c, which writes the trained model through
+ * the ONNX writer, onnx/write.h), the optimizers (optim.c) and
+ * checkpoints (checkpoint.c). */
 #ifndef KEEL_TRAIN_INTERNAL_H
 #define KEEL_TRAIN_INTERNAL_H
 
@@ -55,20 +56,5 @@ KEEL_INTERNAL keel_status keel_optim_check(const keel_train_options *o);
  * first), state buffers s0, s1 as keel_optim_n_state says (zero at first). */
 KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, float *w,
                                      const float *g, float *s0, float *s1, int64_t n);
-
-/* -------------------------------------------------------------- save.c */
-
-/* Writes `bytes` (a ModelProto) to path with the initializers named
- * names[i] replaced by float32 tensors of the given shapes and data. */
-typedef struct train_tensor {
-  const char *name;
-  int rank;
-  const int64_t *shape;
-  const float *data;
-  int64_t numel;
-} train_tensor;
-KEEL_INTERNAL keel_status keel_train_write_model(const uint8_t *bytes, size_t len,
-                                                 const train_tensor *t, size_t n,
-                                                 const char *path);
 
 #endif

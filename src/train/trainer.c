@@ -24,6 +24,7 @@
 #include "../mem/sysmem.h"
 #include "../ir/autodiff.h"
 #include "../onnx/onnx.h"
+#include "../onnx/write.h"
 #include "train.h"
 
 /* ========================================================== creation */
@@ -393,16 +394,43 @@ keel_status keel_trainer_stats(const keel_trainer_t *t, keel_train_stats *st) {
 
 /* ============================================================== save */
 
+/* The model file loaded again as the loader leaves it (the session's copy
+ * went through the passes), written by the ONNX writer (onnx/write.h) with
+ * each parameter's constant replaced by its current value: the same graph,
+ * the same names. */
+static keel_status save_with(const keel_trainer_t *t, keel_model *fresh, const char *path) {
+  keel_tensor *vals = keel_sys_calloc((size_t)t->n_params + 1, sizeof *vals);
+  const keel_tensor **rep = keel_sys_calloc((size_t)fresh->n_consts + 1, sizeof *rep);
+  keel_status st = vals && rep ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "saving the model");
+  for (int32_t i = 0; !st && i < t->n_params; i++) {
+    const train_param *p = &t->p[i];
+    int32_t c = -1;
+    for (int32_t k = 0; k < fresh->main->ld.n_init && c < 0; k++)
+      if (!fresh->main->ld.init_is_node[k] && !strcmp(fresh->main->ld.init_names[k], p->name))
+        c = fresh->main->ld.init_consts[k];
+    if (c < 0) {
+      st = keel_err(KEEL_ERR_INTERNAL, "initializer '%s' is not in the file any more", p->name);
+      break;
+    }
+    vals[i] = keel_value_val(p->value)->t; /* a borrowed copy of the header: no reference */
+    rep[c] = &vals[i];
+  }
+  if (!st) st = keel_onnx_write_file(fresh, rep, path);
+  keel_sys_free(rep, ((size_t)fresh->n_consts + 1) * sizeof *rep);
+  keel_sys_free(vals, ((size_t)t->n_params + 1) * sizeof *vals);
+  return st;
+}
+
 keel_status keel_trainer_save(const keel_trainer_t *t, const char *path) {
   if (!t || !path) return keel_err(KEEL_ERR_INVALID_ARG, "keel_trainer_save: NULL argument");
-  train_tensor *tt = keel_sys_calloc((size_t)t->n_params + 1, sizeof *tt);
-  if (!tt) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "saving the model");
-  for (int32_t i = 0; i < t->n_params; i++) {
-    const keel_tensor *c = &t->s->m->consts[t->p[i].const_index];
-    tt[i] = (train_tensor){t->p[i].name, c->rank, c->shape, t->p[i].w, t->p[i].numel};
-  }
+  keel_err_clear();
   const keel_model *m = t->s->m;
-  keel_status st = keel_train_write_model(m->map.addr, m->map.size, tt, (size_t)t->n_params, path);
-  keel_sys_free(tt, ((size_t)t->n_params + 1) * sizeof *tt);
-  return st;
+  keel_model *fresh;
+  keel_status st = m->map_is_copy ? keel_onnx_load_memory(m->map.addr, m->map.size, m->base_dir, &fresh)
+                                  : keel_onnx_load_file(m->path, &fresh);
+  if (!st) {
+    st = save_with(t, fresh, path);
+    keel_onnx_free(fresh);
+  }
+  return st ? keel_err_prefix(st, "saving the trained model to %s", path) : KEEL_OK;
 }
