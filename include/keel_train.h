@@ -126,8 +126,10 @@ KEEL_API keel_status keel_trainer_param_copy(const keel_trainer_t *t, const char
                                              size_t cap);
 
 /* Writes the model with every trained initializer replaced by its current
- * value, names and everything else unchanged: loadable by keel_session_create
- * and by ONNX Runtime. */
+ * value, the graph and names unchanged: loadable by keel_session_create and
+ * by ONNX Runtime. The file is loaded again and written by keel's ONNX
+ * writer: every tensor comes back inline (external data included) and
+ * model-local functions inlined. */
 KEEL_API keel_status keel_trainer_save(const keel_trainer_t *t, const char *path);
 
 /* Writes (creating the folder) / reads a checkpoint: parameters, optimizer
