@@ -154,6 +154,7 @@ static void print_step(FILE *log, int64_t k, int64_t total, float loss, const ke
 typedef struct steady {
   int64_t second, grew_at;    /* the step of the reference figure; first growth */
   uint64_t alloc2, last, mark;
+  uint64_t max_peak;          /* the highest peak of any step               */
 } steady;
 
 static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, steady *m) {
@@ -172,12 +173,18 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
     if (k == m->second) m->alloc2 = ts.allocated, m->mark = keel_mem_mark(keel_trainer_session(t));
     else if (k > m->second && ts.allocated != m->alloc2 && !m->grew_at) m->grew_at = k;
     m->last = ts.allocated;
+    if (ts.peak > m->max_peak) m->max_peak = ts.peak;
   }
   return KEEL_OK;
 }
 
 static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
-  char b1[32], b2[32];
+  char b1[32], b2[32], b3[32];
+  keel_train_stats ts = {.size = sizeof ts};
+  keel_trainer_stats(t, &ts);
+  printf("memory parameters %s, optimizer state %s; peak during a step at most %s\n",
+         cli_bytes(ts.param_bytes, b1, sizeof b1), cli_bytes(ts.state_bytes, b2, sizeof b2),
+         cli_bytes(m->max_peak, b3, sizeof b3));
   if (a->steps < 3) {
     printf("verdict: steady: too few steps to compare (allocated %s)\n", cli_bytes(m->last, b1, sizeof b1));
     return 0;
