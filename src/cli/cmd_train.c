@@ -12,6 +12,7 @@
  * by owner (graph path, node, value) as `keel memcheck` names them, and
  * the exit status is 1.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,10 +144,12 @@ static void print_step(FILE *log, int64_t k, int64_t total, float loss, const ke
   printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
          (long long)total, (double)loss, cli_bytes(st->allocated, a, sizeof a),
          cli_bytes(st->reserved, r, sizeof r), cli_bytes(st->peak, p, sizeof p));
+  char l[32] = "null"; /* JSON has no NaN or infinity */
+  if (isfinite(loss)) snprintf(l, sizeof l, "%.9g", (double)loss);
   if (log)
-    fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu}\n",
-            (long long)k, (double)loss, (unsigned long long)st->allocated,
-            (unsigned long long)st->reserved, (unsigned long long)st->peak);
+    fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu}\n",
+            (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
+            (unsigned long long)st->peak);
   fflush(stdout);
 }
 
