@@ -104,12 +104,7 @@ KEEL_API size_t keel_trainer_input_count(const keel_trainer_t *t);
 KEEL_API keel_status keel_trainer_input(const keel_trainer_t *t, size_t i, keel_io_info *info);
 
 /* One step: forward and backward on `inputs` (n of them, the data inputs in
- * order; borrowed), then the optimizer's update of every parameter the loss
- * reached. A parameter no path of this step reached (read only in a branch
- * that did not run, or in a loop that ran no iteration) is skipped, as
- * torch.optim skips one whose .grad is None; each parameter counts its own
- * updates (Adam's bias correction uses that count, as torch's per-parameter
- * state['step']).
+ * order; borrowed), then the optimizer's update of every parameter.
  * *loss (may be NULL) receives the loss before the update. On error
  * (wrong input count, type or shape, a loss that is not a float scalar,
  * out of memory) nothing is updated and the trainer stays usable. */

@@ -6,8 +6,7 @@
  *   "KEELCKPT" u32 version=1  u32 optimizer  u32 n_state  u32 n_params
  *   i64 steps  f64 lr, momentum, beta1, beta2, eps, weight_decay
  *   per parameter: u32 name length, name bytes, u32 rank, i64 dims[rank],
- *                  i64 its own update count, the parameter's floats, then
- *                  each state buffer's floats.
+ *                  the parameter's floats, then each state buffer's floats.
  * Loading checks everything against the trainer first (optimizer, buffer
  * count, parameter names and shapes, the file's length) and changes
  * nothing unless all of it fits. The hyperparameters in the file are a
@@ -21,7 +20,7 @@
 #include "train.h"
 
 #define CKPT_MAGIC "KEELCKPT"
-#define CKPT_VERSION 2u
+#define CKPT_VERSION 1u
 #define CKPT_FILE "trainer.ckpt"
 
 /* ============================================================== write */
@@ -68,7 +67,6 @@ static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p) {
   put(b, p->name, strlen(p->name));
   put_u32(b, (uint32_t)keel_value_rank(v));
   for (int d = 0; d < keel_value_rank(v); d++) put_i64(b, keel_value_shape(v)[d]);
-  put_i64(b, p->steps);
   size_t nb = sizeof(float) * (size_t)p->numel;
   put(b, p->w, nb);
   for (int k = 0; k < keel_optim_n_state(&t->o); k++) put(b, p->st[k], nb);
@@ -129,8 +127,7 @@ static keel_status check_header(rbuf *r, const keel_trainer_t *t, int64_t *steps
 
 /* One parameter's record: name and shape checked; *data points at its
  * floats (parameter, then state buffers) in the file. */
-static keel_status check_param(rbuf *r, const train_param *p, int n_state, int64_t *steps,
-                               const uint8_t **data) {
+static keel_status check_param(rbuf *r, const train_param *p, int n_state, const uint8_t **data) {
   uint32_t len, rank;
   KEEL_TRY(get(r, &len, 4));
   const uint8_t *name = r->p;
@@ -149,9 +146,6 @@ static keel_status check_param(rbuf *r, const train_param *p, int n_state, int64
       return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' dimension %u is %lld, the model's %lld",
                       r->path, p->name, d, (long long)dim, (long long)keel_value_shape(p->value)[d]);
   }
-  KEEL_TRY(get(r, steps, 8));
-  if (*steps < 0) return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' has %lld updates", r->path,
-                                  p->name, (long long)*steps);
   *data = r->p;
   return get(r, NULL, sizeof(float) * (size_t)p->numel * (size_t)(1 + n_state));
 }
@@ -161,18 +155,16 @@ static keel_status load(rbuf *r, keel_trainer_t *t) {
   KEEL_TRY(check_header(r, t, &steps));
   int n_state = keel_optim_n_state(&t->o);
   const uint8_t **data = calloc((size_t)t->n_params + 1, sizeof *data);
-  int64_t *psteps = calloc((size_t)t->n_params + 1, sizeof *psteps);
-  keel_status st = data && psteps ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "reading a checkpoint");
-  for (int32_t i = 0; !st && i < t->n_params; i++) st = check_param(r, &t->p[i], n_state, &psteps[i], &data[i]);
+  if (!data) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "reading a checkpoint");
+  keel_status st = KEEL_OK;
+  for (int32_t i = 0; !st && i < t->n_params; i++) st = check_param(r, &t->p[i], n_state, &data[i]);
   if (!st && r->p != r->end) st = keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: bytes after the last parameter", r->path);
   for (int32_t i = 0; !st && i < t->n_params; i++) {
     size_t nb = sizeof(float) * (size_t)t->p[i].numel;
     memcpy(t->p[i].w, data[i], nb);
     for (int k = 0; k < n_state; k++) memcpy(t->p[i].st[k], data[i] + nb * (size_t)(k + 1), nb);
-    t->p[i].steps = psteps[i];
   }
   if (!st) t->steps = steps;
-  free(psteps);
   free(data);
   return st;
 }

@@ -6,8 +6,6 @@
  *           p += -(lr / (1 - b1^t)) * (m / (sqrt(v) / sqrt(1 - b2^t) + eps))
  *   AdamW   p *= 1 - lr * wd, then Adam without the decay on g.
  *
- * t (`step`) is the parameter's own update count: a parameter torch.optim
- * skips (no gradient in a step) keeps its count, as torch's state['step'].
  * Scalars are computed in double as Python computes them and used in float,
  * as torch's float kernels take them; lerp is torch's (weight < 0.5:
  * start + w * (end - start)). The loops are plain so the reference in

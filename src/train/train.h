@@ -23,10 +23,6 @@ typedef struct train_param {
   keel_value_t *state[KEEL_OPTIM_MAX_STATE]; /* optimizer buffers, or NULL */
   float *st[KEEL_OPTIM_MAX_STATE];
   uint32_t grad_site;
-  int64_t steps;               /* updates applied (its own count, as torch's
-                                  per-parameter state['step'])             */
-  bool reached;                /* this step's gradient is not autodiff's
-                                  structural zeros                         */
 } train_param;
 
 struct keel_trainer_s {

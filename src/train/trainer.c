@@ -264,22 +264,9 @@ static bool owned_by_trainer(const keel_trainer_t *t, const keel_buffer *buf) {
   return false;
 }
 
-/* True when the block was made by autodiff's ZerosLike: no path from the
- * parameter to the loss was taken in this step (the branch that reads it
- * did not run, a loop ran no iteration). PyTorch leaves such a parameter's
- * .grad None (zero_grad(set_to_none=True), its default since 2.0) and
- * torch.optim then skips it; so does the trainer. Known only from owner
- * tags (KEEL_OPT_NO_OWNER_TAGS: every gradient counts as reached). */
-static bool structural_zeros(const keel_trainer_t *t, const keel_block *b) {
-  uint32_t site = keel_block_owner(b).site;
-  if (site < KEEL_SITE_FIRST_NODE || site >= t->s->n_sites || !t->s->sites[site].node) return false;
-  const keel_node *n = t->s->sites[site].node;
-  return !strcmp(n->op_type, "ZerosLike") && !strcmp(n->domain, AD_INTERNAL);
-}
-
 /* Gradient i: checked against its parameter, its block re-tagged. */
-static keel_status take_grad(keel_trainer_t *t, int32_t i, const keel_value_t *g) {
-  train_param *p = &t->p[i];
+static keel_status take_grad(const keel_trainer_t *t, int32_t i, const keel_value_t *g) {
+  const train_param *p = &t->p[i];
   if (keel_value_kind_of(g) != KEEL_KIND_TENSOR || keel_value_dtype(g) != KEEL_FLOAT ||
       keel_value_numel(g) != p->numel)
     return keel_err(KEEL_ERR_INTERNAL, "training: the gradient of '%s' has %lld elements of %s, the parameter %lld",
@@ -291,7 +278,6 @@ static keel_status take_grad(keel_trainer_t *t, int32_t i, const keel_value_t *g
   if (v->t.buf && !keel_buffer_exclusive(v->t.buf) && owned_by_trainer(t, v->t.buf))
     return keel_err(KEEL_ERR_INTERNAL, "training: the gradient of '%s' shares the bytes of a parameter or "
                     "optimizer buffer; updating would read what it writes", p->name);
-  p->reached = !(v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP && structural_zeros(t, v->t.buf->block));
   if (v->t.buf && v->t.buf->kind == KEEL_BUF_HEAP)
     keel_heap_retag(v->t.buf->block, (keel_owner){p->grad_site & t->s->owner_mask,
                                                   keel_block_owner(v->t.buf->block).iter});
@@ -337,9 +323,8 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
     t->steps++;
     for (int32_t i = 0; i < t->n_params; i++) {
       train_param *p = &t->p[i];
-      if (!p->reached) continue; /* torch.optim skips a parameter without a gradient */
       const float *g = keel_value_data(t->out[t->spec->first_grad_output + i]);
-      keel_optim_update(&t->o, ++p->steps, p->w, g, p->st[0], p->st[1], p->numel);
+      keel_optim_update(&t->o, t->steps, p->w, g, p->st[0], p->st[1], p->numel);
     }
   }
   keel_stats ks = {.size = sizeof ks};
