@@ -200,6 +200,14 @@ static void options(keel_train_options *o, keel_optimizer opt, double lr) {
   o->n_freeze = 1;
 }
 
+/* The first occurrence of string s in the n bytes at p, or NULL. */
+static const char *find(const char *p, size_t n, const char *s) {
+  size_t k = strlen(s);
+  for (size_t i = 0; i + k <= n; i++)
+    if (!memcmp(p + i, s, k)) return p + i;
+  return NULL;
+}
+
 static bool close_to(double a, double b) { return fabs(a - b) <= 1e-5 * (1 + fabs(b)); }
 
 static void check_params(keel_trainer_t *t, const ref *m) {
@@ -256,6 +264,14 @@ static void trains_the_right_initializers(const uint8_t *bytes, size_t len) {
     int fd = mkstemp(path);
     if (fd >= 0) close(fd);
     CHECK_OK(keel_trainer_save(t, path));
+    /* the Constant node is written back where the file had it: after
+     * Tanh, before Sub (op_type strings in the saved bytes) */
+    FILE *sf = fopen(path, "rb");
+    static char saved[1 << 16];
+    size_t ns = sf ? fread(saved, 1, sizeof saved, sf) : 0;
+    if (sf) fclose(sf);
+    const char *pt = find(saved, ns, "Tanh"), *pc = find(saved, ns, "Constant"), *ps = find(saved, ns, "Sub");
+    CHECK(pt && pc && ps && pt < pc && pc < ps);
     keel_trainer_t *t2 = NULL;
     CHECK_OK(keel_trainer_create(path, &o, &t2));
     float w1[NI * NH], w2[NI * NH];

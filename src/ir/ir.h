@@ -163,6 +163,8 @@ typedef struct keel_graph {
     const char **init_names;
     int32_t *init_consts;
     uint8_t *init_is_node;     /* 1: a Constant node of the file (folded) */
+    int32_t *init_node_at;     /* folded Constant: the node index it came
+                                  before in the file (for the writer)     */
     int32_t n_vinfo;
     const char **vinfo_names;
     keel_type *vinfo_types;

@@ -202,6 +202,7 @@ static void drop_init(keel_graph *g, int32_t e) {
     g->ld.init_names[i - 1] = g->ld.init_names[i];
     g->ld.init_consts[i - 1] = g->ld.init_consts[i];
     g->ld.init_is_node[i - 1] = g->ld.init_is_node[i];
+    g->ld.init_node_at[i - 1] = g->ld.init_node_at[i];
   }
   g->ld.n_init--;
 }

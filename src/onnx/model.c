@@ -768,10 +768,11 @@ static keel_status graph_alloc(loader *L, keel_graph *g, const graph_counts *c) 
   g->ld.init_names = keel_arena_array(L->a, nconst, sizeof(char *));
   g->ld.init_consts = keel_arena_array(L->a, nconst, sizeof(int32_t));
   g->ld.init_is_node = keel_arena_array(L->a, nconst + 1, 1);
+  g->ld.init_node_at = keel_arena_array(L->a, nconst + 1, sizeof(int32_t));
   g->ld.vinfo_names = keel_arena_array(L->a, (size_t)c->vinfo, sizeof(char *));
   g->ld.vinfo_types = keel_arena_array(L->a, (size_t)c->vinfo, sizeof(keel_type));
   if (!g->nodes || !g->in_names || !g->in_types || !g->out_names ||
-      !g->out_types || !g->ld.init_names || !g->ld.init_consts || !g->ld.init_is_node ||
+      !g->out_types || !g->ld.init_names || !g->ld.init_consts || !g->ld.init_is_node || !g->ld.init_node_at ||
       !g->ld.vinfo_names || !g->ld.vinfo_types)
     return oom("a graph");
   return KEEL_OK;
@@ -812,6 +813,7 @@ static keel_status graph_node(loader *L, keel_graph *g, keel_pb s) {
     if (st) return keel_err_prefix(st, "node %d '%s' (Constant)", n->index, n->name);
     g->ld.init_names[g->ld.n_init] = n->out_names[0];
     g->ld.init_is_node[g->ld.n_init] = 1;
+    g->ld.init_node_at[g->ld.n_init] = g->n_nodes;
     g->ld.init_consts[g->ld.n_init++] = ci;
     g->ld.n_folded++;
     memset(n, 0, sizeof *n);
