@@ -1,7 +1,8 @@
 # install.cmake: what `cmake --install` puts where.
 #
 #   lib/libkeel.so.0 (+ libkeel.so, libkeel.a)   the library, shared and static
-#   include/keel.h, include/keel_stats.h          the public API
+#   include/keel.h, keel_stats.h, keel_dist.h,
+#   keel_train.h                                  the public API
 #   bin/keel                                      the command
 #   lib/pkgconfig/keel.pc                         pkg-config --cflags --libs keel
 #   lib/cmake/keel/keelConfig*.cmake              find_package(keel) -> keel::keel
@@ -15,9 +16,8 @@ install(TARGETS keel_shared EXPORT keelTargets
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS keel ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS keel_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-# The trainer header joins this list when it lands.
 install(FILES ${CMAKE_SOURCE_DIR}/include/keel.h ${CMAKE_SOURCE_DIR}/include/keel_stats.h
-              ${CMAKE_SOURCE_DIR}/include/keel_dist.h
+              ${CMAKE_SOURCE_DIR}/include/keel_dist.h ${CMAKE_SOURCE_DIR}/include/keel_train.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(KEEL_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/keel)

@@ -13,6 +13,17 @@ typedef struct keel_mapping {
 } keel_mapping;
 KEEL_INTERNAL keel_status keel_prim_map_file(const char *path, keel_mapping *m);
 KEEL_INTERNAL void keel_prim_unmap(keel_mapping *m);
+/* Gives back the resident pages of a file mapping that lie wholly inside
+ * [p, p + n) (madvise DONTNEED: a later read faults them in again from
+ * the file). Returns the bytes dropped. */
+KEEL_INTERNAL size_t keel_prim_drop_pages(const void *p, size_t n);
+
+/* Writes len bytes to a new file `path` (through a temporary file renamed
+ * over it, so a reader never sees half a file). KEEL_ERR_IO with the path
+ * and the OS reason. */
+KEEL_INTERNAL keel_status keel_prim_write_file(const char *path, const void *bytes, size_t len);
+/* Creates folder `path` (an existing folder is fine). */
+KEEL_INTERNAL keel_status keel_prim_mkdir(const char *path);
 
 /* Pages for allocator segments (zeroed). NULL on failure. Sizes are exact:
  * keel_prim_pages_free gets the size passed to keel_prim_pages_alloc. */

@@ -3,6 +3,7 @@
 #include "prim.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -44,6 +45,50 @@ keel_status keel_prim_map_file(const char *path, keel_mapping *m) {
   }
   close(fd);
   return KEEL_OK;
+}
+
+keel_status keel_prim_write_file(const char *path, const void *bytes, size_t len) {
+  char tmp[4200];
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= sizeof tmp)
+    return keel_err(KEEL_ERR_IO, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return keel_err(KEEL_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  const uint8_t *p = bytes;
+  for (size_t done = 0; done < len;) {
+    ssize_t k = write(fd, p + done, len - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      return keel_err(KEEL_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+    }
+    done += (size_t)k;
+  }
+  if (close(fd) != 0 || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    return keel_err(KEEL_ERR_IO, "%s: cannot write: %s", path, strerror(e));
+  }
+  return KEEL_OK;
+}
+
+keel_status keel_prim_mkdir(const char *path) {
+  if (mkdir(path, 0755) == 0 || errno == EEXIST) {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) return KEEL_OK;
+    return keel_err(KEEL_ERR_IO, "%s: exists and is not a folder", path);
+  }
+  return keel_err(KEEL_ERR_IO, "%s: cannot create the folder: %s", path, strerror(errno));
+}
+
+size_t keel_prim_drop_pages(const void *p, size_t n) {
+  long ps = sysconf(_SC_PAGESIZE);
+  uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096u, a = (uintptr_t)p, e = a + n;
+  uintptr_t lo = (a + page - 1) / page * page, hi = e / page * page;
+  if (!p || hi <= lo) return 0;
+  if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+  return hi - lo;
 }
 
 void keel_prim_unmap(keel_mapping *m) {

@@ -20,6 +20,7 @@ int cmd_memcheck(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_shard(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 /* The session of the model at `path` as the ONNX writer writes it back
  * (roundtrip.c; `keel test --roundtrip`). */
@@ -82,6 +83,13 @@ keel_status cli_load_expected(keel_session_t *s, const char *dir, keel_value_t *
 
 /* One-line summary of a value: type, shape and a few numbers. */
 void cli_describe(const keel_value_t *v, char *buf, size_t cap);
+/* The verdict line of a leak and the blocks allocated since `mark` that
+ * are still alive, by owner (graph path, node, value, iteration), as
+ * `keel memcheck` and `keel train` print them:
+ *   verdict: LEAK: <why>; <bytes> allocated since <since> is still alive:
+ * Returns 1 (the exit status of a leak). */
+int cli_leak_report(keel_session_t *s, uint64_t mark, const char *why, const char *since);
+
 /* Stats printer for keel_stats_print. */
 void cli_print_line(void *arg, const char *line);
 

@@ -140,15 +140,9 @@ static keel_status runs(keel_session_t *s, const mc_args *a, cli_inputs *in, dou
 static int verdict(keel_session_t *s, long grew_at, uint64_t mark, const iter_log *L) {
   int rc = 0;
   if (grew_at) {
-    keel_live_filter f = {.size = sizeof f, .since = mark};
-    char *rep = NULL, b[32];
-    uint64_t bytes = 0;
-    keel_mem_live_report(s, &f, 0, &rep, &bytes);
-    printf("verdict: LEAK: allocated memory grew after the first run (first at run %ld); "
-           "%s allocated since run 1 is still alive:\n%s", grew_at, cli_bytes(bytes, b, sizeof b),
-           rep ? rep : "");
-    keel_free(rep);
-    rc = 1;
+    char why[128];
+    snprintf(why, sizeof why, "allocated memory grew after the first run (first at run %ld)", grew_at);
+    rc = cli_leak_report(s, mark, why, "run 1");
   }
   if (L->growth_report && L->growth_report_bytes) {
     char b[32];

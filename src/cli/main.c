@@ -1,4 +1,4 @@
-/* main.c: the `keel` command: run, test, info, memcheck, ops, bench, shard. */
+/* main.c: the `keel` command: run, test, info, memcheck, ops, bench, shard, train. */
 #include <string.h>
 
 #include "cli.h"
@@ -57,6 +57,18 @@ static const char *g_usage[][2] = {
               "  the GFLOP/s of Conv, MatMul and Gemm nodes (as a share of --peak GFLOPS,\n"
               "  e.g. bench/fma_peak's figure). --json writes every figure and run time.\n"
               "  --threads N sets keel_options.threads (0 = default)."},
+    {"train", "keel train MODEL --loss NAME --data DIR [--data DIR ...] --steps N\n"
+              "           --optimizer sgd|momentum|adam|adamw --lr X [--momentum M] [--beta1 B] [--beta2 B] [--eps E]\n"
+              "           [--weight-decay W] [--freeze NAME,...] [--save OUT.onnx] [--checkpoint DIR] [--resume DIR]\n"
+              "           [--log FILE.jsonl] [--mem-limit SIZE] [--threads N]\n"
+              "  Trains the float initializers the output NAME (a float scalar loss) depends on,\n"
+              "  minus --freeze, as torch.optim does. Step k uses the data folders in turn\n"
+              "  (input_K.pb: the data inputs in graph-input order) and prints loss and memory;\n"
+              "  --log writes one JSON object per step. --checkpoint writes parameters and\n"
+              "  optimizer state after the last step, --resume continues from one, --save\n"
+              "  writes the model with the trained values. Exits 1 when allocated memory after\n"
+              "  the last step differs from that after step 2, naming the blocks that survived\n"
+              "  (for main-graph blocks the iteration is the training step)."},
 };
 
 int cli_usage(const char *cmd, const char *problem) {
@@ -77,6 +89,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "ops")) return cmd_ops(argc - 2, argv + 2);
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
   if (!strcmp(cmd, "shard")) return cmd_shard(argc - 2, argv + 2);
+  if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
   if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
     cli_usage(NULL, NULL);
     return 0;

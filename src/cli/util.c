@@ -340,6 +340,17 @@ void cli_describe(const keel_value_t *v, char *buf, size_t cap) {
   if (n > 6 && at < cap) snprintf(buf + at, cap - at, " ...");
 }
 
+int cli_leak_report(keel_session_t *s, uint64_t mark, const char *why, const char *since) {
+  keel_live_filter f = {.size = sizeof f, .since = mark};
+  char *rep = NULL, b[32];
+  uint64_t bytes = 0;
+  keel_mem_live_report(s, &f, 0, &rep, &bytes);
+  printf("verdict: LEAK: %s; %s allocated since %s is still alive:\n%s", why,
+         cli_bytes(bytes, b, sizeof b), since, rep ? rep : "");
+  keel_free(rep);
+  return 1;
+}
+
 void cli_print_line(void *arg, const char *line) { fprintf(arg, "  %s\n", line); }
 
 const char *cli_duration(double seconds, char *buf, size_t cap) {

@@ -62,6 +62,8 @@ typedef struct keel_site {
   const keel_graph *g;
   const keel_node *node;        /* NULL for run inputs / session           */
   int32_t out;                  /* output index                            */
+  const char *label;            /* a site that is no node's (the trainer's
+                                   "param 'fc.weight'"); node is NULL then */
 } keel_site;
 
 struct keel_session_s {

@@ -62,6 +62,7 @@ struct keel_profile {
 
 const char *keel_site_text(const keel_session_t *s, uint32_t site, char *buf, size_t cap) {
   if (site == KEEL_SITE_USER) snprintf(buf, cap, "values made through the API (run inputs)");
+  else if (site < s->n_sites && s->sites[site].label) snprintf(buf, cap, "%s", s->sites[site].label);
   else if (site < KEEL_SITE_FIRST_NODE || site >= s->n_sites || !s->sites[site].node)
     snprintf(buf, cap, "the session");
   else {
@@ -156,6 +157,7 @@ static bool path_matches(const live_walk *w, uint32_t site) {
   if (!w->f.path_prefix && !w->f.inside_node) return true;
   if (site < KEEL_SITE_FIRST_NODE || site >= w->s->n_sites) return false;
   const keel_graph *g = w->s->sites[site].g;
+  if (!g) return false; /* a labelled site belongs to no graph */
   if (w->f.path_prefix && strncmp(g->path, w->f.path_prefix, strlen(w->f.path_prefix)))
     return false;
   if (!w->f.inside_node) return true;

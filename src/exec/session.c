@@ -214,6 +214,27 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   return KEEL_OK;
 }
 
+keel_status keel_session_create_model(keel_model *m, const keel_options *opts,
+                                      keel_session_t **out) {
+  if (!m || !out) {
+    keel_onnx_free(m);
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create_model: NULL argument");
+  }
+  return finish(m, opts, out);
+}
+
+keel_status keel_session_label_site(keel_session_t *s, const char *label, uint32_t *site) {
+  const char *l = keel_arena_strdup(s->m->arena, label);
+  keel_site *t = l ? keel_sys_realloc(s->sites, (size_t)s->n_sites * sizeof *t,
+                                      ((size_t)s->n_sites + 1) * sizeof *t)
+                   : NULL;
+  if (!t) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "owner-tag site for %s", label);
+  t[s->n_sites] = (keel_site){NULL, NULL, -1, l};
+  s->sites = t;
+  *site = s->n_sites++;
+  return KEEL_OK;
+}
+
 keel_status keel_session_create(const char *path, const keel_options *opts,
                                 keel_session_t **out) {
   if (!path || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_create: NULL argument");
@@ -408,6 +429,12 @@ static void report_guard(const keel_session_t *s, keel_status st) {
 keel_status keel_run_ex(keel_session_t *s, const char *const *names,
                         keel_value_t *const *inputs, size_t n_inputs,
                         keel_value_t **outputs, const keel_run_opts *opts) {
+  return keel_run_tagged(s, names, inputs, n_inputs, outputs, opts, 0);
+}
+
+keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
+                            keel_value_t *const *inputs, size_t n_inputs,
+                            keel_value_t **outputs, const keel_run_opts *opts, uint32_t iter) {
   if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
   if (opts && opts->size && opts->size < sizeof(size_t))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_run_ex: keel_run_opts.size too small");
@@ -421,7 +448,7 @@ keel_status keel_run_ex(keel_session_t *s, const char *const *names,
   keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
   if (!st) st = keel_run_acquire(s, &R);
   if (!st) set_stops(R, opts);
-  if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, 0);
+  if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, iter);
   report_guard(s, st);
   if (R) keel_run_release(R);
   for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);

@@ -18,4 +18,21 @@ KEEL_INTERNAL const keel_val *keel_value_val(const keel_value_t *v);
 KEEL_INTERNAL keel_status keel_values_wrap(keel_session_t *s, const keel_val *v,
                                            size_t n, keel_value_t **out);
 
+/* A session over a model already loaded (the trainer sets m->train
+ * first); takes m over, also on error. */
+KEEL_INTERNAL keel_status keel_session_create_model(keel_model *m, const keel_options *opts,
+                                                    keel_session_t **out);
+/* keel_run_ex whose main-graph blocks carry `iter` as their owner tag's
+ * iteration (the trainer passes the step number, so that a report names
+ * the step a surviving block was made in). */
+KEEL_INTERNAL keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
+                                          keel_value_t *const *inputs, size_t n_inputs,
+                                          keel_value_t **outputs, const keel_run_opts *opts,
+                                          uint32_t iter);
+/* A new owner-tag site that reports as `label` (copied), for blocks that
+ * belong to no node: parameters and optimizer state. Before any run (the
+ * site table is not locked). */
+KEEL_INTERNAL keel_status keel_session_label_site(keel_session_t *s, const char *label,
+                                                  uint32_t *site);
+
 #endif

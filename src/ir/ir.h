@@ -163,6 +163,8 @@ typedef struct keel_graph {
     const char **init_names;
     int32_t *init_consts;
     uint8_t *init_is_node;     /* 1: a Constant node of the file (folded) */
+    int32_t *init_node_at;     /* folded Constant: the node index it came
+                                  before in the file (for the writer)     */
     int32_t n_vinfo;
     const char **vinfo_names;
     keel_type *vinfo_types;
@@ -177,8 +179,29 @@ typedef struct keel_opset {
   int64_t version;
 } keel_opset;
 
+/* What the training pass (ir/pass_train.c) needs, set on a loaded model by
+ * the trainer (src/train/) before the passes run; NULL for inference. The
+ * pass fills the `out` fields (arena memory). */
+typedef struct keel_train_spec {
+  const char *loss;            /* in: the main graph output to minimize    */
+  const char *const *freeze;   /* in: initializers not to train            */
+  int32_t n_freeze;
+  int32_t n_params;            /* out: trainable initializers, file order  */
+  const char **params;         /* out: their names (now graph inputs)      */
+  int32_t *param_consts;       /* out: the constant each was loaded into   */
+  const char **param_via;      /* out: NULL, or the label of the control-flow
+                                  node whose sub-graphs alone connect the
+                                  parameter to the loss (for messages)     */
+  int32_t first_param_input;   /* out: main inputs [first, first+n) are the
+                                  parameters, the ones before the data     */
+  int32_t loss_output;         /* out: index of the loss in main outputs   */
+  int32_t first_grad_output;   /* out: outputs [first, first+n) are the
+                                  gradients, in parameter order            */
+} keel_train_spec;
+
 typedef struct keel_model {
   keel_arena *arena;
+  keel_train_spec *train;      /* training spec, or NULL                   */
   keel_mapping map;            /* the model file (or a copy of the bytes) */
   bool map_is_copy;
   int32_t n_ext;

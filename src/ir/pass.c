@@ -6,6 +6,7 @@
 #include "shard.h"
 
 static const keel_pass g_passes[] = {
+    {"train", keel_pass_train, false},
     {"autodiff", keel_ir_autodiff, false},
     {"shard", keel_pass_shard, false}, /* a no-op unless m->shard is set */
     {"fold-identity", keel_pass_fold_identity, true},

@@ -1,7 +1,7 @@
 /* pass.h: the one ordered list of graph passes that run at load, between
  * reading the model (onnx/) and resolving names into slots (ir/scope.c).
  *
- *   inline functions (in the loader) -> autodiff -> [shard] -> constant
+ *   inline functions (in the loader) -> train -> autodiff -> [shard] -> constant
  *   folding -> fusion -> [layout] -> resolve -> plan
  *
  * A pass is a function of the whole model: it sees every graph, sub-graphs
@@ -39,6 +39,8 @@ KEEL_INTERNAL keel_status keel_ir_passes_through(keel_model *m, const char *last
 KEEL_INTERNAL const keel_pass *keel_ir_pass_list(size_t *n);
 
 /* Passes (one file each). */
+/* The training graph (pass_train.c): a no-op unless m->train is set. */
+KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);

@@ -180,6 +180,9 @@ static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
   }
   keel_buffer *b = static_buffer(L, data, tp.nbytes);
   if (!b) return oom("tensor header");
+  /* raw bytes copied for alignment: where they lie in the file, so that a
+   * trainer that copies the tensor again can give both back */
+  if (src && data != src) b->ud = (void *)(uintptr_t)src;
   keel_tensor t = {.buf = data ? b : NULL, .data = data, .dtype = tp.dtype,
                    .rank = tp.rank};
   memcpy(t.shape, tp.dims, sizeof(int64_t) * (size_t)tp.rank);
@@ -764,11 +767,12 @@ static keel_status graph_alloc(loader *L, keel_graph *g, const graph_counts *c) 
   g->out_types = keel_arena_array(L->a, (size_t)c->out, sizeof(keel_type));
   g->ld.init_names = keel_arena_array(L->a, nconst, sizeof(char *));
   g->ld.init_consts = keel_arena_array(L->a, nconst, sizeof(int32_t));
-  g->ld.init_is_node = keel_arena_array(L->a, nconst, 1);
+  g->ld.init_is_node = keel_arena_array(L->a, nconst + 1, 1);
+  g->ld.init_node_at = keel_arena_array(L->a, nconst + 1, sizeof(int32_t));
   g->ld.vinfo_names = keel_arena_array(L->a, (size_t)c->vinfo, sizeof(char *));
   g->ld.vinfo_types = keel_arena_array(L->a, (size_t)c->vinfo, sizeof(keel_type));
   if (!g->nodes || !g->in_names || !g->in_types || !g->out_names ||
-      !g->out_types || !g->ld.init_names || !g->ld.init_consts || !g->ld.init_is_node ||
+      !g->out_types || !g->ld.init_names || !g->ld.init_consts || !g->ld.init_is_node || !g->ld.init_node_at ||
       !g->ld.vinfo_names || !g->ld.vinfo_types)
     return oom("a graph");
   return KEEL_OK;
@@ -809,6 +813,7 @@ static keel_status graph_node(loader *L, keel_graph *g, keel_pb s) {
     if (st) return keel_err_prefix(st, "node %d '%s' (Constant)", n->index, n->name);
     g->ld.init_names[g->ld.n_init] = n->out_names[0];
     g->ld.init_is_node[g->ld.n_init] = 1;
+    g->ld.init_node_at[g->ld.n_init] = g->n_nodes;
     g->ld.init_consts[g->ld.n_init++] = ci;
     g->ld.n_folded++;
     memset(n, 0, sizeof *n);

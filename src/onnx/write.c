@@ -229,16 +229,49 @@ static void write_init(writer *W, const keel_tensor *t, const char *name) {
 
 /* ============================================================= graphs */
 
+/* The first node of g that reads `name` (an input, or its sub-graphs),
+ * or g->n_nodes. */
+static int32_t first_reader(const keel_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_in; k++)
+      if (!strcmp(n->in_names[k], name)) return i;
+    for (int32_t s = 0; s < n->n_subs; s++)
+      if (keel_ir_uses(n->subs[s], name)) return i;
+  }
+  return g->n_nodes;
+}
+
+/* Where folded Constant entry i goes among the nodes: where it was in the
+ * file (a freshly loaded model writes back in its own order), but never
+ * after its first reader (passes may have removed nodes before it). */
+static int32_t const_slot(const keel_graph *g, int32_t i) {
+  int32_t at = g->ld.init_node_at ? g->ld.init_node_at[i] : 0;
+  int32_t r = first_reader(g, g->ld.init_names[i]);
+  return at < r ? at : r;
+}
+
 /* GraphProto: node 1, name 2, initializer 5, doc_string 10, input 11,
- * output 12, value_info 13. Folded Constants go first among the nodes
- * (they read nothing, so any position before their readers is valid). */
+ * output 12, value_info 13. Folded Constants go back as nodes where the
+ * file had them (they read nothing: any place before their readers is
+ * valid). */
 static void write_graph(writer *W, uint32_t field, const keel_graph *g) {
   keel_bytes *b = W->b;
   size_t at = keel_pbw_begin(b, field);
-  for (int32_t i = 0; i < g->ld.n_init; i++)
-    if (g->ld.init_is_node && g->ld.init_is_node[i])
-      write_const_node(W, g->ld.init_names[i], g->ld.init_consts[i]);
-  for (int32_t i = 0; i < g->n_nodes; i++) write_node(W, &g->nodes[i]);
+  /* slot of each folded Constant (-1: an initializer); without memory for
+   * the table they all go first */
+  int32_t *slot = malloc(sizeof(int32_t) * ((size_t)g->ld.n_init + 1));
+  for (int32_t i = 0; i < g->ld.n_init; i++) {
+    bool folded = g->ld.init_is_node && g->ld.init_is_node[i];
+    if (slot) slot[i] = folded ? const_slot(g, i) : -1;
+    else if (folded) write_const_node(W, g->ld.init_names[i], g->ld.init_consts[i]);
+  }
+  for (int32_t k = 0; k <= g->n_nodes; k++) {
+    for (int32_t i = 0; slot && i < g->ld.n_init; i++)
+      if (slot[i] == k) write_const_node(W, g->ld.init_names[i], g->ld.init_consts[i]);
+    if (k < g->n_nodes) write_node(W, &g->nodes[k]);
+  }
+  free(slot);
   if (g->name) keel_pbw_str(b, 2, g->name);
   for (int32_t i = 0; i < g->ld.n_init; i++)
     if (!g->ld.init_is_node || !g->ld.init_is_node[i])

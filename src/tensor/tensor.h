@@ -36,7 +36,8 @@ typedef struct keel_buffer {
   keel_heap *heap;         /* the header's (and HEAP data's) allocator   */
   keel_block *block;       /* HEAP: the data block                       */
   void (*on_release)(void *ud); /* EXTERNAL */
-  void *ud;
+  void *ud;                /* EXTERNAL: on_release's; STATIC copied for
+                              alignment: the source bytes in the mapping */
 } keel_buffer;
 
 typedef struct keel_tensor {

@@ -1,0 +1,264 @@
+/* cmd_train.c: `keel train`: train a model whose output NAME is its loss
+ * on test_data_set-style folders, through the trainer API (keel_train.h).
+ *
+ * Step k (counted from 1 over resumed runs too) reads the data inputs of
+ * folder (k - 1) mod D (input_K.pb in graph-input order, parameters not
+ * among them), steps, releases them, and prints
+ *   step 3/100: loss 0.693147  allocated 1.2 MB  reserved 4.0 MB  peak 3.1 MB
+ * (allocated and reserved after the step, peak during it); --log adds one
+ * JSON object per step. At the end: --checkpoint, --save, then a verdict:
+ * allocated bytes after step 2 and after the last step must be equal; when
+ * they are not, the blocks allocated since step 2 that survive are named
+ * by owner (graph path, node, value) as `keel memcheck` names them, and
+ * the exit status is 1.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "keel_train.h"
+
+#define MAX_DATA 1024
+#define MAX_FREEZE 256
+
+typedef struct train_args {
+  const char *model, *loss, *save, *checkpoint, *resume, *log, *plant;
+  const char *data[MAX_DATA];
+  int n_data;
+  long steps;
+  keel_train_options o;
+  char *freeze_buf;
+  const char *freeze[MAX_FREEZE];
+  keel_options so;
+  bool has_opt, has_lr, has_momentum, has_wd;
+  bool leak_subgraphs;         /* test-only: If/Loop results kept alive */
+  double momentum, wd;
+} train_args;
+
+static bool parse_double(const char *s, double *out) {
+  char *end;
+  *out = strtod(s, &end);
+  return end != s && !*end;
+}
+
+/* --freeze a,b,c into a->freeze (names point into a->freeze_buf). */
+static int parse_freeze(train_args *a, const char *list) {
+  free(a->freeze_buf);
+  a->freeze_buf = strdup(list);
+  a->o.n_freeze = 0;
+  for (char *tok = strtok(a->freeze_buf, ","); tok; tok = strtok(NULL, ",")) {
+    if (a->o.n_freeze == MAX_FREEZE) return cli_usage("train", "too many --freeze names");
+    a->freeze[a->o.n_freeze++] = tok;
+  }
+  return 0;
+}
+
+/* One option with a value; 0, or the usage exit status. */
+static int parse_value(train_args *a, const char *opt, const char *v) {
+  double d = 0;
+  bool num = parse_double(v, &d);
+  if (!strcmp(opt, "--loss")) a->loss = v;
+  else if (!strcmp(opt, "--data")) {
+    if (a->n_data == MAX_DATA) return cli_usage("train", "too many --data folders");
+    if (!cli_is_dir(v)) return cli_usage("train", "--data is not a folder");
+    a->data[a->n_data++] = v;
+  } else if (!strcmp(opt, "--steps")) {
+    char *end;
+    a->steps = strtol(v, &end, 10);
+    if (*end || a->steps < 1) return cli_usage("train", "--steps needs a positive number");
+  } else if (!strcmp(opt, "--optimizer")) {
+    if (keel_optimizer_parse(v, &a->o.optimizer)) return cli_usage("train", "--optimizer: sgd, momentum, adam or adamw");
+    a->has_opt = true;
+  } else if (!strcmp(opt, "--lr") && num) a->o.lr = d, a->has_lr = true;
+  else if (!strcmp(opt, "--momentum") && num) a->momentum = d, a->has_momentum = true;
+  else if (!strcmp(opt, "--beta1") && num) a->o.beta1 = d;
+  else if (!strcmp(opt, "--beta2") && num) a->o.beta2 = d;
+  else if (!strcmp(opt, "--eps") && num) a->o.eps = d;
+  else if (!strcmp(opt, "--weight-decay") && num) a->wd = d, a->has_wd = true;
+  else if (!strcmp(opt, "--freeze")) return parse_freeze(a, v);
+  else if (!strcmp(opt, "--save")) a->save = v;
+  else if (!strcmp(opt, "--checkpoint")) a->checkpoint = v;
+  else if (!strcmp(opt, "--resume")) a->resume = v;
+  else if (!strcmp(opt, "--log")) a->log = v;
+  else if (!strcmp(opt, "--debug-plant-leak")) a->plant = v; /* test-only */
+  else if (!strcmp(opt, "--mem-limit")) {
+    if (!cli_parse_size(v, &a->so.mem_limit)) return cli_usage("train", "bad --mem-limit");
+  } else if (!strcmp(opt, "--threads")) {
+    if (!cli_parse_threads(v, &a->so.threads)) return cli_usage("train", "bad --threads");
+  } else return cli_usage("train", "unknown option or bad number");
+  return 0;
+}
+
+static int parse(int argc, char **argv, train_args *a) {
+  memset(a, 0, sizeof *a);
+  keel_train_options_init(&a->o, KEEL_OPTIM_SGD, 0);
+  a->so.size = sizeof a->so;
+  for (int i = 0; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--debug-leak-subgraphs")) a->leak_subgraphs = true; /* test-only */
+    else if (s[0] == '-' && s[1]) {
+      if (i + 1 >= argc) return cli_usage("train", "an option lacks its value");
+      int rc = parse_value(a, s, argv[++i]);
+      if (rc) return rc;
+    } else if (!a->model) a->model = s;
+    else return cli_usage("train", "more than one model given");
+  }
+  if (!a->model || !cli_is_file(a->model)) return cli_usage("train", "no model file given");
+  if (!a->loss || !a->n_data || !a->steps || !a->has_opt || !a->has_lr)
+    return cli_usage("train", "--loss, --data, --steps, --optimizer and --lr are required");
+  if (a->resume && !cli_is_dir(a->resume)) return cli_usage("train", "--resume is not a folder");
+  /* the optimizer's defaults, then what was given */
+  keel_train_options o = a->o;
+  keel_train_options_init(&a->o, o.optimizer, o.lr);
+  a->o.beta1 = o.beta1, a->o.beta2 = o.beta2, a->o.eps = o.eps;
+  if (a->has_momentum) a->o.momentum = a->momentum;
+  if (a->has_wd) a->o.weight_decay = a->wd;
+  a->o.loss = a->loss;
+  a->o.freeze = a->freeze;
+  a->o.n_freeze = o.n_freeze;
+  a->o.session = &a->so;
+  return 0;
+}
+
+static int fail(const char *what, keel_status st) {
+  fprintf(stderr, "keel: %s: %s: %s\n", what, keel_status_str(st), keel_last_error());
+  return 1;
+}
+
+/* The data inputs of one folder, in order. */
+static keel_status load_batch(keel_trainer_t *t, const char *dir, cli_inputs *in) {
+  memset(in, 0, sizeof *in);
+  keel_status st = cli_load_data_dir(keel_trainer_session(t), dir, in);
+  if (st) return st;
+  if (in->n != keel_trainer_input_count(t)) {
+    fprintf(stderr, "keel: %s: %zu input_K.pb file(s) where the model takes %zu data input(s)\n", dir,
+            in->n, keel_trainer_input_count(t));
+    return KEEL_ERR_INVALID_ARG;
+  }
+  return KEEL_OK;
+}
+
+static void print_step(FILE *log, int64_t k, int64_t total, float loss, const keel_train_stats *st) {
+  char a[32], r[32], p[32];
+  printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
+         (long long)total, (double)loss, cli_bytes(st->allocated, a, sizeof a),
+         cli_bytes(st->reserved, r, sizeof r), cli_bytes(st->peak, p, sizeof p));
+  char l[32] = "null"; /* JSON has no NaN or infinity */
+  if (isfinite(loss)) snprintf(l, sizeof l, "%.9g", (double)loss);
+  if (log)
+    fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu}\n",
+            (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
+            (unsigned long long)st->peak);
+  fflush(stdout);
+}
+
+/* The run's memory figures for the verdict. */
+typedef struct steady {
+  int64_t second, grew_at;    /* the step of the reference figure; first growth */
+  uint64_t alloc2, last, mark;
+  uint64_t max_peak;          /* the highest peak of any step               */
+} steady;
+
+static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, steady *m) {
+  int64_t first = keel_trainer_steps(t) + 1, total = keel_trainer_steps(t) + a->steps;
+  m->second = first + 1;
+  for (int64_t k = first; k <= total; k++) {
+    cli_inputs in;
+    keel_status st = load_batch(t, a->data[(k - 1) % a->n_data], &in);
+    float loss = 0;
+    if (!st) st = keel_trainer_step(t, in.values, in.n, &loss);
+    cli_inputs_free(&in);
+    if (st) return st;
+    keel_train_stats ts = {.size = sizeof ts};
+    keel_trainer_stats(t, &ts);
+    print_step(log, k, total, loss, &ts);
+    if (k == m->second) m->alloc2 = ts.allocated, m->mark = keel_mem_mark(keel_trainer_session(t));
+    else if (k > m->second && ts.allocated != m->alloc2 && !m->grew_at) m->grew_at = k;
+    m->last = ts.allocated;
+    if (ts.peak > m->max_peak) m->max_peak = ts.peak;
+  }
+  return KEEL_OK;
+}
+
+static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
+  char b1[32], b2[32], b3[32];
+  keel_train_stats ts = {.size = sizeof ts};
+  keel_trainer_stats(t, &ts);
+  printf("memory parameters %s, optimizer state %s; peak during a step at most %s\n",
+         cli_bytes(ts.param_bytes, b1, sizeof b1), cli_bytes(ts.state_bytes, b2, sizeof b2),
+         cli_bytes(m->max_peak, b3, sizeof b3));
+  if (a->steps < 3) {
+    printf("verdict: steady: too few steps to compare (allocated %s)\n", cli_bytes(m->last, b1, sizeof b1));
+    return 0;
+  }
+  if (m->last == m->alloc2 && !m->grew_at) {
+    printf("verdict: steady: allocated %s after step %lld and after every step to the last\n",
+           cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second);
+    return 0;
+  }
+  char why[256], since[64];
+  snprintf(why, sizeof why, "allocated memory moved from %s after step %lld to %s after the last step "
+           "(first at step %lld)", cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second,
+           cli_bytes(m->last, b2, sizeof b2), (long long)m->grew_at);
+  snprintf(since, sizeof since, "step %lld", (long long)m->second);
+  int rc = cli_leak_report(keel_trainer_session(t), m->mark, why, since);
+  printf("(a block of the main graph gives the training step it was made in as its iteration)\n");
+  return rc;
+}
+
+static void print_header(keel_trainer_t *t, const train_args *a) {
+  size_t floats = 0;
+  for (size_t i = 0; i < keel_trainer_param_count(t); i++) {
+    const keel_value_t *v;
+    if (!keel_trainer_param(t, keel_trainer_param_name(t, i), &v)) floats += (size_t)keel_value_numel(v);
+  }
+  char b[32];
+  static const char *names[] = {"sgd", "momentum", "adam", "adamw"};
+  printf("train  %s: loss '%s', %zu parameter(s) (%zu floats, %s), optimizer %s, lr %g\n", a->model,
+         a->loss, keel_trainer_param_count(t), floats, cli_bytes(floats * 4, b, sizeof b),
+         names[a->o.optimizer], a->o.lr);
+  if (a->resume) printf("resume %s: from step %lld\n", a->resume, (long long)keel_trainer_steps(t));
+}
+
+static int finish(keel_trainer_t *t, const train_args *a) {
+  keel_status st;
+  if (a->checkpoint && (st = keel_trainer_checkpoint_save(t, a->checkpoint))) return fail("checkpoint", st);
+  if (a->checkpoint) printf("checkpoint %s: step %lld\n", a->checkpoint, (long long)keel_trainer_steps(t));
+  if (a->save && (st = keel_trainer_save(t, a->save))) return fail("save", st);
+  if (a->save) printf("saved  %s\n", a->save);
+  return 0;
+}
+
+static int train(train_args *a) {
+  keel_trainer_t *t;
+  keel_status st = keel_trainer_create(a->model, &a->o, &t);
+  if (st) return fail(a->model, st);
+  int rc = 0;
+  if (a->resume && (st = keel_trainer_checkpoint_load(t, a->resume))) rc = fail("resume", st);
+  if (!rc && a->plant && (st = keel_debug_plant_leak(keel_trainer_session(t), a->plant)))
+    rc = fail("--debug-plant-leak", st);
+  keel_debug_leak_subgraph_results(keel_trainer_session(t), a->leak_subgraphs);
+  FILE *log = NULL;
+  if (!rc && a->log && !(log = fopen(a->log, "w"))) {
+    fprintf(stderr, "keel: cannot write %s\n", a->log);
+    rc = 1;
+  }
+  steady m = {0};
+  if (!rc) print_header(t, a);
+  if (!rc && (st = steps(t, a, log, &m))) rc = fail("train", st);
+  if (log) fclose(log);
+  if (!rc) rc = finish(t, a);
+  if (!rc) rc = verdict(t, a, &m);
+  keel_debug_plant_leak(keel_trainer_session(t), NULL);
+  keel_trainer_destroy(t);
+  return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+  train_args a;
+  int rc = parse(argc, argv, &a);
+  if (!rc) rc = train(&a);
+  free(a.freeze_buf);
+  return rc;
+}

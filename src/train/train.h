@@ -1,0 +1,60 @@
+/* train.h: what the files of the trainer's room share (src/train/):
+ * the trainer itself (trainer.c, which writes the trained model through
+ * the ONNX writer, onnx/write.h), the optimizers (optim.c) and
+ * checkpoints (checkpoint.c). */
+#ifndef KEEL_TRAIN_INTERNAL_H
+#define KEEL_TRAIN_INTERNAL_H
+
+#include "../exec/session.h"
+#include "keel_train.h"
+
+#define KEEL_OPTIM_MAX_STATE 2
+
+/* One trainable parameter: its mutable buffer (fed as a graph input at
+ * every step), the optimizer's buffers, and the owner-tag site of its
+ * gradient. Every buffer is a block of the session's allocator. */
+typedef struct train_param {
+  const char *name;            /* borrowed from the model                 */
+  int32_t input;               /* its graph input                         */
+  int32_t const_index;         /* the initializer it was loaded from      */
+  keel_value_t *value;         /* the parameter (one reference, ours)     */
+  float *w;                    /* its bytes                               */
+  int64_t numel;
+  keel_value_t *state[KEEL_OPTIM_MAX_STATE]; /* optimizer buffers, or NULL */
+  float *st[KEEL_OPTIM_MAX_STATE];
+  uint32_t grad_site;
+} train_param;
+
+struct keel_trainer_s {
+  keel_session_t *s;
+  keel_train_options o;        /* as given (loss and freeze not kept)      */
+  const keel_train_spec *spec; /* in the model's arena                     */
+  int32_t n_params;
+  train_param *p;
+  int32_t n_data;
+  int32_t *data_inputs;        /* main-graph input index of each data input */
+  size_t n_run;                /* data inputs + parameters                 */
+  const char **run_names;
+  keel_value_t **run_in;
+  size_t n_out;
+  keel_value_t **out;
+  int64_t steps;
+  uint64_t peak, param_bytes, state_bytes, mapped_dropped;
+  uint64_t copy_dropped;        /* of the loader's aligned copies           */
+  double last_loss;
+};
+
+/* ------------------------------------------------------------ optim.c */
+
+/* Buffers the optimizer keeps per parameter (0, 1 or 2) and their names
+ * for owner tags ("momentum buffer", "adam m", "adam v"). */
+KEEL_INTERNAL int keel_optim_n_state(const keel_train_options *o);
+KEEL_INTERNAL const char *keel_optim_state_name(const keel_train_options *o, int k);
+/* Checks the hyperparameters; KEEL_ERR_INVALID_ARG naming the bad one. */
+KEEL_INTERNAL keel_status keel_optim_check(const keel_train_options *o);
+/* One update of w (n floats) with gradient g at step `step` (1 for the
+ * first), state buffers s0, s1 as keel_optim_n_state says (zero at first). */
+KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, float *w,
+                                     const float *g, float *s0, float *s1, int64_t n);
+
+#endif
