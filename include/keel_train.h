@@ -108,7 +108,7 @@ KEEL_API keel_status keel_trainer_input(const keel_trainer_t *t, size_t i, keel_
  * are dense: a parameter no path of this step reached (read only in the
  * If branch that did not run) has a zero gradient and is still updated
  * (momentum, Adam's moments, the global step count), as tests/train's
- * PyTorch references do; torch.optim on its own would skip a .grad of None. */
+ * PyTorch references do; torch.optim on its own would skip a .grad of None.
  * *loss (may be NULL) receives the loss before the update. On error
  * (wrong input count, type or shape, a loss that is not a float scalar,
  * out of memory) nothing is updated and the trainer stays usable. */
