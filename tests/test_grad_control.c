@@ -1,0 +1,313 @@
+/* test_grad_control.c: reverse mode through If, Loop and Scan
+ * (ir/grad_control.c) against float64 central differences
+ * (tests/gradcheck.h):
+ *  - If taken both ways, with the condition an input and computed from
+ *    data; branches reading outer values and their own constants;
+ *  - Loop with a fixed trip count: carried values, scan outputs and outer
+ *    reads; a while loop whose condition the body computes (M omitted),
+ *    carrying an int64 counter that takes no gradient;
+ *  - Scan (opset 9+) with a reversed scan input on axis 1 and a reversed
+ *    scan output on axis 1;
+ *  - nesting: If inside Loop, Loop inside Loop, Loop inside If;
+ *  - repeated runs of a derivative model allocate the same bytes and hold
+ *    none afterwards;
+ *  - a body op without a derivative rule is refused at load, naming the op,
+ *    the graph path and the node.
+ */
+#include "gradcheck.h"
+
+static const double X3[3] = {0.4, -0.7, 0.9}, W3[3] = {0.8, 1.3, -0.6};
+
+/* ============================================================== If */
+
+/* then: Tanh(x * w); else: Exp(x) * two (two: the branch's constant). */
+static void if_branches(mb_node *n) {
+  mb_graph *t = mb_graph_new("then");
+  mb_output(t, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(t, "Mul", "x,w", "t_m");
+  mb_add(t, "Tanh", "t_m", "t_y");
+  mb_graph *e = mb_graph_new("else");
+  mb_output(e, "e_y", KEEL_DOUBLE, -1, NULL);
+  double two = 2;
+  mb_init(e, "e_two", KEEL_DOUBLE, 0, NULL, &two);
+  mb_add(e, "Exp", "x", "e_x");
+  mb_add(e, "Mul", "e_x,e_two", "e_y");
+  mb_attr_g(n, "then_branch", t);
+  mb_attr_g(n, "else_branch", e);
+}
+
+static void if_input_cond(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_node *n = mb_add(g, "If", "c", "y");
+  mb_name(n, "branch");
+  if_branches(n);
+}
+
+/* c = ReduceSum(x) > 0: computed from data, no gradient through it. */
+static void if_data_cond(mb_graph *g, void *ctx) {
+  (void)ctx;
+  double zero = 0;
+  mb_init(g, "zero", KEEL_DOUBLE, 0, NULL, &zero);
+  mb_attr_i(mb_add(g, "ReduceSum", "x", "sx"), "keepdims", 0);
+  mb_add(g, "Greater", "sx,zero", "c");
+  mb_node *n = mb_add(g, "If", "c", "y");
+  mb_name(n, "branch");
+  if_branches(n);
+}
+
+/* Branches reading values of the outer graph: a = x * w; then: a * a + w,
+ * else: Sigmoid(a) * x; the If's output is multiplied by a again. */
+static void if_outer(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_add(g, "Mul", "x,w", "a");
+  mb_graph *t = mb_graph_new("then");
+  mb_output(t, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(t, "Mul", "a,a", "t_aa");
+  mb_add(t, "Add", "t_aa,w", "t_y");
+  mb_graph *e = mb_graph_new("else");
+  mb_output(e, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(e, "Sigmoid", "a", "e_s");
+  mb_add(e, "Mul", "e_s,x", "e_y");
+  mb_node *n = mb_add(g, "If", "c", "r");
+  mb_name(n, "branch");
+  mb_attr_g(n, "then_branch", t);
+  mb_attr_g(n, "else_branch", e);
+  mb_add(g, "Mul", "r,a", "y");
+}
+
+static void if_tests(void) {
+  for (int way = 0; way < 2; way++) {
+    uint8_t c = (uint8_t)!way;
+    gc_input in[3] = {{"x", 1, {3}, X3, true},
+                      {"w", 1, {3}, W3, true},
+                      {"c", 0, {0}, NULL, false, KEEL_BOOL, &c}};
+    gc_check(way ? "If input cond, else" : "If input cond, then", if_input_cond, NULL, in, 3, 13,
+             1e-6);
+    gc_check(way ? "If outer reads, else" : "If outer reads, then", if_outer, NULL, in, 3, 13,
+             1e-6);
+    double xneg[3] = {-0.4, -0.7, 0.2};
+    gc_input d[2] = {{"x", 1, {3}, way ? xneg : X3, true}, {"w", 1, {3}, W3, true}};
+    gc_check(way ? "If data cond, else" : "If data cond, then", if_data_cond, NULL, d, 2, 13,
+             1e-6);
+  }
+}
+
+/* ============================================================ Loop */
+
+static mb_graph *loop_body_begin(const char *name, const char *i, const char *c, const char *v) {
+  mb_graph *b = mb_graph_new(name);
+  mb_input(b, i, KEEL_INT64, 0, NULL);
+  mb_input(b, c, KEEL_BOOL, 0, NULL);
+  mb_input(b, v, KEEL_DOUBLE, -1, NULL);
+  return b;
+}
+
+/* Loop(3): v' = Tanh(v * w) (w read from outside), scan s = v' * v'.
+ * y = v_final * s (both outputs take gradients). */
+static void loop_fixed(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t three = 3;
+  uint8_t t = 1;
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &three);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(b, "s", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "Mul", "v,w", "vw");
+  mb_add(b, "Tanh", "vw", "v_out");
+  mb_add(b, "Mul", "v_out,v_out", "s");
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,x", "vf,ss");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Mul", "vf,ss", "y");
+}
+
+/* A while loop (M omitted): v' = v * a + x (x read from outside),
+ * k' = k + 1 (int64, no gradient), until ReduceSum(v') >= 6. */
+static void loop_while(mb_graph *g, void *ctx) {
+  (void)ctx;
+  uint8_t t = 1;
+  int64_t k0 = 0, one = 1;
+  double six = 6;
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_init(g, "k0", KEEL_INT64, 0, NULL, &k0);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_input(b, "k", KEEL_INT64, 0, NULL);
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(b, "k_out", KEEL_INT64, 0, NULL);
+  mb_init(b, "one", KEEL_INT64, 0, NULL, &one);
+  mb_init(b, "six", KEEL_DOUBLE, 0, NULL, &six);
+  mb_add(b, "Mul", "v,a", "va");
+  mb_add(b, "Add", "va,x", "v_out");
+  mb_add(b, "Add", "k,one", "k_out");
+  mb_attr_i(mb_add(b, "ReduceSum", "v_out", "sv"), "keepdims", 0);
+  mb_add(b, "Less", "sv,six", "c_out");
+  mb_node *n = mb_add(g, "Loop", ",true,x,k0", "vf,kf");
+  mb_name(n, "while");
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Identity", "vf", "y");
+}
+
+static void loop_tests(void) {
+  gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
+  gc_check("Loop fixed count", loop_fixed, NULL, in, 2, 13, 1e-6);
+  double xs[3] = {0.5, 0.3, 0.4}, a[3] = {1.4, 1.2, 1.3};
+  gc_input wi[2] = {{"x", 1, {3}, xs, true}, {"a", 1, {3}, a, true}};
+  gc_check("Loop while", loop_while, NULL, wi, 2, 13, 1e-6);
+}
+
+/* ============================================================ Scan */
+
+/* State h [2], scan input X [2, 4] along axis 1, reversed; body:
+ * h' = Tanh(h * w + x_t), y_t = h' * x_t; scan output along axis 1,
+ * reversed. y = Y * Unsqueeze(h_final, 1). */
+static void scan_model(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "h", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_input(b, "xt", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_output(b, "h_out", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_output(b, "yt", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_add(b, "Mul", "h,w", "hw");
+  mb_add(b, "Add", "hw,xt", "pre");
+  mb_add(b, "Tanh", "pre", "h_out");
+  mb_add(b, "Mul", "h_out,xt", "yt");
+  mb_node *n = mb_add(g, "Scan", "h0,X", "hf,Y");
+  mb_name(n, "scan");
+  mb_attr_i(n, "num_scan_inputs", 1);
+  mb_attr_ints(n, "scan_input_axes", 1, (int64_t[]){1});
+  mb_attr_ints(n, "scan_input_directions", 1, (int64_t[]){1});
+  mb_attr_ints(n, "scan_output_axes", 1, (int64_t[]){1});
+  mb_attr_ints(n, "scan_output_directions", 1, (int64_t[]){1});
+  mb_attr_g(n, "body", b);
+  int64_t ax[1] = {1};
+  mb_init(g, "ax1", KEEL_INT64, 1, (int64_t[]){1}, ax);
+  mb_add(g, "Unsqueeze", "hf,ax1", "hcol");
+  mb_add(g, "Mul", "Y,hcol", "y");
+}
+
+static void scan_tests(void) {
+  double h0[2] = {0.2, -0.5}, w[2] = {0.9, 0.7};
+  double X[8] = {0.1, -0.3, 0.5, 0.7, -0.2, 0.4, 0.6, -0.8};
+  gc_input in[3] = {{"h0", 1, {2}, h0, true}, {"X", 2, {2, 4}, X, true}, {"w", 1, {2}, w, true}};
+  gc_check("Scan axes and directions", scan_model, NULL, in, 3, 13, 1e-6);
+}
+
+/* ========================================================== nesting */
+
+/* Loop(4) whose body holds If(i % 2 == 0): then v * w, else Tanh(v) + w. */
+static void if_in_loop(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t four = 4, two = 2, zero = 0;
+  uint8_t t = 1;
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &four);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_init(b, "two", KEEL_INT64, 0, NULL, &two);
+  mb_init(b, "zero", KEEL_INT64, 0, NULL, &zero);
+  mb_add(b, "Mod", "i,two", "r");
+  mb_add(b, "Equal", "r,zero", "even");
+  mb_graph *th = mb_graph_new("then");
+  mb_output(th, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(th, "Mul", "v,w", "t_y");
+  mb_graph *el = mb_graph_new("else");
+  mb_output(el, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(el, "Tanh", "v", "e_t");
+  mb_add(el, "Add", "e_t,w", "e_y");
+  mb_node *f = mb_add(b, "If", "even", "v_out");
+  mb_name(f, "branch");
+  mb_attr_g(f, "then_branch", th);
+  mb_attr_g(f, "else_branch", el);
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,x", "y");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
+}
+
+/* Loop(2) > Loop(3): inner u' = Tanh(u * w), scan u'; outer
+ * v' = inner_final + v * x, scan of the inner stack. */
+static void loop_in_loop(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t two = 2, three = 3;
+  uint8_t t = 1;
+  mb_init(g, "M2", KEEL_INT64, 0, NULL, &two);
+  mb_init(g, "M3", KEEL_INT64, 0, NULL, &three);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *in = loop_body_begin("inner", "j", "c2", "u");
+  mb_output(in, "c2_out", KEEL_BOOL, 0, NULL);
+  mb_output(in, "u_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(in, "u_scan", KEEL_DOUBLE, -1, NULL);
+  mb_add(in, "Mul", "u,w", "uw");
+  mb_add(in, "Tanh", "uw", "u_out");
+  mb_add(in, "Identity", "u_out", "u_scan");
+  mb_add(in, "Identity", "c2", "c2_out");
+  mb_graph *out = loop_body_begin("outer", "i", "c", "v");
+  mb_output(out, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(out, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(out, "stack", KEEL_DOUBLE, -1, NULL);
+  mb_node *il = mb_add(out, "Loop", "M3,true,v", "uf,stack");
+  mb_name(il, "inner_loop");
+  mb_attr_g(il, "body", in);
+  mb_add(out, "Mul", "v,x", "vx");
+  mb_add(out, "Add", "uf,vx", "v_out");
+  mb_add(out, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M2,true,x", "vf,stacks");
+  mb_name(n, "outer_loop");
+  mb_attr_g(n, "body", out);
+  mb_add(g, "Mul", "stacks,vf", "y");
+}
+
+/* If(c): then Loop(3) u' = u * w + x; else Exp(x * w). */
+static void loop_in_if(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t three = 3;
+  uint8_t t = 1;
+  mb_init(g, "M3", KEEL_INT64, 0, NULL, &three);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "j", "c2", "u");
+  mb_output(b, "c2_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "u_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "Mul", "u,w", "uw");
+  mb_add(b, "Add", "uw,x", "u_out");
+  mb_add(b, "Identity", "c2", "c2_out");
+  mb_graph *th = mb_graph_new("then");
+  mb_output(th, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_node *l = mb_add(th, "Loop", "M3,true,x", "t_y");
+  mb_name(l, "inner_loop");
+  mb_attr_g(l, "body", b);
+  mb_graph *el = mb_graph_new("else");
+  mb_output(el, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(el, "Mul", "x,w", "e_xw");
+  mb_add(el, "Exp", "e_xw", "e_y");
+  mb_node *n = mb_add(g, "If", "c", "y");
+  mb_name(n, "branch");
+  mb_attr_g(n, "then_branch", th);
+  mb_attr_g(n, "else_branch", el);
+}
+
+static void nesting_tests(void) {
+  gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
+  gc_check("If inside Loop", if_in_loop, NULL, in, 2, 13, 1e-6);
+  gc_check("Loop inside Loop", loop_in_loop, NULL, in, 2, 13, 1e-6);
+  for (int way = 0; way < 2; way++) {
+    uint8_t c = (uint8_t)!way;
+    gc_input ci[3] = {{"x", 1, {3}, X3, true},
+                      {"w", 1, {3}, W3, true},
+                      {"c", 0, {0}, NULL, false, KEEL_BOOL, &c}};
+    gc_check(way ? "Loop inside If, else" : "Loop inside If, then", loop_in_if, NULL, ci, 3, 13,
+             1e-6);
+  }
+}
+
+int main(void) {
+  if_tests();
+  loop_tests();
+  scan_tests();
+  nesting_tests();
+  return check_report();
+}
