@@ -41,6 +41,11 @@ KEEL_INTERNAL keel_status ad_grad_add(ad_builder *b, const char *name, const cha
 KEEL_INTERNAL keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars,
                                      int32_t n_vars, const char *name, bool *out);
 
+/* Names that hold a Loop's tape (a sequence of saved values), so that an
+ * enclosing Loop saving one saves it as a tape (grad_control.c). */
+KEEL_INTERNAL keel_status ad_tape_mark(ad_builder *b, const char *name);
+KEEL_INTERNAL bool ad_tape_is(ad_builder *b, const char *name);
+
 /* A new empty graph, child of the graph b emits into, held by a node b will
  * emit (label names it in the path: "<b's graph>/<label>/<attr>"). */
 KEEL_INTERNAL keel_status ad_new_graph(ad_builder *b, const char *label, const char *attr,

@@ -41,6 +41,7 @@ struct ad_builder {
   int32_t counter;              /* for fresh value names (the root's)     */
   struct ad_builder *root;      /* the builder of the Gradient node       */
   struct region *rg;            /* the region whose rules are running     */
+  ad_names tapes;               /* root: names holding Loop tapes          */
 };
 typedef ad_builder builder;
 
@@ -529,6 +530,14 @@ keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars, in
   return st;
 }
 
+keel_status ad_tape_mark(ad_builder *b, const char *name) {
+  return ad_names_add(&(b->root ? b->root : b)->tapes, name);
+}
+
+bool ad_tape_is(ad_builder *b, const char *name) {
+  return ad_names_has(&(b->root ? b->root : b)->tapes, name);
+}
+
 keel_status ad_sub_open(ad_builder *parent, keel_graph *g, ad_builder **sub) {
   builder *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return oom();
@@ -571,7 +580,7 @@ keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *v
   gmap gm = {0};
   region r;
   char y[512];
-  snprintf(y, sizeof y, "the outputs of graph '%s'", x->path);
+  snprintf(y, sizeof y, "%s (the sub-graph's outputs)", x->path);
   keel_status st = region_init(&r, x, vars, n_vars, keel_arena_strdup(sub->a, y), &gm);
   if (!st && !r.y) st = oom();
   if (!st) st = region_mark(&r, seeds, sgrads, n_seeds);
@@ -592,6 +601,7 @@ static keel_status graph_pass(keel_model *m, keel_graph *g) {
     keel_status st = differentiate(&b);
     if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
+    ad_names_free(&b.tapes);
     char lb[256];
     if (st) return keel_err_prefix(st, "graph '%s': node %s", g->path, keel_node_label(n, lb, sizeof lb));
     i += b.n - 1;

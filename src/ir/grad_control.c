@@ -138,6 +138,7 @@ static keel_status export_reads(ad_builder *b, keel_node *n, branch *br, keel_gr
       KEEL_TRY(placeholder(b, other));
       KEEL_TRY(ad_node_add_output(b, n, src));
     }
+    if (ad_tape_is(b, v)) KEEL_TRY(ad_tape_mark(b, src));
     KEEL_TRY(ad_emit(br->sb, "Identity", "", 1, &src, 1, &v, NULL));
   }
   return ad_sub_install(br->sb, true);
@@ -203,6 +204,8 @@ typedef struct rscan {
   const char **gin, **acc, **gys; /* backward body inputs (fresh)          */
   int32_t n_act, n_xact, n_gys;
   ad_names saved;              /* values of B the backward reads           */
+  const char **outs;           /* backward body results: carried, sums, slices */
+  int32_t n_outs;
 } rscan;
 
 static keel_status rs_alloc(ad_builder *b, rscan *r) {
@@ -383,6 +386,8 @@ static keel_status rs_body(ad_builder *sb, rscan *r) {
   for (int32_t j = 0; j < r->n_act; j++) outs[o++] = grads[j];
   for (int32_t i = 0; i < r->w.n; i++) outs[o++] = grads[r->n_act + r->n_xact + i];
   for (int32_t m = 0; m < r->n_xact; m++) outs[o++] = grads[r->n_act + m];
+  r->outs = outs;
+  r->n_outs = nv;
   KEEL_TRY(ad_sub_install(sb, false));
   return ad_graph_set_io(sb, ad_graph(sb), 0, NULL, nv, outs);
 }
@@ -516,10 +521,156 @@ static keel_status rs_build(ad_builder *b, rscan *r) {
   return st;
 }
 
+/* ---------------------------------------------------- Loop: a tape */
+
+/* Which saved values are tapes themselves (of a Loop inside the body). */
+static keel_status tapes_attr(ad_builder *b, keel_node *n, const rscan *r) {
+  int64_t *t = keel_arena_array(ad_arena(b), (size_t)r->saved.n + 1, sizeof(int64_t));
+  if (!t) return oom();
+  bool any = false;
+  for (int32_t s = 0; s < r->saved.n; s++) any |= (t[s] = ad_tape_is(b, r->saved.v[s])) != 0;
+  return any ? ad_attr_ints(b, n, "tapes", r->saved.n, t) : KEEL_OK;
+}
+
+/* The Loop's backward body starts by taking its iteration's values off the
+ * tape (TapePop, last pushed first) and, for each scan output with a
+ * gradient, that gradient's slice at the forward iteration number. */
+static keel_status lp_prologue(ad_builder *sb, rscan *r, const char *tape_in,
+                               const char *tape_out, const char *cond_out) {
+  const char **outs = names_alloc(sb, r->saved.n + 1);
+  if (!outs) return oom();
+  outs[0] = tape_out;
+  for (int32_t s = 0; s < r->saved.n; s++) outs[1 + s] = r->saved.v[s];
+  keel_node *pop;
+  KEEL_TRY(ad_emit(sb, "TapePop", AD_INTERNAL, 1, &tape_in, r->saved.n + 1, outs, &pop));
+  KEEL_TRY(tapes_attr(sb, pop, r));
+  KEEL_TRY(ad_emit(sb, "TapeNotEmpty", AD_INTERNAL, 1, &tape_out, 1, &cond_out, NULL));
+  for (int32_t k = 0; k < r->K; k++) {
+    if (!r->y_grad[k]) continue;
+    const char *ins[2] = {r->y_grad[k], r->B->in_names[0]};
+    KEEL_TRY(ad_emit(sb, "Gather", "", 2, ins, 1, &r->gys[k], NULL));
+  }
+  return ad_sub_install(sb, true);
+}
+
+/* Inserts `name` at position `at` of a name array of n (arena copy). */
+static keel_status insert_name(ad_builder *b, const char ***arr, int32_t n, int32_t at,
+                               const char *name) {
+  const char **v = names_alloc(b, n + 1);
+  if (!v) return oom();
+  for (int32_t i = 0, k = 0; i <= n; i++) v[i] = i == at ? name : (*arr)[k++];
+  *arr = v;
+  return KEEL_OK;
+}
+
+/* Graph io: `name` (type unknown) inserted at `at`. */
+static keel_status insert_io(ad_builder *b, const char ***names, keel_type **types, int32_t *n,
+                             int32_t at, const char *name) {
+  keel_type *t = keel_arena_array(ad_arena(b), (size_t)*n + 2, sizeof(keel_type));
+  if (!t) return oom();
+  for (int32_t i = 0, k = 0; i <= *n; i++)
+    if (i != at) t[i] = (*types)[k++];
+  KEEL_TRY(insert_name(b, names, *n, at, name));
+  *types = t;
+  (*n)++;
+  return KEEL_OK;
+}
+
+/* The forward Loop carries a tape: its body pushes every saved value each
+ * iteration (initial value omitted: the first push starts it). */
+static keel_status lp_save(ad_builder *b, rscan *r, const char **tape_fin) {
+  keel_graph *B = r->B;
+  keel_node *n = r->n;
+  const char *t_in = ad_fresh(b, "tape"), *t_out = ad_fresh(b, "tape"), *fin = ad_fresh(b, "tape");
+  const char **push = names_alloc(b, r->saved.n + 1);
+  if (!t_in || !t_out || !fin || !push) return oom();
+  push[0] = t_in;
+  for (int32_t s = 0; s < r->saved.n; s++) push[1 + s] = r->saved.v[s];
+  ad_builder *pb;
+  KEEL_TRY(ad_sub_open(b, B, &pb));
+  keel_node *pn;
+  keel_status st = ad_emit(pb, "TapePush", AD_INTERNAL, r->saved.n + 1, push, 1, &t_out, &pn);
+  if (!st) st = tapes_attr(pb, pn, r);
+  if (!st) st = ad_sub_install(pb, false);
+  if (!st) st = ad_tape_mark(b, fin);
+  ad_sub_close(pb);
+  KEEL_TRY(st);
+  /* body: inputs (i, cond, v[N], tape), outputs (cond, v[N], tape, y[K]) */
+  KEEL_TRY(insert_io(b, &B->in_names, &B->in_types, &B->n_in, B->n_in, t_in));
+  KEEL_TRY(insert_io(b, &B->out_names, &B->out_types, &B->n_out, 1 + r->N, t_out));
+  KEEL_TRY(insert_name(b, (const char ***)&n->in_names, n->n_in, n->n_in, ""));
+  KEEL_TRY(insert_name(b, (const char ***)&n->out_names, n->n_out, r->N, fin));
+  n->n_in++;
+  n->n_out++;
+  *tape_fin = fin;
+  return KEEL_OK;
+}
+
+/* The backward Loop in b: it runs while the tape is not empty, state
+ * (carried gradients, sums, tape). */
+static keel_status lp_emit(ad_builder *b, rscan *r, keel_graph *bb, const char *tape_fin) {
+  int32_t nin = 2 + r->n_act + r->w.n + 1, nout = r->n_act + r->w.n + 1, c = 2, o = 0;
+  const char **ins = names_alloc(b, nin), **outs = names_alloc(b, nout);
+  if (!ins || !outs) return oom();
+  ins[0] = "";
+  KEEL_TRY(ad_op(b, "TapeNotEmpty", AD_INTERNAL, tape_fin, NULL, &ins[1], NULL));
+  KEEL_TRY(rs_state0(b, r, ins, &c));
+  ins[c++] = tape_fin;
+  for (int32_t i = 0; i < nout; i++)
+    if (!(outs[i] = ad_fresh(b, "d"))) return oom();
+  keel_node *lp;
+  KEEL_TRY(ad_emit(b, "Loop", "", nin, ins, nout, outs, &lp));
+  KEEL_TRY(ad_attr_graph(b, lp, "body", bb));
+  for (int32_t j = 0; j < r->N; j++)
+    if (r->act[j]) KEEL_TRY(ad_grad_add(b, r->init[j], outs[o++]));
+  for (int32_t i = 0; i < r->w.n; i++) KEEL_TRY(ad_grad_add(b, r->w.v[i], outs[o++]));
+  return KEEL_OK;
+}
+
+/* Backward body io: (j, cond, carried, sums, tape) -> (cond, ..., tape). */
+static keel_status lp_body_io(ad_builder *sb, rscan *r, const char *t_in, const char *t_out,
+                              const char *cond_out) {
+  int32_t nin = 2 + r->n_act + r->w.n + 1, c = 0;
+  const char **ins = names_alloc(sb, nin), **outs = names_alloc(sb, r->n_outs + 2);
+  if (!ins || !outs) return oom();
+  if (!(ins[c++] = ad_fresh(sb, "j")) || !(ins[c++] = ad_fresh(sb, "cond"))) return oom();
+  for (int32_t j = 0; j < r->N; j++)
+    if (r->act[j]) ins[c++] = r->gin[j];
+  for (int32_t i = 0; i < r->w.n; i++) ins[c++] = r->acc[i];
+  ins[c++] = t_in;
+  outs[0] = cond_out;
+  for (int32_t i = 0; i < r->n_outs; i++) outs[1 + i] = r->outs[i];
+  outs[1 + r->n_outs] = t_out;
+  return ad_graph_set_io(sb, ad_graph(sb), nin, ins, r->n_outs + 2, outs);
+}
+
+static keel_status lp_build(ad_builder *b, rscan *r) {
+  KEEL_TRY(rs_active(b, r));
+  if (!r->n_act && !r->w.n) return KEEL_OK;
+  keel_graph *bb;
+  KEEL_TRY(ad_new_graph(b, node_tag(r->n), "body_grad", &bb));
+  ad_graph_share_inits(bb, r->B);
+  ad_builder *sb;
+  KEEL_TRY(ad_sub_open(b, bb, &sb));
+  const char *t_in = ad_fresh(b, "tape"), *t_out = ad_fresh(b, "tape"), *fin = NULL;
+  const char *more = ad_fresh(b, "more");
+  keel_status st = t_in && t_out && more ? rs_body(sb, r) : oom();
+  if (!st) st = lp_body_io(sb, r, t_in, t_out, more);
+  if (!st) st = reads_of(bb, r->B, &r->saved);
+  /* the iteration number: for the scan outputs' slices, and so that every
+   * iteration pushes something */
+  if (!st && (r->n_gys || !r->saved.n)) st = ad_names_add(&r->saved, r->B->in_names[0]);
+  if (!st) st = lp_prologue(sb, r, t_in, t_out, more);
+  ad_sub_close(sb);
+  if (!st) st = lp_save(b, r, &fin);
+  if (!st) st = lp_emit(b, r, bb, fin);
+  return st;
+}
+
 static keel_status loop_vjp(ad_builder *b, keel_node *n, const char *const *gy, bool scan) {
   rscan r = {.n = n, .gy = gy};
   keel_status st = scan ? scan_read(b, n, gy, &r) : loop_read(b, n, gy, &r);
-  if (!st) st = rs_build(b, &r);
+  if (!st) st = scan ? rs_build(b, &r) : lp_build(b, &r);
   ad_names_free(&r.w);
   ad_names_free(&r.saved);
   return st;

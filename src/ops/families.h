@@ -26,6 +26,7 @@
   X(random)              \
   X(constant)            \
   X(grad)                \
+  X(grad_tape)           \
   X(sequence)            \
   X(attention)           \
   X(transformer)         \
