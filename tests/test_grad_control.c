@@ -362,6 +362,66 @@ static void memory_tests(void) {
   steady("If outer reads", if_outer, ci, 3);
 }
 
+/* The backward Loop releases each iteration's saved values as it goes:
+ * allocated bytes seen by the iteration hook fall from one backward
+ * iteration to the next (Loop(10) over 1000 doubles). */
+typedef struct bw_log {
+  int n;
+  uint64_t bytes[64];
+} bw_log;
+
+static void on_iter(void *ud, const char *loop, int64_t it, size_t bytes) {
+  bw_log *l = ud;
+  (void)it;
+  if (strcmp(loop, "loop") && l->n < 64) l->bytes[l->n++] = bytes;
+}
+
+static void released_as_popped(void) {
+  enum { L = 1000 };
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){L});
+  mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
+  static double w[L];
+  for (int i = 0; i < L; i++) w[i] = 0.5 + 0.001 * i;
+  int64_t ten = 10;
+  uint8_t t = 1;
+  mb_init(g, "w", KEEL_DOUBLE, 1, (int64_t[]){L}, w);
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &ten);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "Mul", "v,w", "vw");
+  mb_add(b, "Tanh", "vw", "v_out");
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,x", "vf");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
+  mb_node *gr = mb_add(g, "Gradient", "x", "dx");
+  mb_domain(gr, TRAIN);
+  mb_attr_s(gr, "y", "vf");
+  mb_attr_strs(gr, "xs", 1, (const char *[]){"x"});
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  bw_log log = {0};
+  keel_options o = {.size = sizeof o, .on_iteration = on_iter, .iteration_ud = &log};
+  keel_session_t *s = NULL;
+  CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, &o, &s));
+  free(bytes);
+  if (!s) return;
+  static double x[L];
+  for (int i = 0; i < L; i++) x[i] = 0.3;
+  keel_value_t *in = mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){L}, x), *out = NULL;
+  CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, &out));
+  CHECK(log.n == 10);
+  for (int i = 1; i < log.n; i++) CHECK(log.bytes[i] < log.bytes[i - 1]);
+  if (log.n == 10) /* at least one saved vector (8000 bytes) less each time */
+    CHECK(log.bytes[0] - log.bytes[9] >= 9 * 8000);
+  keel_value_release(in);
+  keel_value_release(out);
+  keel_session_destroy(s);
+}
+
 /* TfIdfVectorizer on the path inside a Loop body: no rule, refused at load
  * with the op, the graph path and the node named. */
 static void no_rule_in_body(mb_graph *g, void *ctx) {
@@ -400,6 +460,7 @@ int main(void) {
   scan_tests();
   nesting_tests();
   memory_tests();
+  released_as_popped();
   error_tests();
   return check_report();
 }

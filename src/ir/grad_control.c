@@ -16,17 +16,25 @@
  *    `v = Identity(<extra output>)` and output the gradient of every
  *    active capture of either branch (zeros where a branch does not read
  *    it).
- *  - Loop and Scan: every value of the body its backward reads (inputs
- *    included: the iteration number, carried values, scan slices) becomes
- *    an extra scan output of the forward node, stacked per iteration. The
- *    backward is a Scan running the iterations in reverse over those
- *    stacks (its length is the number of iterations the forward ran, so
- *    while loops work), with the gradients of the active carried values
- *    and the sums of the captures' gradients as its state, and the
- *    gradients of a Scan's scan inputs as its scan outputs (axes and
- *    directions mirrored). Its body's inputs carry the forward names.
- *    Known gap: the stacks stay alive for the whole backward Scan instead
- *    of one iteration's slice being released after its use.
+ *  - Loop: the forward Loop carries one more value, a tape (ops/grad_tape.c,
+ *    a sequence of any tensors): its body pushes every value its backward
+ *    reads (inputs included: the iteration number, carried values) each
+ *    iteration. The backward is a Loop that runs while the tape is not
+ *    empty (as many iterations as the forward ran, whatever stopped it, so
+ *    while loops work) and pops one iteration's values at the start of its
+ *    body under their forward names: each is released as soon as that
+ *    iteration of the backward is done with it. Its state: the gradients
+ *    of the active carried values, the sums of the captures' gradients,
+ *    the tape; the gradients reaching scan outputs are read per iteration
+ *    (Gather at the saved iteration number). Values may change shape or be
+ *    placeholders from one iteration to the next (If in the body), and a
+ *    Loop inside the body saves its own tape on the outer tape (nesting).
+ *  - Scan: every value its backward reads becomes an extra scan output of
+ *    the forward Scan, stacked per iteration; the backward is a Scan over
+ *    those stacks in reverse, axes and directions mirrored (the gradients
+ *    of the scan outputs are its scan inputs, those of the scan inputs its
+ *    scan outputs). Known gaps: saved values must keep their shape across
+ *    iterations, and the stacks stay alive for the whole backward Scan.
  *
  * Carried values take gradients when their initial value depends on a
  * variable, or the body makes them depend on one (a fixed point), and they

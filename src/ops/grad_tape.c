@@ -19,10 +19,10 @@
  *
  * A tape is a sequence value whose elements may differ in type and shape
  * from one iteration to the next (an If in the body saves a value or an
- * empty placeholder). Push and Pop update the tape in place when it dies
- * at the node and nobody else holds it (a carried tape always does), so a
- * loop of T iterations costs O(T) and each popped value is released as
- * soon as its iteration of the backward is done with it.
+ * empty placeholder). Push updates the tape in place when it dies at the
+ * node and nobody else holds it (a carried tape always does), Pop always
+ * (below), so a loop of T iterations costs O(T) and each popped value is
+ * released as soon as its iteration of the backward is done with it.
  */
 #include "kernel.h"
 
@@ -112,9 +112,17 @@ static keel_status pop_tape(keel_kctx *k, keel_seq *s, int i) {
   return KEEL_OK;
 }
 
+/* A tape has one reader, the backward Loop, and what it pops is gone for
+ * good: TapePop takes from the tape itself even while the value that fed
+ * the Loop still holds it, so each value is released when its iteration's
+ * backward is done with it, not when the backward Loop ends. */
 static keel_status op_tape_pop(keel_kctx *k) {
-  keel_seq *s;
-  KEEL_TRY(tape_for_update(k, &s));
+  if (!keel_k_has_in(k, 0) || k->in[0]->kind != KEEL_V_SEQUENCE || k->in[0]->seq->of_maps)
+    return keel_err(KEEL_ERR_SHAPE, "TapePop: input 0 must be a tape (a sequence)");
+  keel_seq *s = k->in[0]->seq;
+  keel_seq_retain(s);
+  k->out[0]->kind = KEEL_V_SEQUENCE;
+  k->out[0]->seq = s;
   for (int i = k->n_out - 1; i >= 1; i--) {
     if (is_tape(k, i)) {
       KEEL_TRY(pop_tape(k, s, i));
