@@ -151,9 +151,29 @@ static void loop_while(mb_graph *g, void *ctx) {
   mb_add(g, "Identity", "vf", "y");
 }
 
+/* Loop(M) without scan outputs; M = *(int64_t *)ctx, 0 included (the
+ * backward then runs no iteration either and dvf/dx passes through). */
+static void loop_count(mb_graph *g, void *ctx) {
+  uint8_t t = 1;
+  mb_init(g, "M", KEEL_INT64, 0, NULL, ctx);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "Mul", "v,w", "vw");
+  mb_add(b, "Sigmoid", "vw", "v_out");
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,x", "vf");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Mul", "vf,vf", "y");
+}
+
 static void loop_tests(void) {
   gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
   gc_check("Loop fixed count", loop_fixed, NULL, in, 2, 13, 1e-6);
+  int64_t counts[3] = {0, 1, 5};
+  for (int i = 0; i < 3; i++) gc_check("Loop count 0, 1, 5", loop_count, &counts[i], in, 2, 13, 1e-6);
   double xs[3] = {0.5, 0.3, 0.4}, a[3] = {1.4, 1.2, 1.3};
   gc_input wi[2] = {{"x", 1, {3}, xs, true}, {"a", 1, {3}, a, true}};
   gc_check("Loop while", loop_while, NULL, wi, 2, 13, 1e-6);
@@ -422,6 +442,63 @@ static void released_as_popped(void) {
   keel_session_destroy(s);
 }
 
+/* A Gradient node inside a Loop body, its region holding an If:
+ * g = d(sum q)/dw with q = If(flag) then v * w else Tanh(v * w), w read
+ * from outside; v carried unchanged, so each iteration gives the same g. */
+static void gradient_in_body(void) {
+  for (int way = 0; way < 2; way++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){3});
+    mb_output(g, "gs", KEEL_DOUBLE, -1, NULL);
+    int64_t two = 2;
+    uint8_t t = 1, flag = (uint8_t)!way;
+    mb_init(g, "w", KEEL_DOUBLE, 1, (int64_t[]){3}, W3);
+    mb_init(g, "M", KEEL_INT64, 0, NULL, &two);
+    mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+    mb_init(g, "flag", KEEL_BOOL, 0, NULL, &flag);
+    mb_graph *b = loop_body_begin("body", "i", "c", "v");
+    mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+    mb_output(b, "v", KEEL_DOUBLE, -1, NULL);
+    mb_output(b, "gw", KEEL_DOUBLE, -1, NULL);
+    mb_graph *th = mb_graph_new("then");
+    mb_output(th, "t_y", KEEL_DOUBLE, -1, NULL);
+    mb_add(th, "Mul", "v,w", "t_y");
+    mb_graph *el = mb_graph_new("else");
+    mb_output(el, "e_y", KEEL_DOUBLE, -1, NULL);
+    mb_add(el, "Mul", "v,w", "e_vw");
+    mb_add(el, "Tanh", "e_vw", "e_y");
+    mb_node *f = mb_add(b, "If", "flag", "q");
+    mb_name(f, "branch");
+    mb_attr_g(f, "then_branch", th);
+    mb_attr_g(f, "else_branch", el);
+    mb_node *gr = mb_add(b, "Gradient", "w", "gw");
+    mb_domain(gr, TRAIN);
+    mb_attr_s(gr, "y", "q");
+    mb_attr_strs(gr, "xs", 1, (const char *[]){"w"});
+    mb_add(b, "Identity", "c", "c_out");
+    mb_node *n = mb_add(g, "Loop", "M,true,x", "vf,gs");
+    mb_name(n, "loop");
+    mb_attr_g(n, "body", b);
+    size_t len;
+    uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+    keel_session_t *s = NULL;
+    CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, NULL, &s));
+    free(bytes);
+    if (!s) continue;
+    keel_value_t *in = mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){3}, X3), *out = NULL;
+    CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, &out));
+    CHECK(out && keel_value_numel(out) == 6);
+    for (int it = 0; out && it < 2; it++)
+      for (int k = 0; k < 3; k++) {
+        double th2 = tanh(X3[k] * W3[k]), want = way ? X3[k] * (1 - th2 * th2) : X3[k];
+        CHECK(fabs(keel_value_at(out, it * 3 + k) - want) < 1e-12);
+      }
+    keel_value_release(in);
+    keel_value_release(out);
+    keel_session_destroy(s);
+  }
+}
+
 /* TfIdfVectorizer on the path inside a Loop body: no rule, refused at load
  * with the op, the graph path and the node named. */
 static void no_rule_in_body(mb_graph *g, void *ctx) {
@@ -461,6 +538,7 @@ int main(void) {
   nesting_tests();
   memory_tests();
   released_as_popped();
+  gradient_in_body();
   error_tests();
   return check_report();
 }

@@ -83,8 +83,8 @@ keel_status ad_emit(builder *b, const char *op, const char *domain, int nin,
   n->out_names = keel_arena_array(b->a, (size_t)nout, sizeof(char *));
   n->subs = keel_arena_array(b->a, 0, sizeof(keel_graph *));
   if (!n->name || !n->in_names || !n->out_names || !n->subs) return oom();
-  memcpy(n->in_names, ins, sizeof(char *) * (size_t)nin);
-  memcpy(n->out_names, outs, sizeof(char *) * (size_t)nout);
+  if (nin) memcpy(n->in_names, ins, sizeof(char *) * (size_t)nin);
+  if (nout) memcpy(n->out_names, outs, sizeof(char *) * (size_t)nout);
   if (made) *made = n;
   return KEEL_OK;
 }
