@@ -4,13 +4,16 @@
  *  - If taken both ways, with the condition an input and computed from
  *    data; branches reading outer values and their own constants;
  *  - Loop with a fixed trip count: carried values, scan outputs and outer
- *    reads; a while loop whose condition the body computes (M omitted),
- *    carrying an int64 counter that takes no gradient;
+ *    reads; counts 0, 1 and 5; a while loop whose condition the body
+ *    computes (M omitted), carrying an int64 counter that takes no gradient;
  *  - Scan (opset 9+) with a reversed scan input on axis 1 and a reversed
- *    scan output on axis 1;
- *  - nesting: If inside Loop, Loop inside Loop, Loop inside If;
+ *    scan output on axis 1, with and without gradients at the scan output;
+ *  - nesting: If inside Loop, Loop inside Loop, Loop inside If, If inside
+ *    Scan (the branch changes per iteration), Scan inside Loop; a Gradient
+ *    node inside a Loop body;
  *  - repeated runs of a derivative model allocate the same bytes and hold
- *    none afterwards;
+ *    none afterwards (and the test-only leak switch is seen); the backward
+ *    Loop releases each iteration's saved values as it goes;
  *  - a body op without a derivative rule is refused at load, naming the op,
  *    the graph path and the node.
  */
@@ -206,7 +209,68 @@ static void scan_model(mb_graph *g, void *ctx) {
   int64_t ax[1] = {1};
   mb_init(g, "ax1", KEEL_INT64, 1, (int64_t[]){1}, ax);
   mb_add(g, "Unsqueeze", "hf,ax1", "hcol");
-  mb_add(g, "Mul", "Y,hcol", "y");
+  if (ctx) mb_add(g, "Mul", "hf,hf", "y"); /* no gradient reaches Y */
+  else mb_add(g, "Mul", "Y,hcol", "y");
+}
+
+/* Scan whose body holds If(ReduceSum(x_t) > 0): then Tanh(h * w + x_t),
+ * else h * x_t; the branch changes from one iteration to the next. */
+static void if_in_scan(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_graph *b = mb_graph_new("body");
+  mb_input(b, "h", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_input(b, "xt", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_output(b, "h_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(b, "yt", KEEL_DOUBLE, -1, NULL);
+  double zero = 0;
+  mb_init(b, "zero", KEEL_DOUBLE, 0, NULL, &zero);
+  mb_attr_i(mb_add(b, "ReduceSum", "xt", "sx"), "keepdims", 0);
+  mb_add(b, "Greater", "sx,zero", "pos");
+  mb_graph *th = mb_graph_new("then");
+  mb_output(th, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(th, "Mul", "h,w", "t_hw");
+  mb_add(th, "Add", "t_hw,xt", "t_pre");
+  mb_add(th, "Tanh", "t_pre", "t_y");
+  mb_graph *el = mb_graph_new("else");
+  mb_output(el, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(el, "Mul", "h,xt", "e_y");
+  mb_node *f = mb_add(b, "If", "pos", "h_out");
+  mb_name(f, "branch");
+  mb_attr_g(f, "then_branch", th);
+  mb_attr_g(f, "else_branch", el);
+  mb_add(b, "Identity", "h_out", "yt");
+  mb_node *n = mb_add(g, "Scan", "h0,X", "hf,Y");
+  mb_name(n, "scan");
+  mb_attr_i(n, "num_scan_inputs", 1);
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Mul", "Y,hf", "y");
+}
+
+/* Loop(2) whose body scans X with state v: v' = Scan(v, X) s' = s * w + x_t. */
+static void scan_in_loop(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t two = 2;
+  uint8_t t = 1;
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &two);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *sb = mb_graph_new("scan_body");
+  mb_input(sb, "s", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_input(sb, "xt", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_output(sb, "s_out", KEEL_DOUBLE, 1, (int64_t[]){2});
+  mb_add(sb, "Mul", "s,w", "sw");
+  mb_add(sb, "Add", "sw,xt", "sa");
+  mb_add(sb, "Tanh", "sa", "s_out");
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_node *sc = mb_add(b, "Scan", "v,X", "v_out");
+  mb_name(sc, "scan");
+  mb_attr_i(sc, "num_scan_inputs", 1);
+  mb_attr_g(sc, "body", sb);
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,h0", "y");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
 }
 
 static void scan_tests(void) {
@@ -214,6 +278,11 @@ static void scan_tests(void) {
   double X[8] = {0.1, -0.3, 0.5, 0.7, -0.2, 0.4, 0.6, -0.8};
   gc_input in[3] = {{"h0", 1, {2}, h0, true}, {"X", 2, {2, 4}, X, true}, {"w", 1, {2}, w, true}};
   gc_check("Scan axes and directions", scan_model, NULL, in, 3, 13, 1e-6);
+  gc_check("Scan, final state only", scan_model, "state", in, 3, 13, 1e-6);
+  double X2[8] = {0.1, -0.3, -0.5, 0.2, 0.6, 0.4, -0.2, -0.7}; /* rows [4, 2] */
+  gc_input si[3] = {{"h0", 1, {2}, h0, true}, {"X", 2, {4, 2}, X2, true}, {"w", 1, {2}, w, true}};
+  gc_check("If inside Scan", if_in_scan, NULL, si, 3, 13, 1e-6);
+  gc_check("Scan inside Loop", scan_in_loop, NULL, si, 3, 13, 1e-6);
 }
 
 /* ========================================================== nesting */

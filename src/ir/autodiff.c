@@ -272,6 +272,8 @@ typedef struct region {
   uint8_t *in;                  /* node i is in the region                */
   int32_t *order, n_order;      /* region nodes, producers first          */
   gmap *gm;
+  int32_t n_nodes;              /* of g when the region was made (a rule may
+                                   append nodes to g: a Scan's TapeNew)    */
 } region;
 
 /* The rule of node n applied to the gradients reaching its outputs. `real`
@@ -332,7 +334,7 @@ static bool captures_depend(region *r, const keel_node *p, int depth) {
 static bool depends(region *r, const char *name, int depth) {
   if (is_var(r, name)) return true;
   int32_t p = producer(r->g, name);
-  if (p < 0 || depth > 100000) return false;
+  if (p < 0 || p >= r->n_nodes || depth > 100000) return false;
   if (r->memo[p]) return r->memo[p] == 1;
   r->memo[p] = 2;
   const keel_node *nd = &r->g->nodes[p];
@@ -347,7 +349,7 @@ static bool depends(region *r, const char *name, int depth) {
 
 static keel_status region_init(region *r, keel_graph *g, const char *const *vars, int32_t n_vars,
                                const char *y, gmap *gm) {
-  *r = (region){g, vars, n_vars, y, NULL, NULL, NULL, 0, gm};
+  *r = (region){g, vars, n_vars, y, NULL, NULL, NULL, 0, gm, g->n_nodes};
   r->memo = keel_sys_calloc((size_t)g->n_nodes + 1, 2);
   r->order = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(int32_t));
   if (!r->memo || !r->order) return oom();
@@ -356,8 +358,8 @@ static keel_status region_init(region *r, keel_graph *g, const char *const *vars
 }
 
 static void region_free(region *r) {
-  keel_sys_free(r->memo, ((size_t)r->g->n_nodes + 1) * 2);
-  keel_sys_free(r->order, ((size_t)r->g->n_nodes + 1) * sizeof(int32_t));
+  keel_sys_free(r->memo, ((size_t)r->n_nodes + 1) * 2);
+  keel_sys_free(r->order, ((size_t)r->n_nodes + 1) * sizeof(int32_t));
 }
 
 /* Marks the nodes the seeds depend on and orders them, producers first
@@ -368,7 +370,7 @@ static keel_status region_mark(region *r, const char *const *seeds, const char *
   for (int32_t i = 0; i < n_seeds; i++)
     if (!sgrads || sgrads[i]) (void)depends(r, seeds[i], 0);
   r->n_order = 0;
-  for (int32_t i = 0; i < r->g->n_nodes; i++) {
+  for (int32_t i = 0; i < r->n_nodes; i++) {
     if (!r->in[i]) continue;
     const keel_node *nd = &r->g->nodes[i];
     for (int32_t k = 0; k < nd->n_in; k++) {

@@ -29,12 +29,13 @@
  *    (Gather at the saved iteration number). Values may change shape or be
  *    placeholders from one iteration to the next (If in the body), and a
  *    Loop inside the body saves its own tape on the outer tape (nesting).
- *  - Scan: every value its backward reads becomes an extra scan output of
- *    the forward Scan, stacked per iteration; the backward is a Scan over
- *    those stacks in reverse, axes and directions mirrored (the gradients
- *    of the scan outputs are its scan inputs, those of the scan inputs its
- *    scan outputs). Known gaps: saved values must keep their shape across
- *    iterations, and the stacks stay alive for the whole backward Scan.
+ *  - Scan: the same tape, as one more state (starting from a TapeNew node
+ *    appended to the Scan's graph: a Scan state cannot be omitted). The
+ *    backward is a Scan in reverse, axes and directions mirrored: the
+ *    gradients of the scan outputs are its scan inputs (or, when none
+ *    reaches them, one forward scan input it ignores, for the count), the
+ *    gradients of the scan inputs its scan outputs; its body pops as the
+ *    Loop's does.
  *
  * Carried values take gradients when their initial value depends on a
  * variable, or the body makes them depend on one (a fixed point), and they
@@ -400,56 +401,7 @@ static keel_status rs_body(ad_builder *sb, rscan *r) {
   return ad_graph_set_io(sb, ad_graph(sb), 0, NULL, nv, outs);
 }
 
-/* The backward body's inputs: state (carried gradients, sums), then the
- * saved values and the gradients of the scan outputs, one slice each. */
-static keel_status rs_body_inputs(ad_builder *sb, rscan *r, bool with_saved) {
-  keel_graph *g = ad_graph(sb);
-  const char **ins = names_alloc(sb, r->n_act + r->w.n + r->saved.n + r->n_gys);
-  if (!ins) return oom();
-  int32_t c = 0;
-  for (int32_t j = 0; j < r->N; j++)
-    if (r->act[j]) ins[c++] = r->gin[j];
-  for (int32_t i = 0; i < r->w.n; i++) ins[c++] = r->acc[i];
-  for (int32_t s = 0; with_saved && s < r->saved.n; s++) ins[c++] = r->saved.v[s];
-  for (int32_t k = 0; k < r->K; k++)
-    if (r->y_grad[k]) ins[c++] = r->gys[k];
-  const char **outs = g->out_names;
-  return ad_graph_set_io(sb, g, c, ins, g->n_out, outs);
-}
-
-static const keel_type *type_in(const keel_graph *g, const char *name) {
-  for (int32_t i = 0; i < g->n_in; i++)
-    if (!strcmp(g->in_names[i], name)) return &g->in_types[i];
-  return NULL;
-}
-
-/* Appends v zeros to an ints attribute of n when it has one. */
-static keel_status extend_ints(ad_builder *b, keel_node *n, const char *name, int32_t more) {
-  keel_attr *a = (keel_attr *)keel_node_attr(n, name);
-  if (!a || !more) return KEEL_OK;
-  int64_t *v = keel_arena_array(ad_arena(b), (size_t)(a->n + more), sizeof(int64_t));
-  if (!v) return oom();
-  if (a->n) memcpy(v, a->ints, sizeof(int64_t) * (size_t)a->n);
-  a->ints = v;
-  a->n += more;
-  return KEEL_OK;
-}
-
-/* The forward node stacks every saved value as an extra scan output;
- * stacks[s] gets its name. */
-static keel_status rs_save(ad_builder *b, rscan *r, const char **stacks) {
-  for (int32_t s = 0; s < r->saved.n; s++) {
-    const char *v = r->saved.v[s];
-    if (!(stacks[s] = ad_fresh(b, v))) return oom();
-    KEEL_TRY(ad_graph_add_output(b, r->B, v, type_in(r->B, v)));
-    KEEL_TRY(ad_node_add_output(b, r->n, stacks[s]));
-  }
-  if (r->is_loop) return KEEL_OK;
-  KEEL_TRY(extend_ints(b, r->n, "scan_output_axes", r->saved.n));
-  return extend_ints(b, r->n, "scan_output_directions", r->saved.n);
-}
-
-/* The backward Scan's initial state: the gradients reaching the final
+/* The backward node's initial state: the gradients reaching the final
  * carried values (zeros where none does) and zero sums. */
 static keel_status rs_state0(ad_builder *b, const rscan *r, const char **ins, int32_t *c) {
   for (int32_t j = 0; j < r->N; j++) {
@@ -460,73 +412,6 @@ static keel_status rs_state0(ad_builder *b, const rscan *r, const char **ins, in
   }
   for (int32_t i = 0; i < r->w.n; i++) KEEL_TRY(zeros_like(b, r->w.v[i], &ins[(*c)++]));
   return KEEL_OK;
-}
-
-static keel_status rs_attrs(ad_builder *b, const rscan *r, keel_node *sc, keel_graph *bb) {
-  int32_t M2 = r->saved.n + r->n_gys, c = 0, o = 0;
-  int64_t *iax = keel_arena_array(ad_arena(b), (size_t)M2 + 1, sizeof(int64_t));
-  int64_t *idir = keel_arena_array(ad_arena(b), (size_t)M2 + 1, sizeof(int64_t));
-  int64_t *oax = keel_arena_array(ad_arena(b), (size_t)r->n_xact + 1, sizeof(int64_t));
-  int64_t *odir = keel_arena_array(ad_arena(b), (size_t)r->n_xact + 1, sizeof(int64_t));
-  if (!iax || !idir || !oax || !odir) return oom();
-  for (int32_t s = 0; s < r->saved.n; s++) iax[c] = 0, idir[c++] = 1;
-  for (int32_t k = 0; k < r->K; k++)
-    if (r->y_grad[k]) iax[c] = r->y_axis[k], idir[c++] = !r->y_rev[k];
-  for (int32_t m = 0; m < r->M; m++)
-    if (r->xact[m]) oax[o] = r->x_axis[m], odir[o++] = !r->x_rev[m];
-  KEEL_TRY(ad_attr_graph(b, sc, "body", bb));
-  KEEL_TRY(ad_attr_i(b, sc, "num_scan_inputs", M2));
-  KEEL_TRY(ad_attr_ints(b, sc, "scan_input_axes", M2, iax));
-  KEEL_TRY(ad_attr_ints(b, sc, "scan_input_directions", M2, idir));
-  KEEL_TRY(ad_attr_ints(b, sc, "scan_output_axes", o, oax));
-  return ad_attr_ints(b, sc, "scan_output_directions", o, odir);
-}
-
-/* The backward Scan node in b and the gradients it gives. */
-static keel_status rs_emit(ad_builder *b, rscan *r, keel_graph *bb, const char *const *stacks) {
-  int32_t nin = r->n_act + r->w.n + r->saved.n + r->n_gys, c = 0;
-  int32_t nout = r->n_act + r->w.n + r->n_xact, o = 0;
-  const char **ins = names_alloc(b, nin), **outs = names_alloc(b, nout);
-  if (!ins || !outs) return oom();
-  KEEL_TRY(rs_state0(b, r, ins, &c));
-  for (int32_t s = 0; s < r->saved.n; s++) ins[c++] = stacks[s];
-  for (int32_t k = 0; k < r->K; k++)
-    if (r->y_grad[k]) ins[c++] = r->y_grad[k];
-  for (int32_t i = 0; i < nout; i++)
-    if (!(outs[i] = ad_fresh(b, "d"))) return oom();
-  keel_node *sc;
-  KEEL_TRY(ad_emit(b, "Scan", "", nin, ins, nout, outs, &sc));
-  if (sc->opset < 11) sc->opset = 11;
-  KEEL_TRY(rs_attrs(b, r, sc, bb));
-  for (int32_t j = 0; j < r->N; j++)
-    if (r->act[j]) KEEL_TRY(ad_grad_add(b, r->init[j], outs[o++]));
-  for (int32_t i = 0; i < r->w.n; i++) KEEL_TRY(ad_grad_add(b, r->w.v[i], outs[o++]));
-  for (int32_t m = 0; m < r->M; m++)
-    if (r->xact[m]) KEEL_TRY(ad_grad_add(b, r->x_outer[m], outs[o++]));
-  return KEEL_OK;
-}
-
-/* The whole reverse scan once the forward node is read into r. */
-static keel_status rs_build(ad_builder *b, rscan *r) {
-  KEEL_TRY(rs_active(b, r));
-  if (!r->n_act && !r->n_xact && !r->w.n) return KEEL_OK;
-  keel_graph *bb;
-  KEEL_TRY(ad_new_graph(b, node_tag(r->n), "body_grad", &bb));
-  ad_graph_share_inits(bb, r->B);
-  ad_builder *sb;
-  KEEL_TRY(ad_sub_open(b, bb, &sb));
-  keel_status st = rs_body(sb, r);
-  if (!st) st = rs_body_inputs(sb, r, false);
-  if (!st) st = reads_of(bb, r->B, &r->saved);
-  /* the backward Scan needs one scan input to count the iterations */
-  if (!st && !r->saved.n && !r->n_gys) st = ad_names_add(&r->saved, r->B->in_names[0]);
-  if (!st) st = rs_body_inputs(sb, r, true);
-  ad_sub_close(sb);
-  const char **stacks = names_alloc(b, r->saved.n);
-  if (!st && !stacks) st = oom();
-  if (!st) st = rs_save(b, r, stacks);
-  if (!st) st = rs_emit(b, r, bb, stacks);
-  return st;
 }
 
 /* ---------------------------------------------------- Loop: a tape */
@@ -540,10 +425,11 @@ static keel_status tapes_attr(ad_builder *b, keel_node *n, const rscan *r) {
   return any ? ad_attr_ints(b, n, "tapes", r->saved.n, t) : KEEL_OK;
 }
 
-/* The Loop's backward body starts by taking its iteration's values off the
- * tape (TapePop, last pushed first) and, for each scan output with a
- * gradient, that gradient's slice at the forward iteration number. */
-static keel_status lp_prologue(ad_builder *sb, rscan *r, const char *tape_in,
+/* A backward body starts by taking its iteration's values off the tape
+ * (TapePop, last pushed first); a Loop's then says whether more are left
+ * (its condition) and, for each scan output with a gradient, takes that
+ * gradient's slice at the forward iteration number. */
+static keel_status tape_prologue(ad_builder *sb, rscan *r, const char *tape_in,
                                const char *tape_out, const char *cond_out) {
   const char **outs = names_alloc(sb, r->saved.n + 1);
   if (!outs) return oom();
@@ -552,6 +438,7 @@ static keel_status lp_prologue(ad_builder *sb, rscan *r, const char *tape_in,
   keel_node *pop;
   KEEL_TRY(ad_emit(sb, "TapePop", AD_INTERNAL, 1, &tape_in, r->saved.n + 1, outs, &pop));
   KEEL_TRY(tapes_attr(sb, pop, r));
+  if (!r->is_loop) return ad_sub_install(sb, true);
   KEEL_TRY(ad_emit(sb, "TapeNotEmpty", AD_INTERNAL, 1, &tape_out, 1, &cond_out, NULL));
   for (int32_t k = 0; k < r->K; k++) {
     if (!r->y_grad[k]) continue;
@@ -584,9 +471,10 @@ static keel_status insert_io(ad_builder *b, const char ***names, keel_type **typ
   return KEEL_OK;
 }
 
-/* The forward Loop carries a tape: its body pushes every saved value each
- * iteration (initial value omitted: the first push starts it). */
-static keel_status lp_save(ad_builder *b, rscan *r, const char **tape_fin) {
+/* The forward node carries a tape: its body pushes every saved value each
+ * iteration. Loop: the tape is carried value N (initial value omitted: the
+ * first push starts it); Scan: state N, starting from `tape0`. */
+static keel_status tape_save(ad_builder *b, rscan *r, const char *tape0, const char **tape_fin) {
   keel_graph *B = r->B;
   keel_node *n = r->n;
   const char *t_in = ad_fresh(b, "tape"), *t_out = ad_fresh(b, "tape"), *fin = ad_fresh(b, "tape");
@@ -603,10 +491,13 @@ static keel_status lp_save(ad_builder *b, rscan *r, const char **tape_fin) {
   if (!st) st = ad_tape_mark(b, fin);
   ad_sub_close(pb);
   KEEL_TRY(st);
-  /* body: inputs (i, cond, v[N], tape), outputs (cond, v[N], tape, y[K]) */
-  KEEL_TRY(insert_io(b, &B->in_names, &B->in_types, &B->n_in, B->n_in, t_in));
-  KEEL_TRY(insert_io(b, &B->out_names, &B->out_types, &B->n_out, 1 + r->N, t_out));
-  KEEL_TRY(insert_name(b, (const char ***)&n->in_names, n->n_in, n->n_in, ""));
+  /* Loop body: (i, cond, v[N], tape) -> (cond, v[N], tape, y[K]);
+   * Scan body: (v[N], tape, x[M]) -> (v[N], tape, y[K]) */
+  int32_t at_in = r->is_loop ? B->n_in : r->N, at_out = r->is_loop ? 1 + r->N : r->N;
+  KEEL_TRY(insert_io(b, &B->in_names, &B->in_types, &B->n_in, at_in, t_in));
+  KEEL_TRY(insert_io(b, &B->out_names, &B->out_types, &B->n_out, at_out, t_out));
+  int32_t node_at = r->is_loop ? n->n_in : r->N;
+  KEEL_TRY(insert_name(b, (const char ***)&n->in_names, n->n_in, node_at, tape0));
   KEEL_TRY(insert_name(b, (const char ***)&n->out_names, n->n_out, r->N, fin));
   n->n_in++;
   n->n_out++;
@@ -668,17 +559,121 @@ static keel_status lp_build(ad_builder *b, rscan *r) {
   /* the iteration number: for the scan outputs' slices, and so that every
    * iteration pushes something */
   if (!st && (r->n_gys || !r->saved.n)) st = ad_names_add(&r->saved, r->B->in_names[0]);
-  if (!st) st = lp_prologue(sb, r, t_in, t_out, more);
+  if (!st) st = tape_prologue(sb, r, t_in, t_out, more);
   ad_sub_close(sb);
-  if (!st) st = lp_save(b, r, &fin);
+  if (!st) st = tape_save(b, r, "", &fin);
   if (!st) st = lp_emit(b, r, bb, fin);
+  return st;
+}
+
+/* ------------------------------------------------------- Scan: a tape */
+
+/* Backward body io: (carried, sums, tape, scan inputs) -> (carried, sums,
+ * tape, slice gradients). The scan inputs are the gradients of the scan
+ * outputs, or one unused slice of a forward scan input when there are
+ * none (a Scan needs one to count its iterations). */
+static keel_status sc_body_io(ad_builder *sb, rscan *r, const char *t_in, const char *t_out) {
+  int32_t nin = r->n_act + r->w.n + 1 + (r->n_gys ? r->n_gys : 1), c = 0, o = 0;
+  const char **ins = names_alloc(sb, nin), **outs = names_alloc(sb, r->n_outs + 1);
+  if (!ins || !outs) return oom();
+  for (int32_t j = 0; j < r->N; j++)
+    if (r->act[j]) ins[c++] = r->gin[j];
+  for (int32_t i = 0; i < r->w.n; i++) ins[c++] = r->acc[i];
+  ins[c++] = t_in;
+  for (int32_t k = 0; k < r->K; k++)
+    if (r->y_grad[k]) ins[c++] = r->gys[k];
+  if (!r->n_gys && !(ins[c++] = ad_fresh(sb, "unused"))) return oom();
+  for (int32_t i = 0; i < r->n_act + r->w.n; i++) outs[o++] = r->outs[i];
+  outs[o++] = t_out;
+  for (int32_t i = r->n_act + r->w.n; i < r->n_outs; i++) outs[o++] = r->outs[i];
+  return ad_graph_set_io(sb, ad_graph(sb), nin, ins, o, outs);
+}
+
+/* Scan attributes: the gradients of the scan outputs are read in reverse
+ * along their axes, those of the scan inputs written so. */
+static keel_status sc_attrs(ad_builder *b, const rscan *r, keel_node *sc, keel_graph *bb) {
+  int32_t M2 = r->n_gys ? r->n_gys : 1, c = 0, o = 0;
+  int64_t *iax = keel_arena_array(ad_arena(b), (size_t)M2 + 1, sizeof(int64_t));
+  int64_t *idir = keel_arena_array(ad_arena(b), (size_t)M2 + 1, sizeof(int64_t));
+  int64_t *oax = keel_arena_array(ad_arena(b), (size_t)r->n_xact + 1, sizeof(int64_t));
+  int64_t *odir = keel_arena_array(ad_arena(b), (size_t)r->n_xact + 1, sizeof(int64_t));
+  if (!iax || !idir || !oax || !odir) return oom();
+  for (int32_t k = 0; k < r->K; k++)
+    if (r->y_grad[k]) iax[c] = r->y_axis[k], idir[c++] = !r->y_rev[k];
+  if (!r->n_gys) iax[c] = r->x_axis[0], idir[c++] = !r->x_rev[0];
+  for (int32_t m = 0; m < r->M; m++)
+    if (r->xact[m]) oax[o] = r->x_axis[m], odir[o++] = !r->x_rev[m];
+  KEEL_TRY(ad_attr_graph(b, sc, "body", bb));
+  KEEL_TRY(ad_attr_i(b, sc, "num_scan_inputs", M2));
+  KEEL_TRY(ad_attr_ints(b, sc, "scan_input_axes", M2, iax));
+  KEEL_TRY(ad_attr_ints(b, sc, "scan_input_directions", M2, idir));
+  KEEL_TRY(ad_attr_ints(b, sc, "scan_output_axes", o, oax));
+  return ad_attr_ints(b, sc, "scan_output_directions", o, odir);
+}
+
+/* The backward Scan in b and the gradients it gives. */
+static keel_status sc_emit(ad_builder *b, rscan *r, keel_graph *bb, const char *tape_fin) {
+  int32_t M2 = r->n_gys ? r->n_gys : 1, nin = r->n_act + r->w.n + 1 + M2, c = 0;
+  int32_t nout = r->n_act + r->w.n + 1 + r->n_xact, o = 0;
+  const char **ins = names_alloc(b, nin), **outs = names_alloc(b, nout);
+  if (!ins || !outs) return oom();
+  KEEL_TRY(rs_state0(b, r, ins, &c));
+  ins[c++] = tape_fin;
+  for (int32_t k = 0; k < r->K; k++)
+    if (r->y_grad[k]) ins[c++] = r->y_grad[k];
+  if (!r->n_gys) ins[c++] = r->x_outer[0];
+  for (int32_t i = 0; i < nout; i++)
+    if (!(outs[i] = ad_fresh(b, "d"))) return oom();
+  keel_node *sc;
+  KEEL_TRY(ad_emit(b, "Scan", "", nin, ins, nout, outs, &sc));
+  if (sc->opset < 11) sc->opset = 11;
+  KEEL_TRY(sc_attrs(b, r, sc, bb));
+  for (int32_t j = 0; j < r->N; j++)
+    if (r->act[j]) KEEL_TRY(ad_grad_add(b, r->init[j], outs[o++]));
+  for (int32_t i = 0; i < r->w.n; i++) KEEL_TRY(ad_grad_add(b, r->w.v[i], outs[o++]));
+  o++; /* the emptied tape */
+  for (int32_t m = 0; m < r->M; m++)
+    if (r->xact[m]) KEEL_TRY(ad_grad_add(b, r->x_outer[m], outs[o++]));
+  return KEEL_OK;
+}
+
+/* The empty tape a Scan starts from (a Scan state cannot be omitted): a
+ * TapeNew node appended to the forward node's graph, last, as it moves the
+ * graph's node array (the planner orders it before the Scan). */
+static keel_status sc_tape0(ad_builder *b, keel_graph *g, const char *tape0) {
+  ad_builder *nb;
+  KEEL_TRY(ad_sub_open(b, g, &nb));
+  keel_status st = ad_emit(nb, "TapeNew", AD_INTERNAL, 0, NULL, 1, &tape0, NULL);
+  if (!st) st = ad_sub_install(nb, false);
+  ad_sub_close(nb);
+  return st;
+}
+
+static keel_status sc_build(ad_builder *b, rscan *r) {
+  KEEL_TRY(rs_active(b, r));
+  if (!r->n_act && !r->n_xact && !r->w.n) return KEEL_OK;
+  keel_graph *bb, *g = r->n->graph;
+  KEEL_TRY(ad_new_graph(b, node_tag(r->n), "body_grad", &bb));
+  ad_graph_share_inits(bb, r->B);
+  ad_builder *sb;
+  KEEL_TRY(ad_sub_open(b, bb, &sb));
+  const char *t_in = ad_fresh(b, "tape"), *t_out = ad_fresh(b, "tape"), *fin = NULL;
+  const char *tape0 = ad_fresh(b, "tape");
+  keel_status st = t_in && t_out && tape0 ? rs_body(sb, r) : oom();
+  if (!st) st = sc_body_io(sb, r, t_in, t_out);
+  if (!st) st = reads_of(bb, r->B, &r->saved);
+  if (!st) st = tape_prologue(sb, r, t_in, t_out, NULL);
+  ad_sub_close(sb);
+  if (!st) st = tape_save(b, r, tape0, &fin);
+  if (!st) st = sc_emit(b, r, bb, fin);
+  if (!st) st = sc_tape0(b, g, tape0); /* r->n is stale after this */
   return st;
 }
 
 static keel_status loop_vjp(ad_builder *b, keel_node *n, const char *const *gy, bool scan) {
   rscan r = {.n = n, .gy = gy};
   keel_status st = scan ? scan_read(b, n, gy, &r) : loop_read(b, n, gy, &r);
-  if (!st) st = scan ? rs_build(b, &r) : lp_build(b, &r);
+  if (!st) st = scan ? sc_build(b, &r) : lp_build(b, &r);
   ad_names_free(&r.w);
   ad_names_free(&r.saved);
   return st;
