@@ -348,32 +348,32 @@ static keel_status rs_active(ad_builder *b, rscan *r) {
   return KEEL_OK;
 }
 
-/* The backward body's nodes and outputs: gradients of the active carried
- * inputs, the captures' sums, the scan slices' gradients. */
-static keel_status rs_body(ad_builder *sb, rscan *r) {
-  const char **vars, **grads;
-  int32_t nv, ns = 0;
-  KEEL_TRY(rs_vars(sb, r, &vars, &nv));
-  const char **seeds = names_alloc(sb, r->N + r->K), **sg = names_alloc(sb, r->N + r->K);
-  r->acc = names_alloc(sb, r->w.n);
-  grads = names_alloc(sb, nv);
-  if (!seeds || !sg || !r->acc || !grads) return oom();
+/* Fresh names for what the backward body receives (the carried values'
+ * gradients, the sums, the scan outputs' gradient slices) and the seeds
+ * they are: gradients of the forward body's outputs. */
+static keel_status rs_seeds(ad_builder *sb, rscan *r, const char **seeds, const char **sg,
+                            int32_t *ns) {
   for (int32_t j = 0; j < r->N; j++) {
     if (!r->act[j]) continue;
     if (!(r->gin[j] = ad_fresh(sb, r->v_out[j]))) return oom();
-    seeds[ns] = r->v_out[j], sg[ns++] = r->gin[j];
+    seeds[*ns] = r->v_out[j], sg[(*ns)++] = r->gin[j];
   }
   for (int32_t k = 0; k < r->K; k++) {
     if (!r->y_grad[k]) continue;
     if (!(r->gys[k] = ad_fresh(sb, r->y_out[k]))) return oom();
-    seeds[ns] = r->y_out[k], sg[ns++] = r->gys[k];
+    seeds[*ns] = r->y_out[k], sg[(*ns)++] = r->gys[k];
     r->n_gys++;
   }
   for (int32_t i = 0; i < r->w.n; i++)
     if (!(r->acc[i] = ad_fresh(sb, "sum"))) return oom();
-  KEEL_TRY(ad_sub_backward(sb, r->B, vars, nv, seeds, sg, ns, grads));
-  /* grads are in the order of vars: carried, slices, captures */
-  int32_t c = 0;
+  return KEEL_OK;
+}
+
+/* grads (in the order of vars: carried, slices, captures) completed with
+ * zeros and sums, then ordered as the backward body's results: state
+ * (carried, sums) then scan outputs (slices). */
+static keel_status rs_results(ad_builder *sb, rscan *r, const char **grads, int32_t nv) {
+  int32_t c = 0, o = 0;
   for (int32_t j = 0; j < r->N; j++) {
     if (!r->act[j]) continue;
     if (!grads[c]) KEEL_TRY(zeros_like(sb, r->gin[j], &grads[c]));
@@ -388,17 +388,29 @@ static keel_status rs_body(ad_builder *sb, rscan *r) {
     if (!grads[c]) grads[c] = r->acc[i];
     else KEEL_TRY(ad_op(sb, "Add", "", r->acc[i], grads[c], &grads[c], NULL));
   }
-  /* Scan body outputs: state (carried, sums) then scan outputs (slices) */
   const char **outs = names_alloc(sb, nv);
   if (!outs) return oom();
-  int32_t o = 0;
   for (int32_t j = 0; j < r->n_act; j++) outs[o++] = grads[j];
   for (int32_t i = 0; i < r->w.n; i++) outs[o++] = grads[r->n_act + r->n_xact + i];
   for (int32_t m = 0; m < r->n_xact; m++) outs[o++] = grads[r->n_act + m];
   r->outs = outs;
   r->n_outs = nv;
-  KEEL_TRY(ad_sub_install(sb, false));
-  return ad_graph_set_io(sb, ad_graph(sb), 0, NULL, nv, outs);
+  return KEEL_OK;
+}
+
+/* The backward body's nodes: the forward body differentiated. */
+static keel_status rs_body(ad_builder *sb, rscan *r) {
+  const char **vars;
+  int32_t nv, ns = 0;
+  KEEL_TRY(rs_vars(sb, r, &vars, &nv));
+  const char **seeds = names_alloc(sb, r->N + r->K), **sg = names_alloc(sb, r->N + r->K);
+  const char **grads = names_alloc(sb, nv);
+  r->acc = names_alloc(sb, r->w.n);
+  if (!seeds || !sg || !r->acc || !grads) return oom();
+  KEEL_TRY(rs_seeds(sb, r, seeds, sg, &ns));
+  KEEL_TRY(ad_sub_backward(sb, r->B, vars, nv, seeds, sg, ns, grads));
+  KEEL_TRY(rs_results(sb, r, grads, nv));
+  return ad_sub_install(sb, false);
 }
 
 /* The backward node's initial state: the gradients reaching the final
