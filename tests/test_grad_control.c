@@ -379,10 +379,92 @@ static void loop_in_if(mb_graph *g, void *ctx) {
   mb_attr_g(n, "else_branch", el);
 }
 
+/* An RNN cell in a Loop(4): h' = Tanh(MatMul(h, W) + x) with W [3, 3]
+ * read from outside (its gradient sums over iterations), scan of h'. */
+static void rnn_loop(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t four = 4;
+  uint8_t t = 1;
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &four);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *b = loop_body_begin("body", "i", "c", "h");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "h_out", KEEL_DOUBLE, -1, NULL);
+  mb_output(b, "hs", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "MatMul", "h,W", "hW");
+  mb_add(b, "Add", "hW,x", "pre");
+  mb_add(b, "Tanh", "pre", "h_out");
+  mb_add(b, "Identity", "h_out", "hs");
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,h0", "hf,hstack");
+  mb_name(n, "rnn");
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Mul", "hstack,hf", "y");
+}
+
+/* The carried value starts from a constant (no gradient there) and the
+ * body makes it depend on w: v' = v * x + w (the fixed point finds it). */
+static void carried_by_body(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t three = 3;
+  uint8_t t = 1;
+  double z[3] = {0.1, 0.2, 0.3};
+  mb_init(g, "M", KEEL_INT64, 0, NULL, &three);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_init(g, "v0", KEEL_DOUBLE, 1, (int64_t[]){3}, z);
+  mb_graph *b = loop_body_begin("body", "i", "c", "v");
+  mb_output(b, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(b, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(b, "Mul", "v,x", "vx");
+  mb_add(b, "Add", "vx,w", "v_out");
+  mb_add(b, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M,true,v0", "vf");
+  mb_name(n, "loop");
+  mb_attr_g(n, "body", b);
+  mb_add(g, "Tanh", "vf", "y");
+}
+
+/* If(c) > If(d): then (then Exp(x * w) else x * w) else Tanh(x). */
+static void if_in_if(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_graph *tt = mb_graph_new("tt");
+  mb_output(tt, "tt_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(tt, "Mul", "x,w", "tt_xw");
+  mb_add(tt, "Exp", "tt_xw", "tt_y");
+  mb_graph *te = mb_graph_new("te");
+  mb_output(te, "te_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(te, "Mul", "x,w", "te_y");
+  mb_graph *th = mb_graph_new("then");
+  mb_output(th, "t_y", KEEL_DOUBLE, -1, NULL);
+  mb_node *in = mb_add(th, "If", "d", "t_y");
+  mb_name(in, "inner");
+  mb_attr_g(in, "then_branch", tt);
+  mb_attr_g(in, "else_branch", te);
+  mb_graph *el = mb_graph_new("else");
+  mb_output(el, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(el, "Tanh", "x", "e_y");
+  mb_node *n = mb_add(g, "If", "c", "y");
+  mb_name(n, "outer");
+  mb_attr_g(n, "then_branch", th);
+  mb_attr_g(n, "else_branch", el);
+}
+
 static void nesting_tests(void) {
   gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
   gc_check("If inside Loop", if_in_loop, NULL, in, 2, 13, 1e-6);
   gc_check("Loop inside Loop", loop_in_loop, NULL, in, 2, 13, 1e-6);
+  gc_check("carried made active by the body", carried_by_body, NULL, in, 2, 13, 1e-6);
+  double h0[3] = {0.1, -0.2, 0.3}, Wm[9] = {0.5, -0.3, 0.2, 0.1, 0.4, -0.6, 0.3, 0.2, 0.1};
+  gc_input rn[3] = {{"h0", 2, {1, 3}, h0, true}, {"W", 2, {3, 3}, Wm, true}, {"x", 1, {3}, X3, true}};
+  gc_check("RNN cell in a Loop (MatMul)", rnn_loop, NULL, rn, 3, 13, 1e-6);
+  for (int k = 0; k < 4; k++) {
+    uint8_t c = (uint8_t)(k & 1), d = (uint8_t)(k >> 1);
+    gc_input ii[4] = {{"x", 1, {3}, X3, true},
+                      {"w", 1, {3}, W3, true},
+                      {"c", 0, {0}, NULL, false, KEEL_BOOL, &c},
+                      {"d", 0, {0}, NULL, false, KEEL_BOOL, &d}};
+    gc_check("If inside If", if_in_if, NULL, ii, 4, 13, 1e-6);
+  }
   for (int way = 0; way < 2; way++) {
     uint8_t c = (uint8_t)!way;
     gc_input ci[3] = {{"x", 1, {3}, X3, true},
