@@ -680,6 +680,35 @@ static void error_tests(void) {
   CHECK(strstr(e, "'main/loop/body'") != NULL);
   CHECK(strstr(e, "'odd_one'") != NULL);
   keel_session_destroy(s);
+  /* a Scan of opset 8 (batch axis, sequence_lens) is refused by name */
+  double h0[2] = {0.2, -0.5}, w[2] = {0.9, 0.7}, X[8] = {0};
+  gc_input si[3] = {{"h0", 1, {2}, h0, true}, {"X", 2, {2, 4}, X, true}, {"w", 1, {2}, w, true}};
+  s = build(scan_model, NULL, si, 3, 8, 2, (int64_t[]){2, 4}, X, true);
+  CHECK(s == NULL);
+  CHECK(strstr(keel_last_error(), "'scan' (Scan)") && strstr(keel_last_error(), "opset 9+"));
+  keel_session_destroy(s);
+}
+
+/* A Gradient fed other tensors than the ones xs names would evaluate the
+ * region again on those; through control flow it is refused, by name. */
+static void clone_refused(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){3});
+  mb_input(g, "x2", KEEL_DOUBLE, 1, (int64_t[]){3});
+  mb_input(g, "w", KEEL_DOUBLE, 1, (int64_t[]){3});
+  mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
+  loop_count(g, &(int64_t){2});
+  mb_node *gr = mb_add(g, "Gradient", "x2", "dx");
+  mb_domain(gr, TRAIN);
+  mb_attr_s(gr, "y", "y");
+  mb_attr_strs(gr, "xs", 1, (const char *[]){"x"});
+  size_t len;
+  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  keel_session_t *s = NULL;
+  CHECK_STATUS(keel_session_create_from_memory(bytes, len, NULL, NULL, &s), KEEL_ERR_UNSUPPORTED);
+  CHECK(strstr(keel_last_error(), "'loop' (Loop)") != NULL);
+  free(bytes);
+  keel_session_destroy(s);
 }
 
 int main(void) {
@@ -691,5 +720,6 @@ int main(void) {
   released_as_popped();
   gradient_in_body();
   error_tests();
+  clone_refused();
   return check_report();
 }
