@@ -78,6 +78,25 @@ static void if_outer(mb_graph *g, void *ctx) {
   mb_add(g, "Mul", "r,a", "y");
 }
 
+/* Shadowing: the then branch has its own constant named w (the outer w
+ * is not read there), the else branch reads the outer w. */
+static void if_shadow(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_graph *t = mb_graph_new("then");
+  mb_output(t, "t_y", KEEL_DOUBLE, -1, NULL);
+  double own[3] = {2, 3, 4};
+  mb_init(t, "w", KEEL_DOUBLE, 1, (int64_t[]){3}, own);
+  mb_add(t, "Mul", "x,w", "t_y");
+  mb_graph *e = mb_graph_new("else");
+  mb_output(e, "e_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(e, "Mul", "x,w", "e_xw");
+  mb_add(e, "Tanh", "e_xw", "e_y");
+  mb_node *n = mb_add(g, "If", "c", "y");
+  mb_name(n, "branch");
+  mb_attr_g(n, "then_branch", t);
+  mb_attr_g(n, "else_branch", e);
+}
+
 static void if_tests(void) {
   for (int way = 0; way < 2; way++) {
     uint8_t c = (uint8_t)!way;
@@ -88,6 +107,8 @@ static void if_tests(void) {
              1e-6);
     gc_check(way ? "If outer reads, else" : "If outer reads, then", if_outer, NULL, in, 3, 13,
              1e-6);
+    gc_check(way ? "If shadowed capture, else" : "If shadowed capture, then", if_shadow, NULL, in,
+             3, 13, 1e-6);
     double xneg[3] = {-0.4, -0.7, 0.2};
     gc_input d[2] = {{"x", 1, {3}, way ? xneg : X3, true}, {"w", 1, {3}, W3, true}};
     gc_check(way ? "If data cond, else" : "If data cond, then", if_data_cond, NULL, d, 2, 13,

@@ -576,18 +576,32 @@ void ad_sub_close(ad_builder *sub) {
   keel_sys_free(sub, sizeof *sub);
 }
 
+/* Whether x hides the outer value `name` behind its own constant or node
+ * output (its inputs are variables in their own right). */
+static bool shadowed(const keel_graph *x, const char *name) {
+  for (int32_t i = 0; i < x->n_in; i++)
+    if (!strcmp(x->in_names[i], name)) return false;
+  for (int32_t i = 0; i < x->ld.n_init; i++)
+    if (!strcmp(x->ld.init_names[i], name)) return true;
+  return producer(x, name) >= 0;
+}
+
 keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *vars,
                             int32_t n_vars, const char *const *seeds, const char *const *sgrads,
                             int32_t n_seeds, const char **grads) {
+  /* a capture x shadows (another sub-graph of the node reads it) gets none */
+  const char **seen = keel_arena_array(sub->a, (size_t)n_vars + 1, sizeof(char *));
+  if (!seen) return oom();
+  for (int32_t i = 0; i < n_vars; i++) seen[i] = shadowed(x, vars[i]) ? "" : vars[i];
   gmap gm = {0};
   region r;
   char y[512];
   snprintf(y, sizeof y, "%s (the sub-graph's outputs)", x->path);
-  keel_status st = region_init(&r, x, vars, n_vars, keel_arena_strdup(sub->a, y), &gm);
+  keel_status st = region_init(&r, x, seen, n_vars, keel_arena_strdup(sub->a, y), &gm);
   if (!st && !r.y) st = oom();
   if (!st) st = region_mark(&r, seeds, sgrads, n_seeds);
   if (!st) st = region_backward(sub, &r, seeds, sgrads, n_seeds, NULL);
-  for (int32_t i = 0; !st && i < n_vars; i++) grads[i] = gmap_get(&gm, vars[i]);
+  for (int32_t i = 0; !st && i < n_vars; i++) grads[i] = seen[i][0] ? gmap_get(&gm, vars[i]) : NULL;
   gmap_free(&gm);
   if (r.memo || r.order) region_free(&r);
   return st;
