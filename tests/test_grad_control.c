@@ -9,7 +9,8 @@
  *  - Scan (opset 9+) with a reversed scan input on axis 1 and a reversed
  *    scan output on axis 1, with and without gradients at the scan output;
  *  - nesting: If inside Loop, Loop inside Loop, Loop inside If, If inside
- *    Scan (the branch changes per iteration), Scan inside Loop; a Gradient
+ *    Scan (the branch changes per iteration), Scan inside Loop, If inside
+ *    If, Loop > If > Loop > If; an RNN cell (MatMul) in a Loop; a Gradient
  *    node inside a Loop body;
  *  - repeated runs of a derivative model allocate the same bytes and hold
  *    none afterwards (and the test-only leak switch is seen); the backward
@@ -470,11 +471,62 @@ static void if_in_if(mb_graph *g, void *ctx) {
   mb_attr_g(n, "else_branch", el);
 }
 
+/* Four levels: Loop(2) > If(i even) > Loop(2) > If(j even), innermost
+ * branches Tanh(u * w) and u * x, the others pass values through. */
+static void four_levels(mb_graph *g, void *ctx) {
+  (void)ctx;
+  int64_t two = 2, zero = 0;
+  uint8_t t = 1;
+  mb_init(g, "M2", KEEL_INT64, 0, NULL, &two);
+  mb_init(g, "two", KEEL_INT64, 0, NULL, &two);
+  mb_init(g, "zero", KEEL_INT64, 0, NULL, &zero);
+  mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
+  mb_graph *it = mb_graph_new("it");
+  mb_output(it, "it_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(it, "Mul", "u,w", "it_uw");
+  mb_add(it, "Tanh", "it_uw", "it_y");
+  mb_graph *ie = mb_graph_new("ie");
+  mb_output(ie, "ie_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(ie, "Mul", "u,x", "ie_y");
+  mb_graph *ib = loop_body_begin("inner_body", "j", "c2", "u");
+  mb_output(ib, "c2_out", KEEL_BOOL, 0, NULL);
+  mb_output(ib, "u_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(ib, "Mod", "j,two", "jr");
+  mb_add(ib, "Equal", "jr,zero", "j_even");
+  mb_node *f2 = mb_add(ib, "If", "j_even", "u_out");
+  mb_name(f2, "inner_if");
+  mb_attr_g(f2, "then_branch", it);
+  mb_attr_g(f2, "else_branch", ie);
+  mb_add(ib, "Identity", "c2", "c2_out");
+  mb_graph *ot = mb_graph_new("ot");
+  mb_output(ot, "ot_y", KEEL_DOUBLE, -1, NULL);
+  mb_node *l2 = mb_add(ot, "Loop", "M2,true,v", "ot_y");
+  mb_name(l2, "inner_loop");
+  mb_attr_g(l2, "body", ib);
+  mb_graph *oe = mb_graph_new("oe");
+  mb_output(oe, "oe_y", KEEL_DOUBLE, -1, NULL);
+  mb_add(oe, "Sigmoid", "v", "oe_y");
+  mb_graph *ob = loop_body_begin("outer_body", "i", "c", "v");
+  mb_output(ob, "c_out", KEEL_BOOL, 0, NULL);
+  mb_output(ob, "v_out", KEEL_DOUBLE, -1, NULL);
+  mb_add(ob, "Mod", "i,two", "ir");
+  mb_add(ob, "Equal", "ir,zero", "i_even");
+  mb_node *f1 = mb_add(ob, "If", "i_even", "v_out");
+  mb_name(f1, "outer_if");
+  mb_attr_g(f1, "then_branch", ot);
+  mb_attr_g(f1, "else_branch", oe);
+  mb_add(ob, "Identity", "c", "c_out");
+  mb_node *n = mb_add(g, "Loop", "M2,true,x", "y");
+  mb_name(n, "outer_loop");
+  mb_attr_g(n, "body", ob);
+}
+
 static void nesting_tests(void) {
   gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
   gc_check("If inside Loop", if_in_loop, NULL, in, 2, 13, 1e-6);
   gc_check("Loop inside Loop", loop_in_loop, NULL, in, 2, 13, 1e-6);
   gc_check("carried made active by the body", carried_by_body, NULL, in, 2, 13, 1e-6);
+  gc_check("Loop > If > Loop > If", four_levels, NULL, in, 2, 13, 1e-6);
   double h0[3] = {0.1, -0.2, 0.3}, Wm[9] = {0.5, -0.3, 0.2, 0.1, 0.4, -0.6, 0.3, 0.2, 0.1};
   gc_input rn[3] = {{"h0", 2, {1, 3}, h0, true}, {"W", 2, {3, 3}, Wm, true}, {"x", 1, {3}, X3, true}};
   gc_check("RNN cell in a Loop (MatMul)", rnn_loop, NULL, rn, 3, 13, 1e-6);
