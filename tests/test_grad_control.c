@@ -16,9 +16,13 @@
  *    none afterwards (and the test-only leak switch is seen); the backward
  *    Loop releases each iteration's saved values as it goes;
  *  - a body op without a derivative rule is refused at load, naming the op,
- *    the graph path and the node.
+ *    the graph path and the node; so are a Scan of opset 8 and a Gradient
+ *    fed other tensors through control flow;
+ *  - fault injection: each system request of such a load failing in turn
+ *    gives KEEL_ERR_OUT_OF_MEMORY and leaks nothing.
  */
 #include "gradcheck.h"
+#include "mem/sysmem.h"
 
 static const double X3[3] = {0.4, -0.7, 0.9}, W3[3] = {0.8, 1.3, -0.6};
 
@@ -784,6 +788,73 @@ static void clone_refused(void) {
   keel_session_destroy(s);
 }
 
+static void plain(mb_graph *g, void *ctx) {
+  (void)ctx;
+  mb_add(g, "Mul", "x,w", "y");
+}
+
+/* The model gradcheck's build() makes (y * R differentiated), as bytes. */
+static uint8_t *grad_model(gc_body_fn body, const gc_input *in, int n_in, size_t *len) {
+  mb_graph *g = mb_graph_new("main");
+  const char *xs[8];
+  char outs[256] = "", ins[256] = "";
+  int nx = 0;
+  for (int i = 0; i < n_in; i++) mb_input(g, in[i].name, KEEL_DOUBLE, in[i].rank, in[i].dims);
+  body(g, NULL);
+  double R[3] = {0.5, 1, 1.5};
+  mb_init(g, "gc_R", KEEL_DOUBLE, 1, (int64_t[]){3}, R);
+  mb_add(g, "Mul", "y,gc_R", "gc_L");
+  for (int i = 0; i < n_in; i++) {
+    char o[64];
+    snprintf(o, sizeof o, "d_%s", in[i].name);
+    mb_output(g, o, KEEL_DOUBLE, -1, NULL);
+    snprintf(outs + strlen(outs), sizeof outs - strlen(outs), "%s%s", nx ? "," : "", o);
+    snprintf(ins + strlen(ins), sizeof ins - strlen(ins), "%s%s", nx ? "," : "", in[i].name);
+    xs[nx++] = in[i].name;
+  }
+  mb_node *n = mb_add(g, "Gradient", ins, outs);
+  mb_domain(n, TRAIN);
+  mb_attr_s(n, "y", "gc_L");
+  mb_attr_strs(n, "xs", nx, xs);
+  return mb_model_domains(g, 13, TRAIN, 1, len);
+}
+
+/* Fault injection: each of the requests a load of a derivative model with
+ * nested control flow makes to the system hook fails in turn; each time
+ * the load gives KEEL_ERR_OUT_OF_MEMORY and leaks nothing. */
+static void load_out_of_memory(const char *label, gc_body_fn body, const gc_input *in, int n_in) {
+  size_t len;
+  uint8_t *bytes = grad_model(body, in, n_in, &len);
+  keel_session_t *s = NULL;
+  keel_sys_fail_after(0);
+  CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, NULL, &s));
+  int64_t total = keel_sys_fail_after(0), refused = 0, other = 0;
+  keel_session_destroy(s);
+  uint64_t base = keel_process_bytes();
+  for (int64_t n = 1; n <= total; n++) {
+    s = NULL;
+    keel_sys_fail_after(n);
+    keel_status st = keel_session_create_from_memory(bytes, len, NULL, NULL, &s);
+    keel_sys_fail_after(0);
+    keel_session_destroy(s);
+    refused += st == KEEL_ERR_OUT_OF_MEMORY;
+    if (st && st != KEEL_ERR_OUT_OF_MEMORY && other++ < 3)
+      fprintf(stderr, "%s: request %lld: %s: %s\n", label, (long long)n, keel_status_str(st),
+              keel_last_error());
+    if (keel_process_bytes() != base) {
+      fprintf(stderr, "%s: leak after failing request %lld\n", label, (long long)n);
+      break;
+    }
+  }
+  CHECK(refused == total);
+  CHECK(other == 0);
+  CHECK(keel_process_bytes() == base);
+  if (getenv("KEEL_TEST_VERBOSE"))
+    fprintf(stderr, "%s: %lld of %lld failing requests refused the load\n", label,
+            (long long)refused, (long long)total);
+  free(bytes);
+}
+
 int main(void) {
   if_tests();
   loop_tests();
@@ -794,5 +865,14 @@ int main(void) {
   gradient_in_body();
   error_tests();
   clone_refused();
+  {
+    gc_input in[2] = {{"x", 1, {3}, X3, true}, {"w", 1, {3}, W3, true}};
+    load_out_of_memory("no control flow", plain, in, 2);
+    load_out_of_memory("If inside Loop", if_in_loop, in, 2);
+    load_out_of_memory("Loop inside Loop", loop_in_loop, in, 2);
+    double h0[2] = {0.2, -0.5}, w[2] = {0.9, 0.7}, X[8] = {0};
+    gc_input si[3] = {{"h0", 1, {2}, h0, true}, {"X", 2, {2, 4}, X, true}, {"w", 1, {2}, w, true}};
+    load_out_of_memory("Scan", scan_model, si, 3);
+  }
   return check_report();
 }

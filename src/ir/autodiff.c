@@ -226,6 +226,14 @@ static const char *gmap_get(const gmap *m, const char *name) {
   return NULL;
 }
 
+/* After the name array grew to nc and the grad array could not: the name
+ * array back to m->cap entries, so gmap_free frees what it holds. */
+static keel_status gmap_unsize(gmap *m, int32_t nc) {
+  const char **a = keel_sys_realloc(m->name, (size_t)nc * sizeof(char *), (size_t)m->cap * sizeof(char *));
+  if (a || !m->cap) m->name = a;
+  return oom();
+}
+
 /* Adds `g` to the gradient of `name` (a Sum node when one exists). */
 static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g) {
   for (int32_t i = 0; i < m->n; i++)
@@ -236,7 +244,7 @@ static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g
     if (!a) return oom();
     m->name = a;
     const char **c = keel_sys_realloc(m->grad, (size_t)m->cap * sizeof(char *), (size_t)nc * sizeof(char *));
-    if (!c) return oom();
+    if (!c) return gmap_unsize(m, nc);
     m->grad = c;
     m->cap = nc;
   }
@@ -274,6 +282,7 @@ typedef struct region {
   gmap *gm;
   int32_t n_nodes;              /* of g when the region was made (a rule may
                                    append nodes to g: a Scan's TapeNew)    */
+  keel_status st;               /* out of memory while finding captures    */
 } region;
 
 /* The rule of node n applied to the gradients reaching its outputs. `real`
@@ -322,8 +331,9 @@ static bool depends(region *r, const char *name, int depth);
 static bool captures_depend(region *r, const keel_node *p, int depth) {
   ad_names fr = {0};
   bool any = false;
-  if (ad_node_free(p, &fr)) return true; /* out of memory: the rule reports */
-  for (int32_t i = 0; i < fr.n; i++) any |= depends(r, fr.v[i], depth + 1);
+  keel_status st = ad_node_free(p, &fr);
+  if (st && !r->st) r->st = st; /* reported by region_mark or the rule */
+  for (int32_t i = 0; !st && i < fr.n; i++) any |= depends(r, fr.v[i], depth + 1);
   ad_names_free(&fr);
   return any;
 }
@@ -349,7 +359,7 @@ static bool depends(region *r, const char *name, int depth) {
 
 static keel_status region_init(region *r, keel_graph *g, const char *const *vars, int32_t n_vars,
                                const char *y, gmap *gm) {
-  *r = (region){g, vars, n_vars, y, NULL, NULL, NULL, 0, gm, g->n_nodes};
+  *r = (region){g, vars, n_vars, y, NULL, NULL, NULL, 0, gm, g->n_nodes, KEEL_OK};
   r->memo = keel_sys_calloc((size_t)g->n_nodes + 1, 2);
   r->order = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(int32_t));
   if (!r->memo || !r->order) return oom();
@@ -369,6 +379,7 @@ static keel_status region_mark(region *r, const char *const *seeds, const char *
                                int32_t n_seeds) {
   for (int32_t i = 0; i < n_seeds; i++)
     if (!sgrads || sgrads[i]) (void)depends(r, seeds[i], 0);
+  if (r->st) return r->st;
   r->n_order = 0;
   for (int32_t i = 0; i < r->n_nodes; i++) {
     if (!r->in[i]) continue;
@@ -477,7 +488,7 @@ static keel_status region_backward(builder *b, region *r, const char *const *see
     if (any) st = vjp(b, r->gm, &n, real, gy, r->y);
   }
   b->rg = up;
-  return st;
+  return st ? st : r->st;
 }
 
 static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const gmap *gm) {
@@ -528,6 +539,7 @@ keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars, in
   region r;
   keel_status st = region_init(&r, x, vars, n_vars, "", NULL);
   if (!st) *out = depends(&r, name, 0);
+  if (!st) st = r.st;
   if (r.memo || r.order) region_free(&r);
   return st;
 }
