@@ -624,16 +624,17 @@ static void on_iter(void *ud, const char *loop, int64_t it, size_t bytes) {
   if (strcmp(loop, "loop") && l->n < 64) l->bytes[l->n++] = bytes;
 }
 
-static void released_as_popped(void) {
-  enum { L = 1000 };
+/* Loop(10): v' = Tanh(v * w) over `len` doubles; Gradient dx of vf. */
+static uint8_t *popped_model(int64_t len, size_t *size) {
   mb_graph *g = mb_graph_new("main");
-  mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){L});
+  mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){len});
   mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
-  static double w[L];
-  for (int i = 0; i < L; i++) w[i] = 0.5 + 0.001 * i;
+  double *w = malloc(sizeof(double) * (size_t)len);
+  for (int64_t i = 0; i < len; i++) w[i] = 0.5 + 0.001 * (double)(i % 1000);
   int64_t ten = 10;
   uint8_t t = 1;
-  mb_init(g, "w", KEEL_DOUBLE, 1, (int64_t[]){L}, w);
+  mb_init(g, "w", KEEL_DOUBLE, 1, (int64_t[]){len}, w);
+  free(w);
   mb_init(g, "M", KEEL_INT64, 0, NULL, &ten);
   mb_init(g, "true", KEEL_BOOL, 0, NULL, &t);
   mb_graph *b = loop_body_begin("body", "i", "c", "v");
@@ -649,25 +650,63 @@ static void released_as_popped(void) {
   mb_domain(gr, TRAIN);
   mb_attr_s(gr, "y", "vf");
   mb_attr_strs(gr, "xs", 1, (const char *[]){"x"});
+  return mb_model_domains(g, 13, TRAIN, 1, size);
+}
+
+/* One run of the popped model on x = 0.3; its status. */
+static keel_status popped_run(keel_session_t *s, int64_t len) {
+  double *x = malloc(sizeof(double) * (size_t)len);
+  for (int64_t i = 0; i < len; i++) x[i] = 0.3;
+  keel_value_t *in = mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){len}, x), *out = NULL;
+  free(x);
+  keel_status st = in ? keel_run(s, (const char *[]){"x"}, &in, 1, &out) : KEEL_ERR_OUT_OF_MEMORY;
+  keel_value_release(in);
+  keel_value_release(out);
+  return st;
+}
+
+static void released_as_popped(void) {
+  enum { L = 1000 };
   size_t len;
-  uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+  uint8_t *bytes = popped_model(L, &len);
   bw_log log = {0};
   keel_options o = {.size = sizeof o, .on_iteration = on_iter, .iteration_ud = &log};
   keel_session_t *s = NULL;
   CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, &o, &s));
   free(bytes);
   if (!s) return;
-  static double x[L];
-  for (int i = 0; i < L; i++) x[i] = 0.3;
-  keel_value_t *in = mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){L}, x), *out = NULL;
-  CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, &out));
+  CHECK_OK(popped_run(s, L));
   CHECK(log.n == 10);
   for (int i = 1; i < log.n; i++) CHECK(log.bytes[i] < log.bytes[i - 1]);
   if (log.n == 10) /* at least one saved vector (8000 bytes) less each time */
     CHECK(log.bytes[0] - log.bytes[9] >= 9 * 8000);
-  keel_value_release(in);
-  keel_value_release(out);
   keel_session_destroy(s);
+}
+
+/* Under a memory cap the derivative run stops with KEEL_ERR_OUT_OF_MEMORY
+ * wherever the cap is met (the forward pushing, the backward popping) and
+ * holds nothing afterwards; with room enough it runs. */
+static void capped_runs(void) {
+  enum { L = 200000 }; /* 1.6 MB a vector, ten saved */
+  size_t len;
+  uint8_t *bytes = popped_model(L, &len);
+  int ok = 0, oom = 0;
+  for (size_t mb = 4; mb <= 48; mb += 4) {
+    keel_options o = {.size = sizeof o, .mem_limit = mb << 20};
+    keel_session_t *s = NULL;
+    if (keel_session_create_from_memory(bytes, len, NULL, &o, &s)) continue;
+    keel_status st = popped_run(s, L);
+    ok += st == KEEL_OK;
+    oom += st == KEEL_ERR_OUT_OF_MEMORY;
+    if (st && st != KEEL_ERR_OUT_OF_MEMORY) CHECK_OK(st);
+    keel_stats k = {.size = sizeof k};
+    keel_stats_get(s, &k);
+    CHECK(k.allocated == 0);
+    keel_session_destroy(s);
+  }
+  CHECK(ok > 0 && oom > 0);
+  if (getenv("KEEL_TEST_VERBOSE")) fprintf(stderr, "capped runs: %d ran, %d out of memory\n", ok, oom);
+  free(bytes);
 }
 
 /* A Gradient node inside a Loop body, its region holding an If:
@@ -862,6 +901,7 @@ int main(void) {
   nesting_tests();
   memory_tests();
   released_as_popped();
+  capped_runs();
   gradient_in_body();
   error_tests();
   clone_refused();
