@@ -766,6 +766,41 @@ static void gradient_in_body(void) {
   }
 }
 
+/* Two Gradient nodes over the same Loop (the second sees the Loop the
+ * first rewrote) agree with one Gradient taking both. */
+static void two_gradients(void) {
+  double got[2][6];
+  for (int twice = 0; twice < 2; twice++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_DOUBLE, 1, (int64_t[]){3});
+    mb_input(g, "w", KEEL_DOUBLE, 1, (int64_t[]){3});
+    mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
+    mb_output(g, "dw", KEEL_DOUBLE, -1, NULL);
+    loop_fixed(g, NULL);
+    const char *xs[2] = {"x", "w"};
+    for (int k = 0; k < (twice ? 2 : 1); k++) {
+      mb_node *gr = mb_add(g, "Gradient", twice ? xs[k] : "x,w", twice ? (k ? "dw" : "dx") : "dx,dw");
+      mb_domain(gr, TRAIN);
+      mb_attr_s(gr, "y", "y");
+      mb_attr_strs(gr, "xs", twice ? 1 : 2, twice ? &xs[k] : xs);
+    }
+    size_t len;
+    uint8_t *bytes = mb_model_domains(g, 13, TRAIN, 1, &len);
+    keel_session_t *s = NULL;
+    CHECK_OK(keel_session_create_from_memory(bytes, len, NULL, NULL, &s));
+    free(bytes);
+    if (!s) return;
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){3}, X3),
+                           mb_tensor(s, KEEL_DOUBLE, 1, (int64_t[]){3}, W3)};
+    keel_value_t *out[2] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"x", "w"}, in, 2, out));
+    for (int k = 0; k < 6; k++) got[twice][k] = out[0] && out[1] ? keel_value_at(out[k / 3], k % 3) : NAN;
+    for (int k = 0; k < 2; k++) keel_value_release(in[k]), keel_value_release(out[k]);
+    keel_session_destroy(s);
+  }
+  for (int k = 0; k < 6; k++) CHECK(fabs(got[0][k] - got[1][k]) < 1e-12);
+}
+
 /* TfIdfVectorizer on the path inside a Loop body: no rule, refused at load
  * with the op, the graph path and the node named. */
 static void no_rule_in_body(mb_graph *g, void *ctx) {
@@ -903,6 +938,7 @@ int main(void) {
   released_as_popped();
   capped_runs();
   gradient_in_body();
+  two_gradients();
   error_tests();
   clone_refused();
   {

@@ -86,5 +86,7 @@ KEEL_INTERNAL keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const 
  * and the rule itself (n is the forward node, which the rule may extend). */
 KEEL_INTERNAL bool ad_control_diff(const keel_node *n, int32_t i);
 KEEL_INTERNAL keel_status ad_control_vjp(ad_builder *b, keel_node *n, const char *const *gy);
+/* The tape ops (ops/grad_tape.c): no gradient flows through them. */
+extern const ad_rule ad_rules_control[];
 
 #endif /* KEEL_AD_DRIVER_H */

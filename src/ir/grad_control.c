@@ -693,6 +693,16 @@ static keel_status loop_vjp(ad_builder *b, keel_node *n, const char *const *gy, 
 
 /* ================================================================ entry */
 
+/* No gradient flows through the tape itself: a second Gradient over a Loop
+ * already rewritten for a first one keeps a tape of its own. */
+const ad_rule ad_rules_control[] = {
+    {"TapeNew", AD_INTERNAL, 0, NULL, 0},
+    {"TapePush", AD_INTERNAL, 0, NULL, 0},
+    {"TapePop", AD_INTERNAL, 0, NULL, 0},
+    {"TapeNotEmpty", AD_INTERNAL, 0, NULL, 0},
+    {0},
+};
+
 keel_status ad_control_vjp(ad_builder *b, keel_node *n, const char *const *gy) {
   char lb[256];
   keel_status st;

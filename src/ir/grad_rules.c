@@ -3,10 +3,11 @@
  * here (declared in autodiff.h). */
 #include <string.h>
 
-#include "autodiff.h"
+#include "ad_driver.h"
 
 static const ad_rule *const g_tables[] = {
     ad_rules_basic,
+    ad_rules_control,
 };
 
 const ad_rule *ad_rule_find(const char *op, const char *domain) {
