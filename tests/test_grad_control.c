@@ -766,9 +766,9 @@ static void gradient_in_body(void) {
   }
 }
 
-/* Two Gradient nodes over the same Loop (the second sees the Loop the
- * first rewrote) agree with one Gradient taking both. */
-static void two_gradients(void) {
+/* Two Gradient nodes over the same Loop (the second sees the Loop, and the
+ * If in it, as the first rewrote them) agree with one Gradient taking both. */
+static void two_gradients(gc_body_fn body) {
   double got[2][6];
   for (int twice = 0; twice < 2; twice++) {
     mb_graph *g = mb_graph_new("main");
@@ -776,7 +776,7 @@ static void two_gradients(void) {
     mb_input(g, "w", KEEL_DOUBLE, 1, (int64_t[]){3});
     mb_output(g, "dx", KEEL_DOUBLE, -1, NULL);
     mb_output(g, "dw", KEEL_DOUBLE, -1, NULL);
-    loop_fixed(g, NULL);
+    body(g, NULL);
     const char *xs[2] = {"x", "w"};
     for (int k = 0; k < (twice ? 2 : 1); k++) {
       mb_node *gr = mb_add(g, "Gradient", twice ? xs[k] : "x,w", twice ? (k ? "dw" : "dx") : "dx,dw");
@@ -938,7 +938,8 @@ int main(void) {
   released_as_popped();
   capped_runs();
   gradient_in_body();
-  two_gradients();
+  two_gradients(loop_fixed);
+  two_gradients(if_in_loop);
   error_tests();
   clone_refused();
   {
