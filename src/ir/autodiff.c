@@ -24,7 +24,7 @@
 
 #include "../base/status.h"
 #include "../mem/sysmem.h"
-#include "autodiff.h"
+#include "ad_driver.h"
 #include "scope.h"
 
 /* ============================================================ builder */
@@ -38,7 +38,10 @@ struct ad_builder {
   int64_t opset;                /* ai.onnx opset of the model             */
   keel_node *nodes;
   int32_t n, cap;
-  int32_t counter;              /* for fresh value names                  */
+  int32_t counter;              /* for fresh value names (the root's)     */
+  struct ad_builder *root;      /* the builder of the Gradient node       */
+  struct region *rg;            /* the region whose rules are running     */
+  ad_names tapes;               /* root: names holding Loop tapes          */
 };
 typedef ad_builder builder;
 
@@ -51,8 +54,9 @@ int64_t ad_opset(ad_builder *b) { return b->opset; }
 
 const char *ad_fresh(builder *b, const char *hint) {
   char buf[512];
-  snprintf(buf, sizeof buf, "%s#%d/grad%d/%s", b->grad->name[0] ? b->grad->name : "Gradient",
-           b->grad->index, b->counter++, hint);
+  builder *r = b->root ? b->root : b;
+  snprintf(buf, sizeof buf, "%s#%d/grad%d/%s", r->grad->name[0] ? r->grad->name : "Gradient",
+           r->grad->index, r->counter++, hint);
   return keel_arena_strdup(b->a, buf);
 }
 static const char *fresh(builder *b, const char *hint) { return ad_fresh(b, hint); }
@@ -173,6 +177,19 @@ keel_status ad_attr_copy(builder *b, keel_node *n, const keel_node *from, const 
   return KEEL_OK;
 }
 
+keel_status ad_attr_graph(builder *b, keel_node *n, const char *name, keel_graph *g) {
+  keel_attr *at;
+  KEEL_TRY(new_attr(b, n, name, KEEL_ATTR_GRAPH, &at));
+  at->g = g;
+  keel_graph **subs = keel_arena_array(b->a, (size_t)n->n_subs + 1, sizeof *subs);
+  if (!subs) return oom();
+  if (n->n_subs) memcpy(subs, n->subs, sizeof *subs * (size_t)n->n_subs);
+  subs[n->n_subs++] = g;
+  n->subs = subs;
+  g->owner_attr = at->name;
+  return KEEL_OK;
+}
+
 keel_status ad_const_ints(builder *b, int32_t count, const int64_t *v, const char **out) {
   keel_node *c;
   KEEL_TRY(emit(b, "Constant", "", 0, NULL, 1, (const char *[]){fresh(b, "const")}, &c));
@@ -209,6 +226,14 @@ static const char *gmap_get(const gmap *m, const char *name) {
   return NULL;
 }
 
+/* After the name array grew to nc and the grad array could not: the name
+ * array back to m->cap entries, so gmap_free frees what it holds. */
+static keel_status gmap_unsize(gmap *m, int32_t nc) {
+  const char **a = keel_sys_realloc(m->name, (size_t)nc * sizeof(char *), (size_t)m->cap * sizeof(char *));
+  if (a || !m->cap) m->name = a;
+  return oom();
+}
+
 /* Adds `g` to the gradient of `name` (a Sum node when one exists). */
 static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g) {
   for (int32_t i = 0; i < m->n; i++)
@@ -219,7 +244,7 @@ static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g
     if (!a) return oom();
     m->name = a;
     const char **c = keel_sys_realloc(m->grad, (size_t)m->cap * sizeof(char *), (size_t)nc * sizeof(char *));
-    if (!c) return oom();
+    if (!c) return gmap_unsize(m, nc);
     m->grad = c;
     m->cap = nc;
   }
@@ -234,18 +259,39 @@ static void gmap_free(gmap *m) {
 }
 
 /* Whether a gradient can flow to input i of n (ops without a rule: every
- * input, so that the missing rule is reported when a gradient reaches it). */
+ * input, so that the missing rule is reported when a gradient reaches it;
+ * If, Loop and Scan: grad_control.c says). */
 static bool diff_input(const keel_node *n, int32_t i) {
   const ad_rule *r = ad_rule_find(n->op_type, n->domain);
-  if (!r) return true;
+  if (!r) return n->n_subs ? ad_control_diff(n, i) : true;
   return i < 64 && ((r->diff >> i) & 1u);
 }
 
-/* The rule of node n applied to the gradients reaching its outputs. */
-static keel_status vjp(builder *b, gmap *m, const keel_node *n, const char *const *gy,
-                       const char *y) {
+/* ============================================================== regions */
+
+/* The nodes of graph g between the variables and the seeds (the values
+ * whose gradients are given), and the gradients found so far. */
+typedef struct region {
+  keel_graph *g;
+  const char *const *vars;      /* xs then zs; or a sub-graph's inputs and captures */
+  int32_t n_vars;
+  const char *y;                /* for messages                           */
+  uint8_t *memo;                /* per node: 0 unknown, 1 depends, 2 not  */
+  uint8_t *in;                  /* node i is in the region                */
+  int32_t *order, n_order;      /* region nodes, producers first          */
+  gmap *gm;
+  int32_t n_nodes;              /* of g when the region was made (a rule may
+                                   append nodes to g: a Scan's TapeNew)    */
+  keel_status st;               /* out of memory while finding captures    */
+} region;
+
+/* The rule of node n applied to the gradients reaching its outputs. `real`
+ * is the node itself (n may be a renamed copy): control flow extends it. */
+static keel_status vjp(builder *b, gmap *m, const keel_node *n, keel_node *real,
+                       const char *const *gy, const char *y) {
   const ad_rule *r = ad_rule_find(n->op_type, n->domain);
   char lb[256];
+  if (!r && n->n_subs) return ad_control_vjp(b, real, gy);
   if (!r)
     return keel_err(KEEL_ERR_UNSUPPORTED,
                     "no derivative rule for node %s (domain '%s', opset %lld) in graph '%s', on "
@@ -266,15 +312,6 @@ static keel_status vjp(builder *b, gmap *m, const keel_node *n, const char *cons
   return st;
 }
 
-/* ============================================================== regions */
-
-typedef struct region {
-  const keel_graph *g;
-  const char *const *vars;      /* xs then zs                             */
-  int32_t n_vars;
-  uint8_t *in;                  /* node i is in the region                */
-} region;
-
 static int32_t producer(const keel_graph *g, const char *name) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     for (int32_t k = 0; k < g->nodes[i].n_out; k++)
@@ -288,37 +325,71 @@ static bool is_var(const region *r, const char *name) {
   return false;
 }
 
-/* 1 when `name` depends on a variable (memoized per node: 0 unknown,
- * 1 yes, 2 no). Marks the nodes on the way. Recursion depth is bounded by
- * the graph's depth; models here are small, and cycles were refused. */
-static bool depends(region *r, uint8_t *memo, const char *name, int depth) {
+static bool depends(region *r, const char *name, int depth);
+
+/* Whether a capture of node p's sub-graphs depends on a variable. */
+static bool captures_depend(region *r, const keel_node *p, int depth) {
+  ad_names fr = {0};
+  bool any = false;
+  keel_status st = ad_node_free(p, &fr);
+  if (st && !r->st) r->st = st; /* reported by region_mark or the rule */
+  for (int32_t i = 0; !st && i < fr.n; i++) any |= depends(r, fr.v[i], depth + 1);
+  ad_names_free(&fr);
+  return any;
+}
+
+/* 1 when `name` depends on a variable (memoized per node). Marks the nodes
+ * on the way. A node with sub-graphs depends on what they capture too.
+ * Recursion depth is bounded by the graph's depth; cycles were refused. */
+static bool depends(region *r, const char *name, int depth) {
   if (is_var(r, name)) return true;
   int32_t p = producer(r->g, name);
-  if (p < 0 || depth > 100000) return false;
-  if (memo[p]) return memo[p] == 1;
-  memo[p] = 2;
+  if (p < 0 || p >= r->n_nodes || depth > 100000) return false;
+  if (r->memo[p]) return r->memo[p] == 1;
+  r->memo[p] = 2;
+  const keel_node *nd = &r->g->nodes[p];
   bool any = false;
-  for (int32_t k = 0; k < r->g->nodes[p].n_in; k++)
-    if (r->g->nodes[p].in_names[k][0] && diff_input(&r->g->nodes[p], k))
-      any |= depends(r, memo, r->g->nodes[p].in_names[k], depth + 1);
-  memo[p] = any ? 1 : 2;
+  for (int32_t k = 0; k < nd->n_in; k++)
+    if (nd->in_names[k][0] && diff_input(nd, k)) any |= depends(r, nd->in_names[k], depth + 1);
+  if (nd->n_subs) any |= captures_depend(r, nd, depth);
+  r->memo[p] = any ? 1 : 2;
   if (any) r->in[p] = 1;
   return any;
 }
 
-/* Region nodes in an order where producers come first (the file order of
- * a valid ONNX graph, checked: a producer after its consumer is refused). */
-static keel_status region_order(const region *r, int32_t *order, int32_t *n) {
-  *n = 0;
-  for (int32_t i = 0; i < r->g->n_nodes; i++) {
+static keel_status region_init(region *r, keel_graph *g, const char *const *vars, int32_t n_vars,
+                               const char *y, gmap *gm) {
+  *r = (region){g, vars, n_vars, y, NULL, NULL, NULL, 0, gm, g->n_nodes, KEEL_OK};
+  r->memo = keel_sys_calloc((size_t)g->n_nodes + 1, 2);
+  r->order = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(int32_t));
+  if (!r->memo || !r->order) return oom();
+  r->in = r->memo + g->n_nodes + 1;
+  return KEEL_OK;
+}
+
+static void region_free(region *r) {
+  keel_sys_free(r->memo, ((size_t)r->n_nodes + 1) * 2);
+  keel_sys_free(r->order, ((size_t)r->n_nodes + 1) * sizeof(int32_t));
+}
+
+/* Marks the nodes the seeds depend on and orders them, producers first
+ * (the file order of a valid ONNX graph, checked: a producer after its
+ * consumer is refused). */
+static keel_status region_mark(region *r, const char *const *seeds, const char *const *sgrads,
+                               int32_t n_seeds) {
+  for (int32_t i = 0; i < n_seeds; i++)
+    if (!sgrads || sgrads[i]) (void)depends(r, seeds[i], 0);
+  if (r->st) return r->st;
+  r->n_order = 0;
+  for (int32_t i = 0; i < r->n_nodes; i++) {
     if (!r->in[i]) continue;
     const keel_node *nd = &r->g->nodes[i];
     for (int32_t k = 0; k < nd->n_in; k++) {
       int32_t p = nd->in_names[k][0] && !is_var(r, nd->in_names[k]) ? producer(r->g, nd->in_names[k]) : -1;
       if (p > i && r->in[p])
-        return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient: the region to differentiate is not in topological order in the file");
+        return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient: the region to differentiate in graph '%s' is not in topological order in the file", r->g->path);
     }
-    order[(*n)++] = i;
+    r->order[r->n_order++] = i;
   }
   return KEEL_OK;
 }
@@ -354,7 +425,7 @@ static keel_status read_spec(keel_arena *a, const keel_node *n, grad_spec *s) {
  * region is evaluated again on those: clones of the region's nodes with
  * every value renamed. `rename` maps old names to new ones. */
 static const char *renamed(const gmap *rn, const char *name) {
-  const char *r = gmap_get(rn, name);
+  const char *r = rn ? gmap_get(rn, name) : NULL;
   return r ? r : name;
 }
 
@@ -364,7 +435,12 @@ static keel_status clone_region(builder *b, const grad_spec *s, const int32_t *o
     KEEL_TRY(gmap_add(b, rn, s->vars[i], b->grad->in_names[i]));
   for (int32_t p = 0; p < n_order; p++) {
     const keel_node *src = &b->g->nodes[order[p]];
-    if (src->n_subs) return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient through control flow");
+    char lb[256];
+    if (src->n_subs)
+      return keel_err(KEEL_ERR_UNSUPPORTED,
+                      "Gradient fed other tensors than its xs/zs names, through control flow "
+                      "(node %s): feed the named tensors themselves",
+                      keel_node_label(src, lb, sizeof lb));
     const char *ins[64], *outs[64];
     if (src->n_in > 64 || src->n_out > 64) return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient: node too wide");
     for (int32_t k = 0; k < src->n_in; k++) ins[k] = renamed(rn, src->in_names[k]);
@@ -382,16 +458,23 @@ static keel_status clone_region(builder *b, const grad_spec *s, const int32_t *o
   return KEEL_OK;
 }
 
-/* Emits the backward pass over the (possibly cloned) region. */
-static keel_status backward(builder *b, const grad_spec *s, const int32_t *order,
-                            int32_t n_order, const gmap *rn, gmap *gm) {
-  const char *y = renamed(rn, s->y), *ones;
-  KEEL_TRY(op1(b, "OnesLike", AD_INTERNAL, y, NULL, &ones));
-  KEEL_TRY(gmap_add(b, gm, y, ones));
-  for (int32_t p = n_order - 1; p >= 0; p--) {
-    keel_node n = b->g->nodes[order[p]]; /* a copy with renamed values */
+/* Emits the backward pass over the (possibly cloned) region: the seeds'
+ * gradients first, then each region node's rule in reverse order. */
+static keel_status region_backward(builder *b, region *r, const char *const *seeds,
+                                   const char *const *sgrads, int32_t n_seeds, const gmap *rn) {
+  for (int32_t i = 0; i < n_seeds; i++)
+    if (sgrads[i]) KEEL_TRY(gmap_add(b, r->gm, renamed(rn, seeds[i]), sgrads[i]));
+  region *up = b->rg;
+  b->rg = r;
+  keel_status st = KEEL_OK;
+  for (int32_t p = r->n_order - 1; p >= 0 && !st; p--) {
+    keel_node *real = &r->g->nodes[r->order[p]];
+    keel_node n = *real; /* a copy with renamed values */
     const char *ins[64], *outs[64];
-    if (n.n_in > 64 || n.n_out > 64) return keel_err(KEEL_ERR_UNSUPPORTED, "Gradient: node too wide");
+    if (n.n_in > 64 || n.n_out > 64) {
+      st = keel_err(KEEL_ERR_UNSUPPORTED, "Gradient: node too wide");
+      break;
+    }
     for (int32_t k = 0; k < n.n_in; k++) ins[k] = renamed(rn, n.in_names[k]);
     for (int32_t k = 0; k < n.n_out; k++) outs[k] = renamed(rn, n.out_names[k]);
     n.in_names = ins;
@@ -399,12 +482,13 @@ static keel_status backward(builder *b, const grad_spec *s, const int32_t *order
     const char *gy[64];
     bool any = false;
     for (int32_t k = 0; k < n.n_out; k++) {
-      gy[k] = outs[k][0] ? gmap_get(gm, outs[k]) : NULL;
+      gy[k] = outs[k][0] ? gmap_get(r->gm, outs[k]) : NULL;
       any |= gy[k] != NULL;
     }
-    if (any) KEEL_TRY(vjp(b, gm, &n, gy, s->y));
+    if (any) st = vjp(b, r->gm, &n, real, gy, r->y);
   }
-  return KEEL_OK;
+  b->rg = up;
+  return st ? st : r->st;
 }
 
 static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const gmap *gm) {
@@ -421,24 +505,117 @@ static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const
 static keel_status differentiate(builder *b) {
   grad_spec s;
   KEEL_TRY(read_spec(b->a, b->grad, &s));
-  const keel_graph *g = b->g;
-  uint8_t *memo = keel_sys_calloc((size_t)g->n_nodes + 1, 2);
-  int32_t *order = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(int32_t)), n_order = 0;
   gmap rn = {0}, gm = {0};
-  keel_status st = memo && order ? KEEL_OK : oom();
-  region r = {g, s.vars, s.n_vars, memo ? memo + g->n_nodes + 1 : NULL};
-  if (!st && !depends(&r, memo, s.y, 0) && !is_var(&r, s.y) && producer(g, s.y) < 0)
+  region r;
+  keel_status st = region_init(&r, b->g, s.vars, s.n_vars, s.y, &gm);
+  if (!st && !is_var(&r, s.y) && producer(b->g, s.y) < 0)
     st = keel_err(KEEL_ERR_INVALID_MODEL, "Gradient: y '%s' is not a value of the graph", s.y);
-  if (!st) st = region_order(&r, order, &n_order);
+  if (!st) st = region_mark(&r, &s.y, NULL, 1);
   bool same = true;
   for (int32_t i = 0; i < s.n_vars; i++) same &= !strcmp(b->grad->in_names[i], s.vars[i]);
-  if (!st && !same) st = clone_region(b, &s, order, n_order, &rn);
-  if (!st) st = backward(b, &s, order, n_order, &rn, &gm);
+  if (!st && !same) st = clone_region(b, &s, r.order, r.n_order, &rn);
+  const char *ones = NULL;
+  if (!st) st = op1(b, "OnesLike", AD_INTERNAL, renamed(&rn, s.y), NULL, &ones);
+  if (!st) st = region_backward(b, &r, &s.y, &ones, 1, &rn);
   if (!st) st = outputs(b, &s, &rn, &gm);
   gmap_free(&rn);
   gmap_free(&gm);
-  keel_sys_free(memo, ((size_t)g->n_nodes + 1) * 2);
-  keel_sys_free(order, ((size_t)g->n_nodes + 1) * sizeof(int32_t));
+  if (r.memo || r.order) region_free(&r);
+  return st;
+}
+
+/* ================================================= for grad_control.c */
+
+bool ad_active(ad_builder *b, const char *name) { return b->rg && depends(b->rg, name, 0); }
+
+keel_status ad_grad_add(ad_builder *b, const char *name, const char *g) {
+  if (!b->rg) return keel_err(KEEL_ERR_INTERNAL, "ad_grad_add outside a region");
+  return gmap_add(b, b->rg->gm, name, g);
+}
+
+keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars, int32_t n_vars,
+                       const char *name, bool *out) {
+  (void)b;
+  region r;
+  keel_status st = region_init(&r, x, vars, n_vars, "", NULL);
+  if (!st) *out = depends(&r, name, 0);
+  if (!st) st = r.st;
+  if (r.memo || r.order) region_free(&r);
+  return st;
+}
+
+keel_status ad_tape_mark(ad_builder *b, const char *name) {
+  return ad_names_add(&(b->root ? b->root : b)->tapes, name);
+}
+
+bool ad_tape_is(ad_builder *b, const char *name) {
+  return ad_names_has(&(b->root ? b->root : b)->tapes, name);
+}
+
+keel_status ad_sub_open(ad_builder *parent, keel_graph *g, ad_builder **sub) {
+  builder *s = keel_sys_calloc(1, sizeof *s);
+  if (!s) return oom();
+  *s = (builder){.a = parent->a, .m = parent->m, .g = g, .grad = parent->grad,
+                 .opset = parent->opset, .root = parent->root ? parent->root : parent};
+  *sub = s;
+  return KEEL_OK;
+}
+
+int32_t ad_sub_count(const ad_builder *sub) { return sub->n; }
+
+keel_status ad_sub_install(ad_builder *sub, bool front) {
+  keel_graph *g = sub->g;
+  int32_t n = g->n_nodes + sub->n;
+  keel_node *nodes = keel_arena_array(sub->a, (size_t)n + 1, sizeof(keel_node));
+  if (!nodes) return oom();
+  keel_node *old = front ? nodes + sub->n : nodes, *fresh_at = front ? nodes : nodes + g->n_nodes;
+  if (g->n_nodes) memcpy(old, g->nodes, sizeof(keel_node) * (size_t)g->n_nodes);
+  if (sub->n) memcpy(fresh_at, sub->nodes, sizeof(keel_node) * (size_t)sub->n);
+  for (int32_t i = 0; i < n; i++) {
+    nodes[i].index = i;
+    nodes[i].graph = g;
+    for (int32_t s = 0; s < nodes[i].n_subs; s++) nodes[i].subs[s]->owner = &nodes[i];
+  }
+  g->nodes = nodes;
+  g->n_nodes = n;
+  sub->n = 0;
+  return KEEL_OK;
+}
+
+void ad_sub_close(ad_builder *sub) {
+  if (!sub) return;
+  keel_sys_free(sub->nodes, (size_t)sub->cap * sizeof(keel_node));
+  keel_sys_free(sub, sizeof *sub);
+}
+
+/* Whether x hides the outer value `name` behind its own constant or node
+ * output (its inputs are variables in their own right). */
+static bool shadowed(const keel_graph *x, const char *name) {
+  for (int32_t i = 0; i < x->n_in; i++)
+    if (!strcmp(x->in_names[i], name)) return false;
+  for (int32_t i = 0; i < x->ld.n_init; i++)
+    if (!strcmp(x->ld.init_names[i], name)) return true;
+  return producer(x, name) >= 0;
+}
+
+keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *vars,
+                            int32_t n_vars, const char *const *seeds, const char *const *sgrads,
+                            int32_t n_seeds, const char **grads) {
+  /* a capture x shadows (another sub-graph of the node reads it) gets none */
+  const char **seen = keel_arena_array(sub->a, (size_t)n_vars + 1, sizeof(char *));
+  if (!seen) return oom();
+  for (int32_t i = 0; i < n_vars; i++) seen[i] = shadowed(x, vars[i]) ? "" : vars[i];
+  gmap gm = {0};
+  region r;
+  char y[512];
+  snprintf(y, sizeof y, "%s (the sub-graph's outputs)", x->path);
+  keel_status st = region_init(&r, x, seen, n_vars, keel_arena_strdup(sub->a, y), &gm);
+  if (!st && !r.y) st = oom();
+  if (!st) st = region_mark(&r, seeds, sgrads, n_seeds);
+  if (!st) st = region_backward(sub, &r, seeds, sgrads, n_seeds, NULL);
+  for (int32_t i = 0; !st && i < n_vars; i++) grads[i] = seen[i][0] ? gmap_get(&gm, vars[i]) : NULL;
+  gmap_free(&gm);
+  if (r.memo || r.order) region_free(&r);
   return st;
 }
 
@@ -525,6 +702,7 @@ static keel_status graph_pass(keel_model *m, keel_graph *g) {
     if (!st) st = prune(&b);
     if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
+    ad_names_free(&b.tapes);
     char lb[256];
     if (st) return keel_err_prefix(st, "graph '%s': node %s", g->path, keel_node_label(n, lb, sizeof lb));
     i += b.n - 1;
@@ -533,6 +711,7 @@ static keel_status graph_pass(keel_model *m, keel_graph *g) {
 }
 
 keel_status keel_ir_autodiff(keel_model *m) {
+  /* graphs made here are appended to m->graphs: visited too (no Gradient) */
   for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(graph_pass(m, m->graphs[i]));
   return KEEL_OK;
 }

@@ -3,13 +3,14 @@
  * here (declared in autodiff.h). */
 #include <string.h>
 
-#include "autodiff.h"
+#include "ad_driver.h"
 
 static const ad_rule *const g_tables[] = {
     ad_rules_basic,
     ad_rules_shape,
     ad_rules_math,
     ad_rules_nn,
+    ad_rules_control,
 };
 
 const ad_rule *ad_rule_find(const char *op, const char *domain) {

@@ -29,6 +29,7 @@
   X(grad_shape)          \
   X(grad_math)           \
   X(grad_nn)             \
+  X(grad_tape)           \
   X(sequence)            \
   X(attention)           \
   X(transformer)         \
