@@ -270,8 +270,15 @@ static keel_status gc_run(keel_kctx *k, const gconv *g, int kind, const void *gr
   int threads = keel_pool_threads(k->pool);
   gc_chunks(g, kind, threads, &j);
   int64_t tasks = g->n * g->group * (kind == GC_WEIGHT ? j.nchunks : 1);
-  bool serial = threads > 1 && (tasks < threads || (kind == GC_WEIGHT &&
-                                (int64_t)threads * out_numel * (int64_t)g->es > PARTS_BUDGET));
+  /* Per-worker columns and dW parts cost memory beside the activations a
+   * training step keeps: past a quarter of the image and grid the op reads,
+   * one worker's buffers are used and the products split over the pool. */
+  int64_t act = g->n * g->group * (g->cr * g->w.in_size + g->ca * g->w.out_size) * (int64_t)g->es;
+  int64_t per_worker = (g->pointwise ? 0 : g->R * j.chunk * (int64_t)g->es) +
+                       (kind == GC_WEIGHT ? out_numel * (int64_t)g->es : 0);
+  bool serial = threads > 1 && (tasks < threads || (int64_t)threads * per_worker > act / 4 ||
+                                (kind == GC_WEIGHT &&
+                                 (int64_t)threads * out_numel * (int64_t)g->es > PARTS_BUDGET));
   int parts = serial ? 1 : threads;
   if (serial) j.gemm_pool = k->pool;
   if (!g->pointwise) {

@@ -29,6 +29,7 @@ whose first update, i.e. whose gradient, differs from PyTorch's.
 """
 import argparse
 import json
+import re
 import os
 import shlex
 import subprocess
@@ -184,6 +185,24 @@ def check_model(keel, name, threads, keep):
     return errors
 
 
+PEAK_BOUND = 1.25
+
+
+def check_peak_bound(stdout, errors):
+    """The issue's bound: a step's peak at most 1.25 x (activations kept for
+    the backward + parameters + gradients + optimizer state), as keel train's
+    closing line reports it."""
+    m = re.search(r"memory peak of the last step .* = ([0-9.]+) x \(activations", stdout)
+    if not m:
+        errors.append("keel train printed no 'memory peak of the last step' line")
+        return None
+    r = float(m.group(1))
+    if r > PEAK_BOUND:
+        errors.append(f"peak of a step is {r} x (kept activations + parameters + gradients + "
+                      f"optimizer state), above {PEAK_BOUND}")
+    return r
+
+
 def compare(keel, name, threads, work, exp, expected, errors):
     d = os.path.join(ROOT, "tests", "train", name)
     cmd, out, secs, log, save = run_keel(keel, name, threads, work)
@@ -202,9 +221,10 @@ def compare(keel, name, threads, work, exp, expected, errors):
     alloc = check_allocated(rows, errors) if rows else None
     worst = check_params(save, os.path.join(d, "model.onnx"), expected, errors)
     runners = check_saved_runs(keel, save, name, exp, work, errors)
+    bound = check_peak_bound(out.stdout, errors)
     print(f"   {secs:.1f} s; worst loss rel {loss_rel:.2e}; worst parameter error "
-          f"{worst:.3f} of the tolerance; allocated from step 2: {alloc}; saved model run by "
-          f"{', '.join(sorted(runners)) or 'nothing'}")
+          f"{worst:.3f} of the tolerance; allocated from step 2: {alloc}; peak {bound} x the "
+          f"bound's sum; saved model run by {', '.join(sorted(runners)) or 'nothing'}")
     if errors and "params_after_step1" in exp:
         errors += diagnose_step1(keel, name, threads, work, exp)
 
