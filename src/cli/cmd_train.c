@@ -150,6 +150,7 @@ static void print_step(FILE *log, int64_t k, int64_t total, float loss, const ke
     fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu}\n",
             (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
             (unsigned long long)st->peak);
+  if (log) fflush(log); /* whole lines, for whoever follows the run */
   fflush(stdout);
 }
 
