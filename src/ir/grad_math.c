@@ -48,31 +48,8 @@ static keel_status emitv(ad_builder *b, const char *op, int nin, const char *con
   return KEEL_OK;
 }
 
-/* ad_const_ints and ad_scalar_like, here because those pass ad_emit a NULL
- * input array for a Constant (memcpy from NULL, which UBSan refuses); the
- * one-line fix belongs to autodiff.c. */
-static keel_status constant(ad_builder *b, const char **out, keel_node **made) {
-  const char *o = ad_fresh(b, "const"), *none[1] = {""};
-  if (!o) return ad_oom();
-  KEEL_TRY(ad_emit(b, "Constant", "", 0, none, 1, &o, made));
-  if ((*made)->opset < 13) (*made)->opset = 13;
-  *out = o;
-  return KEEL_OK;
-}
 
-static keel_status const_ints(ad_builder *b, int32_t count, const int64_t *v, const char **out) {
-  keel_node *c;
-  KEEL_TRY(constant(b, out, &c));
-  return ad_attr_ints(b, c, "value_ints", count, v);
-}
 
-static keel_status scalar_like(ad_builder *b, const char *like, double v, const char **out) {
-  keel_node *c;
-  const char *t;
-  KEEL_TRY(constant(b, &t, &c));
-  KEEL_TRY(ad_attr_f(b, c, "value_float", (float)v));
-  return opv(b, "CastLike", t, like, out, NULL, 15);
-}
 
 static keel_status where(ad_builder *b, const char *c, const char *x, const char *y,
                          const char **out) {
@@ -142,14 +119,14 @@ static keel_status r_pow(ad_builder *b, const keel_node *n, const char *const *g
                          const char **gx) {
   const char *x = n->in_names[0], *y, *one, *ym1, *p, *t, *zero, *pos, *lx, *u;
   KEEL_TRY(opv(b, "CastLike", n->in_names[1], x, &y, NULL, 15));
-  KEEL_TRY(scalar_like(b, x, 1.0, &one));
+  KEEL_TRY(ad_scalar_like(b, x, 1.0, &one));
   KEEL_TRY(op2(b, "Sub", y, one, &ym1));
   KEEL_TRY(op2(b, "Pow", x, ym1, &p));
   KEEL_TRY(op2(b, "Mul", p, y, &t));
   KEEL_TRY(op2(b, "Mul", gy[0], t, &t));
   KEEL_TRY(ad_sum_to(b, t, x, &gx[0]));
   if (!need(b, n, 1)) return KEEL_OK; /* x ** 2 and the like */
-  KEEL_TRY(scalar_like(b, x, 0.0, &zero));
+  KEEL_TRY(ad_scalar_like(b, x, 0.0, &zero));
   KEEL_TRY(op2(b, "Greater", x, zero, &pos));
   KEEL_TRY(op2(b, "Log", x, NULL, &lx));
   KEEL_TRY(op2(b, "Mul", n->out_names[0], lx, &u));
@@ -165,7 +142,7 @@ static keel_status r_pow(ad_builder *b, const keel_node *n, const char *const *g
 static keel_status r_maxmin(ad_builder *b, const keel_node *n, const char *const *gy,
                             const char **gx) {
   const char *y = n->out_names[0], *taken = NULL, *zero;
-  KEEL_TRY(scalar_like(b, gy[0], 0.0, &zero));
+  KEEL_TRY(ad_scalar_like(b, gy[0], 0.0, &zero));
   for (int32_t i = 0; i < n->n_in; i++) {
     if (!n->in_names[i][0]) continue;
     const char *eq, *mask = NULL, *nt, *g;
@@ -189,7 +166,7 @@ static keel_status r_mean(ad_builder *b, const keel_node *n, const char *const *
   int32_t cnt = 0;
   for (int32_t i = 0; i < n->n_in; i++) cnt += n->in_names[i][0] != 0;
   const char *s, *g;
-  KEEL_TRY(scalar_like(b, gy[0], cnt ? cnt : 1, &s)); /* exact, unlike 1/cnt in float */
+  KEEL_TRY(ad_scalar_like(b, gy[0], cnt ? cnt : 1, &s)); /* exact, unlike 1/cnt in float */
   KEEL_TRY(op2(b, "Div", gy[0], s, &g));
   for (int32_t i = 0; i < n->n_in; i++)
     if (need(b, n, i)) KEEL_TRY(ad_sum_to(b, g, n->in_names[i], &gx[i]));
@@ -199,7 +176,7 @@ static keel_status r_mean(ad_builder *b, const keel_node *n, const char *const *
 static keel_status r_where(ad_builder *b, const keel_node *n, const char *const *gy,
                            const char **gx) {
   const char *zero, *gxv, *gyv;
-  KEEL_TRY(scalar_like(b, gy[0], 0.0, &zero));
+  KEEL_TRY(ad_scalar_like(b, gy[0], 0.0, &zero));
   if (need(b, n, 1)) { /* Where(mask, x, -inf) and the like: one side only */
     KEEL_TRY(where(b, n->in_names[0], gy[0], zero, &gxv));
     KEEL_TRY(ad_sum_to(b, gxv, n->in_names[1], &gx[1]));
@@ -243,7 +220,7 @@ static keel_status red_axes_of(ad_builder *b, const keel_node *n, red_axes *r) {
     if (has_in(n, 1)) r->input = n->in_names[1];
   } else {
     const keel_attr *a = keel_node_attr(n, "axes");
-    if (a && a->type == KEEL_ATTR_INTS && a->n > 0) KEEL_TRY(const_ints(b, a->n, a->ints, &r->input));
+    if (a && a->type == KEEL_ATTR_INTS && a->n > 0) KEEL_TRY(ad_const_ints(b, a->n, a->ints, &r->input));
   }
   r->all = !r->input;
   return KEEL_OK;
@@ -291,8 +268,8 @@ static keel_status red_maxmin(ad_builder *b, const keel_node *n, const red_axes 
 static keel_status red_prod(ad_builder *b, const keel_node *n, const red_axes *r, const char *g,
                             const char **dx) {
   const char *x = n->in_names[0], *zero, *one, *z, *zf, *nz, *xnz, *p, *t0, *t1, *c0, *c1, *t;
-  KEEL_TRY(scalar_like(b, x, 0.0, &zero));
-  KEEL_TRY(scalar_like(b, x, 1.0, &one));
+  KEEL_TRY(ad_scalar_like(b, x, 0.0, &zero));
+  KEEL_TRY(ad_scalar_like(b, x, 1.0, &one));
   KEEL_TRY(op2(b, "Equal", x, zero, &z));
   KEEL_TRY(opv(b, "CastLike", z, x, &zf, NULL, 15));
   KEEL_TRY(red_sum_keep(b, n, r, zf, "ReduceSum", 13, &nz));
@@ -329,7 +306,7 @@ static keel_status red_local(ad_builder *b, const keel_node *n, const red_axes *
   }
   if (!strcmp(op, "L2")) {
     const char *zero, *c;
-    KEEL_TRY(scalar_like(b, x, 0.0, &zero));
+    KEEL_TRY(ad_scalar_like(b, x, 0.0, &zero));
     KEEL_TRY(op2(b, "Equal", yu, zero, &c));
     KEEL_TRY(op2(b, "Div", x, yu, &t));
     KEEL_TRY(where(b, c, zero, t, &t));
@@ -346,7 +323,7 @@ static keel_status red_local(ad_builder *b, const keel_node *n, const red_axes *
     return expand_like(b, t, x, dx);
   }
   /* SumSquare */
-  KEEL_TRY(scalar_like(b, x, 2.0, &t));
+  KEEL_TRY(ad_scalar_like(b, x, 2.0, &t));
   KEEL_TRY(op2(b, "Mul", x, t, &t));
   return op2(b, "Mul", g, t, dx);
 }
@@ -367,7 +344,7 @@ static keel_status r_reduce(ad_builder *b, const keel_node *n, const char *const
 static keel_status sum_axis(ad_builder *b, const char *v, int64_t axis, const char **out) {
   const char *ax;
   keel_node *m;
-  KEEL_TRY(const_ints(b, 1, &axis, &ax));
+  KEEL_TRY(ad_const_ints(b, 1, &axis, &ax));
   KEEL_TRY(emitv(b, "ReduceSum", 2, (const char *[]){v, ax}, out, &m, 13));
   return ad_attr_i(b, m, "keepdims", 1);
 }
@@ -491,7 +468,7 @@ static keel_status r_gemm(ad_builder *b, const keel_node *n, const char *const *
   const char *t = g;
   if (beta != 1.0f) {
     const char *s;
-    KEEL_TRY(scalar_like(b, g, beta, &s));
+    KEEL_TRY(ad_scalar_like(b, g, beta, &s));
     KEEL_TRY(op2(b, "Mul", g, s, &t));
   }
   return ad_sum_to(b, t, n->in_names[2], &gx[2]);
@@ -623,7 +600,7 @@ static keel_status ein_grad(ad_builder *b, const keel_node *n, const ein_eq *e, 
   if (n_miss || dropped_ell) {
     const char *ax;
     if (n_miss) {
-      KEEL_TRY(const_ints(b, n_miss, axes, &ax));
+      KEEL_TRY(ad_const_ints(b, n_miss, axes, &ax));
       KEEL_TRY(op2(b, "Unsqueeze", r, ax, &r));
     }
     KEEL_TRY(expand_like(b, r, n->in_names[k], &r));

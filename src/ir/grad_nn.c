@@ -54,25 +54,14 @@ static keel_status internal(ad_builder *b, const keel_node *n, const char *op, i
   return KEEL_OK;
 }
 
-/* A 1-D int64 Constant. (ad_const_ints passes a NULL input array to
- * memcpy, which UBSan reports; this one passes an empty array.) */
-static keel_status const_ints(ad_builder *b, int32_t count, const int64_t *v, const char **out) {
-  const char *none[1] = {""}, *o = ad_fresh(b, "const");
-  keel_node *c;
-  if (!o) return ad_oom();
-  KEEL_TRY(ad_emit(b, "Constant", "", 0, none, 1, &o, &c));
-  if (c->opset < 13) c->opset = 13;
-  *out = o;
-  return ad_attr_ints(b, c, "value_ints", count, v);
-}
 
 /* The sum of gY over every axis but 1: Reshape to (N, C, -1), then
  * ReduceSum over axes 0 and 2 (the opset-13 form, axes as an input). */
 static keel_status sum_but_channels(ad_builder *b, const char *gy, const char **out) {
   const char *shape, *axes, *r, *o = ad_fresh(b, "dB");
   keel_node *m;
-  KEEL_TRY(const_ints(b, 3, (const int64_t[]){0, 0, -1}, &shape));
-  KEEL_TRY(const_ints(b, 2, (const int64_t[]){0, 2}, &axes));
+  KEEL_TRY(ad_const_ints(b, 3, (const int64_t[]){0, 0, -1}, &shape));
+  KEEL_TRY(ad_const_ints(b, 2, (const int64_t[]){0, 2}, &axes));
   KEEL_TRY(ad_op(b, "Reshape", "", gy, shape, &r, &m));
   if (m->opset < 13) m->opset = 13;
   if (!o) return ad_oom();

@@ -38,8 +38,7 @@ static keel_status op_v(ad_builder *b, const char *op, const char *a, const char
   return KEEL_OK;
 }
 
-/* A Constant node (opset 13) with a fresh output. Emitted here rather
- * than with ad_const_ints, which hands memcpy a NULL input list (UBSan). */
+/* A Constant node (opset 13) with a fresh output (for value_int). */
 static keel_status constant(ad_builder *b, const char **out, keel_node **c) {
   const char *o = ad_fresh(b, "const"), *none[1] = {""};
   if (!o) return ad_oom();
@@ -56,15 +55,9 @@ static keel_status scalar_i64(ad_builder *b, int64_t v, const char **out) {
   return ad_attr_i(b, c, "value_int", v);
 }
 
-/* A 1-D int64 constant. */
-static keel_status const_ints(ad_builder *b, int32_t count, const int64_t *v, const char **out) {
-  keel_node *c;
-  KEEL_TRY(constant(b, out, &c));
-  return ad_attr_ints(b, c, "value_ints", count, v);
-}
 
 static keel_status const1(ad_builder *b, int64_t v, const char **out) {
-  return const_ints(b, 1, &v, out);
+  return ad_const_ints(b, 1, &v, out);
 }
 
 /* A scalar 0 of the type of value `like`. */
@@ -187,7 +180,7 @@ static keel_status ints_const(ad_builder *b, const keel_node *n, const char *nam
   if (!a && !need) return KEEL_OK;
   if (!a || a->type != KEEL_ATTR_INTS)
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s: attribute %s (ints) is required", n->op_type, name);
-  return const_ints(b, a->n, a->ints, out);
+  return ad_const_ints(b, a->n, a->ints, out);
 }
 
 /* Slice: SliceGrad (ops/grad_shape.c) puts gy back into zeros; the
