@@ -504,9 +504,9 @@ static void planted_leak_is_named(const uint8_t *bytes, size_t len) {
   keel_trainer_destroy(t);
 }
 
-/* A parameter read only inside an If branch: either autodiff
- * differentiates the If (then a step moves the parameter by lr * x) or the
- * trainer refuses the model naming the If; never silent zeros. */
+/* A parameter read only inside an If branch: the If's backward trains it
+ * (a step moves it by lr * x), and the seed failure planted behind the If
+ * output is named by the live report. */
 static void parameter_inside_a_branch(void) {
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "cond", KEEL_BOOL, 0, NULL);
@@ -534,10 +534,8 @@ static void parameter_inside_a_branch(void) {
   o.loss = "loss";
   keel_trainer_t *t = NULL;
   keel_status st = keel_trainer_create_from_memory(bytes, len, NULL, &o, &t);
-  if (st) {
-    CHECK(st == KEEL_ERR_UNSUPPORTED && strstr(keel_last_error(), "'branch' (If)") &&
-          strstr(keel_last_error(), "'Wb'"));
-  } else {
+  CHECK_OK(st); /* the If's backward trains a parameter read only in a branch */
+  if (!st) {
     keel_session_t *s = keel_trainer_session(t);
     bool c = true;
     float xv = 2;
