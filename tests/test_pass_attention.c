@@ -3,7 +3,9 @@
  * PyTorch exports it: Reshape/Transpose of q, k and v, MatMul, a scale,
  * an additive mask (Add, either operand order) or a causal one
  * (Where(Cast(Not(Trilu(ones))), -inf, s)), Softmax, MatMul. Each model
- * runs with the passes on (one FusedAttention node; 1 and 2 threads) and
+ * runs with the passes on (one FusedAttention node, reading q, k, v and
+ * writing Y in [B, S, H, D] when their Transposes have no other reader,
+ * through the Transposes when they have; 1 and 2 threads) and
  * with KEEL_OPT_NO_GRAPH_PASSES (every node its own kernel, the
  * reference): outputs agree within 1e-5. Near-misses must be left alone:
  * a Softmax over another axis, the scores read a second time. */
@@ -20,7 +22,7 @@
 #define D 4
 #define E (H * D)
 
-enum { F_ADD, F_ADD_REV, F_CAUSAL, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE };
+enum { F_ADD, F_ADD_REV, F_CAUSAL, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T };
 
 static float g_q[B * S * E], g_k[B * S * E], g_v[B * S * E], g_mask[B * S];
 
@@ -95,9 +97,18 @@ static mb_graph *model(int form, int opset) {
   mb_node *sm = mb_add(g, "Softmax", x, "p");
   if (form == F_AXIS) mb_attr_i(sm, "axis", 2);
   else if (opset < 13) mb_attr_i(sm, "axis", 3);
-  mb_add(g, "MatMul", "p,V4", "y");
+  /* Y back to [B, S, H, D] as torch does (a Transpose the pass folds),
+   * or Y itself as the output */
+  bool yt = form == F_ADD || form == F_CAUSAL || form == F_KEEP_T;
+  mb_add(g, "MatMul", "p,V4", yt ? "y4" : "y");
+  if (yt) mb_attr_ints(mb_add(g, "Transpose", "y4", "y"), "perm", 4, (int64_t[]){0, 2, 1, 3});
   mb_output(g, "y", KEEL_FLOAT, -1, NULL);
   if (form == F_TWICE) mb_output(g, "s2", KEEL_FLOAT, -1, NULL);
+  if (form == F_KEEP_T) { /* the Transposes have other readers: not folded */
+    mb_output(g, "Q4", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "Kt", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "V4", KEEL_FLOAT, -1, NULL);
+  }
   return g;
 }
 
@@ -114,14 +125,14 @@ static void run(keel_session_t *s, float *y) {
   keel_value_t *in[4] = {mb_tensor(s, KEEL_FLOAT, 3, qd, g_q), mb_tensor(s, KEEL_FLOAT, 3, qd, g_k),
                          mb_tensor(s, KEEL_FLOAT, 3, qd, g_v),
                          mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){B, 1, 1, S}, g_mask)};
-  keel_value_t *out[2] = {0};
+  keel_value_t *out[4] = {0};
   CHECK_OK(keel_run(s, (const char *[]){"q", "k", "v", "mask"}, in, 4, out));
   if (out[0]) {
     CHECK(keel_value_numel(out[0]) == B * H * S * D);
     memcpy(y, keel_value_data(out[0]), sizeof(float) * B * H * S * D);
   }
   for (int i = 0; i < 4; i++) keel_value_release(in[i]);
-  for (int i = 0; i < 2; i++) keel_value_release(out[i]);
+  for (int i = 0; i < 4; i++) keel_value_release(out[i]);
 }
 
 static void one(const char *what, int form, int opset, bool want_fused) {
@@ -158,6 +169,7 @@ int main(void) {
   one("causal Where -inf", F_CAUSAL, 14, true);
   one("Where keeping where true, finite fill", F_WHERE_NOT, 14, true);
   one("no mask, no scale", F_NONE, 14, true);
+  one("Transposes read elsewhere too", F_KEEP_T, 14, true);
   one("opset 12 Softmax axis 3", F_ADD, 12, true);
   one("Softmax over axis 2", F_AXIS, 14, false);
   one("scores read twice", F_TWICE, 14, false);

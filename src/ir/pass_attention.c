@@ -17,9 +17,13 @@
  * ai.keel.internal (ops/attention_fused.c) with attributes scale (float),
  * mask_kind ("none", "add", "where": masked where cond is true,
  * "where_not": masked where it is false) and fill (the Where constant).
- * The Transposes stay: the kernel reads Kt as it is (already [.., D, S]),
- * so no transpose is undone or redone. The three inputs being Transpose
- * outputs fixes their rank at 4, which the kernel relies on.
+ * The input Transposes with no other reader are folded into the node
+ * (attribute layout: it reads q, k, v as [B, S, H, D] by strides; K as
+ * rows, so nothing is transposed twice), as is a Transpose(0,2,1,3) that
+ * is O's only reader (Y written as [B, S, H, D]). Otherwise the kernel
+ * reads Q4, V4 and Kt as they are (Kt already [.., D, S]).
+ * The three inputs being Transpose outputs (or inputs) fixes their rank
+ * at 4, which the kernel checks.
  *
  * Checked: the Softmax is over the last axis; the scale and fill are
  * single-element float constants of rank <= 4 (they broadcast without
@@ -40,12 +44,16 @@
 #include "pass.h"
 
 #define ATT_DOMAIN "ai.keel.internal"
+/* layout bits: the operand is read (Y written) as [B, S, H, D], its
+ * Transpose folded into the node */
+enum { ATT_L_Q = 1, ATT_L_K = 2, ATT_L_V = 4, ATT_L_Y = 8 };
 
 /* What a match found: the nodes (last = the PV MatMul) and the operands. */
 typedef struct att_match {
-  int32_t nodes[5];
+  int32_t nodes[9];
   int n;
-  const char *q, *kt, *v, *mask;
+  const char *q, *kt, *v, *mask, *y;
+  int64_t layout;                 /* ATT_L_* bits                       */
   const char *kind;
   float scale, fill;
 } att_match;
@@ -171,6 +179,36 @@ static bool att_upper(const keel_model *m, const keel_graph *g, int32_t sm, int3
   return true;
 }
 
+/* The Transpose writing `*name` when node `reader` is its only reader:
+ * the node then reads the Transpose's input (*name replaced) and the
+ * Transpose is added to t's nodes. */
+static void fold_in(const keel_graph *g, const char **name, int32_t reader, int64_t bit,
+                    att_match *t) {
+  int32_t tr = keel_ir_producer(g, *name);
+  if (tr < 0 || keel_ir_only_reader(g, *name) != reader) return;
+  *name = g->nodes[tr].in_names[0];
+  t->nodes[t->n++] = tr;
+  t->layout |= bit;
+}
+
+/* Folds the input Transposes with no other reader, and Y's Transpose
+ * (perm 0,2,1,3) when it is Y's only reader. */
+static void fold_layouts(const keel_graph *g, int32_t qk, int32_t o, att_match *t) {
+  static const int64_t perm[4] = {0, 2, 1, 3};
+  fold_in(g, &t->q, qk, ATT_L_Q, t);
+  fold_in(g, &t->kt, qk, ATT_L_K, t);
+  fold_in(g, &t->v, o, ATT_L_V, t);
+  int32_t yt = keel_ir_only_reader(g, t->y);
+  if (yt >= 0 && is_op(&g->nodes[yt], "Transpose") && g->nodes[yt].n_in == 1) {
+    const keel_attr *p = keel_node_attr(&g->nodes[yt], "perm");
+    if (p && p->type == KEEL_ATTR_INTS && p->n == 4 && !memcmp(p->ints, perm, sizeof perm)) {
+      t->y = g->nodes[yt].out_names[0];
+      t->nodes[t->n++] = yt;
+      t->layout |= ATT_L_Y;
+    }
+  }
+}
+
 /* From the PV MatMul o: the whole pattern, or false. */
 static bool att_find(const keel_model *m, const keel_graph *g, int32_t o, att_match *t) {
   static const int64_t qv_perm[4] = {0, 2, 1, 3};
@@ -186,7 +224,9 @@ static bool att_find(const keel_model *m, const keel_graph *g, int32_t o, att_ma
   for (int alt = 0; alt < 3 && !ok; alt++) ok = att_upper(m, g, sm, x, alt, t);
   if (!ok) return false;
   t->v = pv->in_names[1];
+  t->y = pv->out_names[0];
   t->nodes[t->n++] = sm;
+  fold_layouts(g, t->nodes[0], o, t);
   t->nodes[t->n++] = o;
   return true;
 }
@@ -197,7 +237,7 @@ static keel_status att_rewrite(keel_model *m, keel_graph *g, const att_match *t,
   keel_node *n = &g->nodes[t->nodes[t->n - 1]];
   int n_in = t->mask ? 4 : 3;
   const char **ins = keel_arena_array(a, 4, sizeof(char *));
-  keel_attr *attrs = keel_arena_array(a, 3, sizeof(keel_attr));
+  keel_attr *attrs = keel_arena_array(a, 4, sizeof(keel_attr));
   const char **fused = keel_arena_array(a, (size_t)t->n, sizeof(char *));
   if (!ins || !attrs || !fused) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing an attention");
   for (int k = 0; k < t->n - 1; k++) {
@@ -211,11 +251,13 @@ static keel_status att_rewrite(keel_model *m, keel_graph *g, const att_match *t,
   attrs[1] = (keel_attr){.name = "mask_kind", .type = KEEL_ATTR_STRING, .s = t->kind,
                          .slen = strlen(t->kind)};
   attrs[2] = (keel_attr){.name = "fill", .type = KEEL_ATTR_FLOAT, .f = t->fill};
+  attrs[3] = (keel_attr){.name = "layout", .type = KEEL_ATTR_INT, .i = t->layout};
   n->op_type = "FusedAttention";
   n->domain = ATT_DOMAIN;
   n->opset = 1;
   n->n_in = n_in, n->in_names = ins, n->in = NULL;
-  n->n_attr = 3, n->attrs = attrs;
+  n->n_attr = 4, n->attrs = attrs;
+  n->out_names[0] = t->y;
   n->n_fused = t->n - 1, n->fused = fused;
   return KEEL_OK;
 }

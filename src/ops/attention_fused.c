@@ -13,7 +13,10 @@
  * tensor; "where": cond ? fill : s; "where_not": cond ? s : fill, cond a
  * bool tensor) and fill. The mask broadcasts right-aligned over
  * [B, H, Sq, Skv]; its last two dims must be 1 or S's (a mask that would
- * broadcast S up there is refused: UNSUPPORTED).
+ * broadcast S up there is refused: UNSUPPORTED). Attribute layout (bits
+ * 1, 2, 4, 8 for Q, K, V, Y) marks an operand the pass took from before
+ * its Transpose: Q or V given as [B, S, H, D], K as [B, S, H, D] rows
+ * (not Kt), Y written as [B, S, H, D]; they are read by strides.
  *
  * The work is split per (batch, head, block of QB query rows) on the
  * session's pool; a task's scores are one sgemm into a QB x Skv block of
@@ -35,11 +38,15 @@
 #define QB 32 /* query rows per task */
 
 enum { MK_NONE, MK_ADD, MK_WHERE, MK_WHERE_NOT };
+/* layout bits (ir/pass_attention.c): operand read, Y written, as
+ * [B, S, H, D] instead of [B, H, S, D] (K: [B, S, H, D] instead of Kt) */
+enum { FA_L_Q = 1, FA_L_K = 2, FA_L_V = 4, FA_L_Y = 8 };
 
 typedef struct fa_job {
   int64_t B, H, Sq, Skv, D, Dv, nblk;
   const float *q, *kt, *v;
-  int64_t qsb, qsh, ksb, ksh, vsb, vsh;
+  int64_t qsb, qsh, qss, ksb, ksh, kss, vsb, vsh, vss, ysb, ysh, yss;
+  bool k_rows;                  /* K as [.., Skv, D] rows (else Kt [.., D, Skv]) */
   const void *mask;             /* float (add) or bool (where), or NULL     */
   int64_t msb, msh, mss, msc;   /* element strides over [B, H, Sq, Skv]     */
   int kind;
@@ -127,24 +134,24 @@ static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t 
     if (c1 <= c0) c0 = c1 = 0;
   }
   int64_t n = c1 - c0;
-  float *y = j->y + ((b * j->H + h) * j->Sq + i0) * j->Dv;
+  float *y = j->y + b * j->ysb + h * j->ysh + i0 * j->yss;
   if (n == 0 && j->Skv > 0) { /* every key masked: the Softmax gives NaN */
-    row_nan(y, m * j->Dv);
+    for (int64_t r = 0; r < m; r++) row_nan(y + r * j->yss, j->Dv);
     return;
   }
-  const float *q = j->q + b * j->qsb + h * j->qsh + i0 * j->D;
-  const float *kt = j->kt + b * j->ksb + h * j->ksh + c0;
-  const float *v = j->v + b * j->vsb + h * j->vsh + c0 * j->Dv;
-  keel_gemm_f32(NULL, false, false, m, n, j->D, j->scale, q, j->D, kt, j->Skv, 0, S, n);
+  const float *q = j->q + b * j->qsb + h * j->qsh + i0 * j->qss;
+  const float *kt = j->kt + b * j->ksb + h * j->ksh + (j->k_rows ? c0 * j->kss : c0);
+  const float *v = j->v + b * j->vsb + h * j->vsh + c0 * j->vss;
+  keel_gemm_f32(NULL, false, j->k_rows, m, n, j->D, j->scale, q, j->qss, kt, j->kss, 0, S, n);
   uint64_t bad[QB / 64 + 1] = {0};
   for (int64_t r = 0; r < m; r++) {
     float *s = S + r * n;
     if (j->mask) row_mask(j, mask_row(j, b, h, i0 + r), c0, n, s);
     if (n && !row_softmax(s, n)) bad[r / 64] |= 1ull << (r % 64);
   }
-  keel_gemm_f32(NULL, false, false, m, j->Dv, n, 1.0f, S, n > 0 ? n : 1, v, j->Dv, 0, y, j->Dv);
+  keel_gemm_f32(NULL, false, false, m, j->Dv, n, 1.0f, S, n > 0 ? n : 1, v, j->vss, 0, y, j->yss);
   for (int64_t r = 0; r < m; r++)
-    if (bad[r / 64] >> (r % 64) & 1) row_nan(y + r * j->Dv, j->Dv);
+    if (bad[r / 64] >> (r % 64) & 1) row_nan(y + r * j->yss, j->Dv);
 }
 
 static keel_status fa_tasks(void *ctx, int64_t begin, int64_t end, int worker) {
@@ -166,8 +173,24 @@ static int mask_kind(const char *s) {
   return -1;
 }
 
-/* Q, Kt, V: rank-4 float32 with agreeing inner dims; B and H joined. */
-static keel_status fa_operands(keel_kctx *k, const keel_tensor *t[3], fa_job *j) {
+/* An operand's logical [B, H, S, D] dims and its strides: layout
+ * [B, H, S, D] as the Transposes wrote it, or (bshd) [B, S, H, D] as it
+ * came before them. Batch and head strides are 0 where the dim is 1. */
+typedef struct fa_dims {
+  int64_t b, h, s, d, sb, sh, ss;
+} fa_dims;
+
+static fa_dims dims_of(const int64_t *x, bool bshd) {
+  fa_dims o = {x[0], bshd ? x[2] : x[1], bshd ? x[1] : x[2], x[3], 0, 0, 0};
+  o.sb = o.b == 1 ? 0 : x[1] * x[2] * x[3];
+  o.ss = bshd ? x[2] * x[3] : x[3];
+  o.sh = o.h == 1 ? 0 : bshd ? x[3] : x[2] * x[3];
+  return o;
+}
+
+/* Q, K (Kt, or K rows when folded), V: rank-4 float32 with agreeing
+ * inner dims; B and H joined. */
+static keel_status fa_operands(const keel_tensor *t[3], int64_t layout, fa_job *j) {
   char s1[96], s2[96], s3[96];
   for (int i = 0; i < 3; i++)
     if (t[i]->dtype != KEEL_FLOAT || t[i]->rank != 4)
@@ -175,16 +198,25 @@ static keel_status fa_operands(keel_kctx *k, const keel_tensor *t[3], fa_job *j)
                       "FusedAttention (ai.keel.internal, opset 1): input %d is %s of rank %d; "
                       "float32 of rank 4 wanted", i, keel_dtype_name((keel_dtype)t[i]->dtype),
                       t[i]->rank);
-  const int64_t *q = t[0]->shape, *kt = t[1]->shape, *v = t[2]->shape;
-  j->Sq = q[2], j->D = q[3], j->Skv = kt[3], j->Dv = v[3];
-  j->B = q[0], j->H = q[1];
-  bool ok = kt[2] == j->D && v[2] == j->Skv && bjoin(&j->B, kt[0]) && bjoin(&j->H, kt[1]) &&
-            bjoin(&j->B, v[0]) && bjoin(&j->H, v[1]);
-  (void)k;
+  fa_dims q = dims_of(t[0]->shape, layout & FA_L_Q), v = dims_of(t[2]->shape, layout & FA_L_V);
+  fa_dims k = dims_of(t[1]->shape, true); /* K rows: [B, Skv, H, D] */
+  j->k_rows = (layout & FA_L_K) != 0;
+  if (!j->k_rows) { /* Kt [B, H, D, Skv]: "rows" are the D dim */
+    const int64_t *x = t[1]->shape;
+    k = (fa_dims){x[0], x[1], x[3], x[2], x[0] == 1 ? 0 : x[1] * x[2] * x[3],
+                  x[1] == 1 ? 0 : x[2] * x[3], x[3]};
+  }
+  j->Sq = q.s, j->D = q.d, j->Skv = k.s, j->Dv = v.d, j->B = q.b, j->H = q.h;
+  bool ok = k.d == j->D && v.s == j->Skv && bjoin(&j->B, k.b) && bjoin(&j->H, k.h) &&
+            bjoin(&j->B, v.b) && bjoin(&j->H, v.h);
   if (!ok)
-    return keel_err(KEEL_ERR_SHAPE, "attention operands Q %s, K^T %s and V %s do not agree",
-                    keel_shape_str(4, q, s1, sizeof s1), keel_shape_str(4, kt, s2, sizeof s2),
-                    keel_shape_str(4, v, s3, sizeof s3));
+    return keel_err(KEEL_ERR_SHAPE, "attention operands Q %s, K %s and V %s (layout %lld) do "
+                    "not agree", keel_shape_str(4, t[0]->shape, s1, sizeof s1),
+                    keel_shape_str(4, t[1]->shape, s2, sizeof s2),
+                    keel_shape_str(4, t[2]->shape, s3, sizeof s3), (long long)layout);
+  j->qsb = q.sb, j->qsh = q.sh, j->qss = q.ss;
+  j->ksb = k.sb, j->ksh = k.sh, j->kss = k.ss;
+  j->vsb = v.sb, j->vsh = v.sh, j->vss = v.ss;
   return KEEL_OK;
 }
 
@@ -211,13 +243,6 @@ static keel_status fa_mask(const keel_tensor *m, fa_job *j) {
   return KEEL_OK;
 }
 
-/* Strides of batch and head of an operand, 0 where it broadcasts. */
-static void bh_strides(const keel_tensor *t, int64_t *sb, int64_t *sh) {
-  int64_t st[4];
-  bstrides(t->shape, st);
-  *sb = st[0], *sh = st[1];
-}
-
 static keel_status op_fused_attention(keel_kctx *k) {
   const keel_tensor *t[3], *mask = NULL;
   for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
@@ -230,13 +255,18 @@ static keel_status op_fused_attention(keel_kctx *k) {
   if (j.kind < 0 || (j.kind != MK_NONE) != (mask != NULL))
     return keel_err(KEEL_ERR_INVALID_MODEL, "mask_kind '%s' with %s mask input",
                     keel_k_attr_s(k, "mask_kind", "none"), mask ? "a" : "no");
-  KEEL_TRY(fa_operands(k, t, &j));
+  int64_t layout = keel_k_attr_i(k, "layout", 0);
+  KEEL_TRY(fa_operands(t, layout, &j));
   if (mask) KEEL_TRY(fa_mask(mask, &j));
   j.cut = j.kind >= MK_WHERE && j.fill == -INFINITY;
   int64_t big = j.Skv > j.D ? j.Skv : j.D;
   KEEL_TRY(keel_blas_fits(big > j.Dv ? big : j.Dv));
   keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, (int64_t[]){j.B, j.H, j.Sq, j.Dv}, &y));
+  bool ybshd = (layout & FA_L_Y) != 0;
+  int64_t ys[4] = {j.B, ybshd ? j.Sq : j.H, ybshd ? j.H : j.Sq, j.Dv};
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, ys, &y));
+  fa_dims yd = dims_of(ys, ybshd);
+  j.ysb = j.Sq * j.H * j.Dv, j.ysh = ybshd ? j.Dv : j.Sq * j.Dv, j.yss = yd.ss;
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   if (j.Skv == 0) { /* MatMul over no keys: zeros */
     memset(y->data, 0, (size_t)keel_tensor_numel(y) * sizeof(float));
@@ -246,9 +276,6 @@ static keel_status op_fused_attention(keel_kctx *k) {
     return keel_err(KEEL_ERR_UNSUPPORTED,
                     "FusedAttention (ai.keel.internal, opset 1): head size 0");
   j.q = t[0]->data, j.kt = t[1]->data, j.v = t[2]->data, j.y = y->data;
-  bh_strides(t[0], &j.qsb, &j.qsh);
-  bh_strides(t[1], &j.ksb, &j.ksh);
-  bh_strides(t[2], &j.vsb, &j.vsh);
   j.nblk = (j.Sq + QB - 1) / QB;
   int threads = keel_pool_threads(k->pool);
   void *p;
