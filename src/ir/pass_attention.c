@@ -25,7 +25,9 @@
  * The three inputs being Transpose outputs (or inputs) fixes their rank
  * at 4, which the kernel checks.
  *
- * Checked: the Softmax is over the last axis; the scale and fill are
+ * Checked: the chain has a scale or a Where (their float32 constant
+ * makes every operand float32, the kernel's only type: a float16 chain
+ * is left alone); the Softmax is over the last axis; the scale and fill are
  * single-element float constants of rank <= 4 (they broadcast without
  * growing S); S, S2, X and P are each read only by the next node of the
  * pattern (not by a graph output, another node or a sub-graph). The
@@ -165,6 +167,9 @@ static bool att_upper(const keel_model *m, const keel_graph *g, int32_t sm, int3
     if (x < 0 || !only_into(g, x, mk)) return false;
   }
   if (!scale_step(m, g, x, t, &s, &sc)) return false;
+  /* a float32 constant (the scale or the Where fill) makes the scores
+   * float32, hence Q, K, V and an additive mask too: the kernel's type */
+  if (sc < 0 && t->kind[0] != 'w') return false;
   qk = prod_op(g, s, "MatMul");
   if (qk < 0 || g->nodes[qk].n_in != 2 || (sc >= 0 && !only_into(g, qk, sc))) return false;
   const keel_node *qn = &g->nodes[qk];
