@@ -12,6 +12,7 @@ static const keel_pass g_passes[] = {
     {"fold-identity", keel_pass_fold_identity, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
     {"fuse-gelu", keel_pass_fuse_gelu, true},
+    {"fuse-attention", keel_pass_fuse_attention, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
 };
 

@@ -45,5 +45,7 @@ KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
+/* Attention (pass_attention.c): MatMul..Softmax..MatMul into one node. */
+KEEL_INTERNAL keel_status keel_pass_fuse_attention(keel_model *m);
 
 #endif /* KEEL_PASS_H */

@@ -32,6 +32,7 @@
   X(grad_tape)           \
   X(sequence)            \
   X(attention)           \
+  X(attention_fused)     \
   X(transformer)         \
   X(linear_attention)    \
   X(flex_attention)      \

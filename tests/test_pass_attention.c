@@ -1,0 +1,178 @@
+/* test_pass_attention.c: the fuse-attention pass (src/ir/pass_attention.c)
+ * and its kernel (src/ops/attention_fused.c). Attention is built as
+ * PyTorch exports it: Reshape/Transpose of q, k and v, MatMul, a scale,
+ * an additive mask (Add, either operand order) or a causal one
+ * (Where(Cast(Not(Trilu(ones))), -inf, s)), Softmax, MatMul. Each model
+ * runs with the passes on (one FusedAttention node, reading q, k, v and
+ * writing Y in [B, S, H, D] when their Transposes have no other reader,
+ * through the Transposes when they have; 1 and 2 threads) and
+ * with KEEL_OPT_NO_GRAPH_PASSES (every node its own kernel, the
+ * reference): outputs agree within 1e-5. Near-misses must be left alone:
+ * a Softmax over another axis, the scores read a second time, a chain
+ * with neither scale nor Where (no float32 constant to fix its type). */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "check.h"
+#include "mb.h"
+
+#define B 2
+#define S 37 /* more than one block of query rows (32) */
+#define H 2
+#define D 4
+#define E (H * D)
+
+enum { F_ADD, F_ADD_REV, F_CAUSAL, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T };
+
+static float g_q[B * S * E], g_k[B * S * E], g_v[B * S * E], g_mask[B * S];
+
+static void fill(void) {
+  uint32_t r = 777;
+  float *all[3] = {g_q, g_k, g_v};
+  for (int t = 0; t < 3; t++)
+    for (int i = 0; i < B * S * E; i++)
+      all[t][i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (1 << 23) - 1.0f;
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < S; j++) g_mask[b * S + j] = j >= S - 5 - 3 * b ? -10000.0f : 0.0f;
+}
+
+/* q, k, v [B, S, E] -> [B, H, S, D] (k as [B, H, D, S]). */
+static void heads(mb_graph *g) {
+  int64_t shp[4] = {B, S, H, D};
+  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){4}, shp);
+  mb_add(g, "Reshape", "q,shp", "q3");
+  mb_add(g, "Reshape", "k,shp", "k3");
+  mb_add(g, "Reshape", "v,shp", "v3");
+  mb_attr_ints(mb_add(g, "Transpose", "q3", "Q4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_attr_ints(mb_add(g, "Transpose", "k3", "Kt"), "perm", 4, (int64_t[]){0, 2, 3, 1});
+  mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+}
+
+/* The causal condition as torch writes it: true above the diagonal. */
+static void causal_cond(mb_graph *g) {
+  static uint8_t ones[S * S];
+  memset(ones, 1, sizeof ones);
+  int64_t zero = 0;
+  mb_init(g, "ones", KEEL_BOOL, 2, (int64_t[]){S, S}, ones);
+  mb_init(g, "kdiag", KEEL_INT64, 0, NULL, &zero);
+  mb_attr_i(mb_add(g, "Trilu", "ones,kdiag", "tri"), "upper", 0);
+  mb_add(g, "Not", "tri", "ntri");
+  mb_attr_i(mb_add(g, "Cast", "ntri", "cond"), "to", KEEL_BOOL);
+}
+
+static mb_graph *model(int form, int opset) {
+  float c = 0.5f, inv = 2.0f, ninf = -INFINITY, big = -1e9f;
+  mb_graph *g = mb_graph_new("main");
+  const int64_t qd[3] = {B, S, E};
+  mb_input(g, "q", KEEL_FLOAT, 3, qd);
+  mb_input(g, "k", KEEL_FLOAT, 3, qd);
+  mb_input(g, "v", KEEL_FLOAT, 3, qd);
+  mb_input(g, "mask", KEEL_FLOAT, 4, (int64_t[]){B, 1, 1, S});
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "inv", KEEL_FLOAT, 1, (int64_t[]){1}, &inv);
+  heads(g);
+  mb_add(g, "MatMul", "Q4,Kt", "s");
+  const char *x = "x";
+  switch (form) {
+    case F_ADD_REV:
+      mb_add(g, "Div", "s,inv", "s2");
+      mb_add(g, "Add", "mask,s2", "x");
+      break;
+    case F_CAUSAL:
+      mb_init(g, "ninf", KEEL_FLOAT, 0, NULL, &ninf);
+      causal_cond(g);
+      mb_add(g, "Mul", "c,s", "s2");
+      mb_add(g, "Where", "cond,ninf,s2", "x");
+      break;
+    case F_WHERE_NOT:
+      mb_init(g, "big", KEEL_FLOAT, 0, NULL, &big);
+      causal_cond(g);
+      mb_add(g, "Where", "cond,s,big", "x");
+      break;
+    case F_NONE: x = "s"; break;
+    default:
+      mb_add(g, "Mul", "s,c", "s2");
+      mb_add(g, "Add", "s2,mask", "x");
+  }
+  mb_node *sm = mb_add(g, "Softmax", x, "p");
+  if (form == F_AXIS) mb_attr_i(sm, "axis", 2);
+  else if (opset < 13) mb_attr_i(sm, "axis", 3);
+  /* Y back to [B, S, H, D] as torch does (a Transpose the pass folds),
+   * or Y itself as the output */
+  bool yt = form == F_ADD || form == F_CAUSAL || form == F_KEEP_T;
+  mb_add(g, "MatMul", "p,V4", yt ? "y4" : "y");
+  if (yt) mb_attr_ints(mb_add(g, "Transpose", "y4", "y"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  if (form == F_TWICE) mb_output(g, "s2", KEEL_FLOAT, -1, NULL);
+  if (form == F_KEEP_T) { /* the Transposes have other readers: not folded */
+    mb_output(g, "Q4", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "Kt", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "V4", KEEL_FLOAT, -1, NULL);
+  }
+  return g;
+}
+
+static bool has_fused(keel_session_t *s) {
+  char *d = NULL;
+  if (keel_session_describe(s, 1, &d)) return false;
+  bool yes = strstr(d, "FusedAttention") != NULL;
+  keel_free(d);
+  return yes;
+}
+
+static void run(keel_session_t *s, float *y) {
+  const int64_t qd[3] = {B, S, E};
+  keel_value_t *in[4] = {mb_tensor(s, KEEL_FLOAT, 3, qd, g_q), mb_tensor(s, KEEL_FLOAT, 3, qd, g_k),
+                         mb_tensor(s, KEEL_FLOAT, 3, qd, g_v),
+                         mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){B, 1, 1, S}, g_mask)};
+  keel_value_t *out[4] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"q", "k", "v", "mask"}, in, 4, out));
+  if (out[0]) {
+    CHECK(keel_value_numel(out[0]) == B * H * S * D);
+    memcpy(y, keel_value_data(out[0]), sizeof(float) * B * H * S * D);
+  }
+  for (int i = 0; i < 4; i++) keel_value_release(in[i]);
+  for (int i = 0; i < 4; i++) keel_value_release(out[i]);
+}
+
+static void one(const char *what, int form, int opset, bool want_fused) {
+  static float y0[B * H * S * D], y1[B * H * S * D];
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *s0 = mb_session_opts(model(form, opset), opset, &plain);
+  CHECK(s0 != NULL);
+  if (!s0) return;
+  run(s0, y0);
+  CHECK(!has_fused(s0));
+  for (int threads = 1; threads <= 2; threads++) {
+    keel_options o = {.size = sizeof o, .threads = threads};
+    keel_session_t *s1 = mb_session_opts(model(form, opset), opset, &o);
+    CHECK(s1 != NULL);
+    if (!s1) break;
+    if (has_fused(s1) != want_fused) fprintf(stderr, "%s: fused %d\n", what, !want_fused);
+    CHECK(has_fused(s1) == want_fused);
+    memset(y1, 0, sizeof y1);
+    run(s1, y1);
+    double worst = 0;
+    for (int i = 0; i < B * H * S * D; i++)
+      worst = fmax(worst, fabs((double)y0[i] - y1[i]) / (1.0 + fabs((double)y0[i])));
+    if (!(worst <= 1e-5)) fprintf(stderr, "%s (%d threads): worst %g\n", what, threads, worst);
+    CHECK(worst <= 1e-5);
+    keel_session_destroy(s1);
+  }
+  keel_session_destroy(s0);
+}
+
+int main(void) {
+  fill();
+  one("add", F_ADD, 14, true);
+  one("add, mask first, Div scale", F_ADD_REV, 14, true);
+  one("causal Where -inf", F_CAUSAL, 14, true);
+  one("Where keeping where true, finite fill", F_WHERE_NOT, 14, true);
+  one("no mask, no scale (no float32 constant)", F_NONE, 14, false);
+  one("Transposes read elsewhere too", F_KEEP_T, 14, true);
+  one("opset 12 Softmax axis 3", F_ADD, 12, true);
+  one("Softmax over axis 2", F_AXIS, 14, false);
+  one("scores read twice", F_TWICE, 14, false);
+  return check_report();
+}
