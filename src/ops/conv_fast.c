@@ -256,4 +256,4 @@ static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
 
 static const keel_impl g_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release,
                                 dw_run};
-const keel_impl *const keel_conv_impls[] = {&g_dw, &keel_conv_pointwise, NULL};
+const keel_impl *const keel_conv_impls[] = {&g_dw, &keel_conv_dense, NULL};

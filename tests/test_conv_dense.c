@@ -1,12 +1,14 @@
-/* test_conv_pw.c: Conv's pointwise implementation (src/ops/conv_pw.c,
- * 1x1 convs as a blocked W x X product) against its reference kernel
+/* test_conv_dense.c: Conv's dense implementation (src/ops/conv_dense.c,
+ * group-1 convs as a blocked W x X product, X itself at 1x1, im2col
+ * chunks otherwise) against its reference kernel
  * (KEEL_OPT_REFERENCE_KERNELS: im2col + GEMM): channel counts on and off
  * the 8-channel tile, K past one 256-row slice, pixel counts on and off
  * the 32-pixel tile and past one 256-pixel chunk, batch > 1, with and
  * without bias, fused activations, on 1 and 3 threads, then a seeded
  * sweep of random shapes; plus 1x1 convs the kernel must hand back to the
  * reference at run time (stride 2, pads) or not take (group 2), which
- * must still match, and a malformed auto_pad, which must give the
+ * must still match, KxK windows (strides, pads, dilations, SAME pads)
+ * through im2col, and a malformed auto_pad, which must give the
  * reference's error. Where the CPU lacks AVX-512 the reference runs both
  * sides (the describe check says which). */
 #include <math.h>
@@ -22,7 +24,10 @@ typedef struct pw_case {
   bool bias;
   const char *act;             /* fused by the pass, or NULL             */
   const char *auto_pad;
+  int64_t k, d;                /* square kernel, dilation (0: 1)         */
 } pw_case;
+
+static int64_t ksz(const pw_case *t) { return t->k ? t->k : 1; }
 
 static uint32_t g_rng = 11;
 static float rnd(void) {
@@ -46,13 +51,14 @@ static bool have_avx512(void) {
 static mb_graph *model(const pw_case *t, const float *wt, const float *b) {
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){t->n, t->c, t->h, t->w});
-  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, 1, 1}, wt);
+  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, ksz(t), ksz(t)}, wt);
   if (t->bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){t->m}, b);
   mb_node *c = mb_add(g, "Conv", t->bias ? "x,w,b" : "x,w", t->act ? "c" : "y");
   if (t->group != 1) mb_attr_i(c, "group", t->group);
   if (t->s != 1) mb_attr_ints(c, "strides", 2, (int64_t[]){t->s, t->s});
   if (t->pad) mb_attr_ints(c, "pads", 4, (int64_t[]){t->pad, t->pad, t->pad, t->pad});
   if (t->auto_pad) mb_attr_s(c, "auto_pad", t->auto_pad);
+  if (t->d > 1) mb_attr_ints(c, "dilations", 2, (int64_t[]){t->d, t->d});
   if (t->act && !strcmp(t->act, "SiLUGated")) { /* x * Sigmoid(x), as exporters write SiLU */
     mb_add(g, "Sigmoid", "c", "h");
     mb_add(g, "Mul", "c,h", "y");
@@ -72,7 +78,7 @@ static keel_value_t *run(const pw_case *t, const float *x, const float *wt, cons
   if (!s) return NULL;
   char *d = NULL;
   if (!keel_session_describe(s, 0, &d)) {
-    bool fast = strstr(d, "Conv pointwise") != NULL;
+    bool fast = strstr(d, "Conv dense") != NULL;
     CHECK(fast == (!(flags & KEEL_OPT_REFERENCE_KERNELS) && t->group == 1 && have_avx512()));
     keel_free(d);
   }
@@ -90,7 +96,7 @@ static void compare(const pw_case *t, const keel_value_t *ref, const keel_value_
   if (keel_value_numel(got) != n || keel_value_rank(got) != 4) return;
   CHECK(!memcmp(keel_value_shape(ref), keel_value_shape(got), 4 * sizeof(int64_t)));
   /* summation order only: the error grows with the sum's length */
-  double tol = 1e-5 * sqrt((double)(t->c / t->group) + 1), worst = 0;
+  double tol = 1e-5 * sqrt((double)(t->c / t->group * ksz(t) * ksz(t)) + 1), worst = 0;
   const float *r = keel_value_data(ref), *g = keel_value_data(got);
   for (int64_t i = 0; i < n; i++)
     worst = fmax(worst, fabs((double)r[i] - g[i]) / (tol * (1 + fabs((double)r[i]))));
@@ -102,7 +108,7 @@ static void compare(const pw_case *t, const keel_value_t *ref, const keel_value_
 }
 
 static void one(const pw_case *t) {
-  int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group);
+  int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * ksz(t) * ksz(t);
   float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
   float *b = malloc(sizeof(float) * (size_t)t->m);
   for (int64_t i = 0; i < nx; i++) x[i] = rnd();
@@ -140,6 +146,9 @@ static void sweep(int count) {
     pw_case t = {pick(1, 2), pick(1, 70), pick(1, 40), pick(1, 24), pick(1, 24), 1, 0, 1,
                  pick(0, 1) == 1, acts[pick(0, 4)], NULL};
     one(&t);
+    /* a KxK window through im2col: the output must keep a pixel */
+    t.k = pick(2, 5), t.s = pick(1, 3), t.pad = pick(0, 2), t.d = pick(1, 2);
+    if (t.h + 2 * t.pad > (t.k - 1) * t.d && t.w + 2 * t.pad > (t.k - 1) * t.d) one(&t);
   }
 }
 
@@ -159,6 +168,13 @@ int main(void) {
       {1, 6, 10, 9, 11, 2, 0, 1, true, "Relu", NULL},         /* stride 2: reference      */
       {1, 6, 10, 9, 11, 1, 1, 1, true, NULL, NULL},           /* pads: reference          */
       {1, 6, 10, 9, 11, 1, 0, 2, true, NULL, NULL},           /* group 2: not bound       */
+      /* KxK windows, through im2col chunks */
+      {1, 3, 16, 64, 64, 2, 1, 1, true, "SiLUGated", NULL, 3, 1}, /* the detector's stem  */
+      {1, 32, 64, 20, 20, 2, 1, 1, true, "SiLUGated", NULL, 3, 1},
+      {1, 300, 20, 9, 9, 1, 1, 1, true, "Relu", NULL, 3, 1},  /* K = 2700: many slices    */
+      {2, 5, 9, 13, 17, 1, 2, 1, false, NULL, NULL, 5, 2},    /* dilation 2               */
+      {1, 4, 8, 10, 10, 3, 0, 1, true, NULL, "SAME_LOWER", 4, 1},
+      {1, 64, 64, 80, 80, 1, 1, 1, true, NULL, NULL, 3, 1},   /* chunks of 32 of 6400 px  */
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   sweep(40);

@@ -1,21 +1,21 @@
-/* conv_pw.c: pointwise Conv (1x1 kernel, stride 1, no pads, group 1,
- * float, W constant) as a direct blocked product, Y (M, P) = W (M, K) x
- * X (K, P) + B per image, where P is the image's pixel count. NCHW needs
- * no repacking of X for this: each of its K rows is P contiguous floats,
- * so a tile of MR = 8 output channels x NR = 32 pixels keeps its sixteen
- * 16-float sums in vector registers and each k step is two loads of X,
- * eight broadcasts of W and sixteen multiply-adds. W was regrouped at bind
- * (prepared state) into blocks of MR channels, k-major, so the eight
- * weights of a step are adjacent. The work is blocked for the caches:
- * columns in chunks of NC pixels and K in slices of KB rows, the tile's
- * sums going back to Y between slices; the first slice starts from the
- * bias. A pixel tail shorter than NR is copied to a zero-padded panel
- * and computed the same way. A fused activation (ir/pass_fuse.c) is
- * applied to each chunk's rows once its last slice is done, while hot.
- * Tasks (image, column chunk, part of the channel blocks) are spread over
- * the session's pool. Compiled for AVX-512; without it the node keeps
- * conv.c's im2col + GEMM reference (which also handles every other
- * shape and words the errors).
+/* conv_dense.c: group-1 2-D float Conv with a constant W as a blocked
+ * product, Y (M, P) = W (M, K) x X (K, P) + B per image, P the output
+ * pixels. A 1x1, stride-1, unpadded conv multiplies X itself: in NCHW each
+ * of its K = C rows is P contiguous floats. Any other window goes through
+ * conv.c's im2col, one column chunk (K = C*kh*kw rows, near 1 MB) at a
+ * time, per worker. A tile of MR = 8 output channels x NR = 32 pixels
+ * keeps its sixteen 16-float sums in vector registers; each k step is two
+ * loads of X, eight broadcasts of W and sixteen multiply-adds. W was
+ * regrouped at bind (prepared state) into blocks of MR channels, k-major,
+ * so the eight weights of a step are adjacent. K goes in slices of KB
+ * rows, the tile's sums going back to Y between slices; the first slice
+ * starts from the bias. A pixel tail shorter than NR is copied to a
+ * zero-padded panel and computed the same way. A fused activation
+ * (ir/pass_fuse.c) is applied to each chunk's rows once its last slice is
+ * done, while hot. Tasks (image, column chunk, part of the channel
+ * blocks) are spread over the session's pool. Compiled for AVX-512;
+ * without it the node keeps conv.c's im2col + GEMM reference (which also
+ * handles every other shape and words the errors).
  */
 #include <stdatomic.h>
 
@@ -26,23 +26,27 @@
 #define MR 8                    /* output channels per tile               */
 #define NR 32                   /* pixels per tile: two 16-float vectors  */
 #define KB 256                  /* rows of X per slice                    */
-#define NC 256                  /* pixels per column chunk                */
+#define NC 256                  /* pixels per chunk straight from X       */
 
 typedef float pw_v __attribute__((vector_size(16 * sizeof(float))));
 
-/* Prepared state: W (M, K, 1, 1) as [ceil(M/MR)][K][MR], tail rows zero. */
+/* Prepared state: W (M, C, kh, kw) as [ceil(M/MR)][K = C*kh*kw][MR], the
+ * tail rows zero. */
 typedef struct pw_prep {
-  int64_t m, k, nblocks;
+  int64_t m, k, c, kh, kw, nblocks; /* k = c * kh * kw                    */
   const float *w;
 } pw_prep;
 
 typedef struct pw_job {
-  int64_t m, k, p;              /* channels out, in; pixels per image     */
-  int64_t nchunks, nparts, per_part; /* tasks = images x chunks x parts   */
-  const float *x, *b;           /* (N, K, P), (M) or NULL                 */
+  keel_win w;                   /* the conv's 2 spatial dims              */
+  bool cols;                    /* not 1x1 stride 1 unpadded: im2col      */
+  int64_t m, k, c, p;           /* channels out; rows of X (c * taps), channels in; output pixels */
+  int64_t nc, nchunks, nparts, per_part; /* tasks = images x chunks x parts */
+  const float *x, *b;           /* (N, C, H, W), (M) or NULL              */
   const pw_prep *prep;
   float *y;                     /* (N, M, P)                              */
-  float *scratch;               /* per worker: KB x NR panel, MR x NR     */
+  float *scratch;               /* per worker: KB x NR panel, MR x NR, col (k, nc) */
+  size_t per_worker;            /* floats of scratch per worker           */
   keel_act act;
 } pw_job;
 
@@ -120,64 +124,91 @@ static void pw_tail(pw_tile_fn tile, const float *w, const float *xt, int64_t kn
   for (int r = 0; r < mr; r++) memcpy(y + r * ldy, yt + r * NR, sizeof(float) * (size_t)nt);
 }
 
-/* Channel blocks [mb0, mb1) of one image's column chunk [c0, c1), one
- * K slice [k0, k0+kn). */
-static void pw_slice(const pw_job *j, pw_tile_fn tile, const float *x, float *y, int64_t mb0,
-                     int64_t mb1, int64_t c0, int64_t c1, int64_t k0, int64_t kn, float *xt,
-                     float *yt) {
-  int64_t P = j->p, full = c0 + (c1 - c0) / NR * NR, nt = c1 - full;
+/* Channel blocks [mb0, mb1) of ncols columns, one K slice [k0, k0+kn):
+ * x (K, ncols) with row stride ldx, y (M, ncols) with row stride ldy. */
+static void pw_slice(const pw_job *j, pw_tile_fn tile, const float *x, int64_t ldx, float *y,
+                     int64_t ldy, int64_t mb0, int64_t mb1, int64_t ncols, int64_t k0,
+                     int64_t kn, float *xt, float *yt) {
+  int64_t full = ncols / NR * NR, nt = ncols - full;
   int first = k0 == 0;
-  if (nt) pw_panel(x + k0 * P + full, P, kn, nt, xt);
+  if (nt) pw_panel(x + k0 * ldx + full, ldx, kn, nt, xt);
   for (int64_t mb = mb0; mb < mb1; mb++) {
     int mr = (int)KEEL_MIN(MR, j->m - mb * MR);
     float bias[MR] = {0};
     if (j->b) memcpy(bias, j->b + mb * MR, sizeof(float) * (size_t)mr);
     const float *w = j->prep->w + (mb * j->k + k0) * MR;
-    float *ym = y + mb * MR * P;
-    for (int64_t n0 = c0; n0 < full; n0 += NR)
-      tile(w, x + k0 * P + n0, P, kn, ym + n0, P, bias, first, mr);
-    if (nt) pw_tail(tile, w, xt, kn, ym + full, P, nt, bias, first, mr, yt);
+    float *ym = y + mb * MR * ldy;
+    for (int64_t n0 = 0; n0 < full; n0 += NR)
+      tile(w, x + k0 * ldx + n0, ldx, kn, ym + n0, ldy, bias, first, mr);
+    if (nt) pw_tail(tile, w, xt, kn, ym + full, ldy, nt, bias, first, mr, yt);
   }
 }
 
 static keel_status pw_tasks(void *ctx, int64_t b, int64_t e, int worker) {
   const pw_job *j = ctx;
   pw_tile_fn tile = atomic_load_explicit(&g_pw_tile, memory_order_relaxed);
-  float *xt = j->scratch + (size_t)worker * (KB * NR + MR * NR), *yt = xt + KB * NR;
+  float *xt = j->scratch + (size_t)worker * j->per_worker, *yt = xt + KB * NR;
+  float *col = yt + MR * NR;
   for (int64_t t = b; t < e; t++) {
     int64_t n = t / (j->nchunks * j->nparts), r = t % (j->nchunks * j->nparts);
-    int64_t c0 = (r / j->nparts) * NC, c1 = KEEL_MIN(j->p, c0 + NC);
+    int64_t c0 = (r / j->nparts) * j->nc, c1 = KEEL_MIN(j->p, c0 + j->nc);
     int64_t mb0 = (r % j->nparts) * j->per_part;
     int64_t mb1 = KEEL_MIN(j->prep->nblocks, mb0 + j->per_part);
-    const float *x = j->x + n * j->k * j->p;
-    float *y = j->y + n * j->m * j->p;
+    const float *x = j->x + n * j->c * j->w.in_size + c0; /* X's chunk, row stride p */
+    int64_t ldx = j->p;
+    if (j->cols) { /* the chunk's columns, (k, c1 - c0) */
+      keel_conv_im2col(&j->w, false, j->x + n * j->c * j->w.in_size, j->c, c0, c1 - c0, col);
+      x = col, ldx = c1 - c0;
+    }
+    float *y = j->y + n * j->m * j->p + c0;
     for (int64_t k0 = 0; k0 < j->k; k0 += KB)
-      pw_slice(j, tile, x, y, mb0, mb1, c0, c1, k0, KEEL_MIN(KB, j->k - k0), xt, yt);
+      pw_slice(j, tile, x, ldx, y, j->p, mb0, mb1, c1 - c0, k0, KEEL_MIN(KB, j->k - k0), xt, yt);
     for (int64_t m = mb0 * MR; m < KEEL_MIN(j->m, mb1 * MR); m++)
-      keel_act_apply_f32(&j->act, y + m * j->p + c0, c1 - c0);
+      keel_act_apply_f32(&j->act, y + m * j->p, c1 - c0);
   }
   return KEEL_OK;
 }
 
 /* ======================================================= the kernel */
 
-/* kernel_shape, when given, must be 1x1; strides, dilations, pads and
- * auto_pad are read as the reference reads them (so a malformed one
- * takes the reference and its error) and must leave a stride-1 conv with
- * no padding (dilations do not matter at 1x1). */
-static bool pw_attrs_ok(keel_kctx *k, const keel_tensor *x) {
+/* The window as the reference reads it (a malformed attribute gives
+ * false: the reference then, with its error); kernel_shape, when given,
+ * must be W's. */
+static bool pw_window(keel_kctx *k, const keel_tensor *x, const pw_prep *prep, keel_win *w) {
   int n;
   const int64_t *v = keel_k_attr_ints(k, "kernel_shape", &n);
-  if (n && (n != 2 || v[0] != 1 || v[1] != 1)) return false;
-  keel_win w = {.nd = 2};
-  for (int i = 0; i < 2; i++) w.in[i] = x->shape[2 + i], w.k[i] = 1;
-  if (keel_win_read(k, &w) || keel_win_forward(&w, false)) {
+  if (n && (n != 2 || v[0] != prep->kh || v[1] != prep->kw)) return false;
+  *w = (keel_win){.nd = 2};
+  w->in[0] = x->shape[2], w->in[1] = x->shape[3], w->k[0] = prep->kh, w->k[1] = prep->kw;
+  if (keel_win_read(k, w) || keel_win_forward(w, false)) {
     keel_err_clear();
     return false;
   }
-  for (int i = 0; i < 2; i++)
-    if (w.s[i] != 1 || w.pb[i] || w.pe[i]) return false;
   return true;
+}
+
+/* Column chunk: NC pixels straight from X; through im2col, as many
+ * whole tiles as keep col (k, nc) near 1 MB (the L2), one at least. */
+static int64_t pw_chunk(const pw_job *j) {
+  if (!j->cols) return NC;
+  int64_t nc = ((int64_t)1 << 20) / (4 * j->k) / NR * NR;
+  return KEEL_MIN(KEEL_MAX(nc, NR), j->p);
+}
+
+static keel_status pw_start(keel_kctx *k, pw_job *j, int64_t images) {
+  int threads = keel_pool_threads(k->pool);
+  const pw_prep *prep = j->prep;
+  j->nc = pw_chunk(j);
+  j->nchunks = (j->p + j->nc - 1) / j->nc;
+  int64_t tasks = images * j->nchunks, want = 4 * (int64_t)threads;
+  j->nparts = threads > 1 && tasks < want ? KEEL_MIN((want + tasks - 1) / tasks, prep->nblocks) : 1;
+  j->per_part = (prep->nblocks + j->nparts - 1) / j->nparts;
+  j->nparts = (prep->nblocks + j->per_part - 1) / j->per_part;
+  j->per_worker = (size_t)(KB * NR + MR * NR + (j->cols ? j->k * j->nc : 0));
+  void *s;
+  KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * (int64_t)j->per_worker, sizeof(float), &s));
+  j->scratch = s;
+  return keel_pool_for(k->pool, tasks * j->nparts, 1, pw_tasks, j);
 }
 
 static keel_status pw_run(keel_kctx *k) {
@@ -186,43 +217,38 @@ static keel_status pw_run(keel_kctx *k) {
   KEEL_TRY(keel_k_in(k, 1, &wt));
   KEEL_TRY(keel_k_in_opt(k, 2, &b));
   const pw_prep *prep = k->prep;
+  pw_job j = {.m = prep->m, .k = prep->k, .c = prep->c, .prep = prep};
   /* anything unusual gets the reference, which also words the errors */
-  if (x->dtype != KEEL_FLOAT || x->rank != 4 || wt->rank != 4 || x->shape[1] != prep->k ||
-      wt->shape[0] != prep->m || wt->shape[1] != prep->k || wt->shape[2] != 1 ||
-      wt->shape[3] != 1 || (b && (b->rank != 1 || b->shape[0] != prep->m)) ||
+  if (x->dtype != KEEL_FLOAT || x->rank != 4 || wt->rank != 4 || x->shape[1] != prep->c ||
+      wt->shape[0] != prep->m || wt->shape[1] != prep->c || wt->shape[2] != prep->kh ||
+      wt->shape[3] != prep->kw || (b && (b->rank != 1 || b->shape[0] != prep->m)) ||
       keel_k_attr_i(k, "group", 1) != 1 || (b && b->dtype != KEEL_FLOAT) ||
-      !pw_attrs_ok(k, x))
+      !pw_window(k, x, prep, &j.w))
     return keel_op_conv_ref(k);
-  pw_job j = {.m = prep->m, .k = prep->k, .p = x->shape[2] * x->shape[3], .x = x->data,
-              .b = b ? b->data : NULL, .prep = prep};
+  const keel_win *w = &j.w;
+  j.cols = w->k_size != 1;
+  for (int i = 0; i < 2; i++) j.cols |= w->s[i] != 1 || w->pb[i] || w->pe[i];
+  j.p = w->out_size, j.x = x->data, j.b = b ? b->data : NULL;
   KEEL_TRY(keel_act_of(k->node, &j.act));
   keel_tensor *y;
-  int64_t shape[4] = {x->shape[0], prep->m, x->shape[2], x->shape[3]};
+  int64_t shape[4] = {x->shape[0], prep->m, w->out[0], w->out[1]};
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, shape, &y));
   if (x->shape[0] == 0 || j.p == 0) return KEEL_OK;
+  /* Y is the bias (no channels, or an empty input padded to an output):
+   * the reference's case */
+  if (j.c == 0 || w->in_size == 0) return keel_op_conv_ref(k);
   j.y = y->data;
-  if (j.k == 0) return keel_op_conv_ref(k); /* Y is the bias: the reference's case */
-  int threads = keel_pool_threads(k->pool);
-  j.nchunks = (j.p + NC - 1) / NC;
-  int64_t tasks = x->shape[0] * j.nchunks, want = 4 * (int64_t)threads;
-  j.nparts = threads > 1 && tasks < want ? KEEL_MIN((want + tasks - 1) / tasks, prep->nblocks) : 1;
-  j.per_part = (prep->nblocks + j.nparts - 1) / j.nparts;
-  j.nparts = (prep->nblocks + j.per_part - 1) / j.per_part;
-  void *s;
-  KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * (KB * NR + MR * NR), sizeof(float), &s));
-  j.scratch = s;
-  return keel_pool_for(k->pool, tasks * j.nparts, 1, pw_tasks, &j);
+  return pw_start(k, &j, x->shape[0]);
 }
 
-/* Pointwise when W is a constant float (M, K, 1, 1), group 1, and the
- * CPU has AVX-512. */
+/* Dense when W is a constant float (M, C, kh, kw) with taps, group 1, and
+ * the CPU has AVX-512. */
 static bool pw_supports(const keel_prep_ctx *p) {
   const keel_node *n = p->node;
   const keel_tensor *wt = n->n_in > 1 ? p->consts[1] : NULL;
   const keel_attr *g = keel_node_attr(n, "group");
-  if (!wt || wt->dtype != KEEL_FLOAT || wt->rank != 4 || wt->shape[2] != 1 || wt->shape[3] != 1)
-    return false;
-  if ((g && g->i != 1) || wt->shape[0] < 1 || wt->shape[1] < 1) return false;
+  if (!wt || wt->dtype != KEEL_FLOAT || wt->rank != 4 || keel_tensor_numel(wt) == 0) return false;
+  if (g && g->i != 1) return false;
   if (!atomic_load(&g_pw_picked)) { /* same on every thread */
     atomic_store(&g_pw_tile, pw_pick());
     atomic_store(&g_pw_picked, 1);
@@ -230,16 +256,17 @@ static bool pw_supports(const keel_prep_ctx *p) {
   return atomic_load(&g_pw_tile) != NULL;
 }
 
-/* Regroups the constant W into [M/MR][K][MR]. */
+/* Regroups the constant W, as (M, K = C*kh*kw), into [M/MR][K][MR]. */
 static keel_status pw_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
-  int64_t m = wt->shape[0], kk = wt->shape[1], nb = (m + MR - 1) / MR;
+  int64_t m = wt->shape[0], kk = wt->shape[1] * wt->shape[2] * wt->shape[3];
+  int64_t nb = (m + MR - 1) / MR;
   size_t bytes = sizeof(pw_prep) + KEEL_ALIGN + (size_t)(nb * kk * MR) * sizeof(float);
   void *blk;
   KEEL_TRY(keel_prep_alloc(p, bytes, &blk));
   pw_prep *d = blk;
   float *w = (float *)(void *)((uint8_t *)blk + KEEL_ALIGN);
-  *d = (pw_prep){m, kk, nb, w};
+  *d = (pw_prep){m, kk, wt->shape[1], wt->shape[2], wt->shape[3], nb, w};
   const float *src = wt->data;
   memset(w, 0, (size_t)(nb * kk * MR) * sizeof(float));
   for (int64_t o = 0; o < m; o++)
@@ -248,5 +275,5 @@ static keel_status pw_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-const keel_impl keel_conv_pointwise = {"pointwise", pw_supports, pw_prepare,
-                                       keel_prep_block_release, pw_run};
+const keel_impl keel_conv_dense = {"dense", pw_supports, pw_prepare, keel_prep_block_release,
+                                   pw_run};
