@@ -5,11 +5,10 @@
  * the 8-channel tile, K past one 256-row slice, pixel counts on and off
  * the 32-pixel tile and past one 256-pixel chunk, batch > 1, with and
  * without bias, fused activations, on 1 and 3 threads, then a seeded
- * sweep of random shapes; plus 1x1 convs the kernel must hand back to the
- * reference at run time (stride 2, pads) or not take (group 2), which
- * must still match, KxK windows (strides, pads, dilations, SAME pads)
- * through im2col, and a malformed auto_pad, which must give the
- * reference's error. Where the CPU lacks AVX-512 the reference runs both
+ * sweep of random shapes, 1x1 and KxK; 1x1 convs with a stride or pads
+ * and KxK windows (strides, pads, dilations, SAME pads) go through
+ * im2col chunks; group 2 is not taken and must still match; a malformed
+ * auto_pad must give the reference's error. Where the CPU lacks AVX-512 the reference runs both
  * sides (the describe check says which). */
 #include <math.h>
 #include <stdbool.h>
@@ -131,7 +130,7 @@ static void one(const pw_case *t) {
 /* A malformed auto_pad: the kernel hands the node to the reference, so
  * both give the reference's error. */
 static void bad_auto_pad(void) {
-  pw_case t = {1, 4, 8, 3, 3, 1, 0, 1, true, NULL, "SIDEWAYS"};
+  pw_case t = {1, 4, 8, 3, 3, 1, 0, 1, true, NULL, "SIDEWAYS", 0, 0};
   float x[36] = {0}, wt[32] = {0}, b[8] = {0};
   keel_status want, got;
   keel_value_t *r = run(&t, x, wt, b, KEEL_OPT_REFERENCE_KERNELS, 1, &want);
@@ -144,7 +143,7 @@ static void sweep(int count) {
   static const char *acts[] = {NULL, "Relu", "SiLUGated", "Clip", "HardSigmoid"};
   for (int i = 0; i < count; i++) {
     pw_case t = {pick(1, 2), pick(1, 70), pick(1, 40), pick(1, 24), pick(1, 24), 1, 0, 1,
-                 pick(0, 1) == 1, acts[pick(0, 4)], NULL};
+                 pick(0, 1) == 1, acts[pick(0, 4)], NULL, 0, 0};
     one(&t);
     /* a KxK window through im2col: the output must keep a pixel */
     t.k = pick(2, 5), t.s = pick(1, 3), t.pad = pick(0, 2), t.d = pick(1, 2);
@@ -154,20 +153,20 @@ static void sweep(int count) {
 
 int main(void) {
   const pw_case cases[] = {
-      {1, 16, 16, 112, 112, 1, 0, 1, true, "Relu", NULL},     /* MobileNetV3's first 1x1 */
-      {1, 960, 40, 7, 7, 1, 0, 1, true, "SiLUGated", NULL},   /* K: four slices           */
-      {1, 300, 9, 14, 14, 1, 0, 1, false, NULL, NULL},        /* K past one slice         */
-      {2, 3, 17, 16, 20, 1, 0, 1, true, "Clip", NULL},        /* 320 pixels: two chunks   */
-      {1, 5, 8, 1, 32, 1, 0, 1, true, NULL, NULL},            /* one whole tile           */
-      {1, 5, 7, 1, 33, 1, 0, 1, true, "HardSigmoid", NULL},   /* a one-pixel tail         */
-      {1, 7, 1, 1, 31, 1, 0, 1, false, NULL, NULL},           /* only a tail, one channel */
-      {3, 1, 5, 1, 1, 1, 0, 1, true, "Tanh", NULL},           /* one pixel                */
-      {1, 64, 255, 20, 20, 1, 0, 1, true, NULL, NULL},        /* the detector's head      */
-      {1, 8, 8, 9, 9, 1, 0, 1, true, NULL, "SAME_UPPER"},     /* pads nothing at 1x1      */
-      {1, 8, 8, 9, 9, 1, 0, 1, true, NULL, "VALID"},
-      {1, 6, 10, 9, 11, 2, 0, 1, true, "Relu", NULL},         /* stride 2: reference      */
-      {1, 6, 10, 9, 11, 1, 1, 1, true, NULL, NULL},           /* pads: reference          */
-      {1, 6, 10, 9, 11, 1, 0, 2, true, NULL, NULL},           /* group 2: not bound       */
+      {1, 16, 16, 112, 112, 1, 0, 1, true, "Relu", NULL, 0, 0},     /* MobileNetV3's first 1x1 */
+      {1, 960, 40, 7, 7, 1, 0, 1, true, "SiLUGated", NULL, 0, 0},   /* K: four slices           */
+      {1, 300, 9, 14, 14, 1, 0, 1, false, NULL, NULL, 0, 0},        /* K past one slice         */
+      {2, 3, 17, 16, 20, 1, 0, 1, true, "Clip", NULL, 0, 0},        /* 320 pixels: two chunks   */
+      {1, 5, 8, 1, 32, 1, 0, 1, true, NULL, NULL, 0, 0},            /* one whole tile           */
+      {1, 5, 7, 1, 33, 1, 0, 1, true, "HardSigmoid", NULL, 0, 0},   /* a one-pixel tail         */
+      {1, 7, 1, 1, 31, 1, 0, 1, false, NULL, NULL, 0, 0},           /* only a tail, one channel */
+      {3, 1, 5, 1, 1, 1, 0, 1, true, "Tanh", NULL, 0, 0},           /* one pixel                */
+      {1, 64, 255, 20, 20, 1, 0, 1, true, NULL, NULL, 0, 0},        /* the detector's head      */
+      {1, 8, 8, 9, 9, 1, 0, 1, true, NULL, "SAME_UPPER", 0, 0},     /* pads nothing at 1x1      */
+      {1, 8, 8, 9, 9, 1, 0, 1, true, NULL, "VALID", 0, 0},
+      {1, 6, 10, 9, 11, 2, 0, 1, true, "Relu", NULL, 0, 0},         /* stride 2: im2col         */
+      {1, 6, 10, 9, 11, 1, 1, 1, true, NULL, NULL, 0, 0},           /* pads: im2col             */
+      {1, 6, 10, 9, 11, 1, 0, 2, true, NULL, NULL, 0, 0},           /* group 2: not bound       */
       /* KxK windows, through im2col chunks */
       {1, 3, 16, 64, 64, 2, 1, 1, true, "SiLUGated", NULL, 3, 1}, /* the detector's stem  */
       {1, 32, 64, 20, 20, 2, 1, 1, true, "SiLUGated", NULL, 3, 1},

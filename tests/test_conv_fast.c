@@ -5,7 +5,8 @@
  * x * HardSigmoid(x) and x * Sigmoid(x) forms included), on 1 and 3
  * threads, then a seeded sweep of random shapes (rows wider than one
  * vector, heights not a multiple of the 4-row block, strides up to 3,
- * dilations up to 3, pads up to the kernel's size); plus cases the fast kernel must hand back to the reference (a
+ * dilations up to 3, pads up to the kernel's size); plus cases the fast
+ * kernel must hand back to the reference (a
  * channel count that does not match group: the same error). */
 #include <math.h>
 #include <stdbool.h>
@@ -40,7 +41,7 @@ static mb_graph *model(const dw_case *t, const float *wt, const float *b) {
   mb_attr_ints(c, "dilations", 2, t->d);
   if (t->auto_pad) mb_attr_s(c, "auto_pad", t->auto_pad);
   else mb_attr_ints(c, "pads", 4, t->pads);
-  if (t->act && !strcmp(t->act, "HardSwishGated")) { /* x * HardSigmoid(x), as opset 13 exports it */
+  if (t->act && !strcmp(t->act, "HardSwishGated")) { /* x * HardSigmoid(x): opset 13's form */
     mb_attr_f(mb_add(g, "HardSigmoid", "c", "h"), "alpha", 1.0f / 6);
     mb_add(g, "Mul", "c,h", "y");
   } else if (t->act && !strcmp(t->act, "SiLUGated")) {

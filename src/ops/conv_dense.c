@@ -119,7 +119,8 @@ static void pw_panel(const float *x, int64_t ldx, int64_t kn, int64_t nt, float 
 /* The tail tile through the panel: y's nt columns staged in yt. */
 static void pw_tail(pw_tile_fn tile, const float *w, const float *xt, int64_t kn, float *y,
                     int64_t ldy, int64_t nt, const float *bias, int first, int mr, float *yt) {
-  for (int r = 0; r < mr && !first; r++) memcpy(yt + r * NR, y + r * ldy, sizeof(float) * (size_t)nt);
+  for (int r = 0; r < mr && !first; r++)
+    memcpy(yt + r * NR, y + r * ldy, sizeof(float) * (size_t)nt);
   tile(w, xt, NR, kn, yt, NR, bias, first, mr);
   for (int r = 0; r < mr; r++) memcpy(y + r * ldy, yt + r * NR, sizeof(float) * (size_t)nt);
 }
