@@ -52,11 +52,55 @@ typedef struct dw_job {
 
 /* ============================================================ planes */
 
-/* One plane: p is the padded, phase-split input, wt its kh*kw taps;
- * writes the (OH, OW) output y. Row oy of the output reads rows
+/* The copy into the padded plane is inlined into each compiled plane
+ * function, so it vectorizes for that instruction set too. */
+#define DW_INLINE static inline __attribute__((always_inline))
+
+static int64_t dw_ceil_div(int64_t a, int64_t b) { /* b > 0 */
+  return a >= 0 ? (a + b - 1) / b : -(-a / b);
+}
+
+/* One padded row r of p: phase f, index i holds padded column f + s*i,
+ * i.e. input column f + s*i - pl, zero outside the image. */
+DW_INLINE void dw_pad_row(const dw_job *j, const float *src, float *row) {
+  int64_t W = j->w.in[1], pl = j->w.pb[1], s = j->w.s[1], L = j->L;
+  if (s == 1) {
+    int64_t i0 = KEEL_MIN(KEEL_MAX(pl, 0), L), i1 = KEEL_MAX(KEEL_MIN(pl + W, L), i0);
+    memset(row, 0, sizeof(float) * (size_t)i0);
+    if (i1 > i0) memcpy(row + i0, src + i0 - pl, sizeof(float) * (size_t)(i1 - i0));
+    memset(row + i1, 0, sizeof(float) * (size_t)(L - i1));
+    return;
+  }
+  for (int64_t f = 0; f < s; f++) { /* i in [i0, i1): inside the image */
+    float *ph = row + f * L;
+    int64_t i0 = KEEL_MIN(KEEL_MAX(dw_ceil_div(pl - f, s), 0), L);
+    int64_t i1 = KEEL_MAX(KEEL_MIN(dw_ceil_div(pl + W - f, s), L), i0);
+    const float *sp = src + f - pl;
+    memset(ph, 0, sizeof(float) * (size_t)i0);
+    if (s == 2) /* a constant stride: it vectorizes */
+      for (int64_t i = i0; i < i1; i++) ph[i] = sp[2 * i];
+    else
+      for (int64_t i = i0; i < i1; i++) ph[i] = sp[s * i];
+    memset(ph + i1, 0, sizeof(float) * (size_t)(L - i1));
+  }
+}
+
+/* p (hp, rs) = plane x (H, W) padded and phase-split. */
+DW_INLINE void dw_pad(const dw_job *j, const float *x, float *p) {
+  int64_t H = j->w.in[0], W = j->w.in[1], pt = j->w.pb[0];
+  for (int64_t r = 0; r < j->hp; r++) {
+    int64_t iy = r - pt;
+    if (iy < 0 || iy >= H) memset(p + r * j->rs, 0, sizeof(float) * (size_t)j->rs);
+    else dw_pad_row(j, x + iy * W, p + r * j->rs);
+  }
+}
+
+/* One plane: x (H, W) is copied into p padded and phase-split, then
+ * with wt, its kh*kw taps, gives the (OH, OW) output y. Row oy of the output reads rows
  * oy*sh + ky*dh of p (the rows past OH's last block of DR are zeros). */
 #define DW_LD(v, q) memcpy(&(v), (q), sizeof(v))
 #define DW_PLANE_BODY                                                                   \
+  dw_pad(j, x, p);                                                                     \
   int64_t OH = j->w.out[0], OW = j->w.out[1], taps = j->w.k_size;                      \
   int64_t step = j->w.s[0] * j->rs;                                                    \
   const int64_t *off = j->off;                                                         \
@@ -86,22 +130,22 @@ typedef struct dw_job {
     }                                                                                  \
   }
 
-typedef void (*dw_plane_fn)(const dw_job *j, const float *p, const float *wt, float bias,
-                            float *y);
+typedef void (*dw_plane_fn)(const dw_job *j, const float *x, float *p, const float *wt,
+                            float bias, float *y);
 
-static void dw_plane_base(const dw_job *j, const float *p, const float *wt, float bias,
-                          float *y) {
+static void dw_plane_base(const dw_job *j, const float *x, float *p, const float *wt,
+                          float bias, float *y) {
   DW_PLANE_BODY
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2,fma"))) static void dw_plane_avx2(const dw_job *j, const float *p,
-                                                              const float *wt, float bias,
-                                                              float *y) {
+__attribute__((target("avx2,fma"))) static void dw_plane_avx2(const dw_job *j, const float *x,
+                                                              float *p, const float *wt,
+                                                              float bias, float *y) {
   DW_PLANE_BODY
 }
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) static void dw_plane_avx512(
-    const dw_job *j, const float *p, const float *wt, float bias, float *y) {
+    const dw_job *j, const float *x, float *p, const float *wt, float bias, float *y) {
   DW_PLANE_BODY
 }
 #endif
@@ -117,42 +161,6 @@ static dw_plane_fn dw_pick(void) {
 
 static _Atomic(dw_plane_fn) g_dw_plane; /* picked once, at the first bind */
 
-static int64_t dw_ceil_div(int64_t a, int64_t b) { /* b > 0 */
-  return a >= 0 ? (a + b - 1) / b : -(-a / b);
-}
-
-/* One padded row r of p: phase f, index i holds padded column f + s*i,
- * i.e. input column f + s*i - pl, zero outside the image. */
-static void dw_pad_row(const dw_job *j, const float *src, float *row) {
-  int64_t W = j->w.in[1], pl = j->w.pb[1], s = j->w.s[1], L = j->L;
-  if (s == 1) {
-    int64_t i0 = KEEL_MIN(KEEL_MAX(pl, 0), L), i1 = KEEL_MAX(KEEL_MIN(pl + W, L), i0);
-    memset(row, 0, sizeof(float) * (size_t)i0);
-    if (i1 > i0) memcpy(row + i0, src + i0 - pl, sizeof(float) * (size_t)(i1 - i0));
-    memset(row + i1, 0, sizeof(float) * (size_t)(L - i1));
-    return;
-  }
-  for (int64_t f = 0; f < s; f++) { /* i in [i0, i1): inside the image */
-    float *ph = row + f * L;
-    int64_t i0 = KEEL_MIN(KEEL_MAX(dw_ceil_div(pl - f, s), 0), L);
-    int64_t i1 = KEEL_MAX(KEEL_MIN(dw_ceil_div(pl + W - f, s), L), i0);
-    const float *sp = src + f - pl;
-    memset(ph, 0, sizeof(float) * (size_t)i0);
-    for (int64_t i = i0; i < i1; i++) ph[i] = sp[s * i];
-    memset(ph + i1, 0, sizeof(float) * (size_t)(L - i1));
-  }
-}
-
-/* p (hp, rs) = plane x (H, W) padded and phase-split. */
-static void dw_pad(const dw_job *j, const float *x, float *p) {
-  int64_t H = j->w.in[0], W = j->w.in[1], pt = j->w.pb[0];
-  for (int64_t r = 0; r < j->hp; r++) {
-    int64_t iy = r - pt;
-    if (iy < 0 || iy >= H) memset(p + r * j->rs, 0, sizeof(float) * (size_t)j->rs);
-    else dw_pad_row(j, x + iy * W, p + r * j->rs);
-  }
-}
-
 static keel_status dw_planes(void *ctx, int64_t b, int64_t e, int worker) {
   const dw_job *j = ctx;
   float *p = j->pad + (size_t)worker * (size_t)(j->hp * j->rs);
@@ -160,9 +168,8 @@ static keel_status dw_planes(void *ctx, int64_t b, int64_t e, int worker) {
   dw_plane_fn plane = atomic_load_explicit(&g_dw_plane, memory_order_relaxed);
   for (int64_t i = b; i < e; i++) { /* plane i = image i / c, channel i % c */
     int64_t ch = i % j->c;
-    dw_pad(j, j->x + i * in, p);
     float *y = j->y + i * out;
-    plane(j, p, j->prep->w + ch * taps, j->b ? j->b[ch] : 0.0f, y);
+    plane(j, j->x + i * in, p, j->prep->w + ch * taps, j->b ? j->b[ch] : 0.0f, y);
     keel_act_apply_f32(&j->act, y, out);
   }
   return KEEL_OK;
