@@ -26,6 +26,7 @@
 #define MR 8                    /* output channels per tile               */
 #define NR 32                   /* pixels per tile: two 16-float vectors  */
 #define KB 256                  /* rows of X per slice                    */
+#define MIN_PIXELS 16            /* fewer: the reference (see pw_run)      */
 #define NC 256                  /* pixels per chunk straight from X       */
 
 typedef float pw_v __attribute__((vector_size(16 * sizeof(float))));
@@ -238,6 +239,10 @@ static keel_status pw_run(keel_kctx *k) {
   /* Y is the bias (no channels, or an empty input padded to an output):
    * the reference's case */
   if (j.c == 0 || w->in_size == 0) return keel_op_conv_ref(k);
+  /* a few pixels (a squeeze-excite block's 1x1 convs on pooled 1x1
+   * maps): a tile would be mostly padding; the reference's GEMM is a
+   * matrix-vector product there */
+  if (j.p < MIN_PIXELS) return keel_op_conv_ref(k);
   j.y = y->data;
   return pw_start(k, &j, x->shape[0]);
 }
