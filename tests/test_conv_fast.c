@@ -1,8 +1,12 @@
 /* test_conv_fast.c: Conv's faster implementations (src/ops/conv_fast.c)
  * against its reference kernel (KEEL_OPT_REFERENCE_KERNELS): depthwise
  * convs over odd sizes, strides, dilations, asymmetric and SAME pads,
- * batch > 1, with and without bias, with a fused activation, on 1 and 3
- * threads; plus cases the fast kernel must hand back to the reference (a
+ * batch > 1, with and without bias, with a fused activation (the gated
+ * x * HardSigmoid(x) and x * Sigmoid(x) forms included), on 1 and 3
+ * threads, then a seeded sweep of random shapes (rows wider than one
+ * vector, heights not a multiple of the 4-row block, strides up to 3,
+ * dilations up to 3, pads up to the kernel's size); plus cases the fast
+ * kernel must hand back to the reference (a
  * channel count that does not match group: the same error). */
 #include <math.h>
 #include <stdbool.h>
@@ -37,7 +41,15 @@ static mb_graph *model(const dw_case *t, const float *wt, const float *b) {
   mb_attr_ints(c, "dilations", 2, t->d);
   if (t->auto_pad) mb_attr_s(c, "auto_pad", t->auto_pad);
   else mb_attr_ints(c, "pads", 4, t->pads);
-  if (t->act) mb_add(g, t->act, "c", "y");
+  if (t->act && !strcmp(t->act, "HardSwishGated")) { /* x * HardSigmoid(x): opset 13's form */
+    mb_attr_f(mb_add(g, "HardSigmoid", "c", "h"), "alpha", 1.0f / 6);
+    mb_add(g, "Mul", "c,h", "y");
+  } else if (t->act && !strcmp(t->act, "SiLUGated")) {
+    mb_add(g, "Sigmoid", "c", "h");
+    mb_add(g, "Mul", "c,h", "y");
+  } else if (t->act) {
+    mb_add(g, t->act, "c", "y");
+  }
   mb_output(g, "y", KEEL_FLOAT, -1, NULL);
   return g;
 }
@@ -95,6 +107,27 @@ static void one(const dw_case *t) {
   free(x), free(wt), free(b);
 }
 
+static int64_t pick(int64_t lo, int64_t hi) { /* uniform in [lo, hi] */
+  g_rng = g_rng * 1664525u + 1013904223u;
+  return lo + (int64_t)((g_rng >> 8) % (uint32_t)(hi - lo + 1));
+}
+
+/* Random shapes: the output must keep at least one pixel. */
+static void sweep(int count) {
+  static const char *acts[] = {NULL, "Relu", "HardSwishGated", "Clip", "SiLUGated", "HardSigmoid"};
+  for (int done = 0; done < count;) {
+    dw_case t = {pick(1, 2), pick(2, 19), pick(1, 40), pick(1, 40), pick(1, 5), pick(1, 5),
+                 {pick(1, 3), pick(1, 3)}, {pick(1, 3), pick(1, 2)}, {0}, NULL, pick(0, 1) == 1,
+                 acts[pick(0, 5)]};
+    for (int i = 0; i < 4; i++) t.pads[i] = pick(0, i % 2 ? t.kw : t.kh);
+    int64_t eh = t.h + t.pads[0] + t.pads[2] - (t.kh - 1) * t.d[0] - 1;
+    int64_t ew = t.w + t.pads[1] + t.pads[3] - (t.kw - 1) * t.d[1] - 1;
+    if (eh < 0 || ew < 0) continue;
+    one(&t);
+    done++;
+  }
+}
+
 /* C != group: the fast kernel hands the node back to the reference, so
  * the error is the reference's. */
 static void mismatch(void) {
@@ -121,8 +154,18 @@ int main(void) {
       {1, 4, 9, 9, 3, 3, {2, 2}, {1, 1}, {0, 0, 0, 0}, "SAME_UPPER", true, "Sigmoid"},
       {1, 4, 1, 1, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, NULL},
       {2, 16, 20, 20, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, "Clip"},
+      /* MobileNetV3's layers, at reduced channel counts */
+      {1, 16, 112, 112, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, "Relu"},
+      {1, 8, 112, 112, 3, 3, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL, true, "Relu"},
+      {1, 9, 56, 56, 5, 5, {2, 2}, {1, 1}, {2, 2, 2, 2}, NULL, true, "Relu"},
+      {1, 12, 14, 14, 3, 3, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, "HardSwishGated"},
+      {1, 20, 14, 14, 5, 5, {2, 2}, {1, 1}, {2, 2, 2, 2}, NULL, true, "HardSwishGated"},
+      {1, 17, 7, 7, 5, 5, {1, 1}, {1, 1}, {2, 2, 2, 2}, NULL, true, "SiLUGated"},
+      {1, 5, 37, 41, 3, 3, {3, 2}, {2, 3}, {3, 0, 1, 4}, NULL, false, "LeakyRelu"},
+      {1, 3, 33, 50, 7, 7, {1, 1}, {1, 1}, {3, 3, 3, 3}, NULL, true, "Tanh"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+  sweep(40);
   mismatch();
   return check_report();
 }

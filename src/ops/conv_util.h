@@ -81,10 +81,13 @@ static inline int64_t keel_win_ext(const keel_win *w, int i) {
 /* ============================================================ Conv */
 
 /* Conv's reference kernel (conv.c: im2col + GEMM, every case the op
- * allows) and its faster implementations (conv_fast.c), which fall back
+ * allows) and its faster implementations (conv_fast.c, conv_dense.c),
+ * which fall back
  * to the reference for inputs they do not take. */
 KEEL_INTERNAL keel_status keel_op_conv_ref(keel_kctx *k);
 extern const keel_impl *const keel_conv_impls[];
+/* conv_dense.c: group-1 convs as blocked products, listed in keel_conv_impls. */
+extern const keel_impl keel_conv_dense;
 
 /* ============================================================ GEMM */
 

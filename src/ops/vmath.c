@@ -126,13 +126,58 @@ void keel_exp_neg_f32(const float *x, float *y, int64_t n) {
 
 /* ============================================================ sigmoid */
 
+/* y = x >= 0 ? 1 / (1 + e) : x is NaN ? x : e / (1 + e), a vector at a
+ * time with masks (the compiler leaves the ternaries scalar: it will not
+ * compute a division the branch skips); the same divisions, so the same
+ * bits. Sets j to how many it did. */
+#define SIGMOID_TAIL(VF, VI, x, t, y, m, j)                                             \
+  {                                                                                     \
+    const VF one = (VF){0} + 1.0f, zero = (VF){0};                                     \
+    for (j = 0; j + (int64_t)(sizeof(VF) / 4) <= m; j += (int64_t)(sizeof(VF) / 4)) {  \
+      VF v, e;                                                                          \
+      memcpy(&v, x + j, sizeof v);                                                      \
+      memcpy(&e, t + j, sizeof e);                                                      \
+      VF d = one + e, pos = one / d, neg = e / d;                                       \
+      VI ge = v >= zero, nan = v != v;                                                  \
+      VI r = ((VI)pos & ge) | ((VI)neg & ~ge);                                          \
+      r = ((VI)v & nan) | (r & ~nan);                                                   \
+      memcpy(y + j, &r, sizeof r);                                                      \
+    }                                                                                   \
+  }
+
+typedef float vm_v4 __attribute__((vector_size(16)));
+typedef int32_t vm_i4 __attribute__((vector_size(16)));
+typedef float vm_v8 __attribute__((vector_size(32)));
+typedef int32_t vm_i8 __attribute__((vector_size(32)));
+
+static int64_t sigmoid_tail4(const float *x, const float *t, float *y, int64_t m) {
+  int64_t j;
+  SIGMOID_TAIL(vm_v4, vm_i4, x, t, y, m, j)
+  return j;
+}
+#ifdef VM_X86
+__attribute__((target("avx2"))) static int64_t sigmoid_tail8(const float *x, const float *t,
+                                                             float *y, int64_t m) {
+  int64_t j;
+  SIGMOID_TAIL(vm_v8, vm_i8, x, t, y, m, j)
+  return j;
+}
+#endif
+
+static int64_t sigmoid_tail(const float *x, const float *t, float *y, int64_t m) {
+#ifdef VM_X86
+  if (vm_level() >= 1) return sigmoid_tail8(x, t, y, m);
+#endif
+  return sigmoid_tail4(x, t, y, m);
+}
+
 void keel_vm_sigmoid(const float *x, float *y, int64_t n) {
   float t[256];
   for (int64_t i = 0; i < n; i += 256) {
     int64_t m = KEEL_MIN(256, n - i);
     for (int64_t j = 0; j < m; j++) t[j] = -fabsf(x[i + j]);
     keel_exp_neg_f32(t, t, m);
-    for (int64_t j = 0; j < m; j++) {
+    for (int64_t j = sigmoid_tail(x + i, t, y + i, m); j < m; j++) {
       float v = x[i + j], e = t[j];
       y[i + j] = v >= 0 ? 1.0f / (1.0f + e) : v != v ? v : e / (1.0f + e);
     }
