@@ -70,26 +70,34 @@ __attribute__((target("avx2,fma"))) static void mm_avx2(int64_t M, int64_t N, in
 
 #define MM512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
 
-/* mr rows (1..4) by nv vectors of 16 columns (1..8), masks m[v] for the
- * columns that exist; mr and nv are constants at every call, so the
- * accumulators live in registers. */
+/* mr rows (1..4) by nv vectors of 16 columns (1..8); mr, nv and full are
+ * constants at every call, so the accumulators live in registers. A full
+ * tile loads plainly (the loads fold into the multiply-adds); a tail tile
+ * through the masks m[v] of the columns that exist. */
 MM512 static inline __attribute__((always_inline)) void mm512_tile(
-    int mr, int nv, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-    bool acc, float *C, int64_t ldc, const __mmask16 *m) {
+    int mr, int nv, bool full, int64_t K, const float *A, int64_t lda, const float *B,
+    int64_t ldb, bool acc, float *C, int64_t ldc, const __mmask16 *m) {
   __m512 c[4][8];
   for (int r = 0; r < mr; r++)
     for (int v = 0; v < nv; v++)
-      c[r][v] = acc ? _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v) : _mm512_setzero_ps();
+      c[r][v] = !acc   ? _mm512_setzero_ps()
+                : full ? _mm512_loadu_ps(C + r * ldc + 16 * v)
+                       : _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v);
   for (int64_t k = 0; k < K; k++) {
     __m512 b[8];
-    for (int v = 0; v < nv; v++) b[v] = _mm512_maskz_loadu_ps(m[v], B + k * ldb + 16 * v);
+    for (int v = 0; v < nv; v++)
+      b[v] = full ? _mm512_loadu_ps(B + k * ldb + 16 * v)
+                  : _mm512_maskz_loadu_ps(m[v], B + k * ldb + 16 * v);
     for (int r = 0; r < mr; r++) {
       __m512 a = _mm512_set1_ps(A[r * lda + k]);
       for (int v = 0; v < nv; v++) c[r][v] = _mm512_fmadd_ps(a, b[v], c[r][v]);
     }
   }
   for (int r = 0; r < mr; r++)
-    for (int v = 0; v < nv; v++) _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
+    for (int v = 0; v < nv; v++) {
+      if (full) _mm512_storeu_ps(C + r * ldc + 16 * v, c[r][v]);
+      else _mm512_mask_storeu_ps(C + r * ldc + 16 * v, m[v], c[r][v]);
+    }
 }
 
 /* Masks of nv vectors over the `left` columns from here on. */
@@ -100,31 +108,41 @@ static void mm512_masks(int64_t left, int nv, __mmask16 *m) {
   }
 }
 
+/* Every row of one column block: 4 at a time, then the 1-3 left. */
+MM512 static inline __attribute__((always_inline)) void mm512_rows(
+    int64_t M, bool full, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+    bool acc, float *C, int64_t ldc, const __mmask16 *m) {
+  int64_t i = 0;
+  for (; i + 4 <= M; i += 4)
+    mm512_tile(4, 4, full, K, A + i * lda, lda, B, ldb, acc, C + i * ldc, ldc, m);
+  const float *a = A + i * lda;
+  float *c = C + i * ldc;
+  switch (M - i) {
+    case 3: mm512_tile(3, 4, full, K, a, lda, B, ldb, acc, c, ldc, m); break;
+    case 2: mm512_tile(2, 4, full, K, a, lda, B, ldb, acc, c, ldc, m); break;
+    case 1: mm512_tile(1, 4, full, K, a, lda, B, ldb, acc, c, ldc, m); break;
+    default: break;
+  }
+}
+
 /* One row (a batch of one: every step of the lstm bench model): 128
  * columns at a time, eight independent chains. Several rows: 4 x 64. */
 MM512 static void mm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                             const float *B, int64_t ldb, bool acc, float *C, int64_t ldc) {
   __mmask16 m[8];
   if (M == 1) {
-    for (int64_t j = 0; j < N; j += 128) {
+    int64_t j = 0;
+    for (; j + 128 <= N; j += 128) mm512_tile(1, 8, true, K, A, lda, B + j, ldb, acc, C + j, ldc, m);
+    if (j < N) {
       mm512_masks(N - j, 8, m);
-      mm512_tile(1, 8, K, A, lda, B + j, ldb, acc, C + j, ldc, m);
+      mm512_tile(1, 8, false, K, A, lda, B + j, ldb, acc, C + j, ldc, m);
     }
     return;
   }
   for (int64_t j = 0; j < N; j += 64) {
     mm512_masks(N - j, 4, m);
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4)
-      mm512_tile(4, 4, K, A + i * lda, lda, B + j, ldb, acc, C + i * ldc + j, ldc, m);
-    const float *a = A + i * lda;
-    float *c = C + i * ldc + j;
-    switch (M - i) {
-      case 3: mm512_tile(3, 4, K, a, lda, B + j, ldb, acc, c, ldc, m); break;
-      case 2: mm512_tile(2, 4, K, a, lda, B + j, ldb, acc, c, ldc, m); break;
-      case 1: mm512_tile(1, 4, K, a, lda, B + j, ldb, acc, c, ldc, m); break;
-      default: break;
-    }
+    if (N - j >= 64) mm512_rows(M, true, K, A, lda, B + j, ldb, acc, C + j, ldc, m);
+    else mm512_rows(M, false, K, A, lda, B + j, ldb, acc, C + j, ldc, m);
   }
 }
 #endif
