@@ -15,6 +15,7 @@
 
 #include "check.h"
 #include "mb.h"
+#include "ops/rnn_fast.h"
 #include "ops/vmath.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
@@ -151,7 +152,8 @@ static bool run_case(const fcase *c, unsigned flags, bool packed, keel_value_t *
     names[n] = "W", in[n++] = mb_tensor(s, KEEL_FLOAT, 3, wd, c->w);
     names[n] = "R", in[n++] = mb_tensor(s, KEEL_FLOAT, 3, rd, c->r);
   }
-  if (c->has_lens) names[n] = "sequence_lens", in[n++] = mb_tensor(s, KEEL_INT32, 1, &c->batch, c->lens);
+  if (c->has_lens)
+    names[n] = "sequence_lens", in[n++] = mb_tensor(s, KEEL_INT32, 1, &c->batch, c->lens);
   if (c->has_h0) names[n] = "initial_h", in[n++] = mb_tensor(s, KEEL_FLOAT, 3, sd, c->h0);
   if (c->has_c0) names[n] = "initial_c", in[n++] = mb_tensor(s, KEEL_FLOAT, 3, sd, c->c0);
   keel_value_t *got[3] = {0};
@@ -288,6 +290,38 @@ static void double_keeps_reference(void) {
   keel_session_destroy(s);
 }
 
+/* Each variant of the panel product against sums in double, over shapes
+ * that reach every tile, row tail and column tail, with and without acc;
+ * columns of C past N and rows' padding (ldc > N) stay untouched. */
+static void product_variants(void) {
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 9, 16};
+  static const int64_t Ns[] = {1, 15, 16, 17, 63, 64, 65, 128, 129, 200, 384, 512};
+  for (int v = 0; v < 3; v++)
+    for (int t = 0; t < 40; t++) {
+      int64_t M = Ms[pick(8)], N = Ns[pick(12)], K = 1 + pick(70), lda = K + pick(3),
+              ldc = N + pick(5);
+      bool acc = pick(2);
+      float *a = fill(M * lda, 1.0f), *b = fill(N * K, 1.0f), *c = fill(M * ldc, 1.0f);
+      float *c0 = malloc(sizeof(float) * (size_t)(M * ldc));
+      float *pan = malloc(sizeof(float) * (size_t)keel_rnn_panel_floats(N, K));
+      memcpy(c0, c, sizeof(float) * (size_t)(M * ldc));
+      keel_rnn_pack_panels(b, K, 0, N, pan);
+      if (keel_rnn_gemm_variant(v, M, N, K, a, lda, pan, acc, c, ldc)) {
+        int bad = 0;
+        for (int64_t i = 0; i < M; i++)
+          for (int64_t j = 0; j < ldc; j++) {
+            double want = acc || j >= N ? c0[i * ldc + j] : 0;
+            for (int64_t k = 0; j < N && k < K; k++) want += (double)a[i * lda + k] * b[j * K + k];
+            if (!(fabs(c[i * ldc + j] - want) <= 1e-5 * (1 + K))) bad++;
+          }
+        if (bad) fprintf(stderr, "product variant %d M %lld N %lld K %lld acc %d: %d wrong\n", v,
+                         (long long)M, (long long)N, (long long)K, acc, bad);
+        CHECK(bad == 0);
+      }
+      free(a), free(b), free(c), free(c0), free(pan);
+    }
+}
+
 /* keel_vm_tanh against tanh() in double: within 4e-7 relative over
  * [-12, 12] (odd lengths reach every vector tail), and the specials. */
 static void tanh_sweep(void) {
@@ -318,6 +352,7 @@ static void tanh_sweep(void) {
 
 int main(void) {
   tanh_sweep();
+  product_variants();
   random_cases();
   fixed_cases();
   double_keeps_reference();

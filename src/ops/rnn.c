@@ -141,7 +141,7 @@ typedef struct rnn_vt {
 
 /* Softplus is log1p(e^-|v|) + max(v, 0): e^v alone overflows for v > 88. */
 #define DEF_ACT(T, EXP, TANH, LOG1P)                                                      \
-  static void act_##T(bool fast, const rnn_act *a, T *x, int64_t n) {                                \
+  static void act_##T(bool fast, const rnn_act *a, T *x, int64_t n) {                     \
     T al = (T)a->alpha, be = (T)a->beta;                                                  \
     switch (a->fn) {                                                                      \
       case ACT_RELU: ACT_EACH(T, v > 0 ? v : 0);                                          \
@@ -688,10 +688,11 @@ static void project_inputs(const rnn_plan *p, rnn_work *w, int d) {
     for (int64_t r = 0; r < rows; r++)
       memcpy(elem_at(w->proj, r * gh, es), w->bias, (size_t)gh * es);
   }
-  if (w->prep)
-    keel_rnn_gemm_packed(rows, gh, p->in, w->x, p->in, w->prep->wt + d * p->in * gh, gh,
-                         w->b != NULL, w->proj, gh);
-  else
+  const keel_rnn_prep *s = w->prep;
+  for (int q = 0; s && q < s->nparts; q++)
+    keel_rnn_gemm_panels(rows, s->part_n[q], p->in, w->x, p->in, s->w[d][q], w->b != NULL,
+                         (float *)w->proj + s->part_col[q], gh);
+  if (!s)
     vt->gemm(rows, gh, p->in, w->x, p->in, w->w ? elem_at(w->w, d * gh * p->in, es) : NULL,
              p->in, w->b != NULL, w->proj, gh);
 }
@@ -733,17 +734,18 @@ static void run_step(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, i
   int64_t hid = p->hid, gh = p->gates * hid;
   char *R = elem_at(w->r, d * gh * hid, es);
   bool split = p->kind == K_GRU && !p->lbr; /* the h block waits for r ⊙ H */
-  const float *rt = w->prep ? w->prep->rt + d * hid * gh : NULL; /* (hid, gh) */
-  if (rt)
-    keel_rnn_gemm_packed(p->batch, split ? 2 * hid : gh, hid, w->h, hid, rt, gh, false,
-                         w->gates, gh);
+  const keel_rnn_prep *pp = w->prep;
+  if (pp) /* GRU's h columns are part 1: now with H unless split */
+    for (int q = 0; q < (split ? 1 : pp->nparts); q++)
+      keel_rnn_gemm_panels(p->batch, pp->part_n[q], hid, w->h, hid, pp->r[d][q], false,
+                           (float *)w->gates + pp->part_col[q], gh);
   else
     vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
   each_row(p, w, c, d, s, vt->row[p->kind]);
   if (p->kind == K_GRU) {
-    if (split && rt)
-      keel_rnn_gemm_packed(p->batch, hid, hid, w->rh, hid, rt + 2 * hid, gh, false,
-                           (float *)w->gates + 2 * hid, gh);
+    if (split && pp)
+      keel_rnn_gemm_panels(p->batch, pp->part_n[1], hid, w->rh, hid, pp->r[d][1], false,
+                           (float *)w->gates + pp->part_col[1], gh);
     else if (split)
       vt->gemm(p->batch, hid, hid, w->rh, hid, R + (size_t)(2 * hid * hid) * es, hid, false,
                elem_at(w->gates, 2 * hid, es), gh);
@@ -794,6 +796,7 @@ static const keel_rnn_prep *prep_for(const keel_kctx *k, const rnn_plan *p, cons
   if (!s || io->dt != KEEL_FLOAT) return NULL;
   if (s->dirs != p->dirs || s->gh != p->gates * p->hid || s->in != p->in || s->hid != p->hid)
     return NULL;
+  if (s->nparts != (p->kind == K_GRU ? 2 : 1)) return NULL;
   return s;
 }
 
