@@ -19,6 +19,12 @@
  * driver is type-blind and moves rows by byte size. float16 and bfloat16
  * run in float on staged copies and round once at the end.
  *
+ * Nodes bound to rnn_fast.c's "packed" implementation (float, constant W
+ * and R) arrive with k->prep: the driver is the same, but both products go
+ * through keel_rnn_gemm_panels on the weights packed at bind, and Tanh
+ * through vmath's keel_vm_tanh. Without it (KEEL_OPT_REFERENCE_KERNELS and
+ * every other node) this file is the reference: keel_gemm_f32, libm tanh.
+ *
  * Where ONNX is silent keel does what onnxruntime does: activation_alpha
  * and activation_beta are consumed, in order, only by the activations that
  * take them; clip bounds the inputs of the gate activations (not the cell

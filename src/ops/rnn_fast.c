@@ -238,8 +238,8 @@ static bool rf_supports(const keel_prep_ctx *p) {
   if (w->shape[1] > (int64_t)1 << 26 || w->shape[2] > (int64_t)1 << 26 ||
       r->shape[2] > (int64_t)1 << 26)
     return false;
-  /* the packed copies: at most 1 GiB */
-  double bytes = 4.0 * (double)w->shape[0] * (double)w->shape[1] *
+  /* the packed copies, each part's columns padded to whole panels: at most 1 GiB */
+  double bytes = 4.0 * (double)w->shape[0] * (double)(w->shape[1] + 2 * NP) *
                  ((double)w->shape[2] + (double)r->shape[2]);
   if (bytes > (double)(1u << 30)) return false;
   if (!atomic_load(&g_mm)) atomic_store(&g_mm, mm_pick()); /* same on every thread */
