@@ -19,6 +19,12 @@
  * driver is type-blind and moves rows by byte size. float16 and bfloat16
  * run in float on staged copies and round once at the end.
  *
+ * Nodes bound to rnn_fast.c's "packed" implementation (float, constant W
+ * and R) arrive with k->prep: the driver is the same, but both products go
+ * through keel_rnn_gemm_panels on the weights packed at bind, and Tanh
+ * through vmath's keel_vm_tanh. Without it (KEEL_OPT_REFERENCE_KERNELS and
+ * every other node) this file is the reference: keel_gemm_f32, libm tanh.
+ *
  * Where ONNX is silent keel does what onnxruntime does: activation_alpha
  * and activation_beta are consumed, in order, only by the activations that
  * take them; clip bounds the inputs of the gate activations (not the cell
@@ -32,6 +38,7 @@
 
 #include "bcast.h"
 #include "conv_util.h"
+#include "rnn_fast.h"
 #include "vmath.h"
 
 enum { K_RNN = 0, K_GRU = 1, K_LSTM = 2 };
@@ -98,6 +105,7 @@ static const act_info *act_find(const char *s, size_t n) {
 typedef struct rnn_cell {
   int64_t hid;
   bool has_clip, lbr, couple;
+  bool fast;                   /* prepared: vmath's tanh (float)          */
   double clip;
   const rnn_act *act;          /* this direction's f, g, h               */
   const void *peep;            /* LSTM: P[iof] of this direction, or NULL */
@@ -139,11 +147,16 @@ typedef struct rnn_vt {
 
 /* Softplus is log1p(e^-|v|) + max(v, 0): e^v alone overflows for v > 88. */
 #define DEF_ACT(T, EXP, TANH, LOG1P)                                                      \
-  static void act_##T(const rnn_act *a, T *x, int64_t n) {                                \
+  static void act_##T(bool fast, const rnn_act *a, T *x, int64_t n) {                     \
     T al = (T)a->alpha, be = (T)a->beta;                                                  \
     switch (a->fn) {                                                                      \
       case ACT_RELU: ACT_EACH(T, v > 0 ? v : 0);                                          \
-      case ACT_TANH: ACT_EACH(T, TANH(v));                                                \
+      case ACT_TANH:                                                                      \
+        if (sizeof(T) == sizeof(float) && fast) { /* prepared path, ops/vmath.c */        \
+          keel_vm_tanh((float *)(void *)x, (float *)(void *)x, n);                        \
+          break;                                                                          \
+        }                                                                                 \
+        ACT_EACH(T, TANH(v));                                                             \
       case ACT_SIGMOID:                                                                   \
         if (sizeof(T) == sizeof(float)) { /* vectorized, ops/vmath.c */                   \
           keel_vm_sigmoid((float *)(void *)x, (float *)(void *)x, n);                     \
@@ -185,7 +198,7 @@ typedef struct rnn_vt {
     (void)aux;                                                                           \
     for (int64_t j = 0; j < c->hid; j++) g[j] += x[j];                                   \
     clip_##T(c, g, c->hid);                                                              \
-    act_##T(&c->act[0], g, c->hid);                                                      \
+    act_##T(c->fast, &c->act[0], g, c->hid);                                             \
     memcpy(ph, g, (size_t)c->hid * sizeof(T));                                           \
   }
 
@@ -201,7 +214,7 @@ typedef struct rnn_vt {
     int64_t n = c->hid;                                                                  \
     for (int64_t j = 0; j < 2 * n; j++) g[j] += x[j];                                    \
     clip_##T(c, g, 2 * n);                                                               \
-    act_##T(&c->act[0], g, 2 * n);                                                       \
+    act_##T(c->fast, &c->act[0], g, 2 * n);                                              \
     if (!c->lbr)                                                                         \
       for (int64_t j = 0; j < n; j++) rh[j] = g[n + j] * h[j];                           \
   }                                                                                      \
@@ -214,7 +227,7 @@ typedef struct rnn_vt {
     for (int64_t j = 0; j < n; j++)                                                      \
       gh[j] = c->lbr ? xh[j] + r[j] * (gh[j] + (rb ? rb[j] : 0)) : xh[j] + gh[j];        \
     clip_##T(c, gh, n);                                                                  \
-    act_##T(&c->act[1], gh, n);                                                          \
+    act_##T(c->fast, &c->act[1], gh, n);                                                 \
     for (int64_t j = 0; j < n; j++) h[j] = (1 - z[j]) * gh[j] + z[j] * h[j];             \
   }
 
@@ -232,21 +245,21 @@ typedef struct rnn_vt {
       gf[j] += p[2 * n + j] * cs[j];                                                     \
     }                                                                                    \
     clip_##T(c, gi, n);                                                                  \
-    act_##T(&c->act[0], gi, n);                                                          \
+    act_##T(c->fast, &c->act[0], gi, n);                                                 \
     if (c->couple)                                                                       \
       for (int64_t j = 0; j < n; j++) gf[j] = 1 - gi[j];                                 \
     else {                                                                               \
       clip_##T(c, gf, n);                                                                \
-      act_##T(&c->act[0], gf, n);                                                        \
+      act_##T(c->fast, &c->act[0], gf, n);                                               \
     }                                                                                    \
     clip_##T(c, gc, n);                                                                  \
-    act_##T(&c->act[1], gc, n);                                                          \
+    act_##T(c->fast, &c->act[1], gc, n);                                                 \
     for (int64_t j = 0; j < n; j++) cs[j] = gf[j] * cs[j] + gi[j] * gc[j];               \
     for (int64_t j = 0; p && j < n; j++) go[j] += p[n + j] * cs[j];                      \
     clip_##T(c, go, n);                                                                  \
-    act_##T(&c->act[0], go, n);                                                          \
+    act_##T(c->fast, &c->act[0], go, n);                                                 \
     memcpy(gc, cs, (size_t)n * sizeof(T));                                               \
-    act_##T(&c->act[2], gc, n);                                                          \
+    act_##T(c->fast, &c->act[2], gc, n);                                                 \
     for (int64_t j = 0; j < n; j++) h[j] = go[j] * gc[j];                                \
   }
 
@@ -519,6 +532,7 @@ static keel_status make_outputs(keel_kctx *k, const rnn_plan *p, rnn_io *io) {
  * at float buffers stored at the end. NULL: omitted, or no elements. */
 typedef struct rnn_work {
   const rnn_vt *vt;
+  const keel_rnn_prep *prep;   /* packed Wᵀ and Rᵀ (float), or NULL      */
   void *x;                     /* (seq*batch rows in X's layout, in)       */
   void *w;                     /* (dirs, G*hid, in)                        */
   void *r;                     /* (dirs, G*hid, hid)                       */
@@ -680,8 +694,13 @@ static void project_inputs(const rnn_plan *p, rnn_work *w, int d) {
     for (int64_t r = 0; r < rows; r++)
       memcpy(elem_at(w->proj, r * gh, es), w->bias, (size_t)gh * es);
   }
-  vt->gemm(rows, gh, p->in, w->x, p->in, w->w ? elem_at(w->w, d * gh * p->in, es) : NULL, p->in,
-           w->b != NULL, w->proj, gh);
+  const keel_rnn_prep *s = w->prep;
+  for (int q = 0; s && q < s->nparts; q++)
+    keel_rnn_gemm_panels(rows, s->part_n[q], p->in, w->x, p->in, s->w[d][q], w->b != NULL,
+                         (float *)w->proj + s->part_col[q], gh);
+  if (!s)
+    vt->gemm(rows, gh, p->in, w->x, p->in, w->w ? elem_at(w->w, d * gh * p->in, es) : NULL,
+             p->in, w->b != NULL, w->proj, gh);
 }
 
 /* H and C from initial_h and initial_c, or zeros. */
@@ -721,10 +740,19 @@ static void run_step(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, i
   int64_t hid = p->hid, gh = p->gates * hid;
   char *R = elem_at(w->r, d * gh * hid, es);
   bool split = p->kind == K_GRU && !p->lbr; /* the h block waits for r ⊙ H */
-  vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
+  const keel_rnn_prep *pp = w->prep;
+  if (pp) /* GRU's h columns are part 1: now with H unless split */
+    for (int q = 0; q < (split ? 1 : pp->nparts); q++)
+      keel_rnn_gemm_panels(p->batch, pp->part_n[q], hid, w->h, hid, pp->r[d][q], false,
+                           (float *)w->gates + pp->part_col[q], gh);
+  else
+    vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
   each_row(p, w, c, d, s, vt->row[p->kind]);
   if (p->kind == K_GRU) {
-    if (split)
+    if (split && pp)
+      keel_rnn_gemm_panels(p->batch, pp->part_n[1], hid, w->rh, hid, pp->r[d][1], false,
+                           (float *)w->gates + pp->part_col[1], gh);
+    else if (split)
       vt->gemm(p->batch, hid, hid, w->rh, hid, R + (size_t)(2 * hid * hid) * es, hid, false,
                elem_at(w->gates, 2 * hid, es), gh);
     each_row(p, w, c, d, s, vt->gru_h);
@@ -756,7 +784,7 @@ static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
   size_t es = w->vt->es;
   int64_t gh = p->gates * p->hid;
   rnn_cell c = {.hid = p->hid, .has_clip = p->has_clip, .lbr = p->lbr, .couple = p->couple,
-                .clip = p->clip, .act = p->act[d]};
+                .fast = w->prep != NULL, .clip = p->clip, .act = p->act[d]};
   if (w->p) c.peep = elem_at(w->p, d * 3 * p->hid, es);
   if (w->b && p->lbr) c.rbh = elem_at(w->b, d * 2 * gh + gh + 2 * p->hid, es);
   project_inputs(p, w, d);
@@ -767,6 +795,17 @@ static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
 
 /* ========================================================= operators */
 
+/* The node's packed weights (rnn_fast.c) when they fit this call: float,
+ * the same sizes (the checks above passed against X and the attributes). */
+static const keel_rnn_prep *prep_for(const keel_kctx *k, const rnn_plan *p, const rnn_io *io) {
+  const keel_rnn_prep *s = k->prep;
+  if (!s || io->dt != KEEL_FLOAT) return NULL;
+  if (s->dirs != p->dirs || s->gh != p->gates * p->hid || s->in != p->in || s->hid != p->hid)
+    return NULL;
+  if (s->nparts != (p->kind == K_GRU ? 2 : 1)) return NULL;
+  return s;
+}
+
 static keel_status rnn_run(keel_kctx *k, int kind) {
   rnn_plan p;
   rnn_io io;
@@ -775,6 +814,7 @@ static keel_status rnn_run(keel_kctx *k, int kind) {
   KEEL_TRY(read_inputs(k, &p, &io));
   KEEL_TRY(make_outputs(k, &p, &io));
   KEEL_TRY(make_work(k, &p, &io, &w));
+  w.prep = prep_for(k, &p, &io);
   if (p.batch == 0 || p.hid == 0) return KEEL_OK; /* every output is empty */
   for (int d = 0; d < p.dirs; d++) run_direction(&p, &w, d);
   if (keel_is_half(io.dt)) {
@@ -794,8 +834,8 @@ static keel_status op_lstm(keel_kctx *k) { return rnn_run(k, K_LSTM); }
 /* One kernel per op: the versions differ only in attributes (output_sequence
  * before 7, linear_before_reset from GRU-3, layout from 14), read above. */
 const keel_opdef keel_ops_rnn[] = {
-    {"", "RNN", 1, KEEL_OPSET_MAX, op_rnn, 0, KEEL_TS_FLOAT},
-    {"", "GRU", 1, KEEL_OPSET_MAX, op_gru, 0, KEEL_TS_FLOAT},
-    {"", "LSTM", 1, KEEL_OPSET_MAX, op_lstm, 0, KEEL_TS_FLOAT},
+    {"", "RNN", 1, KEEL_OPSET_MAX, op_rnn, 0, KEEL_TS_FLOAT, keel_rnn_impls},
+    {"", "GRU", 1, KEEL_OPSET_MAX, op_gru, 0, KEEL_TS_FLOAT, keel_rnn_impls},
+    {"", "LSTM", 1, KEEL_OPSET_MAX, op_lstm, 0, KEEL_TS_FLOAT, keel_rnn_impls},
     {0},
 };

@@ -27,4 +27,10 @@ KEEL_INTERNAL void keel_exp_neg_f32(const float *x, float *y, int64_t n);
  * stays NaN). x and y may alias. */
 KEEL_INTERNAL void keel_vm_sigmoid(const float *x, float *y, int64_t n);
 
+/* y[i] = tanh(x[i]) by a rational approximation (within 3.5e-7 relative
+ * of tanh(); NaN stays NaN, +-inf gives +-1). x and y may alias. The
+ * vector paths may differ from the scalar form by FMA contraction. */
+KEEL_INTERNAL void keel_vm_tanh(const float *x, float *y, int64_t n);
+KEEL_INTERNAL float keel_vm_tanh1(float x);
+
 #endif /* KEEL_VMATH_H */
