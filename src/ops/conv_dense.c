@@ -232,17 +232,17 @@ static keel_status pw_run(keel_kctx *k) {
   for (int i = 0; i < 2; i++) j.cols |= w->s[i] != 1 || w->pb[i] || w->pe[i];
   j.p = w->out_size, j.x = x->data, j.b = b ? b->data : NULL;
   KEEL_TRY(keel_act_of(k->node, &j.act));
+  /* Y is the bias (no channels, or an empty input padded to an output):
+   * the reference's case; and a few pixels (a squeeze-excite block's 1x1
+   * convs on pooled 1x1 maps): a tile would be mostly padding, the
+   * reference's GEMM is a matrix-vector product there. Decided before
+   * the output exists: the reference makes its own. */
+  bool empty = x->shape[0] == 0 || j.p == 0;
+  if (!empty && (j.c == 0 || w->in_size == 0 || j.p < MIN_PIXELS)) return keel_op_conv_ref(k);
   keel_tensor *y;
   int64_t shape[4] = {x->shape[0], prep->m, w->out[0], w->out[1]};
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, shape, &y));
-  if (x->shape[0] == 0 || j.p == 0) return KEEL_OK;
-  /* Y is the bias (no channels, or an empty input padded to an output):
-   * the reference's case */
-  if (j.c == 0 || w->in_size == 0) return keel_op_conv_ref(k);
-  /* a few pixels (a squeeze-excite block's 1x1 convs on pooled 1x1
-   * maps): a tile would be mostly padding; the reference's GEMM is a
-   * matrix-vector product there */
-  if (j.p < MIN_PIXELS) return keel_op_conv_ref(k);
+  if (empty) return KEEL_OK;
   j.y = y->data;
   return pw_start(k, &j, x->shape[0]);
 }
