@@ -217,7 +217,9 @@ void keel_vm_sigmoid(const float *x, float *y, int64_t n) {
 
 /* Eigen's fast tanh: an odd polynomial over an even one in x clamped to
  * +-7.9053 (where the quotient reaches 1 in float); within 3.5e-7
- * relative of tanh() everywhere, x itself below 0.0004 (so -0 stays).
+ * relative of tanh() everywhere, x itself below 0.0004 (so -0 stays),
+ * +-1 from the clamp on (exactly, whether or not the compiler fuses the
+ * polynomial's multiply-adds).
  * NaN fails both clamp tests and the threshold, and stays NaN. */
 #define TANH_LOOP(x, y, n)                                                         \
   for (int64_t i = 0; i < (n); i++) {                                              \
@@ -237,6 +239,7 @@ void keel_vm_sigmoid(const float *x, float *y, int64_t n) {
     q = q * z + 2.26843463243900e-03f;                                             \
     q = q * z + 4.89352518554385e-03f;                                             \
     float r = c * p / q;                                                           \
+    r = fabsf(v) >= 7.90531110763549805f ? copysignf(1.0f, v) : r;                 \
     (y)[i] = fabsf(v) < 0.0004f ? v : r;                                           \
   }
 
