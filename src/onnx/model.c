@@ -149,6 +149,8 @@ static keel_buffer *static_buffer(loader *L, void *data, size_t nbytes) {
 
 /* A STATIC tensor for an initializer or attribute: zero-copy when the bytes
  * are raw and aligned, decoded into the arena otherwise. */
+static bool in_mapping(const loader *L, const void *p);
+
 static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
                                  const char **name) {
   keel_tp tp;
@@ -176,6 +178,9 @@ static keel_status static_tensor(loader *L, keel_pb msg, keel_tensor *out,
       if (!data) return oom("tensor data");
       if (src) memcpy(data, src, tp.nbytes);
       else KEEL_TRY(keel_tp_decode(&tp, data, strdup_arena, L->a));
+      /* the copy is what keel reads from now on: the file's pages under
+       * it go back (a later read would fault them in again from the file) */
+      if (src && in_mapping(L, src)) keel_prim_drop_pages(src, tp.nbytes);
     }
   }
   keel_buffer *b = static_buffer(L, data, tp.nbytes);
