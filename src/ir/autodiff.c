@@ -100,6 +100,18 @@ keel_status ad_op(builder *b, const char *op, const char *domain, const char *a,
   return KEEL_OK;
 }
 
+keel_status ad_op_at(builder *b, const char *op, int nin, const char *const *ins, int64_t min_opset,
+                     const char **out, keel_node **made) {
+  const char *o = fresh(b, "v");
+  if (!o) return oom();
+  keel_node *n;
+  KEEL_TRY(emit(b, op, "", nin, ins, 1, &o, &n));
+  if (n->opset < min_opset) n->opset = min_opset;
+  if (made) *made = n;
+  *out = o;
+  return KEEL_OK;
+}
+
 /* out = op(a) or op(a, b): a fresh value name for one-output nodes. */
 static keel_status op1(builder *b, const char *op, const char *dom, const char *a,
                        const char *bb, const char **out) {

@@ -53,6 +53,11 @@ KEEL_INTERNAL keel_status ad_emit(ad_builder *b, const char *op, const char *dom
  * fresh output name; `made` (may be NULL) gets the node for attributes. */
 KEEL_INTERNAL keel_status ad_op(ad_builder *b, const char *op, const char *domain, const char *a,
                                 const char *bb, const char **out, keel_node **made);
+/* *out = op(ins[0..nin)), an ai.onnx node with one fresh output at opset
+ * min_opset or the model's, whichever is newer (for an op whose inputs or
+ * attributes moved at min_opset); `made` may be NULL. */
+KEEL_INTERNAL keel_status ad_op_at(ad_builder *b, const char *op, int nin, const char *const *ins,
+                                   int64_t min_opset, const char **out, keel_node **made);
 /* Attributes on a node made by ad_emit/ad_op. */
 KEEL_INTERNAL keel_status ad_attr_i(ad_builder *b, keel_node *n, const char *name, int64_t v);
 KEEL_INTERNAL keel_status ad_attr_f(ad_builder *b, keel_node *n, const char *name, float v);

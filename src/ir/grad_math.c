@@ -25,11 +25,8 @@
  * here: axes as inputs, optional Gemm C, CastLike). */
 static keel_status opv(ad_builder *b, const char *op, const char *a, const char *bb,
                        const char **out, keel_node **made, int64_t v) {
-  keel_node *n;
-  KEEL_TRY(ad_op(b, op, "", a, bb, out, &n));
-  if (n->opset < v) n->opset = v;
-  if (made) *made = n;
-  return KEEL_OK;
+  const char *ins[2] = {a, bb};
+  return ad_op_at(b, op, bb ? 2 : 1, ins, v, out, made);
 }
 static keel_status op2(ad_builder *b, const char *op, const char *a, const char *bb,
                        const char **out) {
@@ -38,14 +35,7 @@ static keel_status op2(ad_builder *b, const char *op, const char *a, const char 
 
 static keel_status emitv(ad_builder *b, const char *op, int nin, const char *const *ins,
                          const char **out, keel_node **made, int64_t v) {
-  const char *o = ad_fresh(b, "v");
-  if (!o) return ad_oom();
-  keel_node *n;
-  KEEL_TRY(ad_emit(b, op, "", nin, ins, 1, &o, &n));
-  if (n->opset < v) n->opset = v;
-  if (made) *made = n;
-  *out = o;
-  return KEEL_OK;
+  return ad_op_at(b, op, nin, ins, v, out, made);
 }
 
 

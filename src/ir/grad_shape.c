@@ -31,11 +31,8 @@
 /* *out = op(a[, bb]) in ai.onnx at an opset of at least `min`. */
 static keel_status op_v(ad_builder *b, const char *op, const char *a, const char *bb, int64_t min,
                         const char **out, keel_node **made) {
-  keel_node *n;
-  KEEL_TRY(ad_op(b, op, "", a, bb, out, &n));
-  if (n->opset < min) n->opset = min;
-  if (made) *made = n;
-  return KEEL_OK;
+  const char *ins[2] = {a, bb};
+  return ad_op_at(b, op, bb ? 2 : 1, ins, min, out, made);
 }
 
 /* A Constant node (opset 13) with a fresh output (for value_int). */
@@ -101,12 +98,7 @@ static keel_status iota_of(ad_builder *b, const char *x, bool sink, const char *
   KEEL_TRY(scalar_i64(b, 1, &one));
   hi = n;
   if (sink) KEEL_TRY(op_v(b, "Add", n, one, 14, &hi, NULL));
-  const char *ins[3] = {lo, hi, one}, *o = ad_fresh(b, "range");
-  if (!o) return ad_oom();
-  keel_node *rn;
-  KEEL_TRY(ad_emit(b, "Range", "", 3, ins, 1, &o, &rn));
-  if (rn->opset < 11) rn->opset = 11;
-  r = o;
+  KEEL_TRY(ad_op_at(b, "Range", 3, (const char *[]){lo, hi, one}, 11, &r, NULL));
   *size = hi;
   return reshape_as(b, r, x, out);
 }
@@ -142,23 +134,14 @@ static keel_status scatter_back(ad_builder *b, const char *x, const char *pos, c
   KEEL_TRY(op_v(b, "Unsqueeze", size, zero, 13, &len, NULL));
   KEEL_TRY(op_v(b, "ConstantOfShape", len, NULL, 9, &z, NULL));
   KEEL_TRY(op_v(b, "CastLike", z, gy, 15, &zl, NULL));
-  const char *ins[3] = {zl, fp, fg}, *o = ad_fresh(b, "scatter");
-  if (!o) return ad_oom();
   keel_node *sc;
-  KEEL_TRY(ad_emit(b, "ScatterElements", "", 3, ins, 1, &o, &sc));
-  if (sc->opset < 18) sc->opset = 18;
+  KEEL_TRY(ad_op_at(b, "ScatterElements", 3, (const char *[]){zl, fp, fg}, 18, &s, &sc));
   KEEL_TRY(ad_attr_s(b, sc, "reduction", "add"));
-  s = o;
   if (sink) {
     const char *st, *en;
     KEEL_TRY(const1(b, 1, &st));
     KEEL_TRY(const1(b, INT64_MAX, &en));
-    const char *sins[3] = {s, st, en}, *so = ad_fresh(b, "unsink");
-    if (!so) return ad_oom();
-    keel_node *sl;
-    KEEL_TRY(ad_emit(b, "Slice", "", 3, sins, 1, &so, &sl));
-    if (sl->opset < 13) sl->opset = 13;
-    s = so;
+    KEEL_TRY(ad_op_at(b, "Slice", 3, (const char *[]){s, st, en}, 13, &s, NULL));
   }
   return reshape_as(b, s, x, out);
 }
