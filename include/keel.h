@@ -244,7 +244,12 @@ enum {
   KEEL_OPT_REFERENCE_KERNELS = 4,
   /* Reserved memory is not returned automatically (only by keel_mem_trim
    * and the cap), as before version 2 of keel_stats. */
-  KEEL_OPT_NO_AUTO_TRIM = 8
+  KEEL_OPT_NO_AUTO_TRIM = 8,
+  /* No oneDNN: convolutions stay NCHW on keel's own kernels (the layout
+   * pass does not run) and matrix products use keel's GEMM; for comparing
+   * the two. The environment variable KEEL_NO_ONEDNN=1 does the same for
+   * every session of the process. */
+  KEEL_OPT_NO_ONEDNN = 16
 };
 
 /* The defaults of the automatic trim and of the run-context pool (fields

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define KEEL_STATS_VERSION 2
+#define KEEL_STATS_VERSION 3
 
 typedef struct keel_stats {
   size_t size;              /* set to sizeof(keel_stats) before the call   */
@@ -63,6 +63,18 @@ typedef struct keel_stats {
   uint64_t run_ctx_reused;  /* runs served from the pool (hits)            */
   uint64_t run_ctx_evicted; /* contexts freed because the pool was full    */
   uint64_t run_pool_cap;
+  /* version 3: what a kernel library (oneDNN) holds outside keel's
+   * allocator: its primitive objects and their JIT code, measured with
+   * malloc's own counters when each primitive is made (so an estimate:
+   * another thread's malloc at that moment is counted too). Tensors,
+   * packed weights and scratch are keel's (prepared_bytes, allocated). */
+  uint64_t library_bytes;
+  uint64_t library_objects; /* live primitives                             */
+  /* the per-node caches of primitives for input shapes (at most 8 shapes
+   * a node; the least recently used idle one goes first) */
+  uint64_t shape_cache_hits;
+  uint64_t shape_cache_misses;
+  uint64_t shape_cache_evictions;
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

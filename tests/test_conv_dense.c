@@ -72,7 +72,7 @@ static mb_graph *model(const pw_case *t, const float *wt, const float *b) {
  * run's status. */
 static keel_value_t *run(const pw_case *t, const float *x, const float *wt, const float *b,
                          unsigned flags, int threads, keel_status *st) {
-  keel_options o = {.size = sizeof o, .flags = flags, .threads = threads};
+  keel_options o = {.size = sizeof o, .flags = flags | KEEL_OPT_NO_ONEDNN, .threads = threads};
   keel_session_t *s = mb_session_opts(model(t, wt, b), 13, &o);
   if (!s) return NULL;
   char *d = NULL;

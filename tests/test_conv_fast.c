@@ -57,7 +57,7 @@ static mb_graph *model(const dw_case *t, const float *wt, const float *b) {
 /* Runs the case on a session; returns the output (caller frees) or NULL. */
 static keel_value_t *run(const dw_case *t, const float *x, const float *wt, const float *b,
                          unsigned flags, int threads) {
-  keel_options o = {.size = sizeof o, .flags = flags, .threads = threads};
+  keel_options o = {.size = sizeof o, .flags = flags | KEEL_OPT_NO_ONEDNN, .threads = threads};
   keel_session_t *s = mb_session_opts(model(t, wt, b), 13, &o);
   if (!s) return NULL;
   char *d = NULL;

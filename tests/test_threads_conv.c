@@ -5,9 +5,13 @@
  * depends on the pool's size, never on whether it was free, so every
  * output must equal the session's first one bit for bit; that one must
  * agree with a 1-thread session within float rounding (the splits change
- * GEMM tile shapes). Clean under ThreadSanitizer (ctest label "thread"). */
+ * GEMM tile shapes). Clean under ThreadSanitizer (ctest label "thread").
+ * Run twice: on keel's own NCHW conv kernels, and (where keel has oneDNN)
+ * on the layout pass's NhwcConv, whose per-shape primitives are made by
+ * the first run and shared by the racing ones. */
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,11 +75,17 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-int main(void) {
-  keel_options one = {.size = sizeof one, .threads = 1}, three = {.size = sizeof three, .threads = 3};
+/* The race on a session made with `flags`; `kernels` names the fast
+ * kernels that must be in it (keel info's line), or NULL. */
+static void race(unsigned flags, const char *kernels) {
+  keel_options one = {.size = sizeof one, .threads = 1, .flags = flags};
+  keel_options three = {.size = sizeof three, .threads = 3, .flags = flags};
   keel_session_t *ref = mb_session_opts(model(), 14, &one), *s = mb_session_opts(model(), 14, &three);
   CHECK(ref && s);
-  if (!ref || !s) return check_report();
+  if (!ref || !s) {
+    keel_session_destroy(ref), keel_session_destroy(s);
+    return;
+  }
   g_in = mb_tensor(ref, KEEL_FLOAT, 4, (int64_t[]){2, 8, 20, 20}, g_x);
   keel_value_t *r0[1] = {0}, *r1[1] = {0};
   CHECK_OK(keel_run(ref, (const char *[]){"x"}, &g_in, 1, r0));
@@ -93,7 +103,7 @@ int main(void) {
   keel_value_release(r1[0]);
   char *d = NULL;
   CHECK_OK(keel_session_describe(s, 0, &d));
-  CHECK(d && strstr(d, "Conv depthwise 1")); /* the fast kernel is in the race */
+  if (kernels) CHECK(d && strstr(d, kernels)); /* the fast kernels are in the race */
   keel_free(d);
   job jobs[THREADS];
   pthread_t th[THREADS];
@@ -113,5 +123,21 @@ int main(void) {
   keel_session_destroy(s);
   keel_session_destroy(ref);
   free(want);
+}
+
+/* oneDNN's convolutions (the layout pass's NhwcConv), where keel has it */
+static bool have_onednn(void) {
+  keel_session_t *s = mb_session(model(), 14);
+  char *d = NULL;
+  bool yes = s && !keel_session_describe(s, 0, &d) && strstr(d, "NhwcConv onednn");
+  keel_free(d);
+  keel_session_destroy(s);
+  return yes;
+}
+
+int main(void) {
+  race(KEEL_OPT_NO_ONEDNN, "Conv depthwise 1"); /* keel's own NCHW kernels */
+  bool dnnl = have_onednn();
+  race(0, dnnl ? "NhwcConv onednn 3" : NULL);
   return check_report();
 }

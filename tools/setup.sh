@@ -17,11 +17,12 @@ cd "$(dirname "$0")/.."
 # installs it into a venv with pip); pkg-config: the installed-tree test;
 # libre2-dev: RegexFullMatch (RE2 syntax, as the ONNX spec says); the image
 # libraries: ImageDecoder (JPEG, PNG, WebP, TIFF, JPEG 2000); python3-onnx:
-# tests/train/check.py reads the models and tensors of the training tests
+# tests/train/check.py reads the models and tensors of the training tests;
+# libdnnl-dev: oneDNN, the convolutions and matrix products (src/ops/dnnl)
 PACKAGES=(build-essential cmake libopenblas-dev libonnx-testdata python3 python3-onnx librsvg2-bin
           clang libclang-rt-14-dev python3-dev python3-numpy python3-pytest python3-venv
           pkg-config libre2-dev libjpeg62-turbo-dev libpng-dev libwebp-dev
-          libtiff-dev libopenjp2-7-dev openmpi-bin libopenmpi-dev)
+          libtiff-dev libopenjp2-7-dev openmpi-bin libopenmpi-dev libdnnl-dev)
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 install_missing() {

@@ -16,6 +16,8 @@
 #ifndef KEEL_EXEC_H
 #define KEEL_EXEC_H
 
+#include "../ops/dnnl/dnnl_glue.h"
+
 #include <stdatomic.h>
 
 #include "../ops/kernel.h"
@@ -71,6 +73,7 @@ struct keel_session_s {
   keel_heap *heap;
   struct keel_pool *threads;    /* the threads of every run (base/pool.h)   */
   _Atomic uint64_t prepared_bytes; /* kernels' prepared state (keel_impl)   */
+  keel_dnnl_figures lib;        /* what oneDNN holds outside keel          */
   keel_val *consts;             /* m->n_consts, kind TENSOR (STATIC)       */
   keel_options opts;
   uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */

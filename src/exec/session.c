@@ -84,8 +84,15 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
   const keel_tensor *consts[KEEL_IMPL_MAX_IN];
   if (n->n_in > KEEL_IMPL_MAX_IN) return KEEL_OK; /* such nodes keep the reference */
   node_consts(s, n, consts);
-  keel_prep_ctx p = {n, consts, s->heap, {n->prep_site & s->owner_mask, 0},
-                     keel_pool_threads(s->threads), &s->prepared_bytes};
+  keel_prep_ctx p = {n,
+                     consts,
+                     s->heap,
+                     {n->prep_site & s->owner_mask, 0},
+                     keel_pool_threads(s->threads),
+                     &s->prepared_bytes,
+                     s->m,
+                     &s->lib,
+                     (s->opts.flags & KEEL_OPT_NO_ONEDNN) != 0};
   for (; *im; im++) {
     if (!(*im)->supports(&p)) continue;
     void *state = NULL;
@@ -192,6 +199,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
+  m->no_library = (s->opts.flags & KEEL_OPT_NO_ONEDNN) != 0;
   keel_status st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
@@ -473,6 +481,11 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
   keel_stats full = {.size = sizeof full};
   keel_heap_stats(s->heap, &full);
   full.prepared_bytes = s->prepared_bytes;
+  full.library_bytes = atomic_load(&s->lib.bytes);
+  full.library_objects = atomic_load(&s->lib.objects);
+  full.shape_cache_hits = atomic_load(&s->lib.shape_hits);
+  full.shape_cache_misses = atomic_load(&s->lib.shape_misses);
+  full.shape_cache_evictions = atomic_load(&s->lib.shape_evictions);
   keel_mutex_lock((keel_mutex *)&s->pool_lock);
   full.run_ctx_pooled = s->n_pooled;
   full.run_ctx_in_use = s->n_in_use;
@@ -563,4 +576,14 @@ void keel_stats_print(const keel_session_t *s, void (*out)(void *arg, const char
            (unsigned long long)st.run_pool_cap, a, (unsigned long long)st.run_ctx_created,
            (unsigned long long)st.run_ctx_reused, (unsigned long long)st.run_ctx_evicted);
   out(arg, line);
+  if (st.library_objects || st.shape_cache_misses) {
+    human(st.library_bytes, a, sizeof a), human(st.prepared_bytes, b, sizeof b);
+    snprintf(line, sizeof line,
+             "oneDNN     %llu primitive(s), %s outside keel's allocator (measured); prepared "
+             "state %s; shape caches %llu hit(s), %llu miss(es), %llu eviction(s)",
+             (unsigned long long)st.library_objects, a, b,
+             (unsigned long long)st.shape_cache_hits, (unsigned long long)st.shape_cache_misses,
+             (unsigned long long)st.shape_cache_evictions);
+    out(arg, line);
+  }
 }

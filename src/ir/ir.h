@@ -223,6 +223,8 @@ typedef struct keel_model {
   uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
   struct keel_shard_cfg *shard; /* set only by `keel shard` (ir/shard.h)  */
+  bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)
+                                  before the passes: no layout pass        */
 } keel_model;
 
 /* Opset version of `domain` in the model; 0 when not imported. */

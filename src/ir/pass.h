@@ -2,7 +2,7 @@
  * reading the model (onnx/) and resolving names into slots (ir/scope.c).
  *
  *   inline functions (in the loader) -> train -> autodiff -> [shard] -> constant
- *   folding -> fusion -> [layout] -> resolve -> plan
+ *   folding -> fusion -> layout -> activation fusion -> resolve -> plan
  *
  * A pass is a function of the whole model: it sees every graph, sub-graphs
  * of If/Loop/Scan included (m->graphs), works on value names, and may
@@ -45,6 +45,8 @@ KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
+/* Channels-last convolution chains (pass_layout.c). */
+KEEL_INTERNAL keel_status keel_pass_layout(keel_model *m);
 /* Attention (pass_attention.c): MatMul..Softmax..MatMul into one node. */
 KEEL_INTERNAL keel_status keel_pass_fuse_attention(keel_model *m);
 

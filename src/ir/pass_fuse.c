@@ -10,6 +10,8 @@
  * x * HardSigmoid(x) (hardswish before opset 14), fold the same way, both
  * nodes at once.
  *
+ * The layout pass's NhwcConv folds the same activations.
+ *
  * Not fused: a Conv output that is a graph output, is read by anything
  * else, or is read by a sub-graph; Clip bounds computed at run time.
  */
@@ -76,9 +78,12 @@ static keel_status fold(keel_model *m, keel_graph *g, keel_node *c, const keel_n
   return KEEL_OK;
 }
 
+/* Conv, or the layout pass's NhwcConv (whose activation comes after its
+ * residual Z, as the Add it folded came before the activation). */
 static bool is_conv(const keel_node *n) {
-  return !strcmp(n->op_type, "Conv") && !n->domain[0] && n->n_out == 1 &&
-         !keel_node_attr(n, KEEL_ACT_ATTR);
+  bool conv = (!strcmp(n->op_type, "Conv") && !n->domain[0]) ||
+              (!strcmp(n->op_type, "NhwcConv") && !strcmp(n->domain, "ai.keel.internal"));
+  return conv && n->n_out == 1 && !keel_node_attr(n, KEEL_ACT_ATTR);
 }
 
 /* x * act(x): Conv output c read by exactly two nodes, a Sigmoid or

@@ -1276,6 +1276,23 @@ keel_status keel_onnx_load_memory(const void *bytes, size_t len,
   return KEEL_OK;
 }
 
+static bool in_file_map(const keel_model *m, const uint8_t *p, size_t nb) {
+  const uint8_t *lo = m->map.addr;
+  return !m->map_is_copy && p && lo && p >= lo && nb <= m->map.size &&
+         p - lo <= (ptrdiff_t)(m->map.size - nb);
+}
+
+void keel_model_drop_const(const keel_model *m, const keel_tensor *c, uint64_t *mapped,
+                           uint64_t *copied) {
+  size_t nb = keel_tensor_nbytes(c), a = 0, b = 0;
+  if (!c->buf || m->map_is_copy) return;
+  const uint8_t *src = c->buf->ud ? c->buf->ud : c->data;
+  if (in_file_map(m, src, nb)) a = keel_prim_drop_pages(src, nb);
+  if (c->data != src) b = keel_prim_drop_pages(c->data, nb);
+  if (mapped) *mapped += a;
+  if (copied) *copied += b;
+}
+
 void keel_onnx_free(keel_model *m) {
   if (!m) return;
   for (int32_t i = 0; i < m->n_ext; i++) keel_prim_unmap(&m->ext[i].map);

@@ -12,8 +12,10 @@
   X(gather_scatter)      \
   X(matmul)              \
   X(conv)                \
+  X(conv_nhwc)           \
   X(im2col)              \
   X(pool)                \
+  X(pool_nhwc)           \
   X(reduce)              \
   X(norm)                \
   X(rnn)                 \

@@ -306,6 +306,20 @@ keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, void **state) 
   return KEEL_OK;
 }
 
+keel_status keel_prep_alloc_counted(keel_heap *heap, keel_owner owner, _Atomic uint64_t *counter,
+                                    size_t bytes, void **state) {
+  KEEL_TRY(prep_block(heap, owner, bytes, state));
+  atomic_fetch_add(counter, prep_block_of(*state)->size);
+  return KEEL_OK;
+}
+
+void keel_prep_free_counted(void *state, keel_heap *heap, _Atomic uint64_t *counter) {
+  if (!state) return;
+  keel_block *b = prep_block_of(state);
+  atomic_fetch_sub(counter, b->size);
+  keel_heap_free(heap, b);
+}
+
 keel_status keel_k_prep_block(keel_kctx *k, size_t bytes, void **state) {
   return prep_block(k->heap, k->owner, bytes, state);
 }

@@ -112,6 +112,11 @@ typedef struct keel_prep_ctx {
   keel_owner owner;            /* the node's prepared-state site          */
   int threads;                 /* the session's pool size                 */
   _Atomic uint64_t *bytes;     /* the session's prepared-bytes figure     */
+  const struct keel_model *model; /* for keel_model_drop_const (onnx.h)   */
+  struct keel_dnnl_figures *lib; /* the session's figures for what a library
+                                  holds outside keel (ops/dnnl/)          */
+  bool no_library;             /* KEEL_OPT_NO_ONEDNN: library implementations
+                                  decline                                 */
 } keel_prep_ctx;
 /* Nodes with more inputs than this keep their reference kernel. */
 #define KEEL_IMPL_MAX_IN 16
@@ -134,6 +139,13 @@ typedef struct keel_impl {
  * prepared_bytes; KEEL_ERR_OUT_OF_MEMORY with the figures on OOM or the
  * cap. keel_prep_block_release (below) frees it from the pointer alone. */
 KEEL_INTERNAL keel_status keel_prep_alloc(const keel_prep_ctx *p, size_t bytes, void **state);
+/* The same at any time (state made on a run's first use of a shape):
+ * from `heap`, tagged `owner`, counted in *counter until
+ * keel_prep_free_counted gives it back. */
+KEEL_INTERNAL keel_status keel_prep_alloc_counted(keel_heap *heap, keel_owner owner,
+                                                  _Atomic uint64_t *counter, size_t bytes,
+                                                  void **state);
+KEEL_INTERNAL void keel_prep_free_counted(void *state, keel_heap *heap, _Atomic uint64_t *counter);
 
 /* State built from a node's attributes alone (a tree ensemble, a lookup
  * table), by a function written against a kernel context: `k` has the

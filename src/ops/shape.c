@@ -10,7 +10,9 @@
  * iteration dims with a source and a destination stride for each, the
  * engine drops size-1 dims, merges dims that are contiguous in both, and
  * copies the innermost dim as one run (memcpy when dense). Transpose is a
- * permutation of the strides, Slice scales them by the steps, Tile
+ * permutation of the strides (but a view when only size-1 dims move, and
+ * tiled kernels when it simplifies to a batched 2-D transpose, such as
+ * NCHW <-> NHWC), Slice scales them by the steps, Tile
  * interleaves a stride-0 "repeat" dim before every axis, Concat and Split
  * offset one side. Pad's edge/reflect/wrap modes are not affine: they go
  * through per-axis index tables instead.
@@ -23,7 +25,13 @@
  */
 #include <math.h>
 
+#include "../base/pool.h"
 #include "bcast.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SH_X86 1
+#endif
 
 /* Iteration dims of a copy plan: Tile needs two per axis. */
 #define SH_XMAX (2 * KEEL_MAX_RANK)
@@ -326,6 +334,305 @@ static keel_status op_identity(keel_kctx *k) {
 
 /* ===================================================== reordering */
 
+/* ------------------------------------------- Transpose: tiled kernels
+ *
+ * Transpose plans that simplify (sh_plan_simplify) to a batched 2-D
+ * transpose, src [B][R][C] -> dst [B][C][R] of elements of 1, 2, 4 or 8
+ * bytes, skip the copy engine: the matrix is cut into blocks of about 64
+ * KB, the blocks are split across the session's pool, and each block goes
+ * in square tiles (8x8 of 4-byte elements with AVX2, 4x4 with SSE2, 8x8
+ * plain loops else) with scalar loops for the edges. The tiles walk along
+ * the rows of whichever side has the longer rows (8 of them open at a
+ * time): many open rows a power-of-two-ish stride apart would fight over
+ * the same cache sets. NCHW <-> NHWC is [C][HW] <-> [HW][C] per image; a
+ * thin side (C of 2 to 4) has its own loops that stream whole lines. */
+
+/* One block of one batch: rows [r0, r1) x columns [c0, c1) of src (row
+ * stride C) into dst (row stride R). */
+typedef void (*sh_tr_fn)(const void *src, void *dst, int64_t R, int64_t C, int64_t r0,
+                         int64_t r1, int64_t c0, int64_t c1);
+
+/* The edges: rows [r0, r1) x columns [c0, c1), column by column so that
+ * each destination row is written in order. */
+#define SH_TR_EDGE_FN(T)                                                                 \
+  static inline void sh_tr_edge_##T(const T *s, T *d, int64_t R, int64_t C, int64_t r0, \
+                                    int64_t r1, int64_t c0, int64_t c1) {                \
+    for (int64_t c = c0; c < c1; c++) {                                                  \
+      T *dr = d + c * R;                                                                 \
+      const T *sc = s + c;                                                               \
+      for (int64_t r = r0; r < r1; r++) dr[r] = sc[r * C];                               \
+    }                                                                                    \
+  }
+SH_TR_EDGE_FN(uint8_t)
+SH_TR_EDGE_FN(uint16_t)
+SH_TR_EDGE_FN(uint32_t)
+SH_TR_EDGE_FN(uint64_t)
+
+/* The body of a block kernel: N x N tiles by TILE(src, C, dst, R), along
+ * the destination rows when they are the longer (R >= C), else along the
+ * source rows; then the edges. */
+#define SH_TR_BLOCK(T, N, TILE)                                                  \
+  const T *s = sv;                                                               \
+  T *d = dv;                                                                     \
+  if (R >= C) {                                                                  \
+    int64_t c = c0;                                                              \
+    for (; c + N <= c1; c += N) {                                                \
+      int64_t r = r0;                                                            \
+      for (; r + N <= r1; r += N) TILE(s + r * C + c, C, d + c * R + r, R);      \
+      sh_tr_edge_##T(s, d, R, C, r, r1, c, c + N);                               \
+    }                                                                            \
+    sh_tr_edge_##T(s, d, R, C, r0, r1, c, c1);                                   \
+  } else {                                                                       \
+    int64_t r = r0;                                                              \
+    for (; r + N <= r1; r += N) {                                                \
+      int64_t c = c0;                                                            \
+      for (; c + N <= c1; c += N) TILE(s + r * C + c, C, d + c * R + r, R);      \
+      sh_tr_edge_##T(s, d, R, C, r, r + N, c, c1);                               \
+    }                                                                            \
+    sh_tr_edge_##T(s, d, R, C, r, r1, c0, c1);                                   \
+  }
+
+/* 8x8 tiles in fixed-size loops (the compilers unroll them). */
+#define SH_TR_PLAIN_TILE(T)                                                          \
+  static inline void sh_tr_tile_##T(const T *st, int64_t C, T *dt, int64_t R) {      \
+    T t[8][8];                                                                       \
+    for (int i = 0; i < 8; i++)                                                      \
+      for (int j = 0; j < 8; j++) t[j][i] = st[i * C + j];                           \
+    for (int j = 0; j < 8; j++)                                                      \
+      for (int i = 0; i < 8; i++) dt[j * R + i] = t[j][i];                           \
+  }                                                                                  \
+  static void sh_tr_plain_##T(const void *sv, void *dv, int64_t R, int64_t C, int64_t r0, \
+                              int64_t r1, int64_t c0, int64_t c1) {                  \
+    if (sh_tr_thin_##T(sv, dv, R, C, r0, r1, c0, c1)) return;                        \
+    SH_TR_BLOCK(T, 8, sh_tr_tile_##T)                                                \
+  }
+
+/* Thin sides, R or C of 2 to 4 (the block then spans that whole side):
+ * per column (row) one destination (source) line of N elements, a
+ * constant count the compilers turn into interleaving (de-interleaving)
+ * shuffles. True when they took the block. */
+#define SH_TR_THIN_ROWS(N)                                                \
+  for (int64_t c = c0; c < c1; c++)                                       \
+    for (int r = 0; r < N; r++) d[c * N + r] = s[r * C + c];
+#define SH_TR_THIN_COLS(N)                                                \
+  for (int64_t r = r0; r < r1; r++)                                       \
+    for (int c = 0; c < N; c++) d[c * R + r] = s[r * N + c];
+#define SH_TR_THIN_FN(T)                                                                   \
+  static inline bool sh_tr_thin_##T(const void *sv, void *dv, int64_t R, int64_t C,       \
+                                    int64_t r0, int64_t r1, int64_t c0, int64_t c1) {      \
+    const T *s = sv;                                                                       \
+    T *d = dv;                                                                             \
+    switch (R <= 4 && r0 == 0 && r1 == R ? R : 0) {                                        \
+      case 2: SH_TR_THIN_ROWS(2) return true;                                              \
+      case 3: SH_TR_THIN_ROWS(3) return true;                                              \
+      case 4: SH_TR_THIN_ROWS(4) return true;                                              \
+      default: break;                                                                      \
+    }                                                                                      \
+    switch (C <= 4 && c0 == 0 && c1 == C ? C : 0) {                                        \
+      case 2: SH_TR_THIN_COLS(2) return true;                                              \
+      case 3: SH_TR_THIN_COLS(3) return true;                                              \
+      case 4: SH_TR_THIN_COLS(4) return true;                                              \
+      default: return false;                                                               \
+    }                                                                                      \
+  }
+SH_TR_THIN_FN(uint8_t)
+SH_TR_THIN_FN(uint16_t)
+SH_TR_THIN_FN(uint32_t)
+SH_TR_THIN_FN(uint64_t)
+
+#ifndef SH_X86
+SH_TR_PLAIN_TILE(uint8_t)
+SH_TR_PLAIN_TILE(uint16_t)
+SH_TR_PLAIN_TILE(uint32_t)
+#endif
+SH_TR_PLAIN_TILE(uint64_t)
+
+#ifdef SH_X86
+/* SSE2 (every x86-64): 8x8 tiles of bytes and of 2-byte elements, 4x4 of
+ * 4-byte ones; unpack stages of doubling width. */
+static inline void sh_tr1_tile_sse(const uint8_t *s, int64_t C, uint8_t *d, int64_t R) {
+  __m128i a[8], b[4], c[4], e[4];
+  for (int i = 0; i < 8; i++) a[i] = _mm_loadl_epi64((const __m128i *)(const void *)(s + i * C));
+  for (int i = 0; i < 4; i++) b[i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+  c[0] = _mm_unpacklo_epi16(b[0], b[1]), c[1] = _mm_unpackhi_epi16(b[0], b[1]);
+  c[2] = _mm_unpacklo_epi16(b[2], b[3]), c[3] = _mm_unpackhi_epi16(b[2], b[3]);
+  e[0] = _mm_unpacklo_epi32(c[0], c[2]), e[1] = _mm_unpackhi_epi32(c[0], c[2]);
+  e[2] = _mm_unpacklo_epi32(c[1], c[3]), e[3] = _mm_unpackhi_epi32(c[1], c[3]);
+  for (int j = 0; j < 4; j++) { /* e[j] holds destination rows 2j and 2j + 1 */
+    _mm_storel_epi64((__m128i *)(void *)(d + 2 * j * R), e[j]);
+    _mm_storel_epi64((__m128i *)(void *)(d + (2 * j + 1) * R), _mm_unpackhi_epi64(e[j], e[j]));
+  }
+}
+static inline void sh_tr2_tile_sse(const uint16_t *s, int64_t C, uint16_t *d, int64_t R) {
+  __m128i a[8], b[8], c[8];
+  for (int i = 0; i < 8; i++) a[i] = _mm_loadu_si128((const __m128i *)(const void *)(s + i * C));
+  for (int i = 0; i < 4; i++) {
+    b[2 * i] = _mm_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+    b[2 * i + 1] = _mm_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; h++) /* rows 4h..4h+3: columns 0-1, 2-3, 4-5, 6-7 */
+    for (int i = 0; i < 2; i++) {
+      c[4 * h + 2 * i] = _mm_unpacklo_epi32(b[4 * h + i], b[4 * h + i + 2]);
+      c[4 * h + 2 * i + 1] = _mm_unpackhi_epi32(b[4 * h + i], b[4 * h + i + 2]);
+    }
+  for (int j = 0; j < 4; j++) {
+    _mm_storeu_si128((__m128i *)(void *)(d + 2 * j * R), _mm_unpacklo_epi64(c[j], c[j + 4]));
+    _mm_storeu_si128((__m128i *)(void *)(d + (2 * j + 1) * R), _mm_unpackhi_epi64(c[j], c[j + 4]));
+  }
+}
+static inline void sh_tr4_tile_sse(const uint32_t *s, int64_t C, uint32_t *d, int64_t R) {
+  const float *st = (const float *)(const void *)s;
+  float *dt = (float *)(void *)d;
+  __m128 a = _mm_loadu_ps(st), b = _mm_loadu_ps(st + C);
+  __m128 e = _mm_loadu_ps(st + 2 * C), f = _mm_loadu_ps(st + 3 * C);
+  _MM_TRANSPOSE4_PS(a, b, e, f);
+  _mm_storeu_ps(dt, a);
+  _mm_storeu_ps(dt + R, b);
+  _mm_storeu_ps(dt + 2 * R, e);
+  _mm_storeu_ps(dt + 3 * R, f);
+}
+#define SH_TR_KERNEL(NAME, T, N, TILE, ATTR)                                                 \
+  ATTR static void NAME(const void *sv, void *dv, int64_t R, int64_t C, int64_t r0,         \
+                        int64_t r1, int64_t c0, int64_t c1) {                                \
+    if (sh_tr_thin_##T(sv, dv, R, C, r0, r1, c0, c1)) return;                                \
+    SH_TR_BLOCK(T, N, TILE)                                                                  \
+  }
+SH_TR_KERNEL(sh_tr1_sse, uint8_t, 8, sh_tr1_tile_sse, )
+SH_TR_KERNEL(sh_tr2_sse, uint16_t, 8, sh_tr2_tile_sse, )
+SH_TR_KERNEL(sh_tr4_sse, uint32_t, 4, sh_tr4_tile_sse, )
+
+/* AVX2: 8x8 tiles of 4-byte elements in three shuffle stages, 4x4 of
+ * 8-byte ones in two. */
+__attribute__((target("avx2"))) static inline void sh_tr4_tile_avx2(const uint32_t *s,
+                                                                    int64_t C, uint32_t *d,
+                                                                    int64_t R) {
+  const float *st = (const float *)(const void *)s;
+  float *dt = (float *)(void *)d;
+  __m256 x0 = _mm256_loadu_ps(st), x1 = _mm256_loadu_ps(st + C);
+  __m256 x2 = _mm256_loadu_ps(st + 2 * C), x3 = _mm256_loadu_ps(st + 3 * C);
+  __m256 x4 = _mm256_loadu_ps(st + 4 * C), x5 = _mm256_loadu_ps(st + 5 * C);
+  __m256 x6 = _mm256_loadu_ps(st + 6 * C), x7 = _mm256_loadu_ps(st + 7 * C);
+  __m256 t0 = _mm256_unpacklo_ps(x0, x1), t1 = _mm256_unpackhi_ps(x0, x1);
+  __m256 t2 = _mm256_unpacklo_ps(x2, x3), t3 = _mm256_unpackhi_ps(x2, x3);
+  __m256 t4 = _mm256_unpacklo_ps(x4, x5), t5 = _mm256_unpackhi_ps(x4, x5);
+  __m256 t6 = _mm256_unpacklo_ps(x6, x7), t7 = _mm256_unpackhi_ps(x6, x7);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(dt, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(dt + R, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(dt + 2 * R, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(dt + 3 * R, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(dt + 4 * R, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(dt + 5 * R, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(dt + 6 * R, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(dt + 7 * R, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+__attribute__((target("avx2"))) static inline void sh_tr8_tile_avx2(const uint64_t *s,
+                                                                    int64_t C, uint64_t *d,
+                                                                    int64_t R) {
+  const double *st = (const double *)(const void *)s;
+  double *dt = (double *)(void *)d;
+  __m256d x0 = _mm256_loadu_pd(st), x1 = _mm256_loadu_pd(st + C);
+  __m256d x2 = _mm256_loadu_pd(st + 2 * C), x3 = _mm256_loadu_pd(st + 3 * C);
+  __m256d t0 = _mm256_unpacklo_pd(x0, x1), t1 = _mm256_unpackhi_pd(x0, x1);
+  __m256d t2 = _mm256_unpacklo_pd(x2, x3), t3 = _mm256_unpackhi_pd(x2, x3);
+  _mm256_storeu_pd(dt, _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(dt + R, _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(dt + 2 * R, _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(dt + 3 * R, _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+SH_TR_KERNEL(sh_tr4_avx2, uint32_t, 8, sh_tr4_tile_avx2, __attribute__((target("avx2"))))
+SH_TR_KERNEL(sh_tr8_avx2, uint64_t, 4, sh_tr8_tile_avx2, __attribute__((target("avx2"))))
+#endif
+
+/* The kernel for es-byte elements on this CPU (AVX2 looked up once). */
+static sh_tr_fn sh_tr_pick(size_t es) {
+#ifdef SH_X86
+  static int level = -1;
+  int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+  if (l < 0) {
+    __builtin_cpu_init();
+    l = __builtin_cpu_supports("avx2") ? 1 : 0;
+    __atomic_store_n(&level, l, __ATOMIC_RELAXED);
+  }
+  if (es == 1) return sh_tr1_sse;
+  if (es == 2) return sh_tr2_sse;
+  if (es == 4) return l ? sh_tr4_avx2 : sh_tr4_sse;
+  return l ? sh_tr8_avx2 : sh_tr_plain_uint64_t;
+#else
+  return es == 1   ? sh_tr_plain_uint8_t
+         : es == 2 ? sh_tr_plain_uint16_t
+         : es == 4 ? sh_tr_plain_uint32_t
+                   : sh_tr_plain_uint64_t;
+#endif
+}
+
+typedef struct sh_tr_job {
+  const uint8_t *src;
+  uint8_t *dst;
+  int64_t R, C, br, bc, nrb, ncb; /* block rows, columns; blocks per side */
+  size_t es;
+  sh_tr_fn fn;
+} sh_tr_job;
+
+static keel_status sh_tr_blocks(void *ctx, int64_t begin, int64_t end, int worker) {
+  const sh_tr_job *j = ctx;
+  int64_t per = j->nrb * j->ncb;
+  size_t mat = (size_t)(j->R * j->C) * j->es;
+  for (int64_t i = begin; i < end; i++) {
+    int64_t b = i / per, rb = i % per / j->ncb, cb = i % j->ncb;
+    int64_t r0 = rb * j->br, c0 = cb * j->bc;
+    j->fn(j->src + (size_t)b * mat, j->dst + (size_t)b * mat, j->R, j->C, r0,
+          KEEL_MIN(r0 + j->br, j->R), c0, KEEL_MIN(c0 + j->bc, j->C));
+  }
+  return KEEL_OK;
+}
+
+/* dst [B][C][R] = src [B][R][C] transposed per batch, es-byte elements. */
+static keel_status sh_transpose_2d(keel_kctx *k, const void *src, void *dst, int64_t B,
+                                   int64_t R, int64_t C, size_t es) {
+  sh_tr_job j = {.src = src, .dst = dst, .R = R, .C = C, .es = es};
+  j.fn = sh_tr_pick(es);
+  /* blocks of 256 x 64 elements, the 256 along the rows the tiles walk;
+   * a side shorter than its share goes whole and the other side grows
+   * to keep the block near 64 KB */
+  int64_t want = (int64_t)(65536 / es);
+  j.br = R >= C ? 256 : 64;
+  j.bc = R >= C ? 64 : 256;
+  if (R < j.br) j.br = R, j.bc = KEEL_MAX(j.bc, (want / R + 7) / 8 * 8);
+  if (C < j.bc) j.bc = C, j.br = KEEL_MAX(j.br, (want / C + 7) / 8 * 8);
+  j.br = KEEL_MIN(j.br, R);
+  j.bc = KEEL_MIN(j.bc, C);
+  j.nrb = (R + j.br - 1) / j.br;
+  j.ncb = (C + j.bc - 1) / j.bc;
+  /* about 256 KB per chunk: smaller transposes stay on the calling thread */
+  int64_t grain = KEEL_MAX((int64_t)1, ((int64_t)256 << 10) / (j.br * j.bc * (int64_t)es));
+  return keel_pool_for(k->pool, B * j.nrb * j.ncb, grain, sh_tr_blocks, &j);
+}
+
+/* When plan p (simplified) is a batched 2-D transpose of es-byte elements,
+ * or of runs of E of them that stay together (p's last dim, dense on both
+ * sides: the element is then E * es bytes), gives its figures and returns
+ * true when that element has 1, 2, 4 or 8 bytes. */
+static bool sh_tr_batched(const sh_plan *p, size_t es, int64_t *B, int64_t *R, int64_t *C,
+                          size_t *ees) {
+  int m = p->r;
+  int64_t E = 1;
+  if (m >= 2 && p->ss[m - 1] == 1 && p->ds[m - 1] == 1) E = p->dims[--m];
+  if (m == 2 && p->ss[0] == E && p->ss[1] == p->dims[0] * E) {
+    *B = 1, *C = p->dims[0], *R = p->dims[1];
+  } else if (m == 3 && p->ss[1] == E && p->ss[2] == p->dims[1] * E &&
+             p->ss[0] == p->dims[1] * p->dims[2] * E) {
+    *B = p->dims[0], *C = p->dims[1], *R = p->dims[2];
+  } else {
+    return false;
+  }
+  *ees = es * (size_t)E;
+  return *ees == 1 || *ees == 2 || *ees == 4 || *ees == 8;
+}
+
 static keel_status op_transpose(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
@@ -350,8 +657,17 @@ static keel_status op_transpose(keel_kctx *k) {
     p.ss[i] = xs[perm[i]];
   }
   sh_strides(r, shape, p.ds);
+  sh_plan q = p;
+  sh_plan_simplify(&q);
+  int64_t numel = keel_tensor_numel(x), B, R, C;
+  /* only size-1 dims move: the same elements in the same order */
+  if (q.r == 1 && numel > 0) return keel_k_view(k, 0, x, r, shape);
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, r, shape, &o));
+  size_t es = keel_dtype_size((keel_dtype)x->dtype), ees;
+  if (numel > 0 && x->dtype != KEEL_STRING && !keel_dtype_is_packed(x->dtype) &&
+      sh_tr_batched(&q, es, &B, &R, &C, &ees) && (uintptr_t)x->data % ees == 0)
+    return sh_transpose_2d(k, x->data, o->data, B, R, C, ees);
   return sh_copy(o, 0, x, 0, &p);
 }
 

@@ -68,25 +68,6 @@ static keel_status new_buffer(keel_trainer_t *t, const keel_tensor *like, const 
   return st;
 }
 
-static bool in_file_map(const keel_model *m, const uint8_t *p, size_t nb) {
-  const uint8_t *lo = m->map.addr;
-  return !m->map_is_copy && p && lo && p >= lo && nb <= m->map.size && p - lo <= (ptrdiff_t)(m->map.size - nb);
-}
-
-/* Gives back the pages under a parameter's initializer once it is copied
- * (the graph reads the copy now): the file mapping's (a later read would
- * fault them in again), and those of the loader's own copy when it had to
- * align the bytes (nothing reads that copy any more). A model read from
- * memory is one copy the caller gave; it stays. */
-static void drop_initializer(keel_trainer_t *t, const keel_tensor *c) {
-  const keel_model *m = t->s->m;
-  size_t nb = keel_tensor_nbytes(c);
-  if (!c->buf || m->map_is_copy) return;
-  const uint8_t *src = c->buf->ud ? c->buf->ud : c->data;
-  if (in_file_map(m, src, nb)) t->mapped_dropped += keel_prim_drop_pages(src, nb);
-  if (c->data != src) t->copy_dropped += keel_prim_drop_pages(c->data, nb);
-}
-
 static keel_status make_param(keel_trainer_t *t, int32_t i) {
   const keel_train_spec *sp = t->spec;
   train_param *p = &t->p[i];
@@ -98,7 +79,9 @@ static keel_status make_param(keel_trainer_t *t, int32_t i) {
   char label[600];
   snprintf(label, sizeof label, "param '%s'", p->name);
   KEEL_TRY(new_buffer(t, c, label, c->data, true, &p->value, &p->w));
-  drop_initializer(t, c);
+  /* the graph reads the copy now: the file's pages (and the loader's
+   * aligned copy's) under the initializer go back */
+  keel_model_drop_const(t->s->m, c, &t->mapped_dropped, &t->copy_dropped);
   for (int k = 0; k < keel_optim_n_state(&t->o); k++) {
     snprintf(label, sizeof label, "%s of '%s'", keel_optim_state_name(&t->o, k), p->name);
     KEEL_TRY(new_buffer(t, c, label, NULL, false, &p->state[k], &p->st[k]));

@@ -1,0 +1,164 @@
+/* conv_nhwc.c: NhwcConv (conv_nhwc.h): the geometry every implementation
+ * shares, the residual's broadcast, and the reference kernel, plain loops
+ * over the output (one (image, output row) per pool task), against which
+ * tests/test_conv_nhwc.c checks the oneDNN implementation. */
+#include "conv_nhwc.h"
+
+#include "../base/pool.h"
+#include "activation.h"
+
+keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_tensor *wt,
+                              const keel_tensor *b, keel_nhwc_geom *g) {
+  if (x->dtype != KEEL_FLOAT || wt->dtype != KEEL_FLOAT || (b && b->dtype != KEEL_FLOAT))
+    return keel_err(KEEL_ERR_UNSUPPORTED,
+                    "NhwcConv (domain ai.keel.internal, opset 1): X %s, W %s%s%s: only float32",
+                    keel_dtype_name((keel_dtype)x->dtype), keel_dtype_name((keel_dtype)wt->dtype),
+                    b ? ", B " : "", b ? keel_dtype_name((keel_dtype)b->dtype) : "");
+  if (x->rank != 4 || wt->rank != 4)
+    return keel_err(KEEL_ERR_SHAPE, "X (N, H, W, C) has rank %d and W rank %d: expected 4 and 4",
+                    x->rank, wt->rank);
+  int64_t group = keel_k_attr_i(k, "group", 1);
+  *g = (keel_nhwc_geom){.n = x->shape[0], .c = x->shape[3], .m = wt->shape[0], .group = group};
+  if (group < 1 || g->m % group)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "group %lld does not divide W's %lld output channels",
+                    (long long)group, (long long)g->m);
+  g->cg = wt->shape[1], g->mg = g->m / group;
+  if (g->cg * group != g->c)
+    return keel_err(KEEL_ERR_SHAPE, "X has %lld channels but W expects %lld x group %lld",
+                    (long long)g->c, (long long)g->cg, (long long)group);
+  if (b && (b->rank != 1 || b->shape[0] != g->m)) {
+    char sb[128];
+    return keel_err(KEEL_ERR_SHAPE, "B has shape %s, expected [%lld]",
+                    keel_shape_str(b->rank, b->shape, sb, sizeof sb), (long long)g->m);
+  }
+  keel_win *w = &g->w;
+  w->nd = 2;
+  int nk;
+  const int64_t *ks = keel_k_attr_ints(k, "kernel_shape", &nk);
+  if (nk && nk != 2)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape has %d values for 2 spatial dims", nk);
+  for (int i = 0; i < 2; i++) {
+    w->in[i] = x->shape[1 + i], w->k[i] = wt->shape[2 + i];
+    if (w->k[i] < 1) return keel_err(KEEL_ERR_SHAPE, "W's kernel dim %d is %lld", i, (long long)w->k[i]);
+    if (nk && ks[i] != w->k[i])
+      return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape[%d] = %lld but W's kernel has %lld", i,
+                      (long long)ks[i], (long long)w->k[i]);
+  }
+  KEEL_TRY(keel_win_read(k, w));
+  KEEL_TRY(keel_win_forward(w, false));
+  g->yshape[0] = g->n, g->yshape[1] = w->out[0], g->yshape[2] = w->out[1], g->yshape[3] = g->m;
+  return KEEL_OK;
+}
+
+keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4], int64_t yshape[4],
+                              bool *same) {
+  if (z->dtype != KEEL_FLOAT)
+    return keel_err(KEEL_ERR_SHAPE, "the residual Z is %s, expected float32",
+                    keel_dtype_name((keel_dtype)z->dtype));
+  if (z->rank > 4) return keel_err(KEEL_ERR_SHAPE, "the residual Z has rank %d (> 4)", z->rank);
+  int r;
+  KEEL_TRY(keel_broadcast_shape(4, cshape, z->rank, z->shape, &r, yshape));
+  *same = z->rank == 4 && !memcmp(z->shape, cshape, sizeof(int64_t) * 4) &&
+          !memcmp(yshape, cshape, sizeof(int64_t) * 4);
+  return KEEL_OK;
+}
+
+void keel_nhwc_add_bcast(float *y, const int64_t ys[4], const float *a, const int64_t as[4],
+                         const keel_tensor *z) {
+  int64_t sa[4], sz[4];
+  keel_broadcast_strides(4, as, 4, ys, sa);
+  keel_broadcast_strides(z->rank, z->shape, 4, ys, sz);
+  const float *zd = z->data;
+  int64_t i = 0;
+  for (int64_t n = 0; n < ys[0]; n++)
+    for (int64_t h = 0; h < ys[1]; h++)
+      for (int64_t w = 0; w < ys[2]; w++) {
+        const float *ap = a + n * sa[0] + h * sa[1] + w * sa[2];
+        const float *zp = zd + n * sz[0] + h * sz[1] + w * sz[2];
+        for (int64_t c = 0; c < ys[3]; c++, i++) y[i] = ap[c * sa[3]] + zp[c * sz[3]];
+      }
+}
+
+/* ========================================================= reference */
+
+typedef struct ref_job {
+  const keel_nhwc_geom *g;
+  const float *x, *w, *b;
+  float *y;
+} ref_job;
+
+static keel_status ref_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+  const ref_job *j = ctx;
+  const keel_nhwc_geom *g = j->g;
+  const keel_win *w = &g->w;
+  int64_t H = w->in[0], W = w->in[1], OH = w->out[0], OW = w->out[1];
+  int64_t KH = w->k[0], KW = w->k[1];
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t n = r / OH, oh = r % OH;
+    for (int64_t ow = 0; ow < OW; ow++) {
+      float *yp = j->y + ((n * OH + oh) * OW + ow) * g->m;
+      for (int64_t m = 0; m < g->m; m++) {
+        int64_t grp = m / g->mg;
+        float acc = j->b ? j->b[m] : 0.0f;
+        for (int64_t kh = 0; kh < KH; kh++) {
+          int64_t ih = oh * w->s[0] - w->pb[0] + kh * w->d[0];
+          if (ih < 0 || ih >= H) continue;
+          for (int64_t kw = 0; kw < KW; kw++) {
+            int64_t iw = ow * w->s[1] - w->pb[1] + kw * w->d[1];
+            if (iw < 0 || iw >= W) continue;
+            const float *xp = j->x + ((n * H + ih) * W + iw) * g->c + grp * g->cg;
+            const float *wp = j->w + m * g->cg * KH * KW + kh * KW + kw;
+            for (int64_t ci = 0; ci < g->cg; ci++) acc += xp[ci] * wp[ci * KH * KW];
+          }
+        }
+        yp[m] = acc;
+      }
+    }
+  }
+  (void)worker;
+  return KEEL_OK;
+}
+
+static keel_status op_nhwc_conv(keel_kctx *k) {
+  const keel_tensor *x, *wt, *b, *z;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(keel_k_in(k, 1, &wt));
+  KEEL_TRY(keel_k_in_opt(k, 2, &b));
+  KEEL_TRY(keel_k_in_opt(k, 3, &z));
+  keel_nhwc_geom g;
+  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
+  keel_act act;
+  KEEL_TRY(keel_act_of(k->node, &act));
+  int64_t yshape[4];
+  bool same = true;
+  memcpy(yshape, g.yshape, sizeof yshape);
+  if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
+  int64_t ny = keel_tensor_numel(y), nc = g.yshape[0] * g.yshape[1] * g.yshape[2] * g.m;
+  if (ny == 0) return KEEL_OK;
+  float *c = y->data;
+  if (!same) {
+    void *s;
+    KEEL_TRY(keel_k_scratch_n(k, nc, sizeof(float), &s));
+    c = s;
+  }
+  if (nc) {
+    ref_job j = {&g, x->data, wt->data, b ? b->data : NULL, c};
+    KEEL_TRY(keel_pool_for(k->pool, g.n * g.w.out[0], 1, ref_rows, &j));
+  }
+  if (z) keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
+  keel_act_apply_f32(&act, y->data, ny);
+  return KEEL_OK;
+}
+
+#if KEEL_HAVE_DNNL
+static const keel_impl *const g_impls[] = {&keel_conv_nhwc_dnnl, NULL};
+#else
+static const keel_impl *const g_impls[] = {NULL};
+#endif
+
+const keel_opdef keel_ops_conv_nhwc[] = {
+    {KEEL_NHWC_DOMAIN, "NhwcConv", 1, KEEL_OPSET_MAX, op_nhwc_conv, 0, KEEL_T(KEEL_FLOAT), g_impls},
+    {0},
+};

@@ -1,0 +1,53 @@
+/* conv_nhwc.h: NhwcConv (domain ai.keel.internal, opset 1), the 2-D float
+ * convolution the layout pass (ir/pass_layout.c) puts in place of a Conv
+ * with a constant W, on channels-last tensors:
+ *
+ *   Y = act(conv(X, W) + B + Z)
+ *
+ *   X  [N, H, W, C]               float32, channels last
+ *   W  [M, C/group, kh, kw]       float32, ONNX's layout (a constant)
+ *   B  [M]                        optional
+ *   Z  optional: a residual added before the activation (the pass folds an
+ *      Add into the conv); broadcast against [N, OH, OW, M] as Add would,
+ *      so Y takes the broadcast shape
+ *   Y  [N, OH, OW, M]
+ *
+ * Attributes: Conv's (kernel_shape, strides, pads, dilations, auto_pad,
+ * group) and the fused activation of ops/activation.h, applied after Z.
+ * The reference kernel (conv_nhwc.c) is naive loops; the oneDNN
+ * implementation (dnnl/conv_dnnl.c) is what runs when keel has oneDNN.
+ */
+#ifndef KEEL_CONV_NHWC_H
+#define KEEL_CONV_NHWC_H
+
+#include "conv_util.h"
+
+#define KEEL_NHWC_DOMAIN "ai.keel.internal"
+
+/* The geometry of one call. */
+typedef struct keel_nhwc_geom {
+  keel_win w;                  /* 2 spatial dims, pads resolved           */
+  int64_t n, c, m, group, cg, mg; /* batch, channels in/out, groups, per group */
+  int64_t yshape[4];           /* [N, OH, OW, M]                          */
+} keel_nhwc_geom;
+
+/* Checks X (NHWC), W and B against each other and the attributes and
+ * resolves the window (the messages name what is wrong). */
+KEEL_INTERNAL keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_tensor *w,
+                                            const keel_tensor *b, keel_nhwc_geom *g);
+
+/* Z's part: the output shape of conv (cshape) + z (rank <= 4, numpy
+ * broadcasting); *same when it is cshape itself. */
+KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4],
+                                            int64_t yshape[4], bool *same);
+
+/* y[yshape] = a[broadcast] + z[broadcast], then act; a has shape ashape
+ * (4-D), z rank <= 4. y may be a when the shapes are equal. */
+KEEL_INTERNAL void keel_nhwc_add_bcast(float *y, const int64_t yshape[4], const float *a,
+                                       const int64_t ashape[4], const keel_tensor *z);
+
+#if KEEL_HAVE_DNNL
+extern const keel_impl keel_conv_nhwc_dnnl;
+#endif
+
+#endif /* KEEL_CONV_NHWC_H */

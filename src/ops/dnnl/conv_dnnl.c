@@ -1,0 +1,504 @@
+/* conv_dnnl.c: NhwcConv (ops/conv_nhwc.h) on oneDNN's convolutions, the
+ * implementation "onednn".
+ *
+ * Prepared once per node: W reordered into the layout oneDNN's kernel asks
+ * for (a block of the session's allocator, "prepared state of node ...";
+ * the file's pages under the original go back when no other node reads
+ * it). Per input shape, on the first run that meets it: the primitives.
+ * The work is cut into bands of output rows, at most one per pool thread
+ * (per image when the batch is smaller than the pool): channels-last
+ * makes a band of rows one dense tensor in and one out, so each band is
+ * a whole oneDNN convolution with its own top and bottom padding. Bands
+ * of the same geometry share one primitive (a first, a middle and a last
+ * at most); the pool runs them, each on one thread (dnnl_glue.h). A
+ * primitive whose kernel wants W in another layout gets its own reordered
+ * copy (counted like the first).
+ *
+ * Fused: the activation (ops/activation.h) as oneDNN post-ops where
+ * oneDNN has the same function (else keel applies it to each band while
+ * it is hot), and the residual Z as a sum post-op: the band of Y starts as
+ * Z's (Y takes Z's buffer when Z dies here). A Z that broadcasts is
+ * added by keel after a plain convolution.
+ *
+ * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
+ * one evicts the least recently used shape no run is using (when every
+ * one is in use, the run makes a private set and frees it after). Hits,
+ * misses and evictions are counted in keel_stats.
+ */
+#include <math.h>
+
+#include "../../base/pool.h"
+#include "../../base/prim.h"
+#include "../../mem/alloc.h"
+#include "../../mem/sysmem.h"
+#include "../../onnx/onnx.h"
+#include "../activation.h"
+#include "../conv_nhwc.h"
+#include "dnnl_glue.h"
+
+#define SHAPES 8                /* input shapes a node keeps primitives for */
+#define MAX_BANDS 64            /* bands of one image                       */
+#define PRIMS 3                 /* distinct band geometries: first, middle, last */
+
+/* One band geometry: input rows taken, the pads above and below them,
+ * output rows made. */
+typedef struct band_geo {
+  int64_t ih, pt, pb, oh;
+} band_geo;
+
+typedef struct cd_entry {
+  int64_t n, h, wd;             /* the input shape (C is the node's)        */
+  bool bare;                    /* no post-ops (a broadcasting Z)           */
+  int refs;                     /* runs using it (under the state's lock)   */
+  uint64_t used;                /* last use, for eviction                   */
+  int nbands, nprims;
+  int64_t oh0[MAX_BANDS + 1];   /* band b: output rows [oh0[b], oh0[b+1])   */
+  int64_t ih0[MAX_BANDS];       /* its first input row                      */
+  uint8_t prim_of[MAX_BANDS];
+  band_geo geo[PRIMS];
+  keel_dnnl_prim prim[PRIMS];
+  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS];
+  const void *w[PRIMS];         /* the weights each primitive reads         */
+  void *w_own[PRIMS];           /* reordered copies this entry owns         */
+  size_t scratch;               /* the largest scratchpad, bytes            */
+  bool act_in_post[PRIMS];      /* the activation is a post-op of prim[p]   */
+} cd_entry;
+
+typedef struct cd_state {
+  keel_mutex lock;
+  keel_heap *heap;
+  keel_owner owner;
+  _Atomic uint64_t *prep_bytes;
+  keel_dnnl_figures *fig;
+  int threads;
+  int64_t m, c, group, kh, kw;
+  bool has_bias;
+  keel_act act;
+  dnnl_memory_desc_t w_md, b_md;
+  void *w;                      /* W in w_md's layout (prepared block)      */
+  uint64_t tick;
+  int n_entries;
+  cd_entry *entries[SHAPES];
+} cd_state;
+
+/* ======================================================== post-ops */
+
+/* Appends the activation as oneDNN eltwise post-ops; false when oneDNN
+ * has no exact equivalent (keel applies it then). */
+static bool act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
+  dnnl_alg_kind_t alg;
+  float alpha = 0, beta = 0;
+  switch (a->kind) {
+    case KEEL_ACT_RELU: alg = dnnl_eltwise_relu; break;
+    case KEEL_ACT_LEAKY: alg = dnnl_eltwise_relu, alpha = a->a; break;
+    case KEEL_ACT_CLIP: alg = dnnl_eltwise_clip_v2, alpha = a->a, beta = a->b; break;
+    case KEEL_ACT_HSWISH: alg = dnnl_eltwise_hardswish; break;
+    case KEEL_ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+    case KEEL_ACT_TANH: alg = dnnl_eltwise_tanh; break;
+    case KEEL_ACT_SILU: alg = dnnl_eltwise_swish, alpha = 1.0f; break;
+    case KEEL_ACT_HSIGMOID_MUL: /* x * HardSigmoid(x) is hardswish at 1/6, 1/2 */
+      if (a->a != 1.0f / 6.0f || a->b != 0.5f) return false;
+      alg = dnnl_eltwise_hardswish;
+      break;
+    case KEEL_ACT_HSIGMOID: /* max(0, min(1, a*x + b)) */
+      return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, a->a, a->b) ==
+                 dnnl_success &&
+             dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, 0.0f, 1.0f) ==
+                 dnnl_success;
+    default: return false;
+  }
+  return dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta) == dnnl_success;
+}
+
+/* ===================================================== primitives */
+
+/* The band [oh0, oh1) of an image: the input rows under it and its pads. */
+static band_geo band_of(const keel_win *w, int64_t oh0, int64_t oh1, int64_t *ih0) {
+  int64_t ext = keel_win_ext(w, 0);
+  int64_t s0 = oh0 * w->s[0] - w->pb[0], e0 = (oh1 - 1) * w->s[0] - w->pb[0] + ext;
+  int64_t lo = KEEL_MAX(s0, 0), hi = KEEL_MIN(e0, w->in[0]);
+  *ih0 = lo;
+  return (band_geo){hi - lo, lo - s0, e0 - hi, oh1 - oh0};
+}
+
+/* Cuts the rows into nb bands; false when a band would read no input row
+ * (then one band, the whole image, is used). */
+static bool cut_bands(cd_entry *e, const keel_win *w, int nb) {
+  int64_t OH = w->out[0];
+  e->nbands = nb, e->nprims = 0;
+  for (int b = 0; b <= nb; b++) e->oh0[b] = OH * b / nb;
+  for (int b = 0; b < nb; b++) {
+    band_geo g = band_of(w, e->oh0[b], e->oh0[b + 1], &e->ih0[b]);
+    if (g.ih <= 0) return false;
+    int p = 0;
+    while (p < e->nprims && memcmp(&e->geo[p], &g, sizeof g)) p++;
+    if (p == e->nprims) {
+      if (p == PRIMS) return false;
+      e->geo[e->nprims++] = g;
+    }
+    e->prim_of[b] = (uint8_t)p;
+  }
+  return true;
+}
+
+static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
+  const band_geo *g = &e->geo[p];
+  dnnl_dims_t sd = {1, s->c, g->ih, w->in[1]}, dd = {1, s->m, g->oh, w->out[1]};
+  dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
+  dnnl_dims_t wd4 = {s->m, s->c, s->kh, s->kw};
+  dnnl_dims_t strides = {w->s[0], w->s[1]}, dil = {w->d[0] - 1, w->d[1] - 1};
+  dnnl_dims_t pl = {g->pt, w->pb[1]}, pr = {g->pb, w->pe[1]};
+  dnnl_memory_desc_t src, dst, wany;
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc), "src"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc), "dst"));
+  KEEL_TRY(keel_dnnl_check(s->group > 1 ? dnnl_memory_desc_init_by_tag(&wany, 5, wd5, dnnl_f32,
+                                                                         dnnl_format_tag_any)
+                                        : dnnl_memory_desc_init_by_tag(&wany, 4, wd4, dnnl_f32,
+                                                                       dnnl_format_tag_any),
+                           "weights"));
+  dnnl_convolution_desc_t cd;
+  KEEL_TRY(keel_dnnl_check(
+      dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                 dnnl_convolution_direct, &src, &wany,
+                                                 s->has_bias ? &s->b_md : NULL, &dst, strides,
+                                                 dil, pl, pr),
+      "convolution descriptor"));
+  dnnl_primitive_attr_t attr;
+  KEEL_TRY(keel_dnnl_attr_new(&attr));
+  dnnl_post_ops_t po = NULL;
+  dnnl_status_t ds = dnnl_post_ops_create(&po);
+  e->act_in_post[p] = false;
+  /* oneDNN 2.6's brgconv crashes (tests/test_conv_nhwc.c found it) when an
+   * output row lies wholly in the padding and the post-ops are a sum and
+   * an eltwise: keel applies the activation itself then */
+  bool padded_rows = g->pt >= keel_win_ext(w, 0) || g->pb >= keel_win_ext(w, 0) ||
+                     w->pb[1] >= keel_win_ext(w, 1) || w->pe[1] >= keel_win_ext(w, 1);
+  if (ds == dnnl_success && !e->bare) {
+    if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+    if (ds == dnnl_success && s->act.kind && !(sum && padded_rows)) {
+      e->act_in_post[p] = act_post_ops(&s->act, po);
+      if (!e->act_in_post[p]) { /* start again without a half-made chain */
+        dnnl_post_ops_destroy(po);
+        ds = dnnl_post_ops_create(&po);
+        if (ds == dnnl_success && sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+      }
+    }
+  }
+  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
+  if (po) dnnl_post_ops_destroy(po);
+  keel_status st = keel_dnnl_check(ds, "post-ops");
+  dnnl_primitive_desc_t pd = NULL;
+  if (!st) st = keel_dnnl_pd_make(&pd, &cd, attr, "convolution primitive descriptor");
+  dnnl_primitive_attr_destroy(attr);
+  if (st) return st;
+  const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
+  e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
+  if (dnnl_memory_desc_equal(wq, &s->w_md)) {
+    e->w[p] = s->w;
+  } else { /* this kernel wants another layout: a copy of its own */
+    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
+                                 &e->w_own[p]);
+    if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
+    e->w[p] = e->w_own[p];
+  }
+  if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static void entry_free(cd_state *s, cd_entry *e) {
+  if (!e) return;
+  for (int p = 0; p < PRIMS; p++) {
+    keel_dnnl_prim_free(&e->prim[p], s->fig);
+    keel_prep_free_counted(e->w_own[p], s->heap, s->prep_bytes);
+  }
+  keel_sys_free(e, sizeof *e);
+}
+
+static keel_status entry_make(cd_state *s, const keel_nhwc_geom *g, bool sum, bool bare,
+                              cd_entry **out) {
+  cd_entry *e = keel_sys_calloc(1, sizeof *e);
+  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
+  e->n = g->n, e->h = g->w.in[0], e->wd = g->w.in[1], e->bare = bare;
+  /* bands: one per thread while the batch leaves threads idle */
+  int64_t per = g->n >= s->threads ? 1 : (s->threads + g->n - 1) / g->n;
+  int nb = (int)KEEL_MIN(KEEL_MIN(per, g->w.out[0]), MAX_BANDS);
+  /* no primitive when no window reaches an input row: Y is B (+ Z) */
+  if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
+  keel_status st = KEEL_OK;
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, sum);
+  if (st) {
+    entry_free(s, e);
+    return st;
+  }
+  *out = e;
+  return KEEL_OK;
+}
+
+/* The entry for this shape, referenced (release with entry_put); *tmp when
+ * it is private to the run. */
+static keel_status entry_get(cd_state *s, const keel_nhwc_geom *g, bool sum, bool bare,
+                             cd_entry **out, bool *tmp) {
+  *tmp = false;
+  keel_mutex_lock(&s->lock);
+  for (int i = 0; i < s->n_entries; i++) {
+    cd_entry *e = s->entries[i];
+    if (e->n == g->n && e->h == g->w.in[0] && e->wd == g->w.in[1] && e->bare == bare) {
+      e->refs++, e->used = ++s->tick;
+      keel_mutex_unlock(&s->lock);
+      atomic_fetch_add(&s->fig->shape_hits, 1);
+      *out = e;
+      return KEEL_OK;
+    }
+  }
+  atomic_fetch_add(&s->fig->shape_misses, 1);
+  /* made under the lock: other runs of this node wait for it rather
+   * than make it twice */
+  cd_entry *e;
+  keel_status st = entry_make(s, g, sum, bare, &e);
+  if (st) {
+    keel_mutex_unlock(&s->lock);
+    return st;
+  }
+  int slot = s->n_entries < SHAPES ? s->n_entries : -1;
+  for (int i = 0; slot < 0 && i < SHAPES; i++) /* the least recent idle one */
+    if (!s->entries[i]->refs && (slot < 0 || s->entries[i]->used < s->entries[slot]->used))
+      slot = i;
+  if (slot < 0) {
+    *tmp = true;
+  } else {
+    if (slot < s->n_entries) {
+      entry_free(s, s->entries[slot]);
+      atomic_fetch_add(&s->fig->shape_evictions, 1);
+    } else {
+      s->n_entries++;
+    }
+    s->entries[slot] = e;
+  }
+  e->refs = 1, e->used = ++s->tick;
+  keel_mutex_unlock(&s->lock);
+  *out = e;
+  return KEEL_OK;
+}
+
+static void entry_put(cd_state *s, cd_entry *e, bool tmp) {
+  if (tmp) {
+    entry_free(s, e);
+    return;
+  }
+  keel_mutex_lock(&s->lock);
+  e->refs--;
+  keel_mutex_unlock(&s->lock);
+}
+
+/* ============================================================== run */
+
+typedef struct cd_job {
+  const cd_state *s;
+  const cd_entry *e;
+  const keel_nhwc_geom *g;
+  const float *x, *b, *z;       /* z: copied into each band first (sum)     */
+  bool z_in_y;                  /* Y took Z's buffer: it holds Z already    */
+  float *y;
+  uint8_t *scratch;
+} cd_job;
+
+static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
+  const cd_job *j = ctx;
+  const cd_entry *e = j->e;
+  const keel_nhwc_geom *g = j->g;
+  int64_t H = g->w.in[0], W = g->w.in[1], OH = g->w.out[0], OW = g->w.out[1];
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t n = t / e->nbands;
+    int b = (int)(t % e->nbands), p = e->prim_of[b];
+    int64_t off = (n * OH + e->oh0[b]) * OW * g->m, len = (e->oh0[b + 1] - e->oh0[b]) * OW * g->m;
+    float *y = j->y + off;
+    if (j->z) memcpy(y, j->z + off, (size_t)len * sizeof(float));
+    if (!e->nprims) { /* every window lies in the padding */
+      bool add = j->z || j->z_in_y;
+      for (int64_t i = 0; i < len; i++) {
+        float v = j->b ? j->b[i % g->m] : 0.0f;
+        y[i] = add ? y[i] + v : v;
+      }
+      if (!e->bare) keel_act_apply_f32(&j->s->act, y, len);
+      continue;
+    }
+    const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
+    keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)x},
+                          {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
+                          {DNNL_ARG_DST, &e->dst_md[p], y},
+                          {DNNL_ARG_SCRATCHPAD, NULL, NULL},
+                          {DNNL_ARG_BIAS, &j->s->b_md, (void *)(uintptr_t)j->b}};
+    dnnl_memory_desc_t sp;
+    int na = 3;
+    if (e->scratch) {
+      dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
+      KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
+      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * e->scratch};
+    }
+    if (j->b) a[na++] = a[4];
+    KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
+    if (!e->act_in_post[p] && !e->bare) keel_act_apply_f32(&j->s->act, y, len);
+  }
+  return KEEL_OK;
+}
+
+static keel_status cd_run(keel_kctx *k) {
+  const cd_state *cs = k->prep;
+  cd_state *s = (cd_state *)(uintptr_t)cs; /* the shape cache is behind its lock */
+  const keel_tensor *x, *wt, *b, *z;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  KEEL_TRY(keel_k_in(k, 1, &wt));
+  KEEL_TRY(keel_k_in_opt(k, 2, &b));
+  KEEL_TRY(keel_k_in_opt(k, 3, &z));
+  keel_nhwc_geom g;
+  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
+  if ((b != NULL) != s->has_bias)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "B is %s at run time but was %s at binding",
+                    b ? "given" : "omitted", s->has_bias ? "given" : "omitted");
+  int64_t yshape[4];
+  bool same = true;
+  memcpy(yshape, g.yshape, sizeof yshape);
+  if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
+  keel_tensor *y;
+  if (z && same) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &y));
+  else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
+  int64_t nc = g.yshape[0] * g.yshape[1] * g.yshape[2] * g.m;
+  if (keel_tensor_numel(y) == 0) return KEEL_OK;
+  bool bare = z && !same;
+  float *c = y->data;
+  if (bare) {
+    void *t;
+    KEEL_TRY(keel_k_scratch_n(k, nc, sizeof(float), &t));
+    c = t;
+  }
+  if (nc) {
+    cd_entry *e;
+    bool tmp;
+    KEEL_TRY(entry_get(s, &g, z && same, bare, &e, &tmp));
+    cd_job j = {s, e, &g, x->data, b ? b->data : NULL,
+                z && same && y->data != z->data ? z->data : NULL,
+                z && same && y->data == z->data, c, NULL};
+    int threads = keel_pool_threads(k->pool);
+    void *sp = NULL;
+    keel_status st = e->scratch ? keel_k_scratch_n(k, threads, e->scratch, &sp) : KEEL_OK;
+    j.scratch = sp;
+    if (!st) st = keel_pool_for(k->pool, g.n * e->nbands, 1, cd_band, &j);
+    entry_put(s, e, tmp);
+    KEEL_TRY(st);
+  }
+  if (bare) {
+    keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
+    keel_act_apply_f32(&s->act, y->data, keel_tensor_numel(y));
+  }
+  return KEEL_OK;
+}
+
+/* ========================================================== binding */
+
+/* A constant float W, a group count that divides it, and window
+ * attributes that read (a malformed one keeps the reference, whose run
+ * then words the error as Conv's does). */
+static bool cd_supports(const keel_prep_ctx *p) {
+  const keel_node *n = p->node;
+  const keel_tensor *wt = n->n_in > 1 ? p->consts[1] : NULL;
+  if (p->no_library || !keel_dnnl_available() || !wt || wt->dtype != KEEL_FLOAT ||
+      wt->rank != 4 || keel_tensor_numel(wt) == 0)
+    return false;
+  const keel_attr *ga = keel_node_attr(n, "group");
+  int64_t group = ga ? ga->i : 1;
+  if (group < 1 || wt->shape[0] % group) return false;
+  keel_kctx k = {.node = n};
+  keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
+  if (keel_win_read(&k, &w)) {
+    keel_err_clear();
+    return false;
+  }
+  return true;
+}
+
+static void cd_release(void *state, keel_heap *heap) {
+  cd_state *s = state;
+  if (!s) return;
+  for (int i = 0; i < s->n_entries; i++) entry_free(s, s->entries[i]);
+  keel_prep_free_counted(s->w, heap, s->prep_bytes);
+  keel_mutex_destroy(&s->lock);
+  keel_sys_free(s, sizeof *s);
+}
+
+/* W's layout for a nominal input (a square image of a size the window
+ * fits): the layout the kernel of that shape asks for, reordered once
+ * from ONNX's (M, C/group, kh, kw) into a block of the session's
+ * allocator. Primitives of other shapes that want another layout reorder
+ * from this one (make_prim). */
+static keel_status prepare_weights(cd_state *s, const keel_prep_ctx *p, const keel_tensor *wt) {
+  keel_kctx k = {.node = p->node, .heap = p->heap, .owner = p->owner};
+  keel_win w = {.nd = 2, .k = {s->kh, s->kw}};
+  KEEL_TRY(keel_win_read(&k, &w));
+  for (int i = 0; i < 2; i++) w.in[i] = KEEL_MAX(32, 2 * keel_win_ext(&w, i));
+  KEEL_TRY(keel_win_forward(&w, false));
+  /* the plain layout first: make_prim reorders from it */
+  dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
+  dnnl_dims_t wd4 = {s->m, s->c, s->kh, s->kw};
+  KEEL_TRY(keel_dnnl_check(
+      s->group > 1 ? dnnl_memory_desc_init_by_tag(&s->w_md, 5, wd5, dnnl_f32, dnnl_goihw)
+                   : dnnl_memory_desc_init_by_tag(&s->w_md, 4, wd4, dnnl_f32, dnnl_oihw),
+      "plain weights"));
+  cd_entry *e = keel_sys_calloc(1, sizeof *e);
+  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
+  e->bare = true;
+  cut_bands(e, &w, 1);
+  keel_dnnl_figures nominal = {0}; /* its primitive dies here: not the session's */
+  keel_dnnl_figures *fig = s->fig;
+  s->fig = &nominal;
+  s->w = (void *)(uintptr_t)wt->data;
+  keel_status st = make_prim(s, e, 0, &w, false);
+  s->fig = fig;
+  s->w = NULL;
+  if (!st) {
+    s->w_md = e->w_md[0];
+    if (e->w_own[0]) { /* the reordered copy becomes the node's */
+      s->w = e->w_own[0];
+      e->w_own[0] = NULL;
+    } else { /* the kernel reads the plain layout: a copy in keel's heap */
+      size_t nb = keel_tensor_nbytes(wt);
+      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, nb, &s->w);
+      if (!st) memcpy(s->w, wt->data, nb);
+    }
+  }
+  keel_dnnl_prim_free(&e->prim[0], &nominal);
+  keel_prep_free_counted(e->w_own[0], s->heap, s->prep_bytes);
+  keel_sys_free(e, sizeof *e);
+  return st;
+}
+
+static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
+  const keel_node *n = p->node;
+  const keel_tensor *wt = p->consts[1];
+  cd_state *s = keel_sys_calloc(1, sizeof *s);
+  if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
+  keel_mutex_init(&s->lock);
+  s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  s->threads = KEEL_MAX(1, p->threads);
+  const keel_attr *ga = keel_node_attr(n, "group");
+  s->group = ga ? ga->i : 1;
+  s->m = wt->shape[0], s->c = wt->shape[1] * s->group, s->kh = wt->shape[2], s->kw = wt->shape[3];
+  s->has_bias = n->n_in > 2 && n->in_names[2][0];
+  keel_status st = keel_act_of(n, &s->act);
+  dnnl_dims_t bd = {s->m};
+  if (!st)
+    st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_md, 1, bd, dnnl_f32, dnnl_a), "bias");
+  if (!st) st = prepare_weights(s, p, wt);
+  if (st) {
+    cd_release(s, p->heap);
+    return st;
+  }
+  /* nothing reads the original W any more when this node alone did */
+  const keel_attr *own = keel_node_attr(n, "keel.weights_private");
+  if (own && own->i && p->model) keel_model_drop_const(p->model, wt, NULL, NULL);
+  *state = s;
+  return KEEL_OK;
+}
+
+const keel_impl keel_conv_nhwc_dnnl = {"onednn", cd_supports, cd_prepare, cd_release, cd_run};

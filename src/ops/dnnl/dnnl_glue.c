@@ -1,0 +1,183 @@
+/* dnnl_glue.c: the engine, one-thread execution, measured primitives and
+ * errors (dnnl_glue.h). */
+#include "dnnl_glue.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if !KEEL_HAVE_DNNL
+
+bool keel_dnnl_available(void) { return false; }
+
+#else
+
+#include <malloc.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+/* OpenMP's per-thread team size (libgomp, which Debian's oneDNN uses);
+ * declared here so that no OpenMP header or flag is needed. */
+extern int omp_get_max_threads(void);
+extern void omp_set_num_threads(int n);
+
+/* One process-wide lock: engine creation and the measured sections (a
+ * spin lock on an atomic flag: taken rarely, at binding or on a new
+ * shape, and needing no initialisation). */
+static atomic_flag g_lock = ATOMIC_FLAG_INIT;
+static void glue_lock(void) {
+  while (atomic_flag_test_and_set_explicit(&g_lock, memory_order_acquire)) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+static void glue_unlock(void) { atomic_flag_clear_explicit(&g_lock, memory_order_release); }
+
+static dnnl_engine_t g_engine;
+static _Atomic int g_avail = -1;
+
+bool keel_dnnl_available(void) {
+  int a = atomic_load(&g_avail);
+  if (a >= 0) return a;
+  const char *off = getenv("KEEL_NO_ONEDNN");
+  bool ok = !(off && off[0] && strcmp(off, "0"));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  ok = ok && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+  atomic_store(&g_avail, ok);
+  return ok;
+}
+
+keel_status keel_dnnl_check(dnnl_status_t st, const char *what) {
+  if (st == dnnl_success) return KEEL_OK;
+  return keel_err(st == dnnl_out_of_memory ? KEEL_ERR_OUT_OF_MEMORY : KEEL_ERR_RUNTIME,
+                  "oneDNN: %s: %s", what, dnnl_status2str(st));
+}
+
+/* The calling thread's OpenMP team size goes to 1 for a oneDNN call. */
+static int one_thread(void) {
+  int prev = omp_get_max_threads();
+  if (prev != 1) omp_set_num_threads(1);
+  return prev;
+}
+static void restore_threads(int prev) {
+  if (prev != 1) omp_set_num_threads(prev);
+}
+
+keel_status keel_dnnl_engine(dnnl_engine_t *e) {
+  glue_lock();
+  dnnl_status_t st = dnnl_success;
+  if (!g_engine) {
+    /* no primitive cache: every primitive belongs to a node and dies
+     * with its session */
+    dnnl_set_primitive_cache_capacity(0);
+    int prev = one_thread();
+    st = dnnl_engine_create(&g_engine, dnnl_cpu, 0);
+    restore_threads(prev);
+    if (st != dnnl_success) g_engine = NULL;
+  }
+  *e = g_engine;
+  glue_unlock();
+  return keel_dnnl_check(st, "creating the CPU engine");
+}
+
+keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr) {
+  KEEL_TRY(keel_dnnl_check(dnnl_primitive_attr_create(attr), "primitive attributes"));
+  dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(*attr, dnnl_scratchpad_mode_user);
+  if (st != dnnl_success) dnnl_primitive_attr_destroy(*attr);
+  return keel_dnnl_check(st, "user scratchpad mode");
+}
+
+keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
+                              const_dnnl_primitive_attr_t attr, const char *what) {
+  dnnl_engine_t e;
+  KEEL_TRY(keel_dnnl_engine(&e));
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_primitive_desc_create(pd, op, attr, e, NULL);
+  restore_threads(prev);
+  return keel_dnnl_check(st, what);
+}
+
+/* Bytes malloc holds for the program (every arena, and mmap'ed chunks). */
+static uint64_t malloc_in_use(void) {
+  struct mallinfo2 mi = mallinfo2();
+  return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+}
+
+keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figures *fig,
+                                keel_dnnl_prim *out) {
+  out->p = NULL, out->outside = 0;
+  glue_lock();
+  uint64_t before = malloc_in_use();
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_primitive_create(&out->p, pd);
+  restore_threads(prev);
+  uint64_t after = malloc_in_use();
+  glue_unlock();
+  KEEL_TRY(keel_dnnl_check(st, "creating a primitive"));
+  out->outside = after > before ? after - before : 0;
+  atomic_fetch_add(&fig->bytes, out->outside);
+  atomic_fetch_add(&fig->objects, 1);
+  return KEEL_OK;
+}
+
+void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig) {
+  if (!p->p) return;
+  dnnl_primitive_destroy(p->p);
+  atomic_fetch_sub(&fig->bytes, p->outside);
+  atomic_fetch_sub(&fig->objects, 1);
+  p->p = NULL, p->outside = 0;
+}
+
+size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd) {
+  const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+#define MAX_ARGS 8
+
+keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args) {
+  dnnl_engine_t e;
+  KEEL_TRY(keel_dnnl_engine(&e));
+  dnnl_stream_t s = NULL;
+  dnnl_memory_t mem[MAX_ARGS] = {0};
+  dnnl_exec_arg_t ea[MAX_ARGS];
+  int made = 0;
+  dnnl_status_t st = n <= MAX_ARGS ? dnnl_stream_create(&s, e, dnnl_stream_default_flags)
+                                   : dnnl_invalid_arguments;
+  for (; st == dnnl_success && made < n; made++) {
+    st = dnnl_memory_create(&mem[made], args[made].md, e, args[made].data);
+    ea[made] = (dnnl_exec_arg_t){args[made].arg, mem[made]};
+  }
+  if (st == dnnl_success) {
+    int prev = one_thread();
+    st = dnnl_primitive_execute(p, s, n, ea);
+    restore_threads(prev);
+  }
+  for (int i = 0; i < made; i++)
+    if (mem[i]) dnnl_memory_destroy(mem[i]);
+  if (s) dnnl_stream_destroy(s);
+  return keel_dnnl_check(st, "executing a primitive");
+}
+
+keel_status keel_dnnl_reorder(const dnnl_memory_desc_t *from, const void *src,
+                              const dnnl_memory_desc_t *to, void *dst) {
+  dnnl_engine_t e;
+  KEEL_TRY(keel_dnnl_engine(&e));
+  dnnl_primitive_desc_t pd = NULL;
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, e, to, e, NULL);
+  restore_threads(prev);
+  KEEL_TRY(keel_dnnl_check(st, "a reorder"));
+  keel_dnnl_figures scratch_fig = {0};
+  keel_dnnl_prim r;
+  keel_status ks = keel_dnnl_prim_make(pd, &scratch_fig, &r);
+  dnnl_primitive_desc_destroy(pd);
+  KEEL_TRY(ks);
+  keel_dnnl_arg a[2] = {{DNNL_ARG_FROM, from, (void *)(uintptr_t)src}, {DNNL_ARG_TO, to, dst}};
+  ks = keel_dnnl_exec(r.p, 2, a);
+  keel_dnnl_prim_free(&r, &scratch_fig);
+  return ks;
+}
+
+#endif /* KEEL_HAVE_DNNL */

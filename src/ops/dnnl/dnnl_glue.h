@@ -1,0 +1,95 @@
+/* dnnl_glue.h: keel's one door to oneDNN (Debian's libdnnl, C API).
+ *
+ * Kernels in this folder build oneDNN primitives at binding or on the
+ * first run of a shape and run them on keel's own threads:
+ *
+ * - Threads. Debian's oneDNN threads with OpenMP. keel never lets it start
+ *   an OpenMP team: every primitive is created and executed with the
+ *   calling thread's OpenMP thread count set to 1 (keel_dnnl_exec and
+ *   keel_dnnl_primitive_create do it and restore the caller's value), so a
+ *   primitive is a single-threaded function. A kernel splits its work into
+ *   parts (bands of output rows, images, row panels), one primitive per
+ *   distinct part shape, and runs the parts with keel_pool_for: the pool's
+ *   threads are the only ones computing, whatever library runs.
+ * - Memory. Tensors, packed weights and scratch (oneDNN's user scratchpad
+ *   mode) are keel's: the session's allocator. What oneDNN still takes
+ *   with malloc (primitive objects, their JIT code) is measured when a
+ *   primitive is made (malloc's own counters before and after, under one
+ *   process-wide lock) and shown as its own figure in keel_stats
+ *   (library_bytes, library_objects). Its primitive cache is turned off.
+ * - Errors. A failing call becomes a keel error naming the call and
+ *   oneDNN's status.
+ *
+ * Built only with oneDNN (KEEL_HAVE_DNNL); without it keel_dnnl_available
+ * is false and the layout pass leaves convolutions alone.
+ */
+#ifndef KEEL_DNNL_GLUE_H
+#define KEEL_DNNL_GLUE_H
+
+#include <stdatomic.h>
+
+#include "../../base/status.h"
+
+/* True when keel was built with oneDNN and the CPU has at least AVX2 (the
+ * oneDNN kernels keel relies on; below that, keel's own kernels run). The
+ * environment variable KEEL_NO_ONEDNN=1 makes it false (to compare). */
+KEEL_INTERNAL bool keel_dnnl_available(void);
+
+/* The session's figures for what oneDNN holds outside keel's allocator. */
+typedef struct keel_dnnl_figures {
+  _Atomic uint64_t bytes;      /* measured malloc bytes of live primitives */
+  _Atomic uint64_t objects;    /* live primitives                         */
+  _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
+} keel_dnnl_figures;
+
+#if KEEL_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* The process's CPU engine (made once, on first use). */
+KEEL_INTERNAL keel_status keel_dnnl_engine(dnnl_engine_t *e);
+
+/* KEEL_OK, or KEEL_ERR_RUNTIME "oneDNN: <what>: <status>". */
+KEEL_INTERNAL keel_status keel_dnnl_check(dnnl_status_t st, const char *what);
+
+/* A primitive and what making it cost outside keel. */
+typedef struct keel_dnnl_prim {
+  dnnl_primitive_t p;
+  uint64_t outside;            /* malloc bytes measured at creation       */
+} keel_dnnl_prim;
+
+/* Makes the primitive of `pd` on one thread, measuring what it took from
+ * malloc; adds it to `fig`. */
+KEEL_INTERNAL keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figures *fig,
+                                              keel_dnnl_prim *out);
+/* Destroys it and takes it out of `fig` (a zeroed one is fine). */
+KEEL_INTERNAL void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig);
+
+/* A primitive descriptor made on one thread (its choices depend on the
+ * thread count it sees). */
+KEEL_INTERNAL keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
+                                            const_dnnl_primitive_attr_t attr, const char *what);
+
+/* One argument of an execution: a memory descriptor and the bytes. */
+typedef struct keel_dnnl_arg {
+  int arg;                     /* DNNL_ARG_*                              */
+  const dnnl_memory_desc_t *md;
+  void *data;
+} keel_dnnl_arg;
+
+/* Executes p with those arguments on the calling thread (a stream and the
+ * memory objects are made for the call and freed after it). */
+KEEL_INTERNAL keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args);
+
+/* Copies a tensor between two layouts (a reorder primitive, made and
+ * freed for the call; for preparing weights). */
+KEEL_INTERNAL keel_status keel_dnnl_reorder(const dnnl_memory_desc_t *from, const void *src,
+                                            const dnnl_memory_desc_t *to, void *dst);
+
+/* Scratchpad bytes a primitive descriptor asks for (user mode). */
+KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
+
+/* A primitive attribute with the user scratchpad mode set. */
+KEEL_INTERNAL keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr);
+#endif
+
+#endif /* KEEL_DNNL_GLUE_H */

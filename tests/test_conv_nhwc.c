@@ -1,0 +1,236 @@
+/* test_conv_nhwc.c: the layout pass (src/ir/pass_layout.c) and NhwcConv's
+ * oneDNN implementation (src/ops/dnnl/conv_dnnl.c), against the model as
+ * written run on the reference kernels (KEEL_OPT_NO_GRAPH_PASSES |
+ * KEEL_OPT_REFERENCE_KERNELS), and against the pass's graph on NhwcConv's
+ * own naive reference (KEEL_OPT_REFERENCE_KERNELS alone).
+ *
+ * One-conv cases cover groups (1, 2, depthwise), strides, asymmetric pads,
+ * dilations, SAME/VALID pads, kernels wider than tall, bias or none, batch
+ * 1..3, every fused activation (the gated SiLU and hardswish too, and a
+ * HardSigmoid*x oneDNN cannot take), a residual Add of two convs (the sum
+ * post-op) followed by Relu, a residual constant that broadcasts, on 1, 2
+ * and 3 threads; then a seeded sweep of random shapes. A chain model runs
+ * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
+ * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
+ * is also read mid-chain, checking the graph the pass leaves (two
+ * Transposes in, the rest NHWC). One session then meets 11 input shapes
+ * (its cache keeps 8: evictions counted, results right). Where keel has
+ * no oneDNN (or the CPU no AVX2) the pass does nothing and both sides run
+ * the plain graph. */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "check.h"
+#include "mb.h"
+
+typedef struct cv_case {
+  int64_t n, c, m, h, w;
+  int64_t kh, kw, s, d, group;
+  int64_t pads[4];             /* top, left, bottom, right                */
+  bool bias;
+  const char *act;             /* an op, "SiLUGated", "HSwishGated", "OddHSigGated" */
+  const char *auto_pad;
+  int residual;                /* 0, 1: Add(conv, conv2) then Relu, 2: Add a [1,M,1,1] constant */
+} cv_case;
+
+static uint32_t g_rng = 7;
+static float rnd(void) {
+  g_rng = g_rng * 1664525u + 1013904223u;
+  return (float)(g_rng >> 8) / (float)(1 << 24) - 0.5f;
+}
+static int64_t pick(int64_t lo, int64_t hi) {
+  g_rng = g_rng * 1664525u + 1013904223u;
+  return lo + (int64_t)((g_rng >> 8) % (uint32_t)(hi - lo + 1));
+}
+
+static bool have_dnnl(void) {
+  keel_options o = {.size = sizeof o};
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){1, 1, 4, 4});
+  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){1, 1, 1, 1}, (float[]){1});
+  mb_add(g, "Conv", "x,w", "y");
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  keel_session_t *s = mb_session_opts(g, 13, &o);
+  char *d = NULL;
+  bool yes = s && !keel_session_describe(s, 0, &d) && strstr(d, "NhwcConv onednn");
+  keel_free(d);
+  keel_session_destroy(s);
+  return yes;
+}
+
+static void conv_node(mb_graph *g, const cv_case *t, const char *in, const char *w, const char *b,
+                      const char *out) {
+  char ins[64];
+  snprintf(ins, sizeof ins, "%s,%s%s%s", in, w, t->bias ? "," : "", t->bias ? b : "");
+  mb_node *c = mb_add(g, "Conv", ins, out);
+  if (t->group != 1) mb_attr_i(c, "group", t->group);
+  if (t->s != 1) mb_attr_ints(c, "strides", 2, (int64_t[]){t->s, t->s});
+  if (t->d != 1) mb_attr_ints(c, "dilations", 2, (int64_t[]){t->d, t->d});
+  if (t->auto_pad) mb_attr_s(c, "auto_pad", t->auto_pad);
+  else mb_attr_ints(c, "pads", 4, (int64_t[]){t->pads[0], t->pads[1], t->pads[2], t->pads[3]});
+}
+
+static mb_graph *model(const cv_case *t, const float *wt, const float *b, const float *w2,
+                       const float *zc) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){t->n, t->c, t->h, t->w});
+  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, wt);
+  if (t->bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){t->m}, b);
+  const char *c = "c";
+  conv_node(g, t, "x", "w", "b", "c");
+  if (t->residual == 1) { /* a second conv of the same geometry, added */
+    mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, w2);
+    conv_node(g, t, "x", "w2", "b", "c2");
+    mb_add(g, "Add", "c2,c", "s");
+    mb_add(g, "Relu", "s", "r");
+    c = "r";
+  } else if (t->residual == 2) {
+    mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){1, t->m, 1, 1}, zc);
+    mb_add(g, "Add", "c,z", "s");
+    c = "s";
+  }
+  if (!t->act) {
+    mb_add(g, "Identity", c, "y");
+  } else if (!strcmp(t->act, "SiLUGated")) {
+    mb_add(g, "Sigmoid", c, "h");
+    char ins[32];
+    snprintf(ins, sizeof ins, "%s,h", c);
+    mb_add(g, "Mul", ins, "y");
+  } else if (!strcmp(t->act, "HSwishGated") || !strcmp(t->act, "OddHSigGated")) {
+    mb_node *h = mb_add(g, "HardSigmoid", c, "h");
+    bool odd = t->act[0] == 'O';
+    mb_attr_f(h, "alpha", odd ? 0.25f : 1.0f / 6.0f);
+    mb_attr_f(h, "beta", 0.5f);
+    char ins[32];
+    snprintf(ins, sizeof ins, "%s,h", c);
+    mb_add(g, "Mul", ins, "y");
+  } else {
+    mb_node *a = mb_add(g, t->act, c, "y");
+    if (!strcmp(t->act, "LeakyRelu")) mb_attr_f(a, "alpha", 0.1f);
+    if (!strcmp(t->act, "Clip")) mb_attr_f(a, "min", -0.2f), mb_attr_f(a, "max", 0.3f);
+  }
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static keel_value_t *run(const cv_case *t, const float *x, const float *wt, const float *b,
+                         const float *w2, const float *zc, unsigned flags, int threads,
+                         keel_status *st, char **desc) {
+  keel_options o = {.size = sizeof o, .flags = flags, .threads = threads};
+  keel_session_t *s = mb_session_opts(model(t, wt, b, w2, zc), 14, &o);
+  *st = KEEL_ERR_RUNTIME;
+  if (!s) return NULL;
+  if (desc) keel_session_describe(s, 0, desc);
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){t->n, t->c, t->h, t->w}, x);
+  keel_value_t *out[1] = {0};
+  *st = keel_run(s, (const char *[]){"x"}, &in, 1, out);
+  keel_value_release(in);
+  keel_stats stats = {.size = sizeof stats};
+  CHECK_OK(keel_stats_get(s, &stats));
+  keel_session_destroy(s);
+  return out[0];
+}
+
+static double worst_of(const keel_value_t *ref, const keel_value_t *got, double tol) {
+  int64_t n = keel_value_numel(ref);
+  if (keel_value_numel(got) != n || keel_value_rank(got) != keel_value_rank(ref) ||
+      memcmp(keel_value_shape(ref), keel_value_shape(got), sizeof(int64_t) * (size_t)keel_value_rank(ref)))
+    return INFINITY;
+  const float *r = keel_value_data(ref), *g = keel_value_data(got);
+  double worst = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double e = fabs((double)r[i] - g[i]) / (tol * (1 + fabs((double)r[i])));
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+
+static bool g_dnnl;
+static int g_cases;
+
+static void one(const cv_case *t) {
+  int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * t->kh * t->kw;
+  float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
+  float *w2 = malloc(sizeof(float) * (size_t)nw), *b = malloc(sizeof(float) * (size_t)t->m);
+  float *zc = malloc(sizeof(float) * (size_t)t->m);
+  for (int64_t i = 0; i < nx; i++) x[i] = rnd() * 4;
+  for (int64_t i = 0; i < nw; i++) wt[i] = rnd(), w2[i] = rnd();
+  for (int64_t i = 0; i < t->m; i++) b[i] = rnd(), zc[i] = rnd();
+  keel_status st;
+  keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
+                          1, &st, NULL);
+  CHECK_OK(st);
+  double tol = 2e-6 * sqrt((double)(t->c / t->group * t->kh * t->kw) + 1);
+  /* the pass's graph on NhwcConv's naive reference, then on oneDNN */
+  for (int v = 0; v < 4 && ref; v++) {
+    int threads = v == 0 ? 2 : v;
+    unsigned flags = v == 0 ? KEEL_OPT_REFERENCE_KERNELS : 0;
+    char *desc = NULL;
+    keel_value_t *got = run(t, x, wt, b, w2, zc, flags, threads, &st, &desc);
+    CHECK_OK(st);
+    if (g_dnnl && desc) {
+      bool nhwc = strstr(desc, "NhwcConv") != NULL, bound = strstr(desc, "NhwcConv onednn") != NULL;
+      CHECK(nhwc);
+      CHECK(bound == (v != 0));
+    }
+    keel_free(desc);
+    double worst = got ? worst_of(ref, got, tol) : INFINITY;
+    if (!(worst <= 1))
+      fprintf(stderr,
+              "case n=%lld c=%lld m=%lld %lldx%lld k=%lldx%lld s=%lld d=%lld g=%lld act=%s "
+              "res=%d pad=%s variant %d: worst %g of the tolerance\n",
+              (long long)t->n, (long long)t->c, (long long)t->m, (long long)t->h, (long long)t->w,
+              (long long)t->kh, (long long)t->kw, (long long)t->s, (long long)t->d,
+              (long long)t->group, t->act ? t->act : "-", t->residual,
+              t->auto_pad ? t->auto_pad : "explicit", v, worst);
+    CHECK(worst <= 1);
+    keel_value_release(got);
+  }
+  keel_value_release(ref);
+  free(x), free(wt), free(w2), free(b), free(zc);
+  g_cases++;
+}
+
+static void sweep(int count) {
+  static const char *acts[] = {NULL, "Relu", "SiLUGated", "Clip", "HardSigmoid", "HSwishGated",
+                               "Tanh", "LeakyRelu"};
+  for (int i = 0; i < count; i++) {
+    int64_t c = pick(1, 40), groups[3] = {1, c, 1};
+    int64_t kind = pick(0, 2), group = groups[kind];
+    if (kind == 2 && c % 2 == 0) group = 2;
+    int64_t m = group == c ? c * pick(1, 2) : group * pick(1, 24);
+    cv_case t = {pick(1, 2), c, m, pick(1, 30), pick(1, 30), pick(1, 5), pick(1, 5), pick(1, 3),
+                 pick(1, 2), group, {pick(0, 2), pick(0, 2), pick(0, 2), pick(0, 2)},
+                 pick(0, 1) == 1, acts[pick(0, 7)], NULL, (int)pick(0, 2)};
+    int64_t eh = (t.kh - 1) * t.d + 1, ew = (t.kw - 1) * t.d + 1;
+    if (t.h + t.pads[0] + t.pads[2] < eh || t.w + t.pads[1] + t.pads[3] < ew) continue;
+    one(&t);
+  }
+}
+
+int main(void) {
+  g_dnnl = have_dnnl();
+  fprintf(stderr, "oneDNN NhwcConv: %s\n", g_dnnl ? "bound" : "not available (plain graph both sides)");
+  const cv_case cases[] = {
+      {1, 16, 32, 20, 20, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 0},
+      {1, 3, 16, 33, 31, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, "SiLUGated", NULL, 0}, /* a stem     */
+      {2, 24, 24, 17, 19, 5, 5, 2, 1, 24, {2, 2, 2, 2}, true, "HSwishGated", NULL, 0}, /* dw   */
+      {1, 72, 72, 14, 14, 3, 3, 1, 1, 72, {1, 1, 1, 1}, false, "HardSwish", NULL, 0},
+      {3, 8, 12, 9, 11, 3, 1, 1, 2, 2, {0, 1, 2, 0}, true, "Clip", NULL, 0},     /* groups 2  */
+      {1, 10, 7, 12, 12, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "OddHSigGated", NULL, 0},
+      {1, 6, 9, 13, 13, 4, 4, 3, 1, 1, {0, 0, 0, 0}, true, NULL, "SAME_UPPER", 0},
+      {1, 6, 9, 13, 13, 4, 4, 2, 1, 1, {0, 0, 0, 0}, true, "Sigmoid", "SAME_LOWER", 0},
+      {1, 6, 9, 13, 13, 3, 3, 2, 1, 1, {0, 0, 0, 0}, false, "Tanh", "VALID", 0},
+      {2, 32, 32, 14, 14, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 1},  /* residual      */
+      {1, 16, 16, 9, 9, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, NULL, NULL, 1},
+      {1, 16, 8, 9, 9, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 2},  /* broadcasting Z */
+      {1, 5, 4, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "LeakyRelu", NULL, 0}, /* 1x1 image  */
+      {1, 4, 6, 2, 40, 3, 3, 1, 1, 1, {5, 1, 5, 1}, true, NULL, NULL, 0}, /* pads past kernel */
+      {1, 64, 64, 56, 56, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 1}, /* ResNet's    */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+  sweep(60);
+  fprintf(stderr, "%d conv cases\n", g_cases);
+  return check_report();
+}
