@@ -213,6 +213,97 @@ void keel_vm_sigmoid(const float *x, float *y, int64_t n) {
   SIGMOID_LOOP(x, y, n, keel_exp_neg_f32(sb, sb, sn))
 }
 
+/* ============================================================ fast SiLU */
+
+/* exp(-v) for the fast SiLU: -v clamped to [-87, 88] (NaN kept by the
+ * operand order of min/max), n = round(-v log2 e), the Cephes polynomial
+ * of r = -v - n ln2, then 2^n scaled in. */
+#define SILU_SCALAR(v)                                                      \
+  ({                                                                        \
+    float c_ = -(v);                                                        \
+    c_ = c_ < -87.0f ? -87.0f : c_ > 88.0f ? 88.0f : c_;                    \
+    float m_ = nearbyintf(c_ * 1.44269504088896341f);                       \
+    float r_ = c_ - m_ * 0.693359375f - m_ * -2.12194440e-4f;               \
+    float p_ = 1.9875691500e-4f;                                            \
+    p_ = p_ * r_ + 1.3981999507e-3f;                                        \
+    p_ = p_ * r_ + 8.3334519073e-3f;                                        \
+    p_ = p_ * r_ + 4.1665795894e-2f;                                        \
+    p_ = p_ * r_ + 1.6666665459e-1f;                                        \
+    p_ = p_ * r_ + 5.0000001201e-1f;                                        \
+    p_ = p_ * r_ * r_ + r_ + 1.0f;                                          \
+    (v) / (1.0f + ldexpf(p_, (int)m_));                                     \
+  })
+
+#ifdef VM_X86
+__attribute__((target("avx512f"))) static void silu_avx512(float *y, int64_t n) {
+  const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
+  const __m512 l2e = _mm512_set1_ps(1.44269504088896341f), c1 = _mm512_set1_ps(0.693359375f);
+  const __m512 c2 = _mm512_set1_ps(-2.12194440e-4f), one = _mm512_set1_ps(1.0f);
+  const __m512 two = _mm512_set1_ps(2.0f);
+  static const float P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+  int64_t i = 0;
+  for (; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(k, y + i);
+    __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_sub_ps(_mm512_setzero_ps(), v)));
+    __m512 m = _mm512_roundscale_ps(_mm512_mul_ps(c, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(m, c2, _mm512_fnmadd_ps(m, c1, c));
+    __m512 p = _mm512_set1_ps(P[0]);
+    for (int q = 1; q < 6; q++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(P[q]));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
+    __m512 e = _mm512_scalef_ps(p, m);
+    __m512 d = _mm512_add_ps(one, e), rc = _mm512_rcp14_ps(d);
+    rc = _mm512_mul_ps(rc, _mm512_fnmadd_ps(d, rc, two));
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(v, rc));
+  }
+}
+
+__attribute__((target("avx2,fma"))) static void silu_avx2(float *y, int64_t n) {
+  const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
+  const __m256 l2e = _mm256_set1_ps(1.44269504088896341f), c1 = _mm256_set1_ps(0.693359375f);
+  const __m256 c2 = _mm256_set1_ps(-2.12194440e-4f), one = _mm256_set1_ps(1.0f);
+  const __m256 two = _mm256_set1_ps(2.0f);
+  static const float P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(y + i);
+    __m256 c = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_sub_ps(_mm256_setzero_ps(), v)));
+    __m256 m = _mm256_round_ps(_mm256_mul_ps(c, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(m, c2, _mm256_fnmadd_ps(m, c1, c));
+    __m256 p = _mm256_set1_ps(P[0]);
+    for (int q = 1; q < 6; q++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(P[q]));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
+    /* 2^m into the exponent: m in [-126, 127] after the clamp */
+    __m256i e2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);
+    __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(e2));
+    __m256 d = _mm256_add_ps(one, e), rc = _mm256_rcp_ps(d);
+    rc = _mm256_mul_ps(rc, _mm256_fnmadd_ps(d, rc, two));
+    rc = _mm256_mul_ps(rc, _mm256_fnmadd_ps(d, rc, two)); /* rcp_ps has 12 bits: two steps */
+    /* rcp of +inf-free d: d <= 1 + 2^127 */
+    __m256 out = _mm256_mul_ps(v, rc);
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    _mm256_storeu_ps(y + i, _mm256_blendv_ps(out, v, nan));
+  }
+  for (; i < n; i++) y[i] = SILU_SCALAR(y[i]);
+}
+#endif
+
+void keel_vm_silu_fast(float *y, int64_t n) {
+#ifdef VM_X86
+  if (__builtin_cpu_supports("avx512f")) {
+    silu_avx512(y, n);
+    return;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    silu_avx2(y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] = SILU_SCALAR(y[i]);
+}
+
 /* =============================================================== tanh */
 
 /* Eigen's fast tanh: an odd polynomial over an even one in x clamped to

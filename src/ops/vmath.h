@@ -27,6 +27,14 @@ KEEL_INTERNAL void keel_exp_neg_f32(const float *x, float *y, int64_t n);
  * stays NaN). x and y may alias. */
 KEEL_INTERNAL void keel_vm_sigmoid(const float *x, float *y, int64_t n);
 
+/* y[i] = y[i] / (1 + exp(-y[i])) in place, fast: the exp of keel_exp_neg_f32's
+ * polynomial over the whole range (2^n by scaling) and a reciprocal
+ * estimate refined by one Newton step instead of a division; within 3e-7
+ * relative (plus 1e-30 absolute) of the libm form, NaN stays NaN. Not
+ * bit-identical across instruction sets: for kernels that are not (the
+ * oneDNN convolutions' fused SiLU), not for the Sigmoid/Mul ops. */
+KEEL_INTERNAL void keel_vm_silu_fast(float *y, int64_t n);
+
 /* y[i] = tanh(x[i]) by a rational approximation (within 3.5e-7 relative
  * of tanh(); NaN stays NaN, +-inf gives +-1). x and y may alias. The
  * vector paths may differ from the scalar form by FMA contraction. */

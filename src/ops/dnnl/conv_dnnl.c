@@ -34,6 +34,7 @@
 #include "../../onnx/onnx.h"
 #include "../activation.h"
 #include "../conv_nhwc.h"
+#include "../vmath.h"
 #include "dnnl_glue.h"
 
 #define SHAPES 8                /* input shapes a node keeps primitives for */
@@ -95,7 +96,7 @@ static bool act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
     case KEEL_ACT_HSWISH: alg = dnnl_eltwise_hardswish; break;
     case KEEL_ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
     case KEEL_ACT_TANH: alg = dnnl_eltwise_tanh; break;
-    case KEEL_ACT_SILU: alg = dnnl_eltwise_swish, alpha = 1.0f; break;
+    case KEEL_ACT_SILU: return false; /* keel's is faster than 2.6's swish post-op */
     case KEEL_ACT_HSIGMOID_MUL: /* x * HardSigmoid(x) is hardswish at 1/6, 1/2 */
       if (a->a != 1.0f / 6.0f || a->b != 0.5f) return false;
       alg = dnnl_eltwise_hardswish;
@@ -108,6 +109,13 @@ static bool act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
     default: return false;
   }
   return dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta) == dnnl_success;
+}
+
+/* The activation keel applies itself (one that is not a post-op), on a
+ * band still in cache. */
+static void apply_act(const keel_act *a, float *y, int64_t n) {
+  if (a->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
+  else keel_act_apply_f32(a, y, n);
 }
 
 /* ===================================================== primitives */
@@ -321,7 +329,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
         float v = j->b ? j->b[i % g->m] : 0.0f;
         y[i] = add ? y[i] + v : v;
       }
-      if (!e->bare) keel_act_apply_f32(&j->s->act, y, len);
+      if (!e->bare) apply_act(&j->s->act, y, len);
       continue;
     }
     const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
@@ -339,7 +347,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
     }
     if (j->b) a[na++] = a[4];
     KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
-    if (!e->act_in_post[p] && !e->bare) keel_act_apply_f32(&j->s->act, y, len);
+    if (!e->act_in_post[p] && !e->bare) apply_act(&j->s->act, y, len);
   }
   return KEEL_OK;
 }
@@ -390,7 +398,7 @@ static keel_status cd_run(keel_kctx *k) {
   }
   if (bare) {
     keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
-    keel_act_apply_f32(&s->act, y->data, keel_tensor_numel(y));
+    apply_act(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
 }
