@@ -20,6 +20,7 @@
 #include "bcast.h"
 #include "conv_util.h"
 #include "../base/pool.h"
+#include "dnnl/dnnl_glue.h"
 
 /* ======================================================= GEMM layer */
 
@@ -80,6 +81,10 @@ static void gemm_call(const gemm_job *j, int64_t m0, int64_t m1, int64_t n0, int
    * (or row n when transposed) */
   size_t ao = (size_t)(j->ta ? m0 : m0 * j->lda), bo = (size_t)(j->tb ? n0 * j->ldb : n0);
   size_t co = (size_t)(m0 * j->ldc + n0);
+  if (!j->f64 && keel_dnnl_sgemm(j->ta, j->tb, M, N, j->K, (float)j->alpha,
+                                  (const float *)j->A + ao, j->lda, (const float *)j->B + bo,
+                                  j->ldb, (float)j->beta, (float *)j->C + co, j->ldc))
+    return;
   if (M == 1 && !j->ta) {
     gemv_call(j, N, ao, bo, co);
     return;

@@ -9,6 +9,13 @@
 
 bool keel_dnnl_available(void) { return false; }
 
+bool keel_dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B;
+  (void)ldb, (void)beta, (void)C, (void)ldc;
+  return false;
+}
+
 #else
 
 #include <malloc.h>
@@ -132,6 +139,16 @@ void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig) {
 size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd) {
   const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   return md ? dnnl_memory_desc_get_size(md) : 0;
+}
+
+bool keel_dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                     int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (!keel_dnnl_available()) return false;
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                                beta, C, ldc);
+  restore_threads(prev);
+  return st == dnnl_success;
 }
 
 #define MAX_ARGS 8

@@ -35,6 +35,15 @@
  * environment variable KEEL_NO_ONEDNN=1 makes it false (to compare). */
 KEEL_INTERNAL bool keel_dnnl_available(void);
 
+/* C = alpha op(A) op(B) + beta C, row-major, float32, on the calling
+ * thread with oneDNN's JIT sgemm (AVX-512 where the CPU has it, which
+ * Debian's OpenBLAS 0.3.21 does not use on every CPU that has it); false
+ * when oneDNN is not there (the caller uses OpenBLAS). beta == 0 never
+ * reads C. */
+KEEL_INTERNAL bool keel_dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                                   const float *A, int64_t lda, const float *B, int64_t ldb,
+                                   float beta, float *C, int64_t ldc);
+
 /* The session's figures for what oneDNN holds outside keel's allocator. */
 typedef struct keel_dnnl_figures {
   _Atomic uint64_t bytes;      /* measured malloc bytes of live primitives */
