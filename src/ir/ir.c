@@ -80,6 +80,14 @@ keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
   return KEEL_OK;
 }
 
+keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, const keel_node *src, int32_t n) {
+  keel_node *nodes = keel_arena_array(a, (size_t)n + 1, sizeof(keel_node));
+  if (!nodes) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "the nodes of graph '%s'", g->path);
+  if (n) memcpy(nodes, src, sizeof(keel_node) * (size_t)n);
+  set_nodes(g, nodes, n);
+  return KEEL_OK;
+}
+
 int32_t keel_ir_producer(const keel_graph *g, const char *name) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     for (int32_t k = 0; k < g->nodes[i].n_out; k++)

@@ -240,6 +240,13 @@ KEEL_INTERNAL const char *keel_node_label(const keel_node *n, char *buf, size_t 
 KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
                                                   const keel_node *with, int32_t n_with);
 
+/* Installs a copy of nodes[0..n) (one arena array) as g's nodes: indexes,
+ * graph and sub-graph owners re-pointed. For a pass that edits a working
+ * array many times and installs it once (keel_graph_replace_node makes a
+ * whole new array in the arena at every call). */
+KEEL_INTERNAL keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, const keel_node *nodes,
+                                               int32_t n);
+
 /* Before resolution (passes): how many times `name` is read in g (node
  * inputs at any depth below, graph outputs); the constant a name denotes
  * as seen from g (an initializer or folded Constant of g or of a graph

@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "../base/status.h"
+#include "../mem/sysmem.h"
 #include "../ops/conv_nhwc.h"
 #include "../ops/dnnl/dnnl_glue.h"
 #include "pass.h"
@@ -35,15 +36,39 @@
 static const int64_t TO_NHWC[4] = {0, 2, 3, 1};
 static const int64_t TO_NCHW[4] = {0, 3, 1, 2};
 
+/* The pass edits g's nodes in a working array (g->nodes points at it
+ * while the pass runs, so the IR queries see it) and installs it in the
+ * arena once at the end. */
 typedef struct lay {
   keel_model *m;
   keel_graph *g;
   int64_t opset;               /* ai.onnx's, for the Transposes it makes   */
   int32_t fresh;               /* counter for new value names              */
+  keel_node *v;                /* the working array (keel_sys memory)      */
+  int32_t cap;
 } lay;
 
 static keel_status oom(const lay *L) {
   return keel_err(KEEL_ERR_OUT_OF_MEMORY, "layout pass in graph '%s'", L->g->path);
+}
+
+/* Node `at` of the working array becomes n_with nodes (none: removed). */
+static keel_status replace(lay *L, int32_t at, const keel_node *with, int32_t n_with) {
+  keel_graph *g = L->g;
+  int32_t n = g->n_nodes - 1 + n_with;
+  if (n + 1 > L->cap) {
+    int32_t cap = KEEL_MAX(2 * L->cap, n + 16);
+    keel_node *v = keel_sys_realloc(L->v, sizeof(keel_node) * (size_t)L->cap,
+                                    sizeof(keel_node) * (size_t)cap);
+    if (!v) return oom(L);
+    L->v = v, L->cap = cap;
+    g->nodes = v;
+  }
+  keel_node *v = L->v;
+  memmove(v + at + n_with, v + at + 1, sizeof(keel_node) * (size_t)(g->n_nodes - at - 1));
+  if (n_with) memcpy(v + at, with, sizeof(keel_node) * (size_t)n_with);
+  g->n_nodes = n;
+  return KEEL_OK;
 }
 
 static const char *fresh_name(lay *L, const char *base, const char *what) {
@@ -146,7 +171,7 @@ static keel_status convert(lay *L, int32_t i) {
   out[1].attrs = at, out[1].n_attr = c.n_attr + 1;
   out[1].n_fused = c.n_fused, out[1].fused = c.fused;
   KEEL_TRY(make_transpose(L, &out[2], tout, yn, c.out_names[0], TO_NCHW));
-  return keel_graph_replace_node(L->m->arena, g, i, out, 3);
+  return replace(L, i, out, 3);
 }
 
 /* ============================================================ sink */
@@ -323,7 +348,7 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
   nodes[0].op_type = op, nodes[0].domain = domain;
   if (attrs) nodes[0].attrs = attrs, nodes[0].n_attr = n_attr;
   KEEL_TRY(make_transpose(L, &nodes[1], tname, nout, old_out, TO_NCHW));
-  KEEL_TRY(keel_graph_replace_node(L->m->arena, g, ri, nodes, 2));
+  KEEL_TRY(replace(L, ri, nodes, 2));
   *moved = true;
   return KEEL_OK;
 }
@@ -346,7 +371,7 @@ static keel_status cancel(lay *L, int32_t ti, int32_t ri, bool *moved) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     for (int32_t k = 0; k < g->nodes[i].n_in; k++)
       if (!strcmp(g->nodes[i].in_names[k], z)) g->nodes[i].in_names[k] = x;
-  KEEL_TRY(keel_graph_replace_node(L->m->arena, g, ri, NULL, 0));
+  KEEL_TRY(replace(L, ri, NULL, 0));
   *moved = true;
   return KEEL_OK;
 }
@@ -359,7 +384,7 @@ static keel_status sink_once(lay *L, bool *moved) {
     if (!is_ours_to_nchw(&g->nodes[t])) continue;
     const char *y = g->nodes[t].out_names[0];
     if (!direct_uses(g, y) && !keel_ir_uses(g, y) && !is_graph_output(g, y)) {
-      KEEL_TRY(keel_graph_replace_node(L->m->arena, g, t, NULL, 0)); /* dead */
+      KEEL_TRY(replace(L, t, NULL, 0)); /* dead */
       *moved = true;
       return KEEL_OK;
     }
@@ -399,7 +424,7 @@ static keel_status fold_adds(lay *L) {
       c->in_names = ins, c->n_in = 4;
       c->fused = fused, c->n_fused++;
       c->out_names[0] = a->out_names[0];
-      KEEL_TRY(keel_graph_replace_node(L->m->arena, g, i, NULL, 0));
+      KEEL_TRY(replace(L, i, NULL, 0));
       i = -1; /* indexes moved: start over */
       break;
     }
@@ -407,18 +432,37 @@ static keel_status fold_adds(lay *L) {
   return KEEL_OK;
 }
 
-static keel_status layout_graph(keel_model *m, keel_graph *g) {
-  lay L = {m, g, keel_model_opset(m, ""), 0};
-  if (L.opset < 1) return KEEL_OK;
-  int32_t convs = 0;
+static keel_status layout_edit(lay *L) {
+  keel_graph *g = L->g;
   for (int32_t i = 0; i < g->n_nodes; i++)
-    if (convertible(&L, &g->nodes[i])) {
-      KEEL_TRY(convert(&L, i));
-      i += 2, convs++;
+    if (convertible(L, &g->nodes[i])) {
+      KEEL_TRY(convert(L, i));
+      i += 2;
     }
-  if (!convs) return KEEL_OK;
-  for (bool moved = true; moved;) KEEL_TRY(sink_once(&L, &moved));
-  return fold_adds(&L);
+  for (bool moved = true; moved;) KEEL_TRY(sink_once(L, &moved));
+  return fold_adds(L);
+}
+
+static keel_status layout_graph(keel_model *m, keel_graph *g) {
+  lay L = {m, g, keel_model_opset(m, ""), 0, NULL, 0};
+  if (L.opset < 1) return KEEL_OK;
+  bool any = false;
+  for (int32_t i = 0; i < g->n_nodes && !any; i++) any = convertible(&L, &g->nodes[i]);
+  if (!any) return KEEL_OK;
+  keel_node *orig = g->nodes;
+  int32_t n0 = g->n_nodes;
+  L.cap = n0 + 16;
+  L.v = keel_sys_alloc(sizeof(keel_node) * (size_t)L.cap);
+  if (!L.v) return oom(&L);
+  memcpy(L.v, orig, sizeof(keel_node) * (size_t)n0);
+  g->nodes = L.v;
+  keel_status st = layout_edit(&L);
+  /* installed once; on an error the graph goes back as it was (the model
+   * is dropped then anyway) */
+  if (!st) st = keel_graph_set_nodes(m->arena, g, L.v, g->n_nodes);
+  if (st) g->nodes = orig, g->n_nodes = n0;
+  keel_sys_free(L.v, sizeof(keel_node) * (size_t)L.cap);
+  return st;
 }
 
 keel_status keel_pass_layout(keel_model *m) {

@@ -149,7 +149,11 @@ static bool cut_bands(cd_entry *e, const keel_win *w, int nb) {
   return true;
 }
 
-static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
+/* The descriptor of band geometry p, its weights (reordered when its kernel
+ * wants another layout than the node's) and, when `make`, the primitive
+ * (its JIT code: what costs memory outside keel). */
+static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum,
+                             bool make) {
   const band_geo *g = &e->geo[p];
   dnnl_dims_t sd = {1, s->c, g->ih, w->in[1]}, dd = {1, s->m, g->oh, w->out[1]};
   dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
@@ -210,7 +214,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
     if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
     e->w[p] = e->w_own[p];
   }
-  if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  if (!st && make) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -235,7 +239,7 @@ static keel_status entry_make(cd_state *s, const keel_nhwc_geom *g, bool sum, bo
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, sum);
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, sum, true);
   if (st) {
     entry_free(s, e);
     return st;
@@ -457,12 +461,8 @@ static keel_status prepare_weights(cd_state *s, const keel_prep_ctx *p, const ke
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = true;
   cut_bands(e, &w, 1);
-  keel_dnnl_figures nominal = {0}; /* its primitive dies here: not the session's */
-  keel_dnnl_figures *fig = s->fig;
-  s->fig = &nominal;
   s->w = (void *)(uintptr_t)wt->data;
-  keel_status st = make_prim(s, e, 0, &w, false);
-  s->fig = fig;
+  keel_status st = make_prim(s, e, 0, &w, false, false); /* the layout only: no JIT */
   s->w = NULL;
   if (!st) {
     s->w_md = e->w_md[0];
@@ -475,7 +475,6 @@ static keel_status prepare_weights(cd_state *s, const keel_prep_ctx *p, const ke
       if (!st) memcpy(s->w, wt->data, nb);
     }
   }
-  keel_dnnl_prim_free(&e->prim[0], &nominal);
   keel_prep_free_counted(e->w_own[0], s->heap, s->prep_bytes);
   keel_sys_free(e, sizeof *e);
   return st;
