@@ -60,7 +60,8 @@ static void report_sums_match_allocator(void) {
   for (size_t i = 0; i < n; i++) {
     bytes += m[i].bytes_allocated, allocs += m[i].n_allocs;
     if (!strcmp(m[i].op, "Loop")) loop_runs = m[i].executions;
-    if (!strcmp(m[i].op, "Gemm") && strstr(m[i].path, "body")) body_runs = m[i].executions;
+    if ((!strcmp(m[i].op, "Gemm") || !strcmp(m[i].op, "FusedMatMul")) && strstr(m[i].path, "body"))
+      body_runs = m[i].executions; /* the Gemm, fused with its bias and activation */
     CHECK(m[i].peak_live >= m[i].live_now);
   }
   keel_profile_other(s, &ob, &oa);

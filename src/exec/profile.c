@@ -183,6 +183,11 @@ static void live_one(void *ud, const keel_block *b) {
   keel_owner ow = keel_block_owner(b);
   if (b->seq < w->f.since || !path_matches(w, ow.site) || (w->held && held(w, b))) return;
   if (w->f.before_iteration > 0 && (int64_t)ow.iter >= w->f.before_iteration) return;
+  /* a node's prepared state (and its per-shape caches) is the session's,
+   * not what a loop's iterations left behind */
+  if (w->f.unreferenced && ow.site < w->s->n_sites && w->s->sites[ow.site].node &&
+      w->s->sites[ow.site].out == KEEL_SITE_OUT_PREPARED)
+    return;
   w->total += b->size;
   for (size_t i = 0; i < w->n; i++)
     if (w->sums[i].owner.site == ow.site && w->sums[i].owner.iter == ow.iter) {

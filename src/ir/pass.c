@@ -13,6 +13,7 @@ static const keel_pass g_passes[] = {
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},
+    {"fuse-matmul", keel_pass_fuse_matmul, true},
     {"layout", keel_pass_layout, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
 };

@@ -45,6 +45,9 @@ KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
+/* Products by a constant matrix with their bias, residual and activation
+ * (pass_matmul.c). */
+KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);
 /* Channels-last convolution chains (pass_layout.c). */
 KEEL_INTERNAL keel_status keel_pass_layout(keel_model *m);
 /* Attention (pass_attention.c): MatMul..Softmax..MatMul into one node. */

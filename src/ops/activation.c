@@ -8,7 +8,7 @@
 
 static const char *const g_names[] = {"", "Relu", "LeakyRelu", "Clip", "HardSigmoid",
                                       "HardSwish", "Sigmoid", "Tanh", "SiLU",
-                                      "HardSigmoidMul"};
+                                      "HardSigmoidMul", "Gelu", "GeluTanh"};
 
 keel_act_kind keel_act_from_op(const char *op) {
   for (int i = 1; i < (int)KEEL_COUNTOF(g_names); i++)
@@ -31,10 +31,14 @@ keel_status keel_act_of(const keel_node *n, keel_act *act) {
 
 /* One element, written as ops/unary.c writes each activation (float and
  * double; Sigmoid and SiLU in float go through keel_vm_sigmoid instead). */
-#define DEF_ACT1(name, T, EXP, FABS, TANH)                                        \
+#define DEF_ACT1(name, T, EXP, FABS, TANH, ERF)                                   \
   static inline T name(const keel_act *p, T x) {                                  \
     T t;                                                                          \
     switch (p->kind) {                                                            \
+      case KEEL_ACT_GELU: return (T)0.5 * x * ((T)1 + ERF(x * (T)0.70710678118654752440)); \
+      case KEEL_ACT_GELU_TANH:                                                    \
+        return (T)0.5 * x *                                                       \
+               ((T)1 + TANH((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x))); \
       case KEEL_ACT_RELU: return x < 0 ? 0 : x;                                   \
       case KEEL_ACT_LEAKY: return x < 0 ? p->a * x : x;                           \
       case KEEL_ACT_CLIP: t = x < p->a ? p->a : x; return t > p->b ? p->b : t;    \
@@ -49,8 +53,8 @@ keel_status keel_act_of(const keel_node *n, keel_act *act) {
       default: return x;                                                          \
     }                                                                             \
   }
-DEF_ACT1(act1, float, expf, fabsf, tanhf)
-DEF_ACT1(act1d, double, exp, fabs, tanh)
+DEF_ACT1(act1, float, expf, fabsf, tanhf, erff)
+DEF_ACT1(act1d, double, exp, fabs, tanh, erf)
 
 /* y[i] *= clamp(a * y[i] + b, 0, 1), four at a time with vector masks
  * (the compiler does not vectorize the ternaries: NaN ordering), NaN
@@ -89,6 +93,15 @@ void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
       return;
     }
     case KEEL_ACT_SIGMOID: keel_vm_sigmoid(y, y, n); return; /* as ops/unary.c */
+    case KEEL_ACT_GELU: /* through the vectorized erf, as the Gelu op computes it */
+      for (int64_t i = 0; i < n; i += 256) {
+        float t[256];
+        int64_t m = KEEL_MIN(256, n - i);
+        for (int64_t j = 0; j < m; j++) t[j] = y[i + j] * 0.70710678118654752440f;
+        keel_vm_erf(t, t, m);
+        for (int64_t j = 0; j < m; j++) y[i + j] = 0.5f * y[i + j] * (1.0f + t[j]);
+      }
+      return;
     case KEEL_ACT_SILU: /* y * Sigmoid(y), as the Sigmoid and Mul kernels compute it */
       for (int64_t i = 0; i < n; i += 256) {
         float t[256];

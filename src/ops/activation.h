@@ -6,7 +6,7 @@
  * in keel's own namespace so no file can collide with them:
  *   keel.activation         STRING  Relu, LeakyRelu, Clip, HardSigmoid,
  *                                   HardSwish, Sigmoid, Tanh, SiLU,
- *                                   HardSigmoidMul
+ *                                   HardSigmoidMul, Gelu, GeluTanh
  *   keel.activation_params  FLOATS  alpha / beta, or Clip's min / max
  *                                   (+-inf where a bound is absent)
  * The formulas are those of the standalone kernels (ops/unary.c), NaN
@@ -26,7 +26,10 @@ typedef enum keel_act_kind {
   KEEL_ACT_HSWISH, KEEL_ACT_SIGMOID, KEEL_ACT_TANH,
   /* gated forms, x * f(x), as exporters write SiLU (Sigmoid, Mul) and
    * hardswish (HardSigmoid, Mul): names "SiLU" and "HardSigmoidMul" */
-  KEEL_ACT_SILU, KEEL_ACT_HSIGMOID_MUL
+  KEEL_ACT_SILU, KEEL_ACT_HSIGMOID_MUL,
+  /* after a matrix product (ir/pass_matmul.c): Gelu (opset 20, or the one
+   * fuse-gelu makes) exact and tanh-approximated: "Gelu", "GeluTanh" */
+  KEEL_ACT_GELU, KEEL_ACT_GELU_TANH
 } keel_act_kind;
 
 typedef struct keel_act {

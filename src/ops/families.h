@@ -11,6 +11,7 @@
   X(shape)               \
   X(gather_scatter)      \
   X(matmul)              \
+  X(matmul_fused)        \
   X(conv)                \
   X(conv_nhwc)           \
   X(im2col)              \

@@ -34,10 +34,8 @@
 #include "../../onnx/onnx.h"
 #include "../activation.h"
 #include "../conv_nhwc.h"
-#include "../vmath.h"
 #include "dnnl_glue.h"
 
-#define SHAPES 8                /* input shapes a node keeps primitives for */
 #define MAX_BANDS 64            /* bands of one image                       */
 #define PRIMS 3                 /* distinct band geometries: first, middle, last */
 
@@ -47,11 +45,10 @@ typedef struct band_geo {
   int64_t ih, pt, pb, oh;
 } band_geo;
 
+/* key: N, H, W (C is the node's), bare */
 typedef struct cd_entry {
-  int64_t n, h, wd;             /* the input shape (C is the node's)        */
+  keel_dnnl_entry base;
   bool bare;                    /* no post-ops (a broadcasting Z)           */
-  int refs;                     /* runs using it (under the state's lock)   */
-  uint64_t used;                /* last use, for eviction                   */
   int nbands, nprims;
   int64_t oh0[MAX_BANDS + 1];   /* band b: output rows [oh0[b], oh0[b+1])   */
   int64_t ih0[MAX_BANDS];       /* its first input row                      */
@@ -66,7 +63,7 @@ typedef struct cd_entry {
 } cd_entry;
 
 typedef struct cd_state {
-  keel_mutex lock;
+  keel_dnnl_cache cache;        /* primitives per input shape              */
   keel_heap *heap;
   keel_owner owner;
   _Atomic uint64_t *prep_bytes;
@@ -77,46 +74,7 @@ typedef struct cd_state {
   keel_act act;
   dnnl_memory_desc_t w_md, b_md;
   void *w;                      /* W in w_md's layout (prepared block)      */
-  uint64_t tick;
-  int n_entries;
-  cd_entry *entries[SHAPES];
 } cd_state;
-
-/* ======================================================== post-ops */
-
-/* Appends the activation as oneDNN eltwise post-ops; false when oneDNN
- * has no exact equivalent (keel applies it then). */
-static bool act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
-  dnnl_alg_kind_t alg;
-  float alpha = 0, beta = 0;
-  switch (a->kind) {
-    case KEEL_ACT_RELU: alg = dnnl_eltwise_relu; break;
-    case KEEL_ACT_LEAKY: alg = dnnl_eltwise_relu, alpha = a->a; break;
-    case KEEL_ACT_CLIP: alg = dnnl_eltwise_clip_v2, alpha = a->a, beta = a->b; break;
-    case KEEL_ACT_HSWISH: alg = dnnl_eltwise_hardswish; break;
-    case KEEL_ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
-    case KEEL_ACT_TANH: alg = dnnl_eltwise_tanh; break;
-    case KEEL_ACT_SILU: return false; /* keel's is faster than 2.6's swish post-op */
-    case KEEL_ACT_HSIGMOID_MUL: /* x * HardSigmoid(x) is hardswish at 1/6, 1/2 */
-      if (a->a != 1.0f / 6.0f || a->b != 0.5f) return false;
-      alg = dnnl_eltwise_hardswish;
-      break;
-    case KEEL_ACT_HSIGMOID: /* max(0, min(1, a*x + b)) */
-      return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, a->a, a->b) ==
-                 dnnl_success &&
-             dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, 0.0f, 1.0f) ==
-                 dnnl_success;
-    default: return false;
-  }
-  return dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta) == dnnl_success;
-}
-
-/* The activation keel applies itself (one that is not a post-op), on a
- * band still in cache. */
-static void apply_act(const keel_act *a, float *y, int64_t n) {
-  if (a->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
-  else keel_act_apply_f32(a, y, n);
-}
 
 /* ===================================================== primitives */
 
@@ -168,13 +126,19 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
                                         : dnnl_memory_desc_init_by_tag(&wany, 4, wd4, dnnl_f32,
                                                                        dnnl_format_tag_any),
                            "weights"));
-  dnnl_convolution_desc_t cd;
+  /* the node's packed layout first, so that every shape shares its W;
+   * any layout (and a copy of W in it) only when no kernel takes that */
+  dnnl_convolution_desc_t cd, cd_any;
   KEEL_TRY(keel_dnnl_check(
-      dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+      dnnl_dilated_convolution_forward_desc_init(&cd_any, dnnl_forward_inference,
                                                  dnnl_convolution_direct, &src, &wany,
                                                  s->has_bias ? &s->b_md : NULL, &dst, strides,
                                                  dil, pl, pr),
       "convolution descriptor"));
+  bool fixed = make && s->w && s->w_md.ndims &&
+               dnnl_dilated_convolution_forward_desc_init(
+                   &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &s->w_md,
+                   s->has_bias ? &s->b_md : NULL, &dst, strides, dil, pl, pr) == dnnl_success;
   dnnl_primitive_attr_t attr;
   KEEL_TRY(keel_dnnl_attr_new(&attr));
   dnnl_post_ops_t po = NULL;
@@ -188,7 +152,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   if (ds == dnnl_success && !e->bare) {
     if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
     if (ds == dnnl_success && s->act.kind && !(sum && padded_rows)) {
-      e->act_in_post[p] = act_post_ops(&s->act, po);
+      e->act_in_post[p] = keel_dnnl_act_post_ops(&s->act, po);
       if (!e->act_in_post[p]) { /* start again without a half-made chain */
         dnnl_post_ops_destroy(po);
         ds = dnnl_post_ops_create(&po);
@@ -200,7 +164,11 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   if (po) dnnl_post_ops_destroy(po);
   keel_status st = keel_dnnl_check(ds, "post-ops");
   dnnl_primitive_desc_t pd = NULL;
-  if (!st) st = keel_dnnl_pd_make(&pd, &cd, attr, "convolution primitive descriptor");
+  if (!st && fixed && keel_dnnl_pd_make(&pd, &cd, attr, "convolution primitive descriptor")) {
+    keel_err_clear();
+    pd = NULL;
+  }
+  if (!st && !pd) st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
@@ -228,80 +196,35 @@ static void entry_free(cd_state *s, cd_entry *e) {
   keel_sys_free(e, sizeof *e);
 }
 
-static keel_status entry_make(cd_state *s, const keel_nhwc_geom *g, bool sum, bool bare,
-                              cd_entry **out) {
+static void entry_drop(void *ctx, keel_dnnl_entry *e) { entry_free(ctx, (cd_entry *)e); }
+
+/* What a new entry needs beyond its key. */
+typedef struct cd_make_arg {
+  const keel_nhwc_geom *g;
+  bool sum;
+} cd_make_arg;
+
+static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
+                              keel_dnnl_entry **out) {
+  cd_state *s = ctx;
+  const cd_make_arg *arg = argp;
+  const keel_nhwc_geom *g = arg->g;
   cd_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
-  e->n = g->n, e->h = g->w.in[0], e->wd = g->w.in[1], e->bare = bare;
+  e->bare = key[3] != 0;
   /* bands: one per thread while the batch leaves threads idle */
   int64_t per = g->n >= s->threads ? 1 : (s->threads + g->n - 1) / g->n;
   int nb = (int)KEEL_MIN(KEEL_MIN(per, g->w.out[0]), MAX_BANDS);
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, sum, true);
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, arg->sum, true);
   if (st) {
     entry_free(s, e);
     return st;
   }
-  *out = e;
+  *out = &e->base;
   return KEEL_OK;
-}
-
-/* The entry for this shape, referenced (release with entry_put); *tmp when
- * it is private to the run. */
-static keel_status entry_get(cd_state *s, const keel_nhwc_geom *g, bool sum, bool bare,
-                             cd_entry **out, bool *tmp) {
-  *tmp = false;
-  keel_mutex_lock(&s->lock);
-  for (int i = 0; i < s->n_entries; i++) {
-    cd_entry *e = s->entries[i];
-    if (e->n == g->n && e->h == g->w.in[0] && e->wd == g->w.in[1] && e->bare == bare) {
-      e->refs++, e->used = ++s->tick;
-      keel_mutex_unlock(&s->lock);
-      atomic_fetch_add(&s->fig->shape_hits, 1);
-      *out = e;
-      return KEEL_OK;
-    }
-  }
-  atomic_fetch_add(&s->fig->shape_misses, 1);
-  /* made under the lock: other runs of this node wait for it rather
-   * than make it twice */
-  cd_entry *e;
-  keel_status st = entry_make(s, g, sum, bare, &e);
-  if (st) {
-    keel_mutex_unlock(&s->lock);
-    return st;
-  }
-  int slot = s->n_entries < SHAPES ? s->n_entries : -1;
-  for (int i = 0; slot < 0 && i < SHAPES; i++) /* the least recent idle one */
-    if (!s->entries[i]->refs && (slot < 0 || s->entries[i]->used < s->entries[slot]->used))
-      slot = i;
-  if (slot < 0) {
-    *tmp = true;
-  } else {
-    if (slot < s->n_entries) {
-      entry_free(s, s->entries[slot]);
-      atomic_fetch_add(&s->fig->shape_evictions, 1);
-    } else {
-      s->n_entries++;
-    }
-    s->entries[slot] = e;
-  }
-  e->refs = 1, e->used = ++s->tick;
-  keel_mutex_unlock(&s->lock);
-  *out = e;
-  return KEEL_OK;
-}
-
-static void entry_put(cd_state *s, cd_entry *e, bool tmp) {
-  if (tmp) {
-    entry_free(s, e);
-    return;
-  }
-  keel_mutex_lock(&s->lock);
-  e->refs--;
-  keel_mutex_unlock(&s->lock);
 }
 
 /* ============================================================== run */
@@ -333,7 +256,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
         float v = j->b ? j->b[i % g->m] : 0.0f;
         y[i] = add ? y[i] + v : v;
       }
-      if (!e->bare) apply_act(&j->s->act, y, len);
+      if (!e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
       continue;
     }
     const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
@@ -351,7 +274,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
     }
     if (j->b) a[na++] = a[4];
     KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
-    if (!e->act_in_post[p] && !e->bare) apply_act(&j->s->act, y, len);
+    if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
   }
   return KEEL_OK;
 }
@@ -404,9 +327,12 @@ static keel_status cd_run(keel_kctx *k) {
     c = t;
   }
   if (nc) {
-    cd_entry *e;
+    keel_dnnl_entry *ent;
     bool tmp;
-    KEEL_TRY(entry_get(s, &g, z && same, bare, &e, &tmp));
+    int64_t key[KEEL_DNNL_KEY] = {g.n, g.w.in[0], g.w.in[1], bare};
+    cd_make_arg arg = {&g, z && same};
+    KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &arg, &ent, &tmp));
+    cd_entry *e = (cd_entry *)ent;
     cd_job j = {s, e, &g, x->data, b ? b->data : NULL,
                 z && same && y->data != z->data ? z->data : NULL,
                 z && same && y->data == z->data, c, NULL};
@@ -415,12 +341,12 @@ static keel_status cd_run(keel_kctx *k) {
     keel_status st = e->scratch ? keel_k_scratch_n(k, threads, e->scratch, &sp) : KEEL_OK;
     j.scratch = sp;
     if (!st) st = keel_pool_for(k->pool, g.n * e->nbands, 1, cd_band, &j);
-    entry_put(s, e, tmp);
+    keel_dnnl_cache_put(&s->cache, ent, tmp);
     KEEL_TRY(st);
   }
   if (bare) {
     keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
-    apply_act(&s->act, y->data, keel_tensor_numel(y));
+    keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
 }
@@ -451,9 +377,8 @@ static bool cd_supports(const keel_prep_ctx *p) {
 static void cd_release(void *state, keel_heap *heap) {
   cd_state *s = state;
   if (!s) return;
-  for (int i = 0; i < s->n_entries; i++) entry_free(s, s->entries[i]);
+  keel_dnnl_cache_free(&s->cache);
   keel_prep_free_counted(s->w, heap, s->prep_bytes);
-  keel_mutex_destroy(&s->lock);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -503,8 +428,8 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
   cd_state *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
-  keel_mutex_init(&s->lock);
   s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
   s->threads = KEEL_MAX(1, p->threads);
   const keel_attr *ga = keel_node_attr(n, "group");
   s->group = ga ? ga->i : 1;

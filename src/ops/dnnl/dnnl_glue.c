@@ -2,8 +2,85 @@
  * errors (dnnl_glue.h). */
 #include "dnnl_glue.h"
 
+#include "../activation.h"
+#include "../vmath.h"
+
 #include <stdlib.h>
 #include <string.h>
+
+void keel_dnnl_apply_act(const keel_act *a, float *y, int64_t n) {
+  if (a->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
+  else keel_act_apply_f32(a, y, n);
+}
+
+/* ------------------------------------------------- per-shape caches */
+
+void keel_dnnl_cache_init(keel_dnnl_cache *c, keel_dnnl_make_fn make, keel_dnnl_drop_fn drop,
+                          void *ctx, keel_dnnl_figures *fig) {
+  memset(c, 0, sizeof *c);
+  keel_mutex_init(&c->lock);
+  c->make = make, c->drop = drop, c->ctx = ctx, c->fig = fig;
+}
+
+void keel_dnnl_cache_free(keel_dnnl_cache *c) {
+  for (int i = 0; i < c->n; i++) c->drop(c->ctx, c->e[i]);
+  c->n = 0;
+  keel_mutex_destroy(&c->lock);
+}
+
+keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const void *arg,
+                                keel_dnnl_entry **out, bool *tmp) {
+  *tmp = false;
+  keel_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n; i++) {
+    keel_dnnl_entry *e = c->e[i];
+    if (!memcmp(e->key, key, sizeof e->key)) {
+      e->refs++, e->used = ++c->tick;
+      keel_mutex_unlock(&c->lock);
+      atomic_fetch_add(&c->fig->shape_hits, 1);
+      *out = e;
+      return KEEL_OK;
+    }
+  }
+  atomic_fetch_add(&c->fig->shape_misses, 1);
+  /* made under the lock: other runs of the node wait for it rather than
+   * make it twice */
+  keel_dnnl_entry *e;
+  keel_status st = c->make(c->ctx, key, arg, &e);
+  if (st) {
+    keel_mutex_unlock(&c->lock);
+    return st;
+  }
+  memcpy(e->key, key, sizeof e->key);
+  int slot = c->n < KEEL_DNNL_SHAPES ? c->n : -1;
+  for (int i = 0; slot < 0 && i < KEEL_DNNL_SHAPES; i++) /* the least recent idle one */
+    if (!c->e[i]->refs && (slot < 0 || c->e[i]->used < c->e[slot]->used)) slot = i;
+  if (slot < 0) {
+    *tmp = true;
+  } else {
+    if (slot < c->n) {
+      c->drop(c->ctx, c->e[slot]);
+      atomic_fetch_add(&c->fig->shape_evictions, 1);
+    } else {
+      c->n++;
+    }
+    c->e[slot] = e;
+  }
+  e->refs = 1, e->used = ++c->tick;
+  keel_mutex_unlock(&c->lock);
+  *out = e;
+  return KEEL_OK;
+}
+
+void keel_dnnl_cache_put(keel_dnnl_cache *c, keel_dnnl_entry *e, bool tmp) {
+  if (tmp) {
+    c->drop(c->ctx, e);
+    return;
+  }
+  keel_mutex_lock(&c->lock);
+  e->refs--;
+  keel_mutex_unlock(&c->lock);
+}
 
 #if !KEEL_HAVE_DNNL
 
@@ -86,6 +163,32 @@ keel_status keel_dnnl_engine(dnnl_engine_t *e) {
   *e = g_engine;
   glue_unlock();
   return keel_dnnl_check(st, "creating the CPU engine");
+}
+
+bool keel_dnnl_act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
+  dnnl_alg_kind_t alg;
+  float alpha = 0, beta = 0;
+  switch (a->kind) {
+    case KEEL_ACT_RELU: alg = dnnl_eltwise_relu; break;
+    case KEEL_ACT_LEAKY: alg = dnnl_eltwise_relu, alpha = a->a; break;
+    case KEEL_ACT_CLIP: alg = dnnl_eltwise_clip_v2, alpha = a->a, beta = a->b; break;
+    case KEEL_ACT_HSWISH: alg = dnnl_eltwise_hardswish; break;
+    case KEEL_ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
+    case KEEL_ACT_TANH: alg = dnnl_eltwise_tanh; break;
+    case KEEL_ACT_GELU: alg = dnnl_eltwise_gelu_erf; break;
+    case KEEL_ACT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
+    case KEEL_ACT_HSIGMOID_MUL: /* x * HardSigmoid(x) is hardswish at 1/6, 1/2 */
+      if (a->a != 1.0f / 6.0f || a->b != 0.5f) return false;
+      alg = dnnl_eltwise_hardswish;
+      break;
+    case KEEL_ACT_HSIGMOID: /* max(0, min(1, a*x + b)) */
+      return dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, a->a, a->b) ==
+                 dnnl_success &&
+             dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, 0.0f, 1.0f) ==
+                 dnnl_success;
+    default: return false; /* SiLU: keel's is faster than 2.6's swish post-op */
+  }
+  return dnnl_post_ops_append_eltwise(po, 1.0f, alg, alpha, beta) == dnnl_success;
 }
 
 keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr) {

@@ -28,6 +28,7 @@
 
 #include <stdatomic.h>
 
+#include "../../base/prim.h"
 #include "../../base/status.h"
 
 /* True when keel was built with oneDNN and the CPU has at least AVX2 (the
@@ -50,6 +51,55 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t objects;    /* live primitives                         */
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
 } keel_dnnl_figures;
+
+/* The activation a kernel applies itself (one that is not a post-op):
+ * SiLU through vmath's fast form, the rest as activation.c does. */
+struct keel_act;
+KEEL_INTERNAL void keel_dnnl_apply_act(const struct keel_act *a, float *y, int64_t n);
+
+/* ------------------------------------------------- per-shape caches
+ *
+ * A node's primitives for the input shapes it meets: at most
+ * KEEL_DNNL_SHAPES entries, each made on the first run of its key, shared
+ * by concurrent runs (a reference count), the least recently used idle one
+ * evicted for a new key; when every entry is in use, the run gets a
+ * private one freed after it. Hits, misses and evictions go to the
+ * session's figures. */
+#define KEEL_DNNL_SHAPES 8
+#define KEEL_DNNL_KEY 4
+
+typedef struct keel_dnnl_entry {
+  int64_t key[KEEL_DNNL_KEY];
+  int refs;
+  uint64_t used;
+} keel_dnnl_entry;
+
+/* make: builds the entry for `key` (its first member a keel_dnnl_entry);
+ * drop: frees one. ctx is the kernel's state. */
+typedef keel_status (*keel_dnnl_make_fn)(void *ctx, const int64_t *key, const void *arg,
+                                         keel_dnnl_entry **out);
+typedef void (*keel_dnnl_drop_fn)(void *ctx, keel_dnnl_entry *e);
+
+typedef struct keel_dnnl_cache {
+  keel_mutex lock;
+  uint64_t tick;
+  int n;
+  keel_dnnl_entry *e[KEEL_DNNL_SHAPES];
+  keel_dnnl_make_fn make;
+  keel_dnnl_drop_fn drop;
+  void *ctx;
+  keel_dnnl_figures *fig;
+} keel_dnnl_cache;
+
+KEEL_INTERNAL void keel_dnnl_cache_init(keel_dnnl_cache *c, keel_dnnl_make_fn make,
+                                        keel_dnnl_drop_fn drop, void *ctx, keel_dnnl_figures *fig);
+/* Frees every entry (no run may hold one). */
+KEEL_INTERNAL void keel_dnnl_cache_free(keel_dnnl_cache *c);
+/* The entry of `key` (unused members 0), referenced; `arg` goes to make.
+ * Release it with keel_dnnl_cache_put(c, e, *tmp). */
+KEEL_INTERNAL keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key,
+                                              const void *arg, keel_dnnl_entry **out, bool *tmp);
+KEEL_INTERNAL void keel_dnnl_cache_put(keel_dnnl_cache *c, keel_dnnl_entry *e, bool tmp);
 
 #if KEEL_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -96,6 +146,12 @@ KEEL_INTERNAL keel_status keel_dnnl_reorder(const dnnl_memory_desc_t *from, cons
 
 /* Scratchpad bytes a primitive descriptor asks for (user mode). */
 KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
+
+/* Appends the fused activation (ops/activation.h) as eltwise post-ops;
+ * false when oneDNN has no equivalent as exact (the kernel applies it
+ * itself with keel_dnnl_apply_act, on each part while it is in cache). */
+struct keel_act;
+KEEL_INTERNAL bool keel_dnnl_act_post_ops(const struct keel_act *a, dnnl_post_ops_t po);
 
 /* A primitive attribute with the user scratchpad mode set. */
 KEEL_INTERNAL keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr);

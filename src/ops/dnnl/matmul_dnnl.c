@@ -1,0 +1,331 @@
+/* matmul_dnnl.c: FusedMatMul (ops/matmul_fused.h) on oneDNN's matmul, the
+ * implementation "onednn".
+ *
+ * Prepared once per node: B packed into the layout oneDNN's kernel asks
+ * for (a block of the session's allocator; the file's pages under the
+ * original go back when no other node reads it). Per row count M, on the
+ * first run that meets it: the primitives. A's rows are cut into bands,
+ * one per pool thread (rows are contiguous in A and in Y, so a band is a
+ * whole product of its own); bands of equal height share a primitive. The
+ * bias, the residual Z (a sum post-op: the band of Y starts as Z's, or Y
+ * takes Z's buffer) and the activation (an eltwise post-op where oneDNN
+ * has it, else keel's on the band while it is hot) are applied in the
+ * same pass. A Z that broadcasts is added by keel after a plain product.
+ * Primitives per M are kept in the node's shape cache (dnnl_glue.h).
+ */
+#include "../../base/pool.h"
+#include "../../mem/sysmem.h"
+#include "../../onnx/onnx.h"
+#include "../activation.h"
+#include "../matmul_fused.h"
+#include "dnnl_glue.h"
+
+#define MAX_BANDS 64
+#define PRIMS 2                 /* bands of two heights at most            */
+#define NOMINAL_M 128           /* the rows B's layout is chosen for       */
+/* B of at most this many bytes stays where it is beside the packed copy,
+ * and products of fewer multiply-adds than SMALL_PRODUCT run on the
+ * reference kernel (keel's GEMM on it): for them the calls into oneDNN
+ * (a stream, memory objects, the shape cache) cost more than the product
+ * (the LSTM bench's 16 x 128 x 32 head). */
+#define KEEP_B_BYTES ((size_t)1 << 20)
+#define SMALL_PRODUCT ((int64_t)1 << 18)
+
+/* key: M, bare */
+typedef struct mm_entry {
+  keel_dnnl_entry base;
+  bool bare;
+  int nbands, nprims;
+  int64_t r0[MAX_BANDS + 1];    /* band b: rows [r0[b], r0[b+1])            */
+  int64_t rows[PRIMS];
+  uint8_t prim_of[MAX_BANDS];
+  keel_dnnl_prim prim[PRIMS];
+  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS];
+  const void *w[PRIMS];
+  void *w_own[PRIMS];
+  bool act_in_post[PRIMS];
+  size_t scratch;
+} mm_entry;
+
+typedef struct mm_state {
+  keel_dnnl_cache cache;
+  keel_heap *heap;
+  keel_owner owner;
+  _Atomic uint64_t *prep_bytes;
+  keel_dnnl_figures *fig;
+  int threads;
+  int64_t K, N;
+  bool transb, has_bias;
+  bool keep_b;                  /* B's bytes were not given back           */
+  keel_act act;
+  dnnl_memory_desc_t w_md, b_md;
+  void *w;
+} mm_state;
+
+/* The descriptor for bands of `rows` rows, B in the layout it wants (a
+ * reordered copy when not the node's), and the primitive when `make`. */
+static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool sum, bool make) {
+  dnnl_dims_t sd = {rows, s->K}, wd = {s->K, s->N}, dd = {rows, s->N};
+  dnnl_memory_desc_t src, dst, wany;
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_f32, dnnl_ab), "src"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab), "dst"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32, dnnl_format_tag_any),
+                           "weights"));
+  /* the node's packed layout first, so that every row count shares its B;
+   * any layout (and a copy of B in it) only when no kernel takes that */
+  dnnl_matmul_desc_t md, md_any;
+  KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany,
+                                                 s->has_bias ? &s->b_md : NULL, &dst),
+                           "matmul descriptor"));
+  bool fixed = make && s->w && s->w_md.ndims &&
+               dnnl_matmul_desc_init(&md, &src, &s->w_md, s->has_bias ? &s->b_md : NULL, &dst) ==
+                   dnnl_success;
+  dnnl_primitive_attr_t attr;
+  KEEL_TRY(keel_dnnl_attr_new(&attr));
+  dnnl_post_ops_t po = NULL;
+  dnnl_status_t ds = dnnl_post_ops_create(&po);
+  e->act_in_post[p] = false;
+  if (ds == dnnl_success && !e->bare) {
+    if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+    if (ds == dnnl_success && s->act.kind) {
+      e->act_in_post[p] = keel_dnnl_act_post_ops(&s->act, po);
+      if (!e->act_in_post[p]) { /* start again without a half-made chain */
+        dnnl_post_ops_destroy(po);
+        ds = dnnl_post_ops_create(&po);
+        if (ds == dnnl_success && sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+      }
+    }
+  }
+  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
+  if (po) dnnl_post_ops_destroy(po);
+  keel_status st = keel_dnnl_check(ds, "post-ops");
+  dnnl_primitive_desc_t pd = NULL;
+  if (!st && fixed && keel_dnnl_pd_make(&pd, &md, attr, "matmul primitive descriptor")) {
+    keel_err_clear();
+    pd = NULL;
+  }
+  if (!st && !pd) st = keel_dnnl_pd_make(&pd, &md_any, attr, "matmul primitive descriptor");
+  dnnl_primitive_attr_destroy(attr);
+  if (st) return st;
+  const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
+  e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
+  if (dnnl_memory_desc_equal(wq, &s->w_md)) {
+    e->w[p] = s->w;
+  } else {
+    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
+                                 &e->w_own[p]);
+    if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
+    e->w[p] = e->w_own[p];
+  }
+  if (!st && make) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+static void entry_free(mm_state *s, mm_entry *e) {
+  if (!e) return;
+  for (int p = 0; p < PRIMS; p++) {
+    keel_dnnl_prim_free(&e->prim[p], s->fig);
+    keel_prep_free_counted(e->w_own[p], s->heap, s->prep_bytes);
+  }
+  keel_sys_free(e, sizeof *e);
+}
+
+static void entry_drop(void *ctx, keel_dnnl_entry *e) { entry_free(ctx, (mm_entry *)e); }
+
+/* Bands of at least 8 rows, at most one per thread. */
+static void cut_bands(mm_entry *e, int64_t M, int threads) {
+  int nb = (int)KEEL_MAX(1, KEEL_MIN(KEEL_MIN((int64_t)threads, M / 8), MAX_BANDS));
+  e->nbands = nb, e->nprims = 0;
+  for (int b = 0; b <= nb; b++) e->r0[b] = M * b / nb;
+  for (int b = 0; b < nb; b++) {
+    int64_t rows = e->r0[b + 1] - e->r0[b];
+    int p = 0;
+    while (p < e->nprims && e->rows[p] != rows) p++;
+    if (p == e->nprims) e->rows[e->nprims++] = rows;
+    e->prim_of[b] = (uint8_t)p;
+  }
+}
+
+static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
+                              keel_dnnl_entry **out) {
+  mm_state *s = ctx;
+  bool sum = *(const bool *)arg;
+  mm_entry *e = keel_sys_calloc(1, sizeof *e);
+  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's primitives");
+  e->bare = key[1] != 0;
+  cut_bands(e, key[0], s->threads);
+  keel_status st = KEEL_OK;
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], sum, true);
+  if (st) {
+    entry_free(s, e);
+    return st;
+  }
+  *out = &e->base;
+  return KEEL_OK;
+}
+
+/* ============================================================== run */
+
+typedef struct mm_job {
+  const mm_state *s;
+  const mm_entry *e;
+  const float *a, *bias, *z;    /* z: copied into each band first (sum)    */
+  float *y;
+  uint8_t *scratch;
+} mm_job;
+
+static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
+  const mm_job *j = ctx;
+  const mm_entry *e = j->e;
+  const mm_state *s = j->s;
+  for (int64_t b = b0; b < b1; b++) {
+    int p = e->prim_of[b];
+    int64_t r = e->r0[b], len = e->rows[p] * s->N;
+    float *y = j->y + r * s->N;
+    if (j->z) memcpy(y, j->z + r * s->N, (size_t)len * sizeof(float));
+    keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)(j->a + r * s->K)},
+                          {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
+                          {DNNL_ARG_DST, &e->dst_md[p], y}};
+    int na = 3;
+    dnnl_memory_desc_t sp;
+    if (e->scratch) {
+      dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
+      KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
+      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * e->scratch};
+    }
+    if (j->bias) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, &s->b_md, (void *)(uintptr_t)j->bias};
+    KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
+    if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&s->act, y, len);
+  }
+  return KEEL_OK;
+}
+
+static keel_status mm_run(keel_kctx *k) {
+  mm_state *s = (mm_state *)(uintptr_t)k->prep; /* the shape cache is behind its lock */
+  const keel_tensor *a, *b, *bias, *z;
+  KEEL_TRY(keel_k_in(k, 0, &a));
+  KEEL_TRY(keel_k_in(k, 1, &b));
+  KEEL_TRY(keel_k_in_opt(k, 2, &bias));
+  KEEL_TRY(keel_k_in_opt(k, 3, &z));
+  keel_fmm_geom g;
+  KEEL_TRY(keel_fmm_geom_of(k, a, b, bias, &g));
+  if (s->keep_b && g.M * g.N * g.K < SMALL_PRODUCT) return keel_op_fused_matmul_ref(k);
+  if ((bias != NULL) != s->has_bias)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "the bias is %s at run time but was %s at binding",
+                    bias ? "given" : "omitted", s->has_bias ? "given" : "omitted");
+  int rank = g.yrank;
+  int64_t shape[KEEL_MAX_RANK];
+  bool same = true;
+  memcpy(shape, g.yshape, sizeof(int64_t) * (size_t)rank);
+  if (z) KEEL_TRY(keel_fmm_z_shape(&g, z, &rank, shape, &same));
+  keel_tensor *y;
+  if (z && same) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, rank, shape, &y));
+  else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, rank, shape, &y));
+  if (keel_tensor_numel(y) == 0) return KEEL_OK;
+  bool bare = z && !same;
+  float *c = y->data;
+  if (bare) {
+    void *t;
+    KEEL_TRY(keel_k_scratch_n(k, g.M * g.N, sizeof(float), &t));
+    c = t;
+  }
+  {
+    keel_dnnl_entry *ent;
+    bool tmp, sum = z && same;
+    int64_t key[KEEL_DNNL_KEY] = {g.M, bare};
+    KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &sum, &ent, &tmp));
+    mm_entry *e = (mm_entry *)ent;
+    mm_job j = {s, e, a->data, bias ? bias->data : NULL,
+                sum && y->data != z->data ? z->data : NULL, c, NULL};
+    void *sp = NULL;
+    keel_status st =
+        e->scratch ? keel_k_scratch_n(k, keel_pool_threads(k->pool), e->scratch, &sp) : KEEL_OK;
+    j.scratch = sp;
+    if (!st) st = keel_pool_for(k->pool, e->nbands, 1, mm_band, &j);
+    keel_dnnl_cache_put(&s->cache, ent, tmp);
+    KEEL_TRY(st);
+  }
+  if (bare) {
+    keel_fmm_add_z(&g, c, z, y);
+    keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
+  }
+  return KEEL_OK;
+}
+
+/* ========================================================== binding */
+
+static bool mm_supports(const keel_prep_ctx *p) {
+  const keel_tensor *b = p->node->n_in > 1 ? p->consts[1] : NULL;
+  return !p->no_library && keel_dnnl_available() && b && b->dtype == KEEL_FLOAT && b->rank == 2 &&
+         keel_tensor_numel(b) > 0;
+}
+
+static void mm_release(void *state, keel_heap *heap) {
+  mm_state *s = state;
+  if (!s) return;
+  keel_dnnl_cache_free(&s->cache);
+  keel_prep_free_counted(s->w, heap, s->prep_bytes);
+  keel_sys_free(s, sizeof *s);
+}
+
+/* B packed for NOMINAL_M rows (the layout does not depend on M on the
+ * CPUs measured; a primitive that wants another gets its own copy). */
+static keel_status prepare_weights(mm_state *s, const keel_tensor *b) {
+  dnnl_dims_t wd = {s->K, s->N};
+  KEEL_TRY(keel_dnnl_check(
+      dnnl_memory_desc_init_by_tag(&s->w_md, 2, wd, dnnl_f32, s->transb ? dnnl_ba : dnnl_ab),
+      "plain weights"));
+  mm_entry *e = keel_sys_calloc(1, sizeof *e);
+  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's primitives");
+  e->bare = true;
+  s->w = (void *)(uintptr_t)b->data;
+  keel_status st = make_prim(s, e, 0, NOMINAL_M, false, false); /* the layout only */
+  s->w = NULL;
+  if (!st) {
+    s->w_md = e->w_md[0];
+    if (e->w_own[0]) {
+      s->w = e->w_own[0];
+      e->w_own[0] = NULL;
+    } else {
+      size_t nb = keel_tensor_nbytes(b);
+      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, nb, &s->w);
+      if (!st) memcpy(s->w, b->data, nb);
+    }
+  }
+  keel_prep_free_counted(e->w_own[0], s->heap, s->prep_bytes);
+  keel_sys_free(e, sizeof *e);
+  return st;
+}
+
+static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
+  const keel_node *n = p->node;
+  const keel_tensor *b = p->consts[1];
+  mm_state *s = keel_sys_calloc(1, sizeof *s);
+  if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's prepared state");
+  s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
+  s->threads = KEEL_MAX(1, p->threads);
+  const keel_attr *tb = keel_node_attr(n, "transB");
+  s->transb = tb && tb->i;
+  s->K = s->transb ? b->shape[1] : b->shape[0];
+  s->N = s->transb ? b->shape[0] : b->shape[1];
+  s->has_bias = n->n_in > 2 && n->in_names[2][0];
+  keel_status st = keel_act_of(n, &s->act);
+  dnnl_dims_t bd = {1, s->N};
+  if (!st)
+    st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_md, 2, bd, dnnl_f32, dnnl_ab), "bias");
+  if (!st) st = prepare_weights(s, b);
+  if (st) {
+    mm_release(s, p->heap);
+    return st;
+  }
+  const keel_attr *own = keel_node_attr(n, "keel.weights_private");
+  s->keep_b = keel_tensor_nbytes(b) <= KEEP_B_BYTES;
+  if (!s->keep_b && own && own->i && p->model) keel_model_drop_const(p->model, b, NULL, NULL);
+  *state = s;
+  return KEEL_OK;
+}
+
+const keel_impl keel_matmul_fused_dnnl = {"onednn", mm_supports, mm_prepare, mm_release, mm_run};
