@@ -164,11 +164,8 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   if (po) dnnl_post_ops_destroy(po);
   keel_status st = keel_dnnl_check(ds, "post-ops");
   dnnl_primitive_desc_t pd = NULL;
-  if (!st && fixed && keel_dnnl_pd_make(&pd, &cd, attr, "convolution primitive descriptor")) {
-    keel_err_clear();
-    pd = NULL;
-  }
-  if (!st && !pd) st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
+  if (!st) st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
+  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &cd, attr, &s->w_md);
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);

@@ -208,6 +208,35 @@ keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op
   return keel_dnnl_check(st, what);
 }
 
+static const char *impl_of(const_dnnl_primitive_desc_t pd) {
+  const char *s = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success) return "";
+  return s ? s : "";
+}
+
+dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd, const_dnnl_op_desc_t op,
+                                          const_dnnl_primitive_attr_t attr,
+                                          const dnnl_memory_desc_t *w) {
+  const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  if (!wq || dnnl_memory_desc_equal(wq, w)) return pd;
+  dnnl_engine_t e;
+  if (keel_dnnl_engine(&e)) {
+    keel_err_clear();
+    return pd;
+  }
+  dnnl_primitive_desc_t alt = NULL;
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_primitive_desc_create(&alt, op, attr, e, NULL);
+  restore_threads(prev);
+  if (st != dnnl_success) return pd;
+  if (strcmp(impl_of(alt), impl_of(pd))) {
+    dnnl_primitive_desc_destroy(alt);
+    return pd;
+  }
+  dnnl_primitive_desc_destroy(pd);
+  return alt;
+}
+
 /* Bytes malloc holds for the program (every arena, and mmap'ed chunks). */
 static uint64_t malloc_in_use(void) {
   struct mallinfo2 mi = mallinfo2();

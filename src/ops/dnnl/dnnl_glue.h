@@ -128,6 +128,16 @@ KEEL_INTERNAL void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig
 KEEL_INTERNAL keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
                                             const_dnnl_primitive_attr_t attr, const char *what);
 
+/* `pd` (made with the weights in any layout) or, when its weights layout
+ * is not `w` but a descriptor of `op` (weights in `w`) gets the same
+ * kernel, that one instead (so that shapes share one packed copy); a
+ * kernel that takes `w` only by being slower (a reference one) is not
+ * worth it. Never fails: the worst is `pd` itself. */
+KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd,
+                                                        const_dnnl_op_desc_t op,
+                                                        const_dnnl_primitive_attr_t attr,
+                                                        const dnnl_memory_desc_t *w);
+
 /* One argument of an execution: a memory descriptor and the bytes. */
 typedef struct keel_dnnl_arg {
   int arg;                     /* DNNL_ARG_*                              */
