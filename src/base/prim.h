@@ -18,6 +18,14 @@ KEEL_INTERNAL void keel_prim_unmap(keel_mapping *m);
  * the file). Returns the bytes dropped. */
 KEEL_INTERNAL size_t keel_prim_drop_pages(const void *p, size_t n);
 
+/* Gives back the resident pages of the code and read-only data (the
+ * segments never written) of the loaded shared library whose file name
+ * contains `name`: code that ran
+ * once (a library's setup, its search for a kernel) need not stay
+ * resident; a later call faults its pages in again from the file. Returns
+ * the bytes of code the call covered (0 when no such library). */
+KEEL_INTERNAL size_t keel_prim_drop_library_code(const char *name);
+
 /* Writes len bytes to a new file `path` (through a temporary file renamed
  * over it, so a reader never sees half a file). KEEL_ERR_IO with the path
  * and the OS reason. */

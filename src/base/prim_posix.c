@@ -3,6 +3,7 @@
 #include "prim.h"
 
 #include <errno.h>
+#include <link.h>
 #include <stdio.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -89,6 +90,31 @@ size_t keel_prim_drop_pages(const void *p, size_t n) {
   if (!p || hi <= lo) return 0;
   if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
   return hi - lo;
+}
+
+typedef struct code_walk {
+  const char *name;
+  size_t bytes;
+} code_walk;
+
+static int drop_code(struct dl_phdr_info *info, size_t size, void *ud) {
+  code_walk *w = ud;
+  (void)size;
+  if (!info->dlpi_name || !strstr(info->dlpi_name, w->name)) return 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    /* code and read-only data; a writable segment (relocated data, the
+     * RELRO part made read-only after relocation) keeps its pages */
+    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
+    w->bytes += keel_prim_drop_pages((const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz);
+  }
+  return 1;
+}
+
+size_t keel_prim_drop_library_code(const char *name) {
+  code_walk w = {name, 0};
+  dl_iterate_phdr(drop_code, &w);
+  return w.bytes;
 }
 
 void keel_prim_unmap(keel_mapping *m) {

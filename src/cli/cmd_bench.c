@@ -32,6 +32,7 @@ typedef struct bench_result {
   double median, p90, min, mean;    /* seconds */
   double cpu_median;                /* process CPU seconds per run, all threads */
   uint64_t peak_rss, alloc_peak, reserved_peak, weight_bytes;
+  uint64_t prepared;            /* prepared state at the end (in alloc_peak) */
   op_row *ops, *fl;
   size_t n_ops, n_fl;
   uint64_t prof_ns, wall_ns;        /* summed over the profiled runs */
@@ -129,9 +130,12 @@ static uint64_t weight_bytes(const keel_session_t *s) {
   return w;
 }
 
-/* Issue 8's memory bound: 1.1 x weights + peak allocated + 16 MB. */
+/* Issue 8's memory bound: 1.1 x weights + peak allocated activations +
+ * 16 MB. Prepared state (packed or reordered weights) is the weights in
+ * another layout: counted by the first term, so taken out of the peak. */
 static double rss_bound(const bench_result *r) {
-  return 1.1 * (double)r->weight_bytes + (double)r->alloc_peak + 16.0 * 1048576.0;
+  return 1.1 * (double)r->weight_bytes + (double)(r->alloc_peak - r->prepared) +
+         16.0 * 1048576.0;
 }
 
 /* CPU time of the whole process (every thread), in seconds. */
@@ -180,7 +184,9 @@ static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, do
   r->peak_rss = peak_rss();
   r->weight_bytes = weight_bytes(s);
   keel_stats st = {.size = sizeof st};
-  if (keel_stats_get(s, &st) == KEEL_OK) r->alloc_peak = st.allocated_peak, r->reserved_peak = st.reserved_peak;
+  if (keel_stats_get(s, &st) == KEEL_OK)
+    r->alloc_peak = st.allocated_peak, r->reserved_peak = st.reserved_peak,
+    r->prepared = st.prepared_bytes < st.allocated_peak ? st.prepared_bytes : st.allocated_peak;
   size_t n = (size_t)a->iters;
   double *sorted = malloc(n * sizeof *sorted), sum = 0;
   if (!sorted) return fail("bench", KEEL_ERR_OUT_OF_MEMORY);
@@ -369,7 +375,7 @@ static void print_result(const bench_args *a, const bench_result *r) {
          cli_bytes(r->peak_rss, b1, sizeof b1), cli_bytes(r->alloc_peak, b2, sizeof b2),
          cli_bytes(r->reserved_peak, b3, sizeof b3));
   char b4[32], b5[32];
-  printf("bound     1.1 x weights %s + allocated peak + 16 MB = %s: peak RSS is %.2f of it\n",
+  printf("bound     1.1 x weights %s + allocated peak less prepared weights + 16 MB = %s: peak RSS is %.2f of it\n",
          cli_bytes(r->weight_bytes, b4, sizeof b4), cli_bytes((uint64_t)rss_bound(r), b5, sizeof b5),
          (double)r->peak_rss / rss_bound(r));
   if (a->profile_runs) print_ops(a, r);

@@ -115,6 +115,7 @@ static keel_status prepare(keel_session_t *s) {
   for (int32_t i = 0; i < s->m->n_graphs; i++)
     for (int32_t k = 0; k < s->m->graphs[i]->n_nodes; k++)
       KEEL_TRY(prepare_node(s, &s->m->graphs[i]->nodes[k]));
+  keel_dnnl_setup_done();
   return KEEL_OK;
 }
 

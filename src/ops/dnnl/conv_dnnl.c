@@ -73,7 +73,13 @@ typedef struct cd_state {
   bool has_bias;
   keel_act act;
   dnnl_memory_desc_t w_md, b_md;
-  void *w;                      /* W in w_md's layout (prepared block)      */
+  void *w;                      /* W in w_md's layout (prepared block), made
+                                   by the first primitive (under the cache's
+                                   lock): the layout its kernel wants        */
+  const keel_tensor *orig;      /* W as the file has it, until then        */
+  dnnl_memory_desc_t plain_md;  /* its layout                              */
+  const struct keel_model *model; /* to give its pages back (drop_orig)     */
+  bool drop_orig;
 } cd_state;
 
 /* ===================================================== primitives */
@@ -110,8 +116,7 @@ static bool cut_bands(cd_entry *e, const keel_win *w, int nb) {
 /* The descriptor of band geometry p, its weights (reordered when its kernel
  * wants another layout than the node's) and, when `make`, the primitive
  * (its JIT code: what costs memory outside keel). */
-static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum,
-                             bool make) {
+static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
   const band_geo *g = &e->geo[p];
   dnnl_dims_t sd = {1, s->c, g->ih, w->in[1]}, dd = {1, s->m, g->oh, w->out[1]};
   dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
@@ -135,7 +140,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
                                                  s->has_bias ? &s->b_md : NULL, &dst, strides,
                                                  dil, pl, pr),
       "convolution descriptor"));
-  bool fixed = make && s->w && s->w_md.ndims &&
+  bool fixed = s->w &&
                dnnl_dilated_convolution_forward_desc_init(
                    &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &s->w_md,
                    s->has_bias ? &s->b_md : NULL, &dst, strides, dil, pl, pr) == dnnl_success;
@@ -171,7 +176,21 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  if (dnnl_memory_desc_equal(wq, &s->w_md)) {
+  if (!s->w) { /* the node's first primitive: W packed in the layout it wants */
+    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
+                                 &s->w);
+    if (!st) st = keel_dnnl_reorder(&s->plain_md, s->orig->data, wq, s->w);
+    if (!st) {
+      s->w_md = *wq;
+      /* nothing reads the original any more when this node alone did */
+      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+      s->drop_orig = false;
+    } else {
+      keel_prep_free_counted(s->w, s->heap, s->prep_bytes);
+      s->w = NULL;
+    }
+    e->w[p] = s->w;
+  } else if (dnnl_memory_desc_equal(wq, &s->w_md)) {
     e->w[p] = s->w;
   } else { /* this kernel wants another layout: a copy of its own */
     st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
@@ -179,7 +198,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
     if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
     e->w[p] = e->w_own[p];
   }
-  if (!st && make) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -215,7 +234,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, arg->sum, true);
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, arg->sum);
   if (st) {
     entry_free(s, e);
     return st;
@@ -379,47 +398,6 @@ static void cd_release(void *state, keel_heap *heap) {
   keel_sys_free(s, sizeof *s);
 }
 
-/* W's layout for a nominal input (a square image of a size the window
- * fits): the layout the kernel of that shape asks for, reordered once
- * from ONNX's (M, C/group, kh, kw) into a block of the session's
- * allocator. Primitives of other shapes that want another layout reorder
- * from this one (make_prim). */
-static keel_status prepare_weights(cd_state *s, const keel_prep_ctx *p, const keel_tensor *wt) {
-  keel_kctx k = {.node = p->node, .heap = p->heap, .owner = p->owner};
-  keel_win w = {.nd = 2, .k = {s->kh, s->kw}};
-  KEEL_TRY(keel_win_read(&k, &w));
-  for (int i = 0; i < 2; i++) w.in[i] = KEEL_MAX(32, 2 * keel_win_ext(&w, i));
-  KEEL_TRY(keel_win_forward(&w, false));
-  /* the plain layout first: make_prim reorders from it */
-  dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
-  dnnl_dims_t wd4 = {s->m, s->c, s->kh, s->kw};
-  KEEL_TRY(keel_dnnl_check(
-      s->group > 1 ? dnnl_memory_desc_init_by_tag(&s->w_md, 5, wd5, dnnl_f32, dnnl_goihw)
-                   : dnnl_memory_desc_init_by_tag(&s->w_md, 4, wd4, dnnl_f32, dnnl_oihw),
-      "plain weights"));
-  cd_entry *e = keel_sys_calloc(1, sizeof *e);
-  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
-  e->bare = true;
-  cut_bands(e, &w, 1);
-  s->w = (void *)(uintptr_t)wt->data;
-  keel_status st = make_prim(s, e, 0, &w, false, false); /* the layout only: no JIT */
-  s->w = NULL;
-  if (!st) {
-    s->w_md = e->w_md[0];
-    if (e->w_own[0]) { /* the reordered copy becomes the node's */
-      s->w = e->w_own[0];
-      e->w_own[0] = NULL;
-    } else { /* the kernel reads the plain layout: a copy in keel's heap */
-      size_t nb = keel_tensor_nbytes(wt);
-      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, nb, &s->w);
-      if (!st) memcpy(s->w, wt->data, nb);
-    }
-  }
-  keel_prep_free_counted(e->w_own[0], s->heap, s->prep_bytes);
-  keel_sys_free(e, sizeof *e);
-  return st;
-}
-
 static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_node *n = p->node;
   const keel_tensor *wt = p->consts[1];
@@ -436,14 +414,20 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   dnnl_dims_t bd = {s->m};
   if (!st)
     st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_md, 1, bd, dnnl_f32, dnnl_a), "bias");
-  if (!st) st = prepare_weights(s, p, wt);
+  /* W stays as the file has it until the first run picks its layout */
+  dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
+  dnnl_dims_t wd4 = {s->m, s->c, s->kh, s->kw};
+  if (!st)
+    st = keel_dnnl_check(
+        s->group > 1 ? dnnl_memory_desc_init_by_tag(&s->plain_md, 5, wd5, dnnl_f32, dnnl_goihw)
+                     : dnnl_memory_desc_init_by_tag(&s->plain_md, 4, wd4, dnnl_f32, dnnl_oihw),
+        "plain weights");
   if (st) {
     cd_release(s, p->heap);
     return st;
   }
-  /* nothing reads the original W any more when this node alone did */
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
-  if (own && own->i && p->model) keel_model_drop_const(p->model, wt, NULL, NULL);
+  s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
   *state = s;
   return KEEL_OK;
 }

@@ -28,6 +28,23 @@ void keel_dnnl_cache_free(keel_dnnl_cache *c) {
   keel_mutex_destroy(&c->lock);
 }
 
+/* oneDNN's code that chose and generated a kernel ran once: its pages go
+ * back (the JIT'ed kernel itself is in memory of its own). Some MB on
+ * every model, of a library whose text is 33 MB. */
+static void drop_setup_code(void) {
+#if KEEL_HAVE_DNNL
+  keel_prim_drop_library_code("libdnnl");
+#endif
+}
+
+/* At the end of a session's binding also OpenBLAS's (its start-up: CPU
+ * detection, threads; keel calls it for float64 and small products). */
+void keel_dnnl_setup_done(void) {
+  drop_setup_code();
+  keel_prim_drop_library_code("libopenblas");
+  keel_prim_drop_library_code("libgfortran");
+}
+
 keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const void *arg,
                                 keel_dnnl_entry **out, bool *tmp) {
   *tmp = false;
@@ -47,6 +64,7 @@ keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const vo
    * make it twice */
   keel_dnnl_entry *e;
   keel_status st = c->make(c->ctx, key, arg, &e);
+  drop_setup_code();
   if (st) {
     keel_mutex_unlock(&c->lock);
     return st;

@@ -57,6 +57,11 @@ typedef struct keel_dnnl_figures {
 struct keel_act;
 KEEL_INTERNAL void keel_dnnl_apply_act(const struct keel_act *a, float *y, int64_t n);
 
+/* Gives back the pages of oneDNN's code that only set primitives up (its
+ * kernel search and code generation): after a session's binding, and
+ * after each new shape (keel_dnnl_cache_get does it). */
+KEEL_INTERNAL void keel_dnnl_setup_done(void);
+
 /* ------------------------------------------------- per-shape caches
  *
  * A node's primitives for the input shapes it meets: at most

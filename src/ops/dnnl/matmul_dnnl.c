@@ -22,13 +22,12 @@
 
 #define MAX_BANDS 64
 #define PRIMS 2                 /* bands of two heights at most            */
-#define NOMINAL_M 128           /* the rows B's layout is chosen for       */
 /* B of at most this many bytes stays where it is beside the packed copy,
  * and products of fewer multiply-adds than SMALL_PRODUCT run on the
  * reference kernel (keel's GEMM on it): for them the calls into oneDNN
  * (a stream, memory objects, the shape cache) cost more than the product
  * (the LSTM bench's 16 x 128 x 32 head). */
-#define KEEP_B_BYTES ((size_t)1 << 20)
+#define KEEP_B_BYTES ((size_t)64 << 10)
 #define SMALL_PRODUCT ((int64_t)1 << 18)
 
 /* key: M, bare */
@@ -59,12 +58,17 @@ typedef struct mm_state {
   bool keep_b;                  /* B's bytes were not given back           */
   keel_act act;
   dnnl_memory_desc_t w_md, b_md;
-  void *w;
+  void *w;                      /* B packed (prepared block), made by the
+                                   first primitive in the layout it wants  */
+  const keel_tensor *orig;      /* B as the file has it, until then        */
+  dnnl_memory_desc_t plain_md;
+  const struct keel_model *model;
+  bool drop_orig;
 } mm_state;
 
 /* The descriptor for bands of `rows` rows, B in the layout it wants (a
  * reordered copy when not the node's), and the primitive when `make`. */
-static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool sum, bool make) {
+static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool sum) {
   dnnl_dims_t sd = {rows, s->K}, wd = {s->K, s->N}, dd = {rows, s->N};
   dnnl_memory_desc_t src, dst, wany;
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_f32, dnnl_ab), "src"));
@@ -77,7 +81,7 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool
   KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany,
                                                  s->has_bias ? &s->b_md : NULL, &dst),
                            "matmul descriptor"));
-  bool fixed = make && s->w && s->w_md.ndims &&
+  bool fixed = s->w &&
                dnnl_matmul_desc_init(&md, &src, &s->w_md, s->has_bias ? &s->b_md : NULL, &dst) ==
                    dnnl_success;
   dnnl_primitive_attr_t attr;
@@ -107,7 +111,21 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  if (dnnl_memory_desc_equal(wq, &s->w_md)) {
+  if (!s->w) { /* the node's first primitive: W packed in the layout it wants */
+    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
+                                 &s->w);
+    if (!st) st = keel_dnnl_reorder(&s->plain_md, s->orig->data, wq, s->w);
+    if (!st) {
+      s->w_md = *wq;
+      /* nothing reads the original any more when this node alone did */
+      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+      s->drop_orig = false;
+    } else {
+      keel_prep_free_counted(s->w, s->heap, s->prep_bytes);
+      s->w = NULL;
+    }
+    e->w[p] = s->w;
+  } else if (dnnl_memory_desc_equal(wq, &s->w_md)) {
     e->w[p] = s->w;
   } else {
     st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
@@ -115,7 +133,7 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool
     if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
     e->w[p] = e->w_own[p];
   }
-  if (!st && make) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -154,7 +172,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
   e->bare = key[1] != 0;
   cut_bands(e, key[0], s->threads);
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], sum, true);
+  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], sum);
   if (st) {
     entry_free(s, e);
     return st;
@@ -267,35 +285,6 @@ static void mm_release(void *state, keel_heap *heap) {
   keel_sys_free(s, sizeof *s);
 }
 
-/* B packed for NOMINAL_M rows (the layout does not depend on M on the
- * CPUs measured; a primitive that wants another gets its own copy). */
-static keel_status prepare_weights(mm_state *s, const keel_tensor *b) {
-  dnnl_dims_t wd = {s->K, s->N};
-  KEEL_TRY(keel_dnnl_check(
-      dnnl_memory_desc_init_by_tag(&s->w_md, 2, wd, dnnl_f32, s->transb ? dnnl_ba : dnnl_ab),
-      "plain weights"));
-  mm_entry *e = keel_sys_calloc(1, sizeof *e);
-  if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's primitives");
-  e->bare = true;
-  s->w = (void *)(uintptr_t)b->data;
-  keel_status st = make_prim(s, e, 0, NOMINAL_M, false, false); /* the layout only */
-  s->w = NULL;
-  if (!st) {
-    s->w_md = e->w_md[0];
-    if (e->w_own[0]) {
-      s->w = e->w_own[0];
-      e->w_own[0] = NULL;
-    } else {
-      size_t nb = keel_tensor_nbytes(b);
-      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, nb, &s->w);
-      if (!st) memcpy(s->w, b->data, nb);
-    }
-  }
-  keel_prep_free_counted(e->w_own[0], s->heap, s->prep_bytes);
-  keel_sys_free(e, sizeof *e);
-  return st;
-}
-
 static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   const keel_node *n = p->node;
   const keel_tensor *b = p->consts[1];
@@ -313,14 +302,19 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   dnnl_dims_t bd = {1, s->N};
   if (!st)
     st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_md, 2, bd, dnnl_f32, dnnl_ab), "bias");
-  if (!st) st = prepare_weights(s, b);
+  /* B stays as the file has it until the first run picks its layout */
+  dnnl_dims_t wd = {s->K, s->N};
+  if (!st)
+    st = keel_dnnl_check(
+        dnnl_memory_desc_init_by_tag(&s->plain_md, 2, wd, dnnl_f32, s->transb ? dnnl_ba : dnnl_ab),
+        "plain weights");
   if (st) {
     mm_release(s, p->heap);
     return st;
   }
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->keep_b = keel_tensor_nbytes(b) <= KEEP_B_BYTES;
-  if (!s->keep_b && own && own->i && p->model) keel_model_drop_const(p->model, b, NULL, NULL);
+  s->orig = b, s->model = p->model, s->drop_orig = !s->keep_b && own && own->i && p->model;
   *state = s;
   return KEEL_OK;
 }
