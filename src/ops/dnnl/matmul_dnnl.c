@@ -21,7 +21,8 @@
 #include "dnnl_glue.h"
 
 #define MAX_BANDS 64
-#define PRIMS 2                 /* bands of two heights at most            */
+#define PRIMS 8                 /* bands of two heights at most, or parts  */
+#define MAX_PARTS 8             /* column parts of B (small M)              */
 /* B of at most this many bytes stays where it is beside the packed copy,
  * and products of fewer multiply-adds than SMALL_PRODUCT run on the
  * reference kernel (keel's GEMM on it): for them the calls into oneDNN
@@ -30,7 +31,9 @@
 #define KEEP_B_BYTES ((size_t)64 << 10)
 #define SMALL_PRODUCT ((int64_t)1 << 18)
 
-/* key: M, bare */
+/* key: M, bare. Row mode (one part of B): bands of rows, a primitive per
+ * band height; column mode: band q is part q of B's columns over every
+ * row, a primitive each. */
 typedef struct mm_entry {
   keel_dnnl_entry base;
   bool bare;
@@ -39,7 +42,7 @@ typedef struct mm_entry {
   int64_t rows[PRIMS];
   uint8_t prim_of[MAX_BANDS];
   keel_dnnl_prim prim[PRIMS];
-  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS];
+  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS], b_md[PRIMS];
   const void *w[PRIMS];
   void *w_own[PRIMS];
   bool act_in_post[PRIMS];
@@ -57,33 +60,55 @@ typedef struct mm_state {
   bool transb, has_bias;
   bool keep_b;                  /* B's bytes were not given back           */
   keel_act act;
-  dnnl_memory_desc_t w_md, b_md;
-  void *w;                      /* B packed (prepared block), made by the
-                                   first primitive in the layout it wants  */
+  /* B in parts of columns: one part (row mode) unless the first run's M
+   * is too small to give every thread rows (then one part per thread:
+   * a classifier's M = 1 product splits its columns) */
+  int nparts;                   /* 0 until the first run decides           */
+  int64_t n0[MAX_PARTS + 1];    /* part q: columns [n0[q], n0[q+1])         */
+  dnnl_memory_desc_t w_md[MAX_PARTS];
+  void *w[MAX_PARTS];           /* part q packed (a prepared block), made by
+                                   its first primitive in the layout it wants */
+  int packed;                   /* parts packed so far                     */
   const keel_tensor *orig;      /* B as the file has it, until then        */
-  dnnl_memory_desc_t plain_md;
   const struct keel_model *model;
   bool drop_orig;
 } mm_state;
 
-/* The descriptor for bands of `rows` rows, B in the layout it wants (a
- * reordered copy when not the node's), and the primitive when `make`. */
-static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool sum) {
-  dnnl_dims_t sd = {rows, s->K}, wd = {s->K, s->N}, dd = {rows, s->N};
-  dnnl_memory_desc_t src, dst, wany;
+/* Columns per part at least: thinner parts waste the kernels' tiles. */
+#define PART_MIN_COLS 64
+
+/* B's part q as the file has it: a view of the plain [K, N] (or, with
+ * transB, [N, K]) matrix. */
+static keel_status plain_part(const mm_state *s, int q, dnnl_memory_desc_t *md, const float **data) {
+  int64_t nq = s->n0[q + 1] - s->n0[q];
+  dnnl_dims_t d = {s->K, nq};
+  dnnl_dims_t st_ab = {s->N, 1}, st_ba = {1, s->K};
+  *data = (const float *)s->orig->data + (s->transb ? s->n0[q] * s->K : s->n0[q]);
+  return keel_dnnl_check(dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s->transb ? st_ba : st_ab),
+                         "plain weights");
+}
+
+/* The primitive of `rows` rows by B's part q (a band of rows in row mode,
+ * every row in column mode), with B's part in the layout it wants: the
+ * part's packed copy, made now when it is the part's first primitive, or
+ * (when no kernel as good takes that) a copy of its own. */
+static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int q, bool sum) {
+  int64_t nq = s->n0[q + 1] - s->n0[q];
+  dnnl_dims_t sd = {rows, s->K}, wd = {s->K, nq}, dd = {rows, nq}, ds_ = {s->N, 1}, bd = {1, nq};
+  dnnl_memory_desc_t src, dst, wany, bmd;
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_f32, dnnl_ab), "src"));
-  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab), "dst"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_strides(&dst, 2, dd, dnnl_f32, ds_), "dst"));
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32, dnnl_format_tag_any),
                            "weights"));
-  /* the node's packed layout first, so that every row count shares its B;
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab), "bias"));
+  /* the part's packed layout first, so that every row count shares it;
    * any layout (and a copy of B in it) only when no kernel takes that */
   dnnl_matmul_desc_t md, md_any;
-  KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany,
-                                                 s->has_bias ? &s->b_md : NULL, &dst),
+  KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany, s->has_bias ? &bmd : NULL,
+                                                 &dst),
                            "matmul descriptor"));
-  bool fixed = s->w &&
-               dnnl_matmul_desc_init(&md, &src, &s->w_md, s->has_bias ? &s->b_md : NULL, &dst) ==
-                   dnnl_success;
+  bool fixed = s->w[q] && dnnl_matmul_desc_init(&md, &src, &s->w_md[q], s->has_bias ? &bmd : NULL,
+                                                &dst) == dnnl_success;
   dnnl_primitive_attr_t attr;
   KEEL_TRY(keel_dnnl_attr_new(&attr));
   dnnl_post_ops_t po = NULL;
@@ -105,32 +130,38 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, bool
   keel_status st = keel_dnnl_check(ds, "post-ops");
   dnnl_primitive_desc_t pd = NULL;
   if (!st) st = keel_dnnl_pd_make(&pd, &md_any, attr, "matmul primitive descriptor");
-  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->w_md);
+  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->w_md[q]);
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
+  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq, e->b_md[p] = bmd;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  if (!s->w) { /* the node's first primitive: W packed in the layout it wants */
-    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
-                                 &s->w);
-    if (!st) st = keel_dnnl_reorder(&s->plain_md, s->orig->data, wq, s->w);
+  if (!s->w[q]) { /* the part's first primitive: packed in the layout it wants */
+    dnnl_memory_desc_t plain;
+    const float *from = NULL;
+    st = plain_part(s, q, &plain, &from);
+    if (!st)
+      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
+                                   &s->w[q]);
+    if (!st) st = keel_dnnl_reorder(&plain, from, wq, s->w[q]);
     if (!st) {
-      s->w_md = *wq;
+      s->w_md[q] = *wq;
       /* nothing reads the original any more when this node alone did */
-      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-      s->drop_orig = false;
+      if (++s->packed == s->nparts && s->drop_orig) {
+        keel_model_drop_const(s->model, s->orig, NULL, NULL);
+        s->drop_orig = false;
+      }
     } else {
-      keel_prep_free_counted(s->w, s->heap, s->prep_bytes);
-      s->w = NULL;
+      keel_prep_free_counted(s->w[q], s->heap, s->prep_bytes);
+      s->w[q] = NULL;
     }
-    e->w[p] = s->w;
-  } else if (dnnl_memory_desc_equal(wq, &s->w_md)) {
-    e->w[p] = s->w;
+    e->w[p] = s->w[q];
+  } else if (dnnl_memory_desc_equal(wq, &s->w_md[q])) {
+    e->w[p] = s->w[q];
   } else {
     st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
                                  &e->w_own[p]);
-    if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
+    if (!st) st = keel_dnnl_reorder(&s->w_md[q], s->w[q], wq, e->w_own[p]);
     e->w[p] = e->w_own[p];
   }
   if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
@@ -167,12 +198,28 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
                               keel_dnnl_entry **out) {
   mm_state *s = ctx;
   bool sum = *(const bool *)arg;
+  int64_t M = key[0];
+  if (!s->nparts) { /* the first run decides how B is cut */
+    int parts = 1;
+    if (M < 8 * (int64_t)s->threads)
+      parts = (int)KEEL_MIN(KEEL_MIN((int64_t)s->threads, s->N / PART_MIN_COLS), MAX_PARTS);
+    s->nparts = KEEL_MAX(1, parts);
+    for (int q = 0; q <= s->nparts; q++) s->n0[q] = s->N * q / s->nparts;
+  }
   mm_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's primitives");
   e->bare = key[1] != 0;
-  cut_bands(e, key[0], s->threads);
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], sum);
+  if (s->nparts == 1) {
+    cut_bands(e, M, s->threads);
+    for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], 0, sum);
+  } else { /* column mode: band q = part q over every row */
+    e->nbands = e->nprims = s->nparts;
+    for (int q = 0; q < s->nparts && !st; q++) {
+      e->prim_of[q] = (uint8_t)q, e->rows[q] = M;
+      st = make_prim(s, e, q, M, q, sum);
+    }
+  }
   if (st) {
     entry_free(s, e);
     return st;
@@ -191,15 +238,23 @@ typedef struct mm_job {
   uint8_t *scratch;
 } mm_job;
 
+/* Rows [r, r + rows) x columns [c, c + cols) of a row-major [., N]
+ * matrix: copies from src, or applies the activation in place. */
+static void rect_copy(float *dst, const float *src, int64_t N, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; i++) memcpy(dst + i * N, src + i * N, (size_t)cols * sizeof(float));
+}
+
 static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
   const mm_job *j = ctx;
   const mm_entry *e = j->e;
   const mm_state *s = j->s;
+  bool cols = s->nparts > 1;
   for (int64_t b = b0; b < b1; b++) {
     int p = e->prim_of[b];
-    int64_t r = e->r0[b], len = e->rows[p] * s->N;
-    float *y = j->y + r * s->N;
-    if (j->z) memcpy(y, j->z + r * s->N, (size_t)len * sizeof(float));
+    int64_t r = cols ? 0 : e->r0[b], c = cols ? s->n0[b] : 0;
+    int64_t rows = e->rows[p], width = cols ? s->n0[b + 1] - s->n0[b] : s->N;
+    float *y = j->y + r * s->N + c;
+    if (j->z) rect_copy(y, j->z + r * s->N + c, s->N, rows, width);
     keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)(j->a + r * s->K)},
                           {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
                           {DNNL_ARG_DST, &e->dst_md[p], y}};
@@ -210,9 +265,11 @@ static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
       KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
       a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * e->scratch};
     }
-    if (j->bias) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, &s->b_md, (void *)(uintptr_t)j->bias};
+    if (j->bias)
+      a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, &e->b_md[p], (void *)(uintptr_t)(j->bias + c)};
     KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
-    if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&s->act, y, len);
+    if (!e->act_in_post[p] && !e->bare)
+      for (int64_t i = 0; i < rows; i++) keel_dnnl_apply_act(&s->act, y + i * s->N, width);
   }
   return KEEL_OK;
 }
@@ -281,7 +338,7 @@ static void mm_release(void *state, keel_heap *heap) {
   mm_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  keel_prep_free_counted(s->w, heap, s->prep_bytes);
+  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->w[q], heap, s->prep_bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -299,15 +356,8 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   s->N = s->transb ? b->shape[0] : b->shape[1];
   s->has_bias = n->n_in > 2 && n->in_names[2][0];
   keel_status st = keel_act_of(n, &s->act);
-  dnnl_dims_t bd = {1, s->N};
-  if (!st)
-    st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_md, 2, bd, dnnl_f32, dnnl_ab), "bias");
-  /* B stays as the file has it until the first run picks its layout */
-  dnnl_dims_t wd = {s->K, s->N};
-  if (!st)
-    st = keel_dnnl_check(
-        dnnl_memory_desc_init_by_tag(&s->plain_md, 2, wd, dnnl_f32, s->transb ? dnnl_ba : dnnl_ab),
-        "plain weights");
+  /* B stays as the file has it until the first run picks its parts and
+   * their layouts */
   if (st) {
     mm_release(s, p->heap);
     return st;
