@@ -236,7 +236,8 @@ static double node_flops(const keel_node_mem *m, char *cls, size_t cap) {
   }
   if (strstr(m->op, "Conv")) {
     if (xr < 3 || wr < 3 || !w[0] || !w[1]) return 0;
-    int64_t group = x[1] / w[1];
+    /* the layout pass's NhwcConv has its channels last */
+    int64_t group = x[strstr(m->op, "Nhwc") ? xr - 1 : 1] / w[1];
     bool one = numel(wr - 2, w + 2) == 1;
     if (group == 1) snprintf(cls, cap, "Conv dense %s", one ? "1x1" : "KxK");
     else if (w[1] == 1) snprintf(cls, cap, "Conv depthwise");

@@ -38,6 +38,7 @@
 
 #define MAX_BANDS 64            /* bands of one image                       */
 #define PRIMS 3                 /* distinct band geometries: first, middle, last */
+#define SMALL_CONV ((int64_t)1 << 18) /* multiply-adds below which a conv is one band */
 
 /* One band geometry: input rows taken, the pads above and below them,
  * output rows made. */
@@ -228,8 +229,11 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   cd_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = key[3] != 0;
-  /* bands: one per thread while the batch leaves threads idle */
-  int64_t per = g->n >= s->threads ? 1 : (s->threads + g->n - 1) / g->n;
+  /* bands: one per thread while the batch leaves threads idle; a small
+   * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
+   * worker costs more than it would save */
+  int64_t macs = g->n * g->w.out[0] * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
+  int64_t per = g->n >= s->threads || macs < SMALL_CONV ? 1 : (s->threads + g->n - 1) / g->n;
   int nb = (int)KEEL_MIN(KEEL_MIN(per, g->w.out[0]), MAX_BANDS);
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
