@@ -179,11 +179,11 @@ static void one(const cv_case *t) {
     if (!(worst <= 1))
       fprintf(stderr,
               "case n=%lld c=%lld m=%lld %lldx%lld k=%lldx%lld s=%lld d=%lld g=%lld act=%s "
-              "res=%d pad=%s variant %d: worst %g of the tolerance\n",
+              "res=%d pad=%s pads %lld %lld %lld %lld bias %d variant %d: worst %g of the tolerance\n",
               (long long)t->n, (long long)t->c, (long long)t->m, (long long)t->h, (long long)t->w,
               (long long)t->kh, (long long)t->kw, (long long)t->s, (long long)t->d,
               (long long)t->group, t->act ? t->act : "-", t->residual,
-              t->auto_pad ? t->auto_pad : "explicit", v, worst);
+              t->auto_pad ? t->auto_pad : "explicit", (long long)t->pads[0], (long long)t->pads[1], (long long)t->pads[2], (long long)t->pads[3], t->bias, v, worst);
     CHECK(worst <= 1);
     keel_value_release(got);
   }
@@ -228,9 +228,16 @@ int main(void) {
       {1, 5, 4, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "LeakyRelu", NULL, 0}, /* 1x1 image  */
       {1, 4, 6, 2, 40, 3, 3, 1, 1, 1, {5, 1, 5, 1}, true, NULL, NULL, 0}, /* pads past kernel */
       {1, 64, 64, 56, 56, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 1}, /* ResNet's    */
+      /* 3x3 stride 1, channels by 16s, no residual: the Winograd path
+       * where oneDNN has it (AVX-512) */
+      {1, 64, 64, 56, 56, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 0},
+      {2, 64, 96, 20, 22, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 0},
+      {1, 128, 64, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, NULL, "SAME_UPPER", 0},
+      {1, 64, 80, 15, 17, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 0}, /* no pads */
+      {3, 96, 64, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
-  sweep(60);
+  sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
   return check_report();
 }

@@ -34,6 +34,7 @@
 #include "../../onnx/onnx.h"
 #include "../activation.h"
 #include "../conv_nhwc.h"
+#include "conv_wino.h"
 #include "dnnl_glue.h"
 
 #define MAX_BANDS 64            /* bands of one image                       */
@@ -61,6 +62,7 @@ typedef struct cd_entry {
   void *w_own[PRIMS];           /* reordered copies this entry owns         */
   size_t scratch;               /* the largest scratchpad, bytes            */
   bool act_in_post[PRIMS];      /* the activation is a post-op of prim[p]   */
+  keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
 typedef struct cd_state {
@@ -81,6 +83,9 @@ typedef struct cd_state {
   dnnl_memory_desc_t plain_md;  /* its layout                              */
   const struct keel_model *model; /* to give its pages back (drop_orig)     */
   bool drop_orig;
+  bool has_z;                   /* a residual input: not the Winograd path */
+  int path;                     /* 0 until the first run: 1 direct, 2 Winograd */
+  keel_wino_node wino;
 } cd_state;
 
 /* ===================================================== primitives */
@@ -150,14 +155,9 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   dnnl_post_ops_t po = NULL;
   dnnl_status_t ds = dnnl_post_ops_create(&po);
   e->act_in_post[p] = false;
-  /* oneDNN 2.6's brgconv crashes (tests/test_conv_nhwc.c found it) when an
-   * output row lies wholly in the padding and the post-ops are a sum and
-   * an eltwise: keel applies the activation itself then */
-  bool padded_rows = g->pt >= keel_win_ext(w, 0) || g->pb >= keel_win_ext(w, 0) ||
-                     w->pb[1] >= keel_win_ext(w, 1) || w->pe[1] >= keel_win_ext(w, 1);
   if (ds == dnnl_success && !e->bare) {
     if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
-    if (ds == dnnl_success && s->act.kind && !(sum && padded_rows)) {
+    if (ds == dnnl_success && s->act.kind) {
       e->act_in_post[p] = keel_dnnl_act_post_ops(&s->act, po);
       if (!e->act_in_post[p]) { /* start again without a half-made chain */
         dnnl_post_ops_destroy(po);
@@ -206,6 +206,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
 
 static void entry_free(cd_state *s, cd_entry *e) {
   if (!e) return;
+  keel_wino_plan_free(&s->wino, e->wino);
   for (int p = 0; p < PRIMS; p++) {
     keel_dnnl_prim_free(&e->prim[p], s->fig);
     keel_prep_free_counted(e->w_own[p], s->heap, s->prep_bytes);
@@ -229,6 +230,24 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   cd_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = key[3] != 0;
+  /* the first run picks the path for good: Winograd where it fits and
+   * oneDNN has a kernel, else the direct one */
+  if (s->path != 1 && !e->bare && (s->path == 2 || keel_wino_fits(g, s->has_z))) {
+    keel_status ws = keel_wino_plan_make(&s->wino, g, &e->wino);
+    if (!ws && s->path == 0) {
+      s->path = 2;
+      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+      s->drop_orig = false;
+    }
+    if (!ws || s->path == 2) {
+      if (ws) entry_free(s, e);
+      else *out = &e->base;
+      return ws;
+    }
+    keel_err_clear(); /* no Winograd kernel here: direct, for good */
+    keel_wino_node_free(&s->wino);
+  }
+  s->path = 1;
   /* bands: one per thread while the batch leaves threads idle; a small
    * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
    * worker costs more than it would save */
@@ -334,6 +353,13 @@ static keel_status cd_run(keel_kctx *k) {
   memcpy(yshape, g.yshape, sizeof yshape);
   if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
   keel_tensor *y;
+  /* oneDNN 2.6's brgconv gets a sum post-op wrong (and crashes with an
+   * eltwise after it) on output rows or columns whose windows lie wholly
+   * in the padding (tests/test_conv_nhwc.c found both): keel adds Z then */
+  const keel_win *gw = &g.w;
+  if (z && (gw->pb[0] >= keel_win_ext(gw, 0) || gw->pe[0] >= keel_win_ext(gw, 0) ||
+            gw->pb[1] >= keel_win_ext(gw, 1) || gw->pe[1] >= keel_win_ext(gw, 1)))
+    same = false;
   if (z && same) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &y));
   else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
   int64_t nc = g.yshape[0] * g.yshape[1] * g.yshape[2] * g.m;
@@ -353,6 +379,11 @@ static keel_status cd_run(keel_kctx *k) {
     cd_make_arg arg = {&g, z && same};
     KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &arg, &ent, &tmp));
     cd_entry *e = (cd_entry *)ent;
+    if (e->wino) {
+      keel_status ws = keel_wino_run(k, &s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
+      keel_dnnl_cache_put(&s->cache, ent, tmp);
+      return ws;
+    }
     cd_job j = {s, e, &g, x->data, b ? b->data : NULL,
                 z && same && y->data != z->data ? z->data : NULL,
                 z && same && y->data == z->data, c, NULL};
@@ -398,6 +429,7 @@ static void cd_release(void *state, keel_heap *heap) {
   cd_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
+  keel_wino_node_free(&s->wino);
   keel_prep_free_counted(s->w, heap, s->prep_bytes);
   keel_sys_free(s, sizeof *s);
 }
@@ -432,6 +464,10 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   }
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
+  s->has_z = n->n_in > 3 && n->in_names[3][0];
+  s->wino = (keel_wino_node){.heap = p->heap, .owner = p->owner, .prep_bytes = p->bytes,
+                             .fig = p->lib, .threads = s->threads, .c = s->c, .m = s->m,
+                             .has_bias = s->has_bias, .act = s->act, .w_plain = wt->data};
   *state = s;
   return KEEL_OK;
 }

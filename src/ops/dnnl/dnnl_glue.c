@@ -327,6 +327,20 @@ keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args)
   return keel_dnnl_check(st, "executing a primitive");
 }
 
+keel_status keel_dnnl_reorder_prim(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                   keel_dnnl_figures *fig, keel_dnnl_prim *out) {
+  dnnl_engine_t e;
+  KEEL_TRY(keel_dnnl_engine(&e));
+  dnnl_primitive_desc_t pd = NULL;
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, e, to, e, NULL);
+  restore_threads(prev);
+  KEEL_TRY(keel_dnnl_check(st, "a reorder"));
+  keel_status ks = keel_dnnl_prim_make(pd, fig, out);
+  dnnl_primitive_desc_destroy(pd);
+  return ks;
+}
+
 keel_status keel_dnnl_reorder(const dnnl_memory_desc_t *from, const void *src,
                               const dnnl_memory_desc_t *to, void *dst) {
   dnnl_engine_t e;

@@ -159,6 +159,12 @@ KEEL_INTERNAL keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_d
 KEEL_INTERNAL keel_status keel_dnnl_reorder(const dnnl_memory_desc_t *from, const void *src,
                                             const dnnl_memory_desc_t *to, void *dst);
 
+/* A reorder primitive between two layouts, kept (made like any primitive:
+ * measured, counted in fig). */
+KEEL_INTERNAL keel_status keel_dnnl_reorder_prim(const dnnl_memory_desc_t *from,
+                                                 const dnnl_memory_desc_t *to,
+                                                 keel_dnnl_figures *fig, keel_dnnl_prim *out);
+
 /* Scratchpad bytes a primitive descriptor asks for (user mode). */
 KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
 
