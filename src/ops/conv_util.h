@@ -56,6 +56,12 @@ KEEL_INTERNAL keel_status keel_win_read(keel_kctx *k, keel_win *w);
  * and the sizes. KEEL_ERR_SHAPE when an output size would be < 1. */
 KEEL_INTERNAL keel_status keel_win_forward(keel_win *w, bool ceil_mode);
 
+/* A pool's window (pool.c): kernel_shape (required, one value per
+ * spatial dim of X's rank - 2), the window attributes, no window of
+ * padding only, and the output sizes (ceil_mode). X's spatial dims start
+ * at index sp: 2 for NCHW, 1 for NHWC (pool_nhwc.c). */
+KEEL_INTERNAL keel_status keel_pool_setup(keel_kctx *k, const keel_tensor *x, int sp, keel_win *w);
+
 /* Sets in_size, out_size and k_size; KEEL_ERR_SHAPE on overflow. */
 KEEL_INTERNAL keel_status keel_win_sizes(keel_win *w);
 

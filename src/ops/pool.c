@@ -37,14 +37,14 @@ static keel_status kernel_shape(keel_kctx *k, const keel_tensor *x, keel_win *w,
   return KEEL_OK;
 }
 
-static keel_status pool_setup(keel_kctx *k, const keel_tensor *x, keel_win *w) {
+keel_status keel_pool_setup(keel_kctx *k, const keel_tensor *x, int sp, keel_win *w) {
   const int64_t *ks;
   KEEL_TRY(kernel_shape(k, x, w, &ks));
   for (int i = 0; i < w->nd; i++) {
     if (ks[i] < 1 || ks[i] > KEEL_WIN_ATTR_MAX)
       return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape[%d] = %lld is out of range", i,
                       (long long)ks[i]);
-    w->k[i] = ks[i], w->in[i] = x->shape[i + 2];
+    w->k[i] = ks[i], w->in[i] = x->shape[i + sp];
   }
   KEEL_TRY(keel_win_read(k, w));
   for (int i = 0; i < w->nd && w->auto_pad == KEEL_PAD_NOTSET; i++)
@@ -242,7 +242,7 @@ static keel_status pool_op(keel_kctx *k, int kind) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in(k, 0, &x));
   keel_win w;
-  KEEL_TRY(pool_setup(k, x, &w));
+  KEEL_TRY(keel_pool_setup(k, x, 2, &w));
   pool_args a = {.w = &w, .kind = kind};
   int64_t shape[KEEL_MAX_RANK];
   KEEL_TRY(pool_shape(x, &w, shape, &a.planes));

@@ -292,31 +292,6 @@ static keel_status nh_input(keel_kctx *k, const keel_tensor **x) {
   return KEEL_OK;
 }
 
-/* kernel_shape (required, two values), the shared window attributes and
- * the output sizes: pool.c's pool_setup on the spatial dims H, W. */
-static keel_status nh_setup(keel_kctx *k, const keel_tensor *x, keel_win *w) {
-  int nk;
-  const int64_t *ks = keel_k_attr_ints(k, "kernel_shape", &nk);
-  w->nd = 2;
-  if (nk != w->nd)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape has %d values for %d spatial dims", nk,
-                    w->nd);
-  for (int i = 0; i < w->nd; i++) {
-    if (ks[i] < 1 || ks[i] > KEEL_WIN_ATTR_MAX)
-      return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape[%d] = %lld is out of range", i,
-                      (long long)ks[i]);
-    w->k[i] = ks[i], w->in[i] = x->shape[i + 1];
-  }
-  KEEL_TRY(keel_win_read(k, w));
-  for (int i = 0; i < w->nd && w->auto_pad == KEEL_PAD_NOTSET; i++)
-    if (w->pb[i] >= keel_win_ext(w, i) || w->pe[i] >= keel_win_ext(w, i))
-      /* a window of padding only has no value to pool (as pool.c) */
-      return keel_err(KEEL_ERR_INVALID_MODEL, "pads %lld+%lld of spatial dim %d are not smaller "
-                      "than the kernel span %lld", (long long)w->pb[i], (long long)w->pe[i], i,
-                      (long long)keel_win_ext(w, i));
-  return keel_win_forward(w, keel_k_attr_i(k, "ceil_mode", 0) != 0);
-}
-
 static keel_status nh_pool(keel_kctx *k, int kind) {
   if (k->n_out > 1)
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s (ai.keel.internal, opset 1) has one output (Y; "
@@ -324,7 +299,7 @@ static keel_status nh_pool(keel_kctx *k, int kind) {
   const keel_tensor *x;
   KEEL_TRY(nh_input(k, &x));
   nh_job j = {.kind = kind, .C = x->shape[3], .x = x->data};
-  KEEL_TRY(nh_setup(k, x, &j.w));
+  KEEL_TRY(keel_pool_setup(k, x, 1, &j.w)); /* pool.c's geometry on H, W */
   j.include_pad = keel_k_attr_i(k, "count_include_pad", 0) != 0;
   int64_t shape[4] = {x->shape[0], j.w.out[0], j.w.out[1], x->shape[3]};
   keel_tensor *y;

@@ -75,10 +75,10 @@ typedef struct cd_state {
   int64_t m, c, group, kh, kw;
   bool has_bias;
   keel_act act;
-  dnnl_memory_desc_t w_md, b_md;
-  void *w;                      /* W in w_md's layout (prepared block), made
-                                   by the first primitive (under the cache's
-                                   lock): the layout its kernel wants        */
+  dnnl_memory_desc_t b_md;
+  keel_dnnl_store store;        /* the session's allocator, the node's tag  */
+  keel_dnnl_packed pk;          /* W packed by the first primitive (under the
+                                   cache's lock) in the layout it wants     */
   const keel_tensor *orig;      /* W as the file has it, until then        */
   dnnl_memory_desc_t plain_md;  /* its layout                              */
   const struct keel_model *model; /* to give its pages back (drop_orig)     */
@@ -146,59 +146,27 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
                                                  s->has_bias ? &s->b_md : NULL, &dst, strides,
                                                  dil, pl, pr),
       "convolution descriptor"));
-  bool fixed = s->w &&
+  bool fixed = s->pk.w &&
                dnnl_dilated_convolution_forward_desc_init(
-                   &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &s->w_md,
+                   &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &s->pk.md,
                    s->has_bias ? &s->b_md : NULL, &dst, strides, dil, pl, pr) == dnnl_success;
   dnnl_primitive_attr_t attr;
-  KEEL_TRY(keel_dnnl_attr_new(&attr));
-  dnnl_post_ops_t po = NULL;
-  dnnl_status_t ds = dnnl_post_ops_create(&po);
-  e->act_in_post[p] = false;
-  if (ds == dnnl_success && !e->bare) {
-    if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
-    if (ds == dnnl_success && s->act.kind) {
-      e->act_in_post[p] = keel_dnnl_act_post_ops(&s->act, po);
-      if (!e->act_in_post[p]) { /* start again without a half-made chain */
-        dnnl_post_ops_destroy(po);
-        ds = dnnl_post_ops_create(&po);
-        if (ds == dnnl_success && sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
-      }
-    }
-  }
-  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
-  if (po) dnnl_post_ops_destroy(po);
-  keel_status st = keel_dnnl_check(ds, "post-ops");
+  KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, sum, e->bare, &e->act_in_post[p]));
+  keel_status st = KEEL_OK;
   dnnl_primitive_desc_t pd = NULL;
   if (!st) st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
-  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &cd, attr, &s->w_md);
+  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &cd, attr, &s->pk.md);
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  if (!s->w) { /* the node's first primitive: W packed in the layout it wants */
-    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
-                                 &s->w);
-    if (!st) st = keel_dnnl_reorder(&s->plain_md, s->orig->data, wq, s->w);
-    if (!st) {
-      s->w_md = *wq;
-      /* nothing reads the original any more when this node alone did */
-      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-      s->drop_orig = false;
-    } else {
-      keel_prep_free_counted(s->w, s->heap, s->prep_bytes);
-      s->w = NULL;
-    }
-    e->w[p] = s->w;
-  } else if (dnnl_memory_desc_equal(wq, &s->w_md)) {
-    e->w[p] = s->w;
-  } else { /* this kernel wants another layout: a copy of its own */
-    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
-                                 &e->w_own[p]);
-    if (!st) st = keel_dnnl_reorder(&s->w_md, s->w, wq, e->w_own[p]);
-    e->w[p] = e->w_own[p];
-  }
+  bool packed_now;
+  st = keel_dnnl_weights(&s->store, &s->pk, &s->plain_md, s->orig->data, wq, &e->w[p],
+                         &e->w_own[p], &packed_now);
+  /* nothing reads the original any more when this node alone did */
+  if (!st && packed_now && s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+  if (packed_now) s->drop_orig = false;
   if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
@@ -430,7 +398,7 @@ static void cd_release(void *state, keel_heap *heap) {
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
   keel_wino_node_free(&s->wino);
-  keel_prep_free_counted(s->w, heap, s->prep_bytes);
+  keel_prep_free_counted(s->pk.w, heap, s->prep_bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -440,6 +408,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   cd_state *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
   s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
   s->threads = KEEL_MAX(1, p->threads);
   const keel_attr *ga = keel_node_attr(n, "group");

@@ -216,6 +216,54 @@ keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr) {
   return keel_dnnl_check(st, "user scratchpad mode");
 }
 
+keel_status keel_dnnl_attr_post(dnnl_primitive_attr_t *attr, const keel_act *act, bool sum,
+                                bool bare, bool *act_in_post) {
+  KEEL_TRY(keel_dnnl_attr_new(attr));
+  dnnl_post_ops_t po = NULL;
+  dnnl_status_t ds = dnnl_post_ops_create(&po);
+  *act_in_post = false;
+  if (ds == dnnl_success && !bare) {
+    if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+    if (ds == dnnl_success && act->kind) {
+      *act_in_post = keel_dnnl_act_post_ops(act, po);
+      if (!*act_in_post) { /* start again without a half-made chain */
+        dnnl_post_ops_destroy(po);
+        ds = dnnl_post_ops_create(&po);
+        if (ds == dnnl_success && sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
+      }
+    }
+  }
+  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(*attr, po);
+  if (po) dnnl_post_ops_destroy(po);
+  if (ds != dnnl_success) dnnl_primitive_attr_destroy(*attr);
+  return keel_dnnl_check(ds, "post-ops");
+}
+
+keel_status keel_dnnl_weights(const keel_dnnl_store *st, keel_dnnl_packed *pk,
+                              const dnnl_memory_desc_t *plain, const void *from,
+                              const dnnl_memory_desc_t *want, const void **use, void **own,
+                              bool *packed_now) {
+  *packed_now = false;
+  if (pk->w && dnnl_memory_desc_equal(want, &pk->md)) {
+    *use = pk->w;
+    return KEEL_OK;
+  }
+  bool first = !pk->w;
+  void *blk;
+  KEEL_TRY(keel_prep_alloc_counted(st->heap, st->owner, st->bytes, dnnl_memory_desc_get_size(want),
+                                   &blk));
+  keel_status s = first ? keel_dnnl_reorder(plain, from, want, blk)
+                        : keel_dnnl_reorder(&pk->md, pk->w, want, blk);
+  if (s) {
+    keel_prep_free_counted(blk, st->heap, st->bytes);
+    return s;
+  }
+  if (first) pk->w = blk, pk->md = *want, *packed_now = true;
+  else *own = blk;
+  *use = blk;
+  return KEEL_OK;
+}
+
 keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
                               const_dnnl_primitive_attr_t attr, const char *what) {
   dnnl_engine_t e;

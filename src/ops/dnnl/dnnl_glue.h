@@ -30,6 +30,7 @@
 
 #include "../../base/prim.h"
 #include "../../base/status.h"
+#include "../kernel.h"
 
 /* True when keel was built with oneDNN and the CPU has at least AVX2 (the
  * oneDNN kernels keel relies on; below that, keel's own kernels run). The
@@ -173,6 +174,36 @@ KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
  * itself with keel_dnnl_apply_act, on each part while it is in cache). */
 struct keel_act;
 KEEL_INTERNAL bool keel_dnnl_act_post_ops(const struct keel_act *a, dnnl_post_ops_t po);
+
+/* An attribute for a kernel's primitive: user scratchpad, and unless
+ * `bare` the post-ops: a sum (when `sum`: the destination starts as the
+ * residual) then the activation where oneDNN has it (*act_in_post says so;
+ * else the kernel applies it with keel_dnnl_apply_act). */
+KEEL_INTERNAL keel_status keel_dnnl_attr_post(dnnl_primitive_attr_t *attr, const struct keel_act *act,
+                                              bool sum, bool bare, bool *act_in_post);
+
+/* A node's packed weights: the layout its first primitive wants, made
+ * from the plain copy then. */
+typedef struct keel_dnnl_packed {
+  void *w;                      /* a prepared block, or NULL until made    */
+  dnnl_memory_desc_t md;
+} keel_dnnl_packed;
+
+/* Where a prepared block comes from and is counted. */
+typedef struct keel_dnnl_store {
+  keel_heap *heap;
+  keel_owner owner;
+  _Atomic uint64_t *bytes;
+} keel_dnnl_store;
+
+/* The weights a primitive wanting layout `want` reads (*use): the packed
+ * ones, made now from (plain, from) when there are none yet (*packed_now
+ * then: the caller may give the original's pages back), or, when the
+ * packed layout is another, a copy of its own in *own (freed with it). */
+KEEL_INTERNAL keel_status keel_dnnl_weights(const keel_dnnl_store *st, keel_dnnl_packed *pk,
+                                            const dnnl_memory_desc_t *plain, const void *from,
+                                            const dnnl_memory_desc_t *want, const void **use,
+                                            void **own, bool *packed_now);
 
 /* A primitive attribute with the user scratchpad mode set. */
 KEEL_INTERNAL keel_status keel_dnnl_attr_new(dnnl_primitive_attr_t *attr);

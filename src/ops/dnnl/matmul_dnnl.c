@@ -65,9 +65,9 @@ typedef struct mm_state {
    * a classifier's M = 1 product splits its columns) */
   int nparts;                   /* 0 until the first run decides           */
   int64_t n0[MAX_PARTS + 1];    /* part q: columns [n0[q], n0[q+1])         */
-  dnnl_memory_desc_t w_md[MAX_PARTS];
-  void *w[MAX_PARTS];           /* part q packed (a prepared block), made by
-                                   its first primitive in the layout it wants */
+  keel_dnnl_store store;
+  keel_dnnl_packed pk[MAX_PARTS]; /* part q packed by its first primitive in
+                                   the layout it wants                     */
   int packed;                   /* parts packed so far                     */
   const keel_tensor *orig;      /* B as the file has it, until then        */
   const struct keel_model *model;
@@ -107,62 +107,30 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
   KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany, s->has_bias ? &bmd : NULL,
                                                  &dst),
                            "matmul descriptor"));
-  bool fixed = s->w[q] && dnnl_matmul_desc_init(&md, &src, &s->w_md[q], s->has_bias ? &bmd : NULL,
-                                                &dst) == dnnl_success;
+  bool fixed = s->pk[q].w && dnnl_matmul_desc_init(&md, &src, &s->pk[q].md,
+                                                   s->has_bias ? &bmd : NULL, &dst) == dnnl_success;
   dnnl_primitive_attr_t attr;
-  KEEL_TRY(keel_dnnl_attr_new(&attr));
-  dnnl_post_ops_t po = NULL;
-  dnnl_status_t ds = dnnl_post_ops_create(&po);
-  e->act_in_post[p] = false;
-  if (ds == dnnl_success && !e->bare) {
-    if (sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
-    if (ds == dnnl_success && s->act.kind) {
-      e->act_in_post[p] = keel_dnnl_act_post_ops(&s->act, po);
-      if (!e->act_in_post[p]) { /* start again without a half-made chain */
-        dnnl_post_ops_destroy(po);
-        ds = dnnl_post_ops_create(&po);
-        if (ds == dnnl_success && sum) ds = dnnl_post_ops_append_sum(po, 1.0f);
-      }
-    }
-  }
-  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
-  if (po) dnnl_post_ops_destroy(po);
-  keel_status st = keel_dnnl_check(ds, "post-ops");
+  KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, sum, e->bare, &e->act_in_post[p]));
+  keel_status st = KEEL_OK;
   dnnl_primitive_desc_t pd = NULL;
   if (!st) st = keel_dnnl_pd_make(&pd, &md_any, attr, "matmul primitive descriptor");
-  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->w_md[q]);
+  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->pk[q].md);
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq, e->b_md[p] = bmd;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  if (!s->w[q]) { /* the part's first primitive: packed in the layout it wants */
-    dnnl_memory_desc_t plain;
-    const float *from = NULL;
-    st = plain_part(s, q, &plain, &from);
-    if (!st)
-      st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
-                                   &s->w[q]);
-    if (!st) st = keel_dnnl_reorder(&plain, from, wq, s->w[q]);
-    if (!st) {
-      s->w_md[q] = *wq;
-      /* nothing reads the original any more when this node alone did */
-      if (++s->packed == s->nparts && s->drop_orig) {
-        keel_model_drop_const(s->model, s->orig, NULL, NULL);
-        s->drop_orig = false;
-      }
-    } else {
-      keel_prep_free_counted(s->w[q], s->heap, s->prep_bytes);
-      s->w[q] = NULL;
-    }
-    e->w[p] = s->w[q];
-  } else if (dnnl_memory_desc_equal(wq, &s->w_md[q])) {
-    e->w[p] = s->w[q];
-  } else {
-    st = keel_prep_alloc_counted(s->heap, s->owner, s->prep_bytes, dnnl_memory_desc_get_size(wq),
-                                 &e->w_own[p]);
-    if (!st) st = keel_dnnl_reorder(&s->w_md[q], s->w[q], wq, e->w_own[p]);
-    e->w[p] = e->w_own[p];
+  dnnl_memory_desc_t plain;
+  const float *from = NULL;
+  bool packed_now = false;
+  st = plain_part(s, q, &plain, &from);
+  if (!st)
+    st = keel_dnnl_weights(&s->store, &s->pk[q], &plain, from, wq, &e->w[p], &e->w_own[p],
+                           &packed_now);
+  /* nothing reads the original any more when this node alone did */
+  if (!st && packed_now && ++s->packed == s->nparts && s->drop_orig) {
+    keel_model_drop_const(s->model, s->orig, NULL, NULL);
+    s->drop_orig = false;
   }
   if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
@@ -338,7 +306,7 @@ static void mm_release(void *state, keel_heap *heap) {
   mm_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->w[q], heap, s->prep_bytes);
+  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->pk[q].w, heap, s->prep_bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -348,6 +316,7 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   mm_state *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's prepared state");
   s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
   s->threads = KEEL_MAX(1, p->threads);
   const keel_attr *tb = keel_node_attr(n, "transB");
