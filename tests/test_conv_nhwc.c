@@ -24,6 +24,8 @@
 #include "check.h"
 #include "mb.h"
 
+#define KEEL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
 typedef struct cv_case {
   int64_t n, c, m, h, w;
   int64_t kh, kw, s, d, group;
@@ -31,7 +33,9 @@ typedef struct cv_case {
   bool bias;
   const char *act;             /* an op, "SiLUGated", "HSwishGated", "OddHSigGated" */
   const char *auto_pad;
-  int residual;                /* 0, 1: Add(conv, conv2) then Relu, 2: Add a [1,M,1,1] constant */
+  int residual;                /* 0, 1: Add(conv, conv2) then Relu, 2: Add a [1,M,1,1] constant,
+                                  3: a 1x1 conv after (the first's output and
+                                  the second's input stay NHWC)           */
 } cv_case;
 
 static uint32_t g_rng = 7;
@@ -89,6 +93,11 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
     mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){1, t->m, 1, 1}, zc);
     mb_add(g, "Add", "c,z", "s");
     c = "s";
+  } else if (t->residual == 3) { /* w2's first M*M values as a 1x1 conv */
+    mb_init(g, "w3", KEEL_FLOAT, 4, (int64_t[]){t->m, t->m, 1, 1}, w2);
+    mb_add(g, "Relu", "c", "cr");
+    mb_add(g, "Conv", "cr,w3", "c3");
+    c = "c3";
   }
   if (!t->act) {
     mb_add(g, "Identity", c, "y");
@@ -152,10 +161,12 @@ static int g_cases;
 static void one(const cv_case *t) {
   int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * t->kh * t->kw;
   float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
-  float *w2 = malloc(sizeof(float) * (size_t)nw), *b = malloc(sizeof(float) * (size_t)t->m);
+  int64_t nw2 = KEEL_MAX(nw, t->m * t->m);
+  float *w2 = malloc(sizeof(float) * (size_t)nw2), *b = malloc(sizeof(float) * (size_t)t->m);
   float *zc = malloc(sizeof(float) * (size_t)t->m);
   for (int64_t i = 0; i < nx; i++) x[i] = rnd() * 4;
-  for (int64_t i = 0; i < nw; i++) wt[i] = rnd(), w2[i] = rnd();
+  for (int64_t i = 0; i < nw; i++) wt[i] = rnd();
+  for (int64_t i = 0; i < nw2; i++) w2[i] = rnd();
   for (int64_t i = 0; i < t->m; i++) b[i] = rnd(), zc[i] = rnd();
   keel_status st;
   keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
@@ -202,7 +213,7 @@ static void sweep(int count) {
     int64_t m = group == c ? c * pick(1, 2) : group * pick(1, 24);
     cv_case t = {pick(1, 2), c, m, pick(1, 30), pick(1, 30), pick(1, 5), pick(1, 5), pick(1, 3),
                  pick(1, 2), group, {pick(0, 2), pick(0, 2), pick(0, 2), pick(0, 2)},
-                 pick(0, 1) == 1, acts[pick(0, 7)], NULL, (int)pick(0, 2)};
+                 pick(0, 1) == 1, acts[pick(0, 7)], NULL, (int)pick(0, 3)};
     int64_t eh = (t.kh - 1) * t.d + 1, ew = (t.kw - 1) * t.d + 1;
     if (t.h + t.pads[0] + t.pads[2] < eh || t.w + t.pads[1] + t.pads[3] < ew) continue;
     one(&t);
@@ -235,6 +246,8 @@ int main(void) {
       {1, 128, 64, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, NULL, "SAME_UPPER", 0},
       {1, 64, 80, 15, 17, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 0}, /* no pads */
       {3, 96, 64, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 0},
+      {2, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 3}, /* chains */
+      {1, 3, 16, 40, 44, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, NULL, NULL, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   sweep(150);

@@ -17,7 +17,9 @@
  *      only moves size-1 dims, after a global pool, is a view at run time);
  *   3. folds a residual Add of an NhwcConv's output into the conv (Z: a
  *      sum post-op), so that the activation after the Add (fuse-activation,
- *      which runs next) folds in too.
+ *      which runs next) folds in too;
+ *   4. hands the Transposes left at the chain's edges to the convs next to
+ *      them where it can (keel.in_nchw, keel.out_nchw: conv_nhwc.h).
  * Runs only where keel has the NHWC implementation (oneDNN, dnnl_glue.h).
  * A node the pass makes or moves keeps the names of the file: NhwcConv is
  * the Conv's node with its name and lists the Add it took over; moved
@@ -432,6 +434,57 @@ static keel_status fold_adds(lay *L) {
   return KEEL_OK;
 }
 
+/* Sets an int attribute on node n (a copy of its array with one more). */
+static keel_status set_flag(lay *L, keel_node *n, const char *name) {
+  keel_attr *at = attrs_plus(L, n, 1);
+  if (!at) return oom(L);
+  at[n->n_attr] = (keel_attr){.name = name, .type = KEEL_ATTR_INT, .i = 1};
+  n->attrs = at, n->n_attr++;
+  return KEEL_OK;
+}
+
+static bool is_nhwc_conv(const keel_node *n) {
+  return !strcmp(n->op_type, "NhwcConv") && !strcmp(n->domain, KEEL_NHWC_DOMAIN);
+}
+
+/* The chain's edges: a to_nhwc Transpose read only by an NhwcConv's X
+ * hands the conv its work (keel.in_nchw); a to_nchw Transpose of an
+ * NhwcConv's output that nothing else reads, of a conv without a
+ * residual, likewise (keel.out_nchw). The conv then moves each band
+ * between the layouts while it is in cache, and the whole-tensor copy
+ * (and its memory) is gone. */
+static keel_status absorb_edges(lay *L) {
+  keel_graph *g = L->g;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *t = &g->nodes[i];
+    if (strncmp(t->name, LAYOUT_PREFIX, strlen(LAYOUT_PREFIX))) continue;
+    if (perm_is(t, TO_NHWC)) {
+      int32_t r = keel_ir_only_reader(g, t->out_names[0]);
+      keel_node *c = r >= 0 ? &g->nodes[r] : NULL;
+      if (!c || !is_nhwc_conv(c) || strcmp(c->in_names[0], t->out_names[0])) continue;
+      const char **ins = keel_arena_array(L->m->arena, (size_t)c->n_in + 1, sizeof(char *));
+      if (!ins) return oom(L);
+      memcpy(ins, c->in_names, sizeof(char *) * (size_t)c->n_in);
+      ins[0] = t->in_names[0];
+      c->in_names = ins;
+      KEEL_TRY(set_flag(L, c, "keel.in_nchw"));
+    } else if (perm_is(t, TO_NCHW)) {
+      int32_t p = keel_ir_producer(g, t->in_names[0]);
+      keel_node *c = p >= 0 ? &g->nodes[p] : NULL;
+      if (!c || !is_nhwc_conv(c) || (c->n_in > 3 && c->in_names[3][0]) ||
+          keel_ir_only_reader(g, t->in_names[0]) != i)
+        continue;
+      c->out_names[0] = t->out_names[0];
+      KEEL_TRY(set_flag(L, c, "keel.out_nchw"));
+    } else {
+      continue;
+    }
+    KEEL_TRY(replace(L, i, NULL, 0));
+    i--;
+  }
+  return KEEL_OK;
+}
+
 static keel_status layout_edit(lay *L) {
   keel_graph *g = L->g;
   for (int32_t i = 0; i < g->n_nodes; i++)
@@ -440,7 +493,8 @@ static keel_status layout_edit(lay *L) {
       i += 2;
     }
   for (bool moved = true; moved;) KEEL_TRY(sink_once(L, &moved));
-  return fold_adds(L);
+  KEEL_TRY(fold_adds(L));
+  return absorb_edges(L);
 }
 
 static keel_status layout_graph(keel_model *m, keel_graph *g) {

@@ -18,7 +18,11 @@ keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_ten
     return keel_err(KEEL_ERR_SHAPE, "X (N, H, W, C) has rank %d and W rank %d: expected 4 and 4",
                     x->rank, wt->rank);
   int64_t group = keel_k_attr_i(k, "group", 1);
-  *g = (keel_nhwc_geom){.n = x->shape[0], .c = x->shape[3], .m = wt->shape[0], .group = group};
+  bool in_nchw = keel_k_attr_i(k, "keel.in_nchw", 0) != 0;
+  int hd = in_nchw ? 2 : 1; /* X's first spatial dim */
+  *g = (keel_nhwc_geom){.n = x->shape[0], .c = x->shape[in_nchw ? 1 : 3], .m = wt->shape[0],
+                        .group = group, .in_nchw = in_nchw,
+                        .out_nchw = keel_k_attr_i(k, "keel.out_nchw", 0) != 0};
   if (group < 1 || g->m % group)
     return keel_err(KEEL_ERR_INVALID_MODEL, "group %lld does not divide W's %lld output channels",
                     (long long)group, (long long)g->m);
@@ -38,7 +42,7 @@ keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_ten
   if (nk && nk != 2)
     return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape has %d values for 2 spatial dims", nk);
   for (int i = 0; i < 2; i++) {
-    w->in[i] = x->shape[1 + i], w->k[i] = wt->shape[2 + i];
+    w->in[i] = x->shape[hd + i], w->k[i] = wt->shape[2 + i];
     if (w->k[i] < 1) return keel_err(KEEL_ERR_SHAPE, "W's kernel dim %d is %lld", i, (long long)w->k[i]);
     if (nk && ks[i] != w->k[i])
       return keel_err(KEEL_ERR_INVALID_MODEL, "kernel_shape[%d] = %lld but W's kernel has %lld", i,
@@ -47,7 +51,34 @@ keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_ten
   KEEL_TRY(keel_win_read(k, w));
   KEEL_TRY(keel_win_forward(w, false));
   g->yshape[0] = g->n, g->yshape[1] = w->out[0], g->yshape[2] = w->out[1], g->yshape[3] = g->m;
+  if (g->out_nchw)
+    g->yshape[1] = g->m, g->yshape[2] = w->out[0], g->yshape[3] = w->out[1];
   return KEEL_OK;
+}
+
+void keel_nchw_rows_to_nhwc(const float *x, int64_t c, int64_t h, int64_t w, int64_t r0,
+                            int64_t nr, float *dst) {
+  for (int64_t r = 0; r < nr; r++)
+    for (int64_t ch = 0; ch < c; ch++) {
+      const float *s = x + (ch * h + r0 + r) * w;
+      float *d = dst + r * w * c + ch;
+      for (int64_t i = 0; i < w; i++) d[i * c] = s[i];
+    }
+}
+
+/* 16 x 16 tiles: one row of the band is [W, C] -> C rows of W. */
+void keel_nhwc_rows_to_nchw(const float *src, int64_t c, int64_t h, int64_t w, int64_t r0,
+                            int64_t nr, float *y) {
+  for (int64_t r = 0; r < nr; r++) {
+    const float *s = src + r * w * c;
+    float *d = y + (r0 + r) * w;
+    for (int64_t c0 = 0; c0 < c; c0 += 16)
+      for (int64_t i0 = 0; i0 < w; i0 += 16) {
+        int64_t c1 = KEEL_MIN(c0 + 16, c), i1 = KEEL_MIN(i0 + 16, w);
+        for (int64_t ch = c0; ch < c1; ch++)
+          for (int64_t i = i0; i < i1; i++) d[ch * h * w + i] = s[i * c + ch];
+      }
+  }
 }
 
 keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4], int64_t yshape[4],
@@ -133,21 +164,39 @@ static keel_status op_nhwc_conv(keel_kctx *k) {
   bool same = true;
   memcpy(yshape, g.yshape, sizeof yshape);
   if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
+  if (z && g.out_nchw)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "keel.out_nchw with a residual Z");
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
-  int64_t ny = keel_tensor_numel(y), nc = g.yshape[0] * g.yshape[1] * g.yshape[2] * g.m;
+  int64_t ny = keel_tensor_numel(y), nc = g.n * g.w.out[0] * g.w.out[1] * g.m;
   if (ny == 0) return KEEL_OK;
   float *c = y->data;
-  if (!same) {
+  if (!same || g.out_nchw) {
     void *s;
     KEEL_TRY(keel_k_scratch_n(k, nc, sizeof(float), &s));
     c = s;
   }
+  const float *xs = x->data;
+  if (g.in_nchw) { /* the reference stages X channels-last */
+    void *s;
+    int64_t H = g.w.in[0], W = g.w.in[1];
+    KEEL_TRY(keel_k_scratch_n(k, g.n * g.c * H * W, sizeof(float), &s));
+    for (int64_t n = 0; n < g.n; n++)
+      keel_nchw_rows_to_nhwc(xs + n * g.c * H * W, g.c, H, W, 0, H, (float *)s + n * g.c * H * W);
+    xs = s;
+  }
   if (nc) {
-    ref_job j = {&g, x->data, wt->data, b ? b->data : NULL, c};
+    ref_job j = {&g, xs, wt->data, b ? b->data : NULL, c};
     KEEL_TRY(keel_pool_for(k->pool, g.n * g.w.out[0], 1, ref_rows, &j));
   }
-  if (z) keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
+  int64_t core[4] = {g.n, g.w.out[0], g.w.out[1], g.m};
+  if (z) keel_nhwc_add_bcast(y->data, yshape, c, core, z);
+  if (g.out_nchw) {
+    int64_t P = g.w.out[0] * g.w.out[1];
+    for (int64_t n = 0; n < g.n; n++)
+      keel_nhwc_rows_to_nchw(c + n * P * g.m, g.m, g.w.out[0], g.w.out[1], 0, g.w.out[0],
+                             (float *)y->data + n * P * g.m);
+  }
   keel_act_apply_f32(&act, y->data, ny);
   return KEEL_OK;
 }

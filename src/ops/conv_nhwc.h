@@ -14,6 +14,10 @@
  *
  * Attributes: Conv's (kernel_shape, strides, pads, dilations, auto_pad,
  * group) and the fused activation of ops/activation.h, applied after Z.
+ * At the edges of a channels-last chain the layout pass may give the conv
+ * its neighbour Transpose's work: keel.in_nchw (X is [N, C, H, W]) and
+ * keel.out_nchw (Y is [N, M, OH, OW]; not with Z), each band then moved
+ * between the layouts in cache.
  * The reference kernel (conv_nhwc.c) is naive loops; the oneDNN
  * implementation (dnnl/conv_dnnl.c) is what runs when keel has oneDNN.
  */
@@ -28,8 +32,16 @@
 typedef struct keel_nhwc_geom {
   keel_win w;                  /* 2 spatial dims, pads resolved           */
   int64_t n, c, m, group, cg, mg; /* batch, channels in/out, groups, per group */
-  int64_t yshape[4];           /* [N, OH, OW, M]                          */
+  bool in_nchw, out_nchw;      /* keel.in_nchw, keel.out_nchw             */
+  int64_t yshape[4];           /* [N, OH, OW, M], or [N, M, OH, OW]       */
 } keel_nhwc_geom;
+
+/* Rows [r0, r0 + nr) of one NCHW image (C x H x W) as NHWC [nr, W, C]
+ * into dst, and back: NHWC [nr, W, C] into those rows of y. */
+KEEL_INTERNAL void keel_nchw_rows_to_nhwc(const float *x, int64_t c, int64_t h, int64_t w,
+                                          int64_t r0, int64_t nr, float *dst);
+KEEL_INTERNAL void keel_nhwc_rows_to_nchw(const float *src, int64_t c, int64_t h, int64_t w,
+                                          int64_t r0, int64_t nr, float *y);
 
 /* Checks X (NHWC), W and B against each other and the attributes and
  * resolves the window (the messages name what is wrong). */

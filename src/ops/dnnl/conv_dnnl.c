@@ -200,7 +200,8 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   e->bare = key[3] != 0;
   /* the first run picks the path for good: Winograd where it fits and
    * oneDNN has a kernel, else the direct one */
-  if (s->path != 1 && !e->bare && (s->path == 2 || keel_wino_fits(g, s->has_z))) {
+  if (s->path != 1 && !e->bare && !g->in_nchw && !g->out_nchw &&
+      (s->path == 2 || keel_wino_fits(g, s->has_z))) {
     keel_status ws = keel_wino_plan_make(&s->wino, g, &e->wino);
     if (!ws && s->path == 0) {
       s->path = 2;
@@ -221,6 +222,12 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
    * worker costs more than it would save */
   int64_t macs = g->n * g->w.out[0] * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
   int64_t per = g->n >= s->threads || macs < SMALL_CONV ? 1 : (s->threads + g->n - 1) / g->n;
+  if (g->in_nchw || g->out_nchw) { /* bands staged through a worker's scratch:
+                                      about 256 KB of input and of output */
+    int64_t row = KEEL_MAX(g->w.in[1] * g->c * g->w.s[0], g->w.out[1] * g->m) * 4;
+    int64_t rows = KEEL_MAX(1, ((int64_t)256 << 10) / KEEL_MAX(row, 1));
+    per = KEEL_MAX(per, (g->w.out[0] + rows - 1) / rows);
+  }
   int nb = (int)KEEL_MIN(KEEL_MIN(per, g->w.out[0]), MAX_BANDS);
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
@@ -243,7 +250,10 @@ typedef struct cd_job {
   const float *x, *b, *z;       /* z: copied into each band first (sum)     */
   bool z_in_y;                  /* Y took Z's buffer: it holds Z already    */
   float *y;
-  uint8_t *scratch;
+  uint8_t *scratch;             /* per worker: oneDNN's scratchpad, then the
+                                   staged input and output bands           */
+  size_t per_worker, pad, stage_in; /* bytes: all of it; oneDNN's scratchpad
+                                   (aligned up); the input band's          */
 } cd_job;
 
 static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
@@ -251,11 +261,14 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
   const cd_entry *e = j->e;
   const keel_nhwc_geom *g = j->g;
   int64_t H = g->w.in[0], W = g->w.in[1], OH = g->w.out[0], OW = g->w.out[1];
+  uint8_t *ws = j->scratch + (size_t)worker * j->per_worker;
+  float *in_stage = (float *)(void *)(ws + j->pad);
+  float *out_stage = (float *)(void *)(ws + j->pad + j->stage_in);
   for (int64_t t = t0; t < t1; t++) {
     int64_t n = t / e->nbands;
     int b = (int)(t % e->nbands), p = e->prim_of[b];
     int64_t off = (n * OH + e->oh0[b]) * OW * g->m, len = (e->oh0[b + 1] - e->oh0[b]) * OW * g->m;
-    float *y = j->y + off;
+    float *y = g->out_nchw ? out_stage : j->y + off;
     if (j->z) memcpy(y, j->z + off, (size_t)len * sizeof(float));
     if (!e->nprims) { /* every window lies in the padding */
       bool add = j->z || j->z_in_y;
@@ -264,9 +277,17 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
         y[i] = add ? y[i] + v : v;
       }
       if (!e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
+      if (g->out_nchw)
+        keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
+                               j->y + n * OH * OW * g->m);
       continue;
     }
     const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
+    if (g->in_nchw) { /* this band's rows, channels-last, in the worker's scratch */
+      keel_nchw_rows_to_nhwc(j->x + n * g->c * H * W, g->c, H, W, e->ih0[b], e->geo[p].ih,
+                             in_stage);
+      x = in_stage;
+    }
     keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)x},
                           {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
                           {DNNL_ARG_DST, &e->dst_md[p], y},
@@ -277,11 +298,14 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
     if (e->scratch) {
       dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
       KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * e->scratch};
+      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, ws};
     }
     if (j->b) a[na++] = a[4];
     KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
     if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
+    if (g->out_nchw) /* the band back into Y's rows of every channel */
+      keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
+                             j->y + n * OH * OW * g->m);
   }
   return KEEL_OK;
 }
@@ -330,8 +354,9 @@ static keel_status cd_run(keel_kctx *k) {
     same = false;
   if (z && same) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &y));
   else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
-  int64_t nc = g.yshape[0] * g.yshape[1] * g.yshape[2] * g.m;
-  pointwise(&g, s->threads);
+  int64_t nc = g.n * g.w.out[0] * g.w.out[1] * g.m;
+  int64_t core[4] = {g.n, g.w.out[0], g.w.out[1], g.m}; /* the product, NHWC */
+  if (!g.in_nchw && !g.out_nchw) pointwise(&g, s->threads);
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   bool bare = z && !same;
   float *c = y->data;
@@ -356,15 +381,25 @@ static keel_status cd_run(keel_kctx *k) {
                 z && same && y->data != z->data ? z->data : NULL,
                 z && same && y->data == z->data, c, NULL};
     int threads = keel_pool_threads(k->pool);
+    int64_t rows = 0, irows = 0; /* the tallest band, out and in */
+    for (int q = 0; q < e->nprims; q++)
+      rows = KEEL_MAX(rows, e->geo[q].oh), irows = KEEL_MAX(irows, e->geo[q].ih);
+    if (!e->nprims) rows = g.w.out[0];
+    size_t align = 64;
+    j.stage_in = g.in_nchw ? keel_align_up((size_t)(irows * g.w.in[1] * g.c) * 4, align) : 0;
+    size_t stage_out = g.out_nchw ? keel_align_up((size_t)(rows * g.w.out[1] * g.m) * 4, align) : 0;
+    j.pad = keel_align_up(e->scratch, align);
+    j.per_worker = j.pad + j.stage_in + stage_out;
     void *sp = NULL;
-    keel_status st = e->scratch ? keel_k_scratch_n(k, threads, e->scratch, &sp) : KEEL_OK;
+    keel_status st =
+        j.per_worker ? keel_k_scratch_n(k, threads, j.per_worker, &sp) : KEEL_OK;
     j.scratch = sp;
     if (!st) st = keel_pool_for(k->pool, g.n * e->nbands, 1, cd_band, &j);
     keel_dnnl_cache_put(&s->cache, ent, tmp);
     KEEL_TRY(st);
   }
   if (bare) {
-    keel_nhwc_add_bcast(y->data, yshape, c, g.yshape, z);
+    keel_nhwc_add_bcast(y->data, yshape, c, core, z);
     keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
@@ -384,6 +419,8 @@ static bool cd_supports(const keel_prep_ctx *p) {
   const keel_attr *ga = keel_node_attr(n, "group");
   int64_t group = ga ? ga->i : 1;
   if (group < 1 || wt->shape[0] % group) return false;
+  const keel_attr *on = keel_node_attr(n, "keel.out_nchw");
+  if (on && on->i && n->n_in > 3 && n->in_names[3][0]) return false; /* the reference refuses */
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
   if (keel_win_read(&k, &w)) {

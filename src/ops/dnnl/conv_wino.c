@@ -4,6 +4,11 @@
 #if KEEL_HAVE_DNNL
 
 #include "../../base/pool.h"
+/* What W's Winograd transform may take beyond W itself, per node: keel's
+ * memory bound allows weights 10 % of slack, and ResNet-50's 128- and
+ * 256-channel 3x3 layers would add 18 MB (their transforms are 1.8x and
+ * 4x); its 64-channel ones add 0.1 MB each. */
+#define WINO_EXTRA ((size_t)256 << 10)
 #include "../../mem/sysmem.h"
 
 struct keel_wino_plan {
@@ -78,6 +83,13 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
   dnnl_primitive_attr_destroy(attr);
   if (st) return keel_err(KEEL_ERR_UNSUPPORTED, "no Winograd kernel: %s", keel_last_error());
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  size_t plain_bytes = (size_t)(mq * n->c * 9) * sizeof(float);
+  if (!n->w[q] && dnnl_memory_desc_get_size(wq) > plain_bytes + WINO_EXTRA / (size_t)n->nparts) {
+    /* W's transform is 1.8-4x W: where that is much, memory comes first */
+    dnnl_primitive_desc_destroy(pd);
+    return keel_err(KEEL_ERR_UNSUPPORTED, "Winograd weights of %zu bytes for %zu",
+                    dnnl_memory_desc_get_size(wq), plain_bytes);
+  }
   if (!n->w[q]) { /* the node's first plan: W's transform for this part */
     dnnl_memory_desc_t plain;
     st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&plain, 4, wd, dnnl_f32, dnnl_oihw), "weights");

@@ -12,7 +12,8 @@
  * chunk back into Y's channels. A node takes this path or the direct one
  * for good on its first run (its weights exist in one form only: W's
  * Winograd transform per part, made then, after which the file's pages go
- * back).
+ * back). A transform more than 256 KB bigger than W is refused (the node
+ * stays direct): it is 1.8x to 4x W, and memory comes first.
  */
 #ifndef KEEL_CONV_WINO_H
 #define KEEL_CONV_WINO_H
