@@ -35,7 +35,9 @@ typedef struct cv_case {
   const char *auto_pad;
   int residual;                /* 0, 1: Add(conv, conv2) then Relu, 2: Add a [1,M,1,1] constant,
                                   3: a 1x1 conv after (the first's output and
-                                  the second's input stay NHWC)           */
+                                  the second's input stay NHWC), 4: a 1x1
+                                  conv before and after (the case's conv
+                                  NHWC on both sides: the Winograd path)  */
 } cv_case;
 
 static uint32_t g_rng = 7;
@@ -82,7 +84,12 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
   mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, wt);
   if (t->bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){t->m}, b);
   const char *c = "c";
-  conv_node(g, t, "x", "w", "b", "c");
+  if (t->residual == 4) { /* a 1x1 conv before (w2's first C*C values) */
+    mb_init(g, "w4", KEEL_FLOAT, 4, (int64_t[]){t->c, t->c, 1, 1}, w2);
+    mb_add(g, "Conv", "x,w4", "x4");
+    mb_add(g, "Relu", "x4", "xr");
+  }
+  conv_node(g, t, t->residual == 4 ? "xr" : "x", "w", "b", "c");
   if (t->residual == 1) { /* a second conv of the same geometry, added */
     mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, w2);
     conv_node(g, t, "x", "w2", "b", "c2");
@@ -93,7 +100,7 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
     mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){1, t->m, 1, 1}, zc);
     mb_add(g, "Add", "c,z", "s");
     c = "s";
-  } else if (t->residual == 3) { /* w2's first M*M values as a 1x1 conv */
+  } else if (t->residual >= 3) { /* w2's first M*M values as a 1x1 conv after */
     mb_init(g, "w3", KEEL_FLOAT, 4, (int64_t[]){t->m, t->m, 1, 1}, w2);
     mb_add(g, "Relu", "c", "cr");
     mb_add(g, "Conv", "cr,w3", "c3");
@@ -161,7 +168,7 @@ static int g_cases;
 static void one(const cv_case *t) {
   int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * t->kh * t->kw;
   float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
-  int64_t nw2 = KEEL_MAX(nw, t->m * t->m);
+  int64_t nw2 = KEEL_MAX(KEEL_MAX(nw, t->m * t->m), t->c * t->c);
   float *w2 = malloc(sizeof(float) * (size_t)nw2), *b = malloc(sizeof(float) * (size_t)t->m);
   float *zc = malloc(sizeof(float) * (size_t)t->m);
   for (int64_t i = 0; i < nx; i++) x[i] = rnd() * 4;
@@ -247,6 +254,10 @@ int main(void) {
       {1, 64, 80, 15, 17, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 0}, /* no pads */
       {3, 96, 64, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 0},
       {2, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 3}, /* chains */
+      /* 3x3 stride 1, 64 channels, inside a chain: Winograd where oneDNN has it */
+      {1, 64, 64, 56, 56, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {2, 64, 64, 20, 22, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
+      {1, 64, 64, 15, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Clip", NULL, 4},
       {1, 3, 16, 40, 44, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, NULL, NULL, 3},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
