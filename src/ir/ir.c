@@ -88,6 +88,19 @@ keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, const keel_node *
   return KEEL_OK;
 }
 
+keel_status keel_ir_fuse_label(keel_arena *a, keel_node *into, const keel_node *taken) {
+  char lb[512];
+  const char **fused = keel_arena_array(a, (size_t)into->n_fused + 2, sizeof(char *));
+  const char *l = keel_arena_strdup(a, keel_node_label(taken, lb, sizeof lb));
+  if (!fused || !l)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing %s into graph '%s'", lb,
+                    into->graph ? into->graph->path : "?");
+  if (into->n_fused) memcpy(fused, into->fused, sizeof(char *) * (size_t)into->n_fused);
+  fused[into->n_fused++] = l;
+  into->fused = fused;
+  return KEEL_OK;
+}
+
 int32_t keel_ir_producer(const keel_graph *g, const char *name) {
   for (int32_t i = 0; i < g->n_nodes; i++)
     for (int32_t k = 0; k < g->nodes[i].n_out; k++)

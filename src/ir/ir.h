@@ -247,6 +247,11 @@ KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, 
 KEEL_INTERNAL keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, const keel_node *nodes,
                                                int32_t n);
 
+/* A pass folded node `taken` into `into`: its label ("'Relu_4' (Relu)",
+ * with what it had taken itself) is appended to into->fused, so messages,
+ * reports and traces still name it. */
+KEEL_INTERNAL keel_status keel_ir_fuse_label(keel_arena *a, keel_node *into, const keel_node *taken);
+
 /* Before resolution (passes): how many times `name` is read in g (node
  * inputs at any depth below, graph outputs); the constant a name denotes
  * as seen from g (an initializer or folded Constant of g or of a graph

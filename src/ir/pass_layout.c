@@ -119,11 +119,6 @@ static keel_status make_transpose(lay *L, keel_node *n, const char *name, const 
   return KEEL_OK;
 }
 
-static const char *label_of(lay *L, const keel_node *n) {
-  char buf[512];
-  return keel_arena_strdup(L->m->arena, keel_node_label(n, buf, sizeof buf));
-}
-
 /* A copy of n's attribute array with room for `extra` more. */
 static keel_attr *attrs_plus(lay *L, const keel_node *n, int extra) {
   keel_attr *a = keel_arena_array(L->m->arena, (size_t)(n->n_attr + extra) + 1, sizeof(keel_attr));
@@ -401,6 +396,10 @@ static keel_status sink_once(lay *L, bool *moved) {
 
 /* ======================================================= residual */
 
+static bool is_nhwc_conv(const keel_node *n) {
+  return !strcmp(n->op_type, "NhwcConv") && !strcmp(n->domain, KEEL_NHWC_DOMAIN);
+}
+
 /* Add(NhwcConv(..), z) -> NhwcConv(.., z) when the conv has no activation
  * yet and the Add is its only reader. */
 static keel_status fold_adds(lay *L) {
@@ -412,19 +411,15 @@ static keel_status fold_adds(lay *L) {
       int32_t p = keel_ir_producer(g, a->in_names[k]);
       if (p < 0 || keel_ir_only_reader(g, a->in_names[k]) != i) continue;
       keel_node *c = &g->nodes[p];
-      if (strcmp(c->op_type, "NhwcConv") || strcmp(c->domain, KEEL_NHWC_DOMAIN) || c->n_in > 3 ||
-          keel_node_attr(c, "keel.activation") || !strcmp(a->in_names[1 - k], a->in_names[k]))
+      if (!is_nhwc_conv(c) || c->n_in > 3 || keel_node_attr(c, "keel.activation") ||
+          !strcmp(a->in_names[1 - k], a->in_names[k]))
         continue;
       const char **ins = keel_arena_array(L->m->arena, 5, sizeof(char *));
-      const char **fused = keel_arena_array(L->m->arena, (size_t)c->n_fused + 2, sizeof(char *));
-      const char *lb = label_of(L, a);
-      if (!ins || !fused || !lb) return oom(L);
+      if (!ins) return oom(L);
+      KEEL_TRY(keel_ir_fuse_label(L->m->arena, c, a));
       for (int32_t j = 0; j < 3; j++) ins[j] = j < c->n_in ? c->in_names[j] : "";
       ins[3] = a->in_names[1 - k];
-      if (c->n_fused) memcpy(fused, c->fused, sizeof(char *) * (size_t)c->n_fused);
-      fused[c->n_fused] = lb;
       c->in_names = ins, c->n_in = 4;
-      c->fused = fused, c->n_fused++;
       c->out_names[0] = a->out_names[0];
       KEEL_TRY(replace(L, i, NULL, 0));
       i = -1; /* indexes moved: start over */
@@ -441,10 +436,6 @@ static keel_status set_flag(lay *L, keel_node *n, const char *name) {
   at[n->n_attr] = (keel_attr){.name = name, .type = KEEL_ATTR_INT, .i = 1};
   n->attrs = at, n->n_attr++;
   return KEEL_OK;
-}
-
-static bool is_nhwc_conv(const keel_node *n) {
-  return !strcmp(n->op_type, "NhwcConv") && !strcmp(n->domain, KEEL_NHWC_DOMAIN);
 }
 
 /* The chain's edges: a to_nhwc Transpose read only by an NhwcConv's X

@@ -152,15 +152,10 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const fmm *f, bool *dro
   const char **outs = keel_arena_array(ar, 2, sizeof(char *));
   keel_attr *at = keel_arena_array(ar, 4, sizeof(keel_attr));
   float *params = keel_arena_array(ar, 2, sizeof(float));
-  const char **fused = keel_arena_array(ar, (size_t)n->n_fused + 5, sizeof(char *));
-  if (!ins || !outs || !at || !params || !fused)
+  if (!ins || !outs || !at || !params)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a matrix product in graph '%s'", g->path);
-  if (n->n_fused) memcpy(fused, n->fused, sizeof(char *) * (size_t)n->n_fused);
-  int nf = n->n_fused;
   for (int i = 1; i < f->n; i++) {
-    char lb[512];
-    fused[nf] = keel_arena_strdup(ar, keel_node_label(&g->nodes[f->nodes[i]], lb, sizeof lb));
-    if (!fused[nf++]) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a matrix product");
+    KEEL_TRY(keel_ir_fuse_label(ar, n, &g->nodes[f->nodes[i]]));
     drop[f->nodes[i]] = true;
   }
   ins[0] = f->a, ins[1] = f->b, ins[2] = f->bias ? f->bias : "", ins[3] = f->z ? f->z : "";
@@ -187,7 +182,6 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const fmm *f, bool *dro
   n->in_names = ins, n->n_in = nin, n->in = NULL;
   n->out_names = outs, n->n_out = 1;
   n->attrs = at, n->n_attr = na;
-  n->fused = fused, n->n_fused = nf;
   return KEEL_OK;
 }
 

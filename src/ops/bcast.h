@@ -26,6 +26,13 @@ KEEL_INTERNAL void keel_bcast_binary(const keel_tensor *a, const keel_tensor *b,
 KEEL_INTERNAL void keel_bcast_binary_naive(const keel_tensor *a, const keel_tensor *b,
                                            keel_tensor *out, keel_bin_fn fn);
 
+/* y = a + z, numpy broadcasting, float32: a is `rank` dims of `shape`
+ * (y's own buffer when the shapes are equal), z any broadcastable tensor,
+ * y allocated with the broadcast shape. The residual Z of the fused
+ * products (NhwcConv, FusedMatMul) goes through it. */
+KEEL_INTERNAL void keel_bcast_add_f32(const float *a, int rank, const int64_t *shape,
+                                      const keel_tensor *z, keel_tensor *y);
+
 /* Generic strided copy of src broadcast into dst's shape (any dtype,
  * strings copied). Used by Expand and by variadic ops for their first
  * operand. */

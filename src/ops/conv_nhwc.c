@@ -6,6 +6,7 @@
 
 #include "../base/pool.h"
 #include "activation.h"
+#include "bcast.h"
 
 keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_tensor *wt,
                               const keel_tensor *b, keel_nhwc_geom *g) {
@@ -94,22 +95,6 @@ keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4], int
   return KEEL_OK;
 }
 
-void keel_nhwc_add_bcast(float *y, const int64_t ys[4], const float *a, const int64_t as[4],
-                         const keel_tensor *z) {
-  int64_t sa[4], sz[4];
-  keel_broadcast_strides(4, as, 4, ys, sa);
-  keel_broadcast_strides(z->rank, z->shape, 4, ys, sz);
-  const float *zd = z->data;
-  int64_t i = 0;
-  for (int64_t n = 0; n < ys[0]; n++)
-    for (int64_t h = 0; h < ys[1]; h++)
-      for (int64_t w = 0; w < ys[2]; w++) {
-        const float *ap = a + n * sa[0] + h * sa[1] + w * sa[2];
-        const float *zp = zd + n * sz[0] + h * sz[1] + w * sz[2];
-        for (int64_t c = 0; c < ys[3]; c++, i++) y[i] = ap[c * sa[3]] + zp[c * sz[3]];
-      }
-}
-
 /* ========================================================= reference */
 
 typedef struct ref_job {
@@ -190,7 +175,7 @@ static keel_status op_nhwc_conv(keel_kctx *k) {
     KEEL_TRY(keel_pool_for(k->pool, g.n * g.w.out[0], 1, ref_rows, &j));
   }
   int64_t core[4] = {g.n, g.w.out[0], g.w.out[1], g.m};
-  if (z) keel_nhwc_add_bcast(y->data, yshape, c, core, z);
+  if (z) keel_bcast_add_f32(c, 4, core, z, y);
   if (g.out_nchw) {
     int64_t P = g.w.out[0] * g.w.out[1];
     for (int64_t n = 0; n < g.n; n++)

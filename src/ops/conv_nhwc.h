@@ -53,11 +53,6 @@ KEEL_INTERNAL keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, 
 KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4],
                                             int64_t yshape[4], bool *same);
 
-/* y[yshape] = a[broadcast] + z[broadcast], then act; a has shape ashape
- * (4-D), z rank <= 4. y may be a when the shapes are equal. */
-KEEL_INTERNAL void keel_nhwc_add_bcast(float *y, const int64_t yshape[4], const float *a,
-                                       const int64_t ashape[4], const keel_tensor *z);
-
 #if KEEL_HAVE_DNNL
 extern const keel_impl keel_conv_nhwc_dnnl;
 #endif

@@ -49,6 +49,19 @@ static void bc_make(const keel_tensor *a, const keel_tensor *b, const keel_tenso
   }
 }
 
+static void add_f32_run(const void *a, int64_t sa, const void *b, int64_t sb, void *o, int64_t n) {
+  const float *x = a, *y = b;
+  float *r = o;
+  for (int64_t i = 0; i < n; i++) r[i] = x[i * sa] + y[i * sb];
+}
+
+void keel_bcast_add_f32(const float *a, int rank, const int64_t *shape, const keel_tensor *z,
+                        keel_tensor *y) {
+  keel_tensor at = {.data = (void *)(uintptr_t)a, .dtype = KEEL_FLOAT, .rank = rank};
+  memcpy(at.shape, shape, sizeof(int64_t) * (size_t)rank);
+  keel_bcast_binary(&at, z, y, add_f32_run);
+}
+
 void keel_bcast_binary(const keel_tensor *a, const keel_tensor *b, keel_tensor *out,
                        keel_bin_fn fn) {
   int64_t total = keel_tensor_numel(out);

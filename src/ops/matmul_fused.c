@@ -54,18 +54,6 @@ keel_status keel_fmm_z_shape(const keel_fmm_geom *g, const keel_tensor *z, int *
   return KEEL_OK;
 }
 
-static void add_f32(const void *a, int64_t sa, const void *b, int64_t sb, void *o, int64_t n) {
-  const float *x = a, *y = b;
-  float *r = o;
-  for (int64_t i = 0; i < n; i++) r[i] = x[i * sa] + y[i * sb];
-}
-
-void keel_fmm_add_z(const keel_fmm_geom *g, float *c, const keel_tensor *z, keel_tensor *y) {
-  keel_tensor ct = {.data = c, .dtype = KEEL_FLOAT, .rank = g->yrank};
-  memcpy(ct.shape, g->yshape, sizeof(int64_t) * (size_t)g->yrank);
-  keel_bcast_binary(&ct, z, y, add_f32);
-}
-
 keel_status keel_op_fused_matmul_ref(keel_kctx *k) {
   const keel_tensor *a, *b, *bias, *z;
   KEEL_TRY(keel_k_in(k, 0, &a));
@@ -97,7 +85,7 @@ keel_status keel_op_fused_matmul_ref(keel_kctx *k) {
     for (int64_t m = 0; m < g.M; m++)
       for (int64_t n = 0; n < g.N; n++) c[m * g.N + n] += bv[n];
   }
-  if (z) keel_fmm_add_z(&g, c, z, y);
+  if (z) keel_bcast_add_f32(c, g.yrank, g.yshape, z, y);
   keel_act_apply_f32(&act, y->data, keel_tensor_numel(y));
   return KEEL_OK;
 }

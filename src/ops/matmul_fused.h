@@ -39,11 +39,6 @@ KEEL_INTERNAL keel_status keel_fmm_geom_of(keel_kctx *k, const keel_tensor *a,
 KEEL_INTERNAL keel_status keel_fmm_z_shape(const keel_fmm_geom *g, const keel_tensor *z, int *rank,
                                            int64_t *shape, bool *same);
 
-/* y = c + z broadcast to y's shape (c has the product's shape; y may be c
- * when the shapes are equal). */
-KEEL_INTERNAL void keel_fmm_add_z(const keel_fmm_geom *g, float *c, const keel_tensor *z,
-                                  keel_tensor *y);
-
 /* The reference kernel. */
 KEEL_INTERNAL keel_status keel_op_fused_matmul_ref(keel_kctx *k);
 

@@ -33,6 +33,7 @@
 #include "../../mem/sysmem.h"
 #include "../../onnx/onnx.h"
 #include "../activation.h"
+#include "../bcast.h"
 #include "../conv_nhwc.h"
 #include "conv_wino.h"
 #include "dnnl_glue.h"
@@ -67,9 +68,6 @@ typedef struct cd_entry {
 
 typedef struct cd_state {
   keel_dnnl_cache cache;        /* primitives per input shape              */
-  keel_heap *heap;
-  keel_owner owner;
-  _Atomic uint64_t *prep_bytes;
   keel_dnnl_figures *fig;
   int threads;
   int64_t m, c, group, kh, kw;
@@ -177,7 +175,7 @@ static void entry_free(cd_state *s, cd_entry *e) {
   keel_wino_plan_free(&s->wino, e->wino);
   for (int p = 0; p < PRIMS; p++) {
     keel_dnnl_prim_free(&e->prim[p], s->fig);
-    keel_prep_free_counted(e->w_own[p], s->heap, s->prep_bytes);
+    keel_prep_free_counted(e->w_own[p], s->store.heap, s->store.bytes);
   }
   keel_sys_free(e, sizeof *e);
 }
@@ -399,7 +397,7 @@ static keel_status cd_run(keel_kctx *k) {
     KEEL_TRY(st);
   }
   if (bare) {
-    keel_nhwc_add_bcast(y->data, yshape, c, core, z);
+    keel_bcast_add_f32(c, 4, core, z, y);
     keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
@@ -435,7 +433,7 @@ static void cd_release(void *state, keel_heap *heap) {
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
   keel_wino_node_free(&s->wino);
-  keel_prep_free_counted(s->pk.w, heap, s->prep_bytes);
+  keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -444,7 +442,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
   cd_state *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
-  s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  s->fig = p->lib;
   s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
   s->threads = KEEL_MAX(1, p->threads);
@@ -471,8 +469,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
   s->has_z = n->n_in > 3 && n->in_names[3][0];
-  s->wino = (keel_wino_node){.heap = p->heap, .owner = p->owner, .prep_bytes = p->bytes,
-                             .fig = p->lib, .threads = s->threads, .c = s->c, .m = s->m,
+  s->wino = (keel_wino_node){.store = s->store, .fig = p->lib, .threads = s->threads, .c = s->c, .m = s->m,
                              .has_bias = s->has_bias, .act = s->act, .w_plain = wt->data};
   *state = s;
   return KEEL_OK;

@@ -67,17 +67,8 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
                                n->has_bias ? &p->b_md[q] : NULL, &dst, one, zero, pl, pr),
                            "Winograd descriptor"));
   dnnl_primitive_attr_t attr;
-  KEEL_TRY(keel_dnnl_attr_new(&attr));
-  dnnl_post_ops_t po = NULL;
-  dnnl_status_t ds = dnnl_post_ops_create(&po);
-  p->act_in_post[q] = ds == dnnl_success && n->act.kind && keel_dnnl_act_post_ops(&n->act, po);
-  if (ds == dnnl_success && n->act.kind && !p->act_in_post[q]) {
-    dnnl_post_ops_destroy(po);
-    ds = dnnl_post_ops_create(&po);
-  }
-  if (ds == dnnl_success) ds = dnnl_primitive_attr_set_post_ops(attr, po);
-  if (po) dnnl_post_ops_destroy(po);
-  keel_status st = keel_dnnl_check(ds, "post-ops");
+  KEEL_TRY(keel_dnnl_attr_post(&attr, &n->act, false, false, &p->act_in_post[q]));
+  keel_status st = KEEL_OK;
   dnnl_primitive_desc_t pd = NULL;
   if (!st) st = keel_dnnl_pd_make(&pd, &cd, attr, "Winograd primitive descriptor");
   dnnl_primitive_attr_destroy(attr);
@@ -94,7 +85,7 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
     dnnl_memory_desc_t plain;
     st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&plain, 4, wd, dnnl_f32, dnnl_oihw), "weights");
     if (!st)
-      st = keel_prep_alloc_counted(n->heap, n->owner, n->prep_bytes, dnnl_memory_desc_get_size(wq),
+      st = keel_prep_alloc_counted(n->store.heap, n->store.owner, n->store.bytes, dnnl_memory_desc_get_size(wq),
                                    &n->w[q]);
     if (!st) st = keel_dnnl_reorder(&plain, n->w_plain + n->oc0[q] * n->c * 9, wq, n->w[q]);
     if (!st) n->w_md[q] = *wq;
@@ -119,7 +110,7 @@ void keel_wino_plan_free(keel_wino_node *n, keel_wino_plan *p) {
 
 void keel_wino_node_free(keel_wino_node *n) {
   for (int q = 0; q < KEEL_WINO_PARTS; q++) {
-    keel_prep_free_counted(n->w[q], n->heap, n->prep_bytes);
+    keel_prep_free_counted(n->w[q], n->store.heap, n->store.bytes);
     n->w[q] = NULL;
   }
 }

@@ -28,9 +28,7 @@
 
 /* What the path needs of the node. */
 typedef struct keel_wino_node {
-  keel_heap *heap;
-  keel_owner owner;
-  _Atomic uint64_t *prep_bytes;
+  keel_dnnl_store store;         /* where its weights' blocks come from  */
   keel_dnnl_figures *fig;
   int threads;
   int64_t c, m;

@@ -17,6 +17,7 @@
 #include "../../mem/sysmem.h"
 #include "../../onnx/onnx.h"
 #include "../activation.h"
+#include "../bcast.h"
 #include "../matmul_fused.h"
 #include "dnnl_glue.h"
 
@@ -51,9 +52,6 @@ typedef struct mm_entry {
 
 typedef struct mm_state {
   keel_dnnl_cache cache;
-  keel_heap *heap;
-  keel_owner owner;
-  _Atomic uint64_t *prep_bytes;
   keel_dnnl_figures *fig;
   int threads;
   int64_t K, N;
@@ -141,7 +139,7 @@ static void entry_free(mm_state *s, mm_entry *e) {
   if (!e) return;
   for (int p = 0; p < PRIMS; p++) {
     keel_dnnl_prim_free(&e->prim[p], s->fig);
-    keel_prep_free_counted(e->w_own[p], s->heap, s->prep_bytes);
+    keel_prep_free_counted(e->w_own[p], s->store.heap, s->store.bytes);
   }
   keel_sys_free(e, sizeof *e);
 }
@@ -288,7 +286,7 @@ static keel_status mm_run(keel_kctx *k) {
     KEEL_TRY(st);
   }
   if (bare) {
-    keel_fmm_add_z(&g, c, z, y);
+    keel_bcast_add_f32(c, g.yrank, g.yshape, z, y);
     keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
@@ -306,7 +304,7 @@ static void mm_release(void *state, keel_heap *heap) {
   mm_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->pk[q].w, heap, s->prep_bytes);
+  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->pk[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -315,7 +313,7 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *b = p->consts[1];
   mm_state *s = keel_sys_calloc(1, sizeof *s);
   if (!s) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a matrix product's prepared state");
-  s->heap = p->heap, s->owner = p->owner, s->prep_bytes = p->bytes, s->fig = p->lib;
+  s->fig = p->lib;
   s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
   s->threads = KEEL_MAX(1, p->threads);
