@@ -259,9 +259,11 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
   const cd_entry *e = j->e;
   const keel_nhwc_geom *g = j->g;
   int64_t H = g->w.in[0], W = g->w.in[1], OH = g->w.out[0], OW = g->w.out[1];
-  uint8_t *ws = j->scratch + (size_t)worker * j->per_worker;
-  float *in_stage = (float *)(void *)(ws + j->pad);
-  float *out_stage = (float *)(void *)(ws + j->pad + j->stage_in);
+  /* this worker's scratch (none when the band needs neither a scratchpad
+   * nor staging) */
+  uint8_t *ws = j->scratch ? j->scratch + (size_t)worker * j->per_worker : NULL;
+  float *in_stage = ws ? (float *)(void *)(ws + j->pad) : NULL;
+  float *out_stage = ws ? (float *)(void *)(ws + j->pad + j->stage_in) : NULL;
   for (int64_t t = t0; t < t1; t++) {
     int64_t n = t / e->nbands;
     int b = (int)(t % e->nbands), p = e->prim_of[b];
