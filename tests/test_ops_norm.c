@@ -335,6 +335,10 @@ static void random_layernorm_case(void) {
   int64_t dims[6], pd[6], sd[6];
   for (int d = 0; d < rank; d++) dims[d] = 1 + rnd(4);
   int axis = rnd(rank);
+  if (rnd(3) == 0) { /* a long last axis: the vectorized row (16 lanes and a tail) */
+    rank = 1 + rnd(2), axis = rank - 1;
+    dims[axis] = 1 + rnd(250); /* with 4 rows at most: within MAXN */
+  }
   int pr = ln_param_shape(rank, dims, axis, kind, pd);
   int64_t n = numel(rank, dims), D = numel(rank - axis, dims + axis), P = numel(pr, pd);
   fill(xv, n, dt);

@@ -18,6 +18,7 @@
 #include "../base/pool.h"
 #include "bcast.h"
 #include "norm.h"
+#include "vmath.h"
 
 /* ======================================================== group walk */
 
@@ -489,7 +490,8 @@ static keel_status ln_stats_out(keel_kctx *k, const keel_tensor *x, int axis,
 
 /* The common case on its own path: float32 over the last axis with a 1-D
  * Scale and B (or no B), no Mean / InvStdDev outputs. Rows go to the pool;
- * each row is two passes (moments in double, then the affine map). */
+ * each row is keel_vm_layernorm_row (moments in double, then the affine
+ * map, vectorized). */
 typedef struct ln_fast {
   const float *x, *s, *b;
   float *y;
@@ -501,22 +503,8 @@ static keel_status ln_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
   (void)worker;
   const ln_fast *f = ctx;
   int64_t D = f->D;
-  for (int64_t r = r0; r < r1; r++) {
-    const float *x = f->x + r * D;
-    float *y = f->y + r * D;
-    double sum = 0, sq = 0;
-    for (int64_t j = 0; j < D; j++) sum += x[j];
-    double mean = sum / (double)D;
-    for (int64_t j = 0; j < D; j++) {
-      double d = x[j] - mean;
-      sq += d * d;
-    }
-    float m = (float)mean, inv = (float)(1.0 / sqrt(sq / (double)D + f->eps));
-    if (f->b)
-      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j] + f->b[j];
-    else
-      for (int64_t j = 0; j < D; j++) y[j] = (x[j] - m) * inv * f->s[j];
-  }
+  for (int64_t r = r0; r < r1; r++)
+    keel_vm_layernorm_row(f->x + r * D, f->y + r * D, D, f->s, f->b, f->eps);
   return KEEL_OK;
 }
 

@@ -364,3 +364,59 @@ void keel_vm_tanh(const float *x, float *y, int64_t n) {
 #endif
   TANH_LOOP(x, y, n)
 }
+
+/* ============================================================ LayerNorm row */
+
+/* The moments in double over 16 lanes (a partial sum per lane, added up at
+ * the end), then the affine map in float: loops the compiler vectorizes at
+ * whatever width the copy is built for. */
+#define LN_ROW_BODY(x, y, D, s, b, eps)                                                     \
+  {                                                                                         \
+    double acc_[16] = {0}, sum_ = 0, sq_ = 0;                                               \
+    int64_t j_ = 0, d16_ = (D) & ~(int64_t)15;                                              \
+    for (; j_ < d16_; j_ += 16)                                                             \
+      for (int l_ = 0; l_ < 16; l_++) acc_[l_] += (double)(x)[j_ + l_];                     \
+    for (int l_ = 0; l_ < 16; l_++) sum_ += acc_[l_];                                       \
+    for (; j_ < (D); j_++) sum_ += (x)[j_];                                                 \
+    double mean_ = sum_ / (double)(D);                                                      \
+    for (int l_ = 0; l_ < 16; l_++) acc_[l_] = 0;                                           \
+    for (j_ = 0; j_ < d16_; j_ += 16)                                                       \
+      for (int l_ = 0; l_ < 16; l_++) {                                                     \
+        double d_ = (double)(x)[j_ + l_] - mean_;                                           \
+        acc_[l_] += d_ * d_;                                                                \
+      }                                                                                     \
+    for (int l_ = 0; l_ < 16; l_++) sq_ += acc_[l_];                                        \
+    for (; j_ < (D); j_++) sq_ += ((double)(x)[j_] - mean_) * ((double)(x)[j_] - mean_);    \
+    float m_ = (float)mean_, inv_ = (float)(1.0 / sqrt(sq_ / (double)(D) + (eps)));         \
+    if (b)                                                                                  \
+      for (j_ = 0; j_ < (D); j_++) (y)[j_] = ((x)[j_] - m_) * inv_ * (s)[j_] + (b)[j_];     \
+    else                                                                                    \
+      for (j_ = 0; j_ < (D); j_++) (y)[j_] = ((x)[j_] - m_) * inv_ * (s)[j_];               \
+  }
+
+#ifdef VM_X86
+__attribute__((target("avx2,fma"))) static void ln_row_avx2(const float *x, float *y, int64_t D,
+                                                            const float *s, const float *b,
+                                                            double eps) {
+  LN_ROW_BODY(x, y, D, s, b, eps)
+}
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static void ln_row_avx512(
+    const float *x, float *y, int64_t D, const float *s, const float *b, double eps) {
+  LN_ROW_BODY(x, y, D, s, b, eps)
+}
+#endif
+
+void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s, const float *b,
+                           double eps) {
+#ifdef VM_X86
+  if (__builtin_cpu_supports("avx512f")) {
+    ln_row_avx512(x, y, D, s, b, eps);
+    return;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    ln_row_avx2(x, y, D, s, b, eps);
+    return;
+  }
+#endif
+  LN_ROW_BODY(x, y, D, s, b, eps)
+}

@@ -41,4 +41,11 @@ KEEL_INTERNAL void keel_vm_silu_fast(float *y, int64_t n);
 KEEL_INTERNAL void keel_vm_tanh(const float *x, float *y, int64_t n);
 KEEL_INTERNAL float keel_vm_tanh1(float x);
 
+/* One row of LayerNormalization over its D elements: the mean and the
+ * variance in double (16 partial sums, then their total), then
+ * y[j] = (x[j] - mean) * (1 / sqrt(var + eps)) * s[j] + b[j] in float (b
+ * may be NULL). y may alias x. */
+KEEL_INTERNAL void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s,
+                                         const float *b, double eps);
+
 #endif /* KEEL_VMATH_H */
