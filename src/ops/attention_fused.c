@@ -107,20 +107,6 @@ static void row_mask(const fa_job *j, const uint8_t *mr, int64_t c0, int64_t n, 
   for (int64_t x = 0; x < n; x++) s[x] = (c[x * j->msc] != 0) == hit ? j->fill : s[x];
 }
 
-/* Softmax of one row in place; false when every score is -inf. */
-static bool row_softmax(float *s, int64_t n) {
-  float mx = -INFINITY;
-  for (int64_t x = 0; x < n; x++) mx = s[x] > mx ? s[x] : mx;
-  if (mx == -INFINITY) return false;
-  for (int64_t x = 0; x < n; x++) s[x] -= mx;
-  keel_exp_neg_f32(s, s, n);
-  float sum = 0;
-  for (int64_t x = 0; x < n; x++) sum += s[x];
-  float inv = 1.0f / sum;
-  for (int64_t x = 0; x < n; x++) s[x] *= inv;
-  return true;
-}
-
 /* One task: rows [i0, i0 + m) of (b, h). */
 static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t m, float *S) {
   int64_t c0 = 0, c1 = j->Skv;
@@ -147,7 +133,7 @@ static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t 
   for (int64_t r = 0; r < m; r++) {
     float *s = S + r * n;
     if (j->mask) row_mask(j, mask_row(j, b, h, i0 + r), c0, n, s);
-    if (n && !row_softmax(s, n)) bad[r / 64] |= 1ull << (r % 64);
+    if (n && !keel_vm_softmax_row(s, n)) bad[r / 64] |= 1ull << (r % 64);
   }
   keel_gemm_f32(NULL, false, false, m, j->Dv, n, 1.0f, S, n > 0 ? n : 1, v, j->vss, 0, y, j->yss);
   for (int64_t r = 0; r < m; r++)

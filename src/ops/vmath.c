@@ -420,3 +420,57 @@ void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s, 
 #endif
   LN_ROW_BODY(x, y, D, s, b, eps)
 }
+
+/* ============================================================ softmax row */
+
+/* The max over 16 lanes (a NaN score is skipped by the max and then makes
+ * the sum, so the row, NaN), the shift, the exponentials of
+ * EXP_NEG_LOOP, their sum over 16 lanes, and the scale. */
+#define SOFTMAX_ROW_BODY(row, n, ok)                                                          \
+  {                                                                                         \
+    float l16_[16], mx_ = -INFINITY, sum_ = 0;                                              \
+    int64_t j_ = 0, n16_ = (n) & ~(int64_t)15;                                              \
+    for (int l_ = 0; l_ < 16; l_++) l16_[l_] = -INFINITY;                                   \
+    for (; j_ < n16_; j_ += 16)                                                             \
+      for (int l_ = 0; l_ < 16; l_++)                                                       \
+        l16_[l_] = (row)[j_ + l_] > l16_[l_] ? (row)[j_ + l_] : l16_[l_];                       \
+    for (int l_ = 0; l_ < 16; l_++) mx_ = l16_[l_] > mx_ ? l16_[l_] : mx_;                  \
+    for (; j_ < (n); j_++) mx_ = (row)[j_] > mx_ ? (row)[j_] : mx_;                             \
+    ok = mx_ != -INFINITY;                                                                  \
+    if (ok) {                                                                               \
+      for (j_ = 0; j_ < (n); j_++) (row)[j_] -= mx_;                                          \
+      EXP_NEG_LOOP(row, row, n)                                                                 \
+      for (int l_ = 0; l_ < 16; l_++) l16_[l_] = 0;                                         \
+      for (j_ = 0; j_ < n16_; j_ += 16)                                                     \
+        for (int l_ = 0; l_ < 16; l_++) l16_[l_] += (row)[j_ + l_];                           \
+      for (int l_ = 0; l_ < 16; l_++) sum_ += l16_[l_];                                     \
+      for (; j_ < (n); j_++) sum_ += (row)[j_];                                               \
+      float inv_ = 1.0f / sum_;                                                             \
+      for (j_ = 0; j_ < (n); j_++) (row)[j_] *= inv_;                                         \
+    }                                                                                       \
+  }
+
+#ifdef VM_X86
+__attribute__((target("avx2,fma"))) static bool softmax_row_avx2(float *row, int64_t n) {
+  bool ok;
+  SOFTMAX_ROW_BODY(row, n, ok)
+  return ok;
+}
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static bool softmax_row_avx512(float *row,
+                                                                                   int64_t n) {
+  bool ok;
+  SOFTMAX_ROW_BODY(row, n, ok)
+  return ok;
+}
+#endif
+
+bool keel_vm_softmax_row(float *row, int64_t n) {
+#ifdef VM_X86
+  if (__builtin_cpu_supports("avx512f")) return softmax_row_avx512(row, n);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return softmax_row_avx2(row, n);
+#endif
+  bool ok;
+  SOFTMAX_ROW_BODY(row, n, ok)
+  return ok;
+}

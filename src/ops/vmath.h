@@ -48,4 +48,9 @@ KEEL_INTERNAL float keel_vm_tanh1(float x);
 KEEL_INTERNAL void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s,
                                          const float *b, double eps);
 
+/* Softmax of one row of n scores in place: exp(s - max) (keel_exp_neg_f32's
+ * polynomial) over their sum. False, and s untouched, when every score is
+ * -inf (or n is 0); a NaN score makes the whole row NaN. */
+KEEL_INTERNAL bool keel_vm_softmax_row(float *s, int64_t n);
+
 #endif /* KEEL_VMATH_H */
