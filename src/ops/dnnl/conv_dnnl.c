@@ -97,12 +97,16 @@ static band_geo band_of(const keel_win *w, int64_t oh0, int64_t oh1, int64_t *ih
   return (band_geo){hi - lo, lo - s0, e0 - hi, oh1 - oh0};
 }
 
-/* Cuts the rows into nb bands; false when a band would read no input row
- * (then one band, the whole image, is used). */
+/* Cuts the rows into about nb bands of one height (the last may be
+ * shorter), so that they need a first, a middle and a last geometry at
+ * most (uneven cuts, 8 and 9 rows, would need more and fell back to one
+ * band); false when a band would read no input row (then one band, the
+ * whole image, is used). */
 static bool cut_bands(cd_entry *e, const keel_win *w, int nb) {
-  int64_t OH = w->out[0];
+  int64_t OH = w->out[0], hb = (OH + nb - 1) / nb;
+  nb = (int)((OH + hb - 1) / hb);
   e->nbands = nb, e->nprims = 0;
-  for (int b = 0; b <= nb; b++) e->oh0[b] = OH * b / nb;
+  for (int b = 0; b <= nb; b++) e->oh0[b] = KEEL_MIN(hb * b, OH);
   for (int b = 0; b < nb; b++) {
     band_geo g = band_of(w, e->oh0[b], e->oh0[b + 1], &e->ih0[b]);
     if (g.ih <= 0) return false;
