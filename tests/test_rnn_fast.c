@@ -5,7 +5,8 @@
  * direction, both layouts, batch 1 and more (the product's row tails),
  * hidden sizes across its column blocks, sequence_lens with zero lengths,
  * initial states, peepholes, clip, input_forget, linear_before_reset,
- * custom activations and output subsets; then the bench model's shape, the
+ * custom activations, output subsets and 1-3 threads (RNN and LSTM split
+ * their steps by units at 2 or more); then the bench model's shape, the
  * nodes that must keep the reference (weights computed at run time, double),
  * and vmath's tanh against tanh() over a sweep and the special values. */
 #include <math.h>
@@ -41,6 +42,8 @@ typedef struct fcase {
   const char *acts[6];         /* NULL: the defaults                       */
   bool want[3];                /* Y, Y_h, Y_c                              */
   bool weights_as_inputs;      /* W and R fed at run time: no prepared state */
+  int threads;                 /* the session's (0: 1); RNN and LSTM on
+                                  packed weights split steps by units      */
   float *x, *w, *r, *b, *h0, *c0, *p;
   int32_t lens[8];
 } fcase;
@@ -123,7 +126,7 @@ static keel_session_t *build(const fcase *c, unsigned flags) {
     mb_output(g, out_names[i], KEEL_FLOAT, -1, NULL);
   }
   add_attrs(c, mb_add(g, OPS[c->kind], ins, outs));
-  keel_options o = {.size = sizeof o, .flags = flags, .threads = 1};
+  keel_options o = {.size = sizeof o, .flags = flags, .threads = c->threads ? c->threads : 1};
   return mb_session_opts(g, c->opset, &o);
 }
 
@@ -169,11 +172,11 @@ static bool run_case(const fcase *c, unsigned flags, bool packed, keel_value_t *
 
 static void describe(const fcase *c) {
   fprintf(stderr, "  %s opset %d dirs %d rev %d layout %d seq %lld batch %lld in %lld hid %lld "
-          "b %d lens %d h0 %d c0 %d p %d lbr %d couple %d clip %g acts %s %s\n",
+          "b %d lens %d h0 %d c0 %d p %d lbr %d couple %d clip %g acts %s %s threads %d\n",
           OPS[c->kind], c->opset, c->dirs, c->reverse, c->layout, (long long)c->seq,
           (long long)c->batch, (long long)c->in, (long long)c->hid, c->has_b, c->has_lens,
           c->has_h0, c->has_c0, c->has_p, c->lbr, c->couple, (double)c->clip,
-          c->acts[0] ? c->acts[0] : "default", c->acts[1] ? c->acts[1] : "");
+          c->acts[0] ? c->acts[0] : "default", c->acts[1] ? c->acts[1] : "", c->threads);
 }
 
 /* Fast against reference: within 2e-5 + 2e-5 relative (sums in another
@@ -209,12 +212,13 @@ static const char *const SOME_ACTS[] = {"Tanh", "Sigmoid", "Relu", "HardSigmoid"
                                         "ScaledTanh"};
 
 static fcase random_case(int kind) {
-  static const int64_t hids[] = {1, 5, 16, 17, 31, 32, 33, 47, 64, 65, 100};
+  static const int64_t hids[] = {1, 5, 16, 17, 31, 32, 33, 47, 64, 65, 100, 128, 144, 192};
   fcase c = {.kind = kind, .opset = pick(2) ? 14 : 7, .dirs = 1};
   int dir = pick(3);
   c.dirs = dir == 2 ? 2 : 1;
   c.reverse = dir == 1;
   c.layout = c.opset >= 14 ? pick(2) : 0;
+  c.threads = 1 + pick(3);
   c.seq = 1 + pick(6);
   c.batch = pick(3) ? 1 + pick(6) : 1;
   c.in = 1 + pick(40);
@@ -254,6 +258,7 @@ static void fixed_cases(void) {
   for (int batch = 1; batch <= 3; batch += 2) {
     fcase c = lstm;
     c.batch = batch;
+    c.threads = batch == 1 ? 2 : 1; /* batch 1, 2 threads: the parallel steps */
     fill_case(&c);
     compare_case(&c);
     c.kind = GRU, c.want[2] = false, c.has_c0 = false;
@@ -322,6 +327,38 @@ static void product_variants(void) {
     }
 }
 
+/* keel_rnn_gemm_cols: a part of the columns (starting at a multiple of 16,
+ * across panel boundaries) against double math; the other columns of C
+ * untouched. B gets the NP floats of slack rf_prepare leaves. */
+static void column_parts(void) {
+  static const int64_t Ms[] = {1, 2, 3, 4, 5, 7};
+  static const int64_t Ns[] = {16, 48, 64, 128, 144, 256, 400, 512};
+  for (int t = 0; t < 60; t++) {
+    int64_t M = Ms[pick(6)], N = Ns[pick(8)], K = 1 + pick(140), lda = K + pick(3),
+            ldc = N + pick(5);
+    int64_t j0 = 16 * pick((int)(N / 16)), n = 1 + pick((int)(N - j0));
+    float *a = fill(M * lda, 1.0f), *b = fill(N * K, 1.0f), *c = fill(M * ldc, 1.0f);
+    float *c0 = malloc(sizeof(float) * (size_t)(M * ldc));
+    float *pan = malloc(sizeof(float) * (size_t)(keel_rnn_panel_floats(N, K) + KEEL_RNN_NP));
+    memcpy(c0, c, sizeof(float) * (size_t)(M * ldc));
+    keel_rnn_pack_panels(b, K, 0, N, pan);
+    keel_rnn_gemm_cols(M, j0, n, K, a, lda, pan, c, ldc);
+    int bad = 0;
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < ldc; j++) {
+        bool in = j >= j0 && j < j0 + n;
+        double want = in ? 0 : c0[i * ldc + j];
+        for (int64_t k = 0; in && k < K; k++) want += (double)a[i * lda + k] * b[j * K + k];
+        if (!(fabs(c[i * ldc + j] - want) <= 1e-5 * (1 + K))) bad++;
+      }
+    if (bad) fprintf(stderr, "columns [%lld, %lld) of M %lld N %lld K %lld: %d wrong\n",
+                     (long long)j0, (long long)(j0 + n), (long long)M, (long long)N, (long long)K,
+                     bad);
+    CHECK(bad == 0);
+    free(a), free(b), free(c), free(c0), free(pan);
+  }
+}
+
 /* keel_vm_tanh against tanh() in double: within 4e-7 relative over
  * [-12, 12] (odd lengths reach every vector tail), and the specials. */
 static void tanh_sweep(void) {
@@ -353,6 +390,7 @@ static void tanh_sweep(void) {
 int main(void) {
   tanh_sweep();
   product_variants();
+  column_parts();
   random_cases();
   fixed_cases();
   double_keeps_reference();

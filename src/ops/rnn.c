@@ -22,8 +22,10 @@
  * Nodes bound to rnn_fast.c's "packed" implementation (float, constant W
  * and R) arrive with k->prep: the driver is the same, but both products go
  * through keel_rnn_gemm_panels on the weights packed at bind, and Tanh
- * through vmath's keel_vm_tanh. Without it (KEEL_OPT_REFERENCE_KERNELS and
- * every other node) this file is the reference: keel_gemm_f32, libm tanh.
+ * through vmath's keel_vm_tanh; RNN and LSTM steps split their units
+ * across the session's pool (step_parts) where a step is big enough.
+ * Without it (KEEL_OPT_REFERENCE_KERNELS and every other node) this file
+ * is the reference: keel_gemm_f32, libm tanh, one thread.
  *
  * Where ONNX is silent keel does what onnxruntime does: activation_alpha
  * and activation_beta are consumed, in order, only by the activations that
@@ -36,6 +38,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include "../base/pool.h"
 #include "bcast.h"
 #include "conv_util.h"
 #include "rnn_fast.h"
@@ -103,7 +106,9 @@ static const act_info *act_find(const char *s, size_t n) {
 
 /* What one gate row needs besides its data. */
 typedef struct rnn_cell {
-  int64_t hid;
+  int64_t hid;                 /* hidden_size: the stride of gate blocks  */
+  int64_t n;                   /* RNN, LSTM: units this call computes (hid,
+                                  or a part's on the parallel path)       */
   bool has_clip, lbr, couple;
   bool fast;                   /* prepared: vmath's tanh (float)          */
   double clip;
@@ -196,10 +201,10 @@ typedef struct rnn_vt {
     const T *x = px;                                                                     \
     T *g = pg;                                                                           \
     (void)aux;                                                                           \
-    for (int64_t j = 0; j < c->hid; j++) g[j] += x[j];                                   \
-    clip_##T(c, g, c->hid);                                                              \
-    act_##T(c->fast, &c->act[0], g, c->hid);                                             \
-    memcpy(ph, g, (size_t)c->hid * sizeof(T));                                           \
+    for (int64_t j = 0; j < c->n; j++) g[j] += x[j];                                     \
+    clip_##T(c, g, c->n);                                                                \
+    act_##T(c->fast, &c->act[0], g, c->n);                                               \
+    memcpy(ph, g, (size_t)c->n * sizeof(T));                                             \
   }
 
 /* GRU, gates z r h. First pass: z and r (both through f), and r ⊙ H for
@@ -232,17 +237,19 @@ typedef struct rnn_vt {
   }
 
 /* LSTM, gates i o f c; peepholes P[iof] see the old cell state for i and f
- * and the new one for o. g's c block ends up holding h(C). */
+ * and the new one for o. g's c block ends up holding h(C). The n units from
+ * x, g, h, C and P as given, gate blocks hid apart. */
 #define DEF_LSTM_ROW(T)                                                                  \
   static void lstm_row_##T(const rnn_cell *c, const void *px, void *pg, void *ph,        \
                            void *pcs) {                                                  \
-    int64_t n = c->hid;                                                                  \
+    int64_t n = c->n, hs = c->hid;                                                       \
     const T *x = px, *p = c->peep;                                                       \
-    T *gi = pg, *go = gi + n, *gf = gi + 2 * n, *gc = gi + 3 * n, *h = ph, *cs = pcs;    \
-    for (int64_t j = 0; j < 4 * n; j++) gi[j] += x[j];                                   \
+    T *gi = pg, *go = gi + hs, *gf = gi + 2 * hs, *gc = gi + 3 * hs, *h = ph, *cs = pcs; \
+    for (int64_t q = 0; q < 4; q++)                                                      \
+      for (int64_t j = 0; j < n; j++) gi[q * hs + j] += x[q * hs + j];                   \
     for (int64_t j = 0; p && j < n; j++) {                                               \
       gi[j] += p[j] * cs[j];                                                             \
-      gf[j] += p[2 * n + j] * cs[j];                                                     \
+      gf[j] += p[2 * hs + j] * cs[j];                                                    \
     }                                                                                    \
     clip_##T(c, gi, n);                                                                  \
     act_##T(c->fast, &c->act[0], gi, n);                                                 \
@@ -255,7 +262,7 @@ typedef struct rnn_vt {
     clip_##T(c, gc, n);                                                                  \
     act_##T(c->fast, &c->act[1], gc, n);                                                 \
     for (int64_t j = 0; j < n; j++) cs[j] = gf[j] * cs[j] + gi[j] * gc[j];               \
-    for (int64_t j = 0; p && j < n; j++) go[j] += p[n + j] * cs[j];                      \
+    for (int64_t j = 0; p && j < n; j++) go[j] += p[hs + j] * cs[j];                     \
     clip_##T(c, go, n);                                                                  \
     act_##T(c->fast, &c->act[0], go, n);                                                 \
     memcpy(gc, cs, (size_t)n * sizeof(T));                                               \
@@ -546,6 +553,9 @@ typedef struct rnn_work {
   void *proj;                  /* (seq*batch, G*hid): X·Wᵀ + bias          */
   void *gates;                 /* (batch, G*hid): one step's H·Rᵀ          */
   void *h, *c, *rh;            /* (batch, hid): H, LSTM's C, GRU's r ⊙ H   */
+  void *h_next;                /* (batch, hid): the parallel steps' new H  */
+  struct keel_pool *pool;      /* the session's threads                    */
+  int parts;                   /* > 1: steps split by units (step_parts)   */
   void *bias;                  /* (G*hid): one direction's Wb + Rb         */
 } rnn_work;
 
@@ -650,6 +660,7 @@ static keel_status make_work(keel_kctx *k, const rnn_plan *p, const rnn_io *io, 
   carve_add(&c, &w->h, bh, es);
   carve_add(&c, &w->c, p->kind == K_LSTM ? bh : 0, es);
   carve_add(&c, &w->rh, p->kind == K_GRU ? bh : 0, es);
+  carve_add(&c, &w->h_next, bh, es);
   carve_add(&c, &w->bias, gh, es);
   if (half) carve_staging(&c, io, w);
   KEEL_TRY(carve_commit(k, p, &c));
@@ -733,6 +744,51 @@ static void each_row(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, i
   }
 }
 
+/* The parallel form of a step (RNN and LSTM on packed weights): part q of
+ * w->parts takes the units [u0, u1) (multiples of 16): their columns of
+ * every gate block of H·Rᵀ, then their gate math for every batch entry.
+ * Every part reads all of H, so the new H goes to w->h_next (the two swap
+ * after the step); an entry whose sequence has ended keeps its units. On
+ * a batch of one, each thread reads its own 1/parts of R, from its own
+ * cache, so a step costs about 1/parts of the serial one plus a wake-up. */
+typedef struct step_job {
+  const rnn_plan *p;
+  const rnn_work *w;
+  const rnn_cell *c;
+  int d;
+  int64_t s;
+} step_job;
+
+static keel_status step_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
+  const step_job *j = ctx;
+  const rnn_plan *p = j->p;
+  const rnn_work *w = j->w;
+  int64_t hid = p->hid, gh = p->gates * hid, units = hid / 16;
+  (void)worker;
+  for (int64_t q = q0; q < q1; q++) {
+    int64_t u0 = 16 * (units * q / w->parts), u1 = 16 * (units * (q + 1) / w->parts);
+    if (u1 == u0) continue;
+    for (int g = 0; g < p->gates; g++)
+      keel_rnn_gemm_cols(p->batch, g * hid + u0, u1 - u0, hid, w->h, hid, w->prep->r[j->d][0],
+                         w->gates, gh);
+    rnn_cell cell = *j->c;
+    cell.n = u1 - u0;
+    if (cell.peep) cell.peep = (const float *)cell.peep + u0;
+    for (int64_t b = 0; b < p->batch; b++) {
+      float *hn = (float *)w->h_next + b * hid + u0;
+      if (j->s >= w->lens[b]) {
+        memcpy(hn, (const float *)w->h + b * hid + u0, (size_t)(u1 - u0) * sizeof(float));
+        continue;
+      }
+      int64_t t = step_time(p, w, j->d, b, j->s);
+      w->vt->row[p->kind](&cell, (const float *)w->proj + x_row(p, t, b) * gh + u0,
+                          (float *)w->gates + b * gh + u0, hn,
+                          w->c ? (float *)w->c + b * hid + u0 : NULL);
+    }
+  }
+  return KEEL_OK;
+}
+
 /* One time step of direction d for the whole batch. */
 static void run_step(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, int64_t s) {
   const rnn_vt *vt = w->vt;
@@ -741,13 +797,20 @@ static void run_step(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, i
   char *R = elem_at(w->r, d * gh * hid, es);
   bool split = p->kind == K_GRU && !p->lbr; /* the h block waits for r ⊙ H */
   const keel_rnn_prep *pp = w->prep;
-  if (pp) /* GRU's h columns are part 1: now with H unless split */
+  if (w->parts > 1) {
+    step_job j = {p, w, c, d, s};
+    keel_status st = keel_pool_for(w->pool, w->parts, 1, step_parts, &j);
+    keel_assert_internal(!st); /* the parts cannot fail */
+    (void)st;
+    void *h = w->h;
+    w->h = w->h_next, w->h_next = h;
+  } else if (pp) /* GRU's h columns are part 1: now with H unless split */
     for (int q = 0; q < (split ? 1 : pp->nparts); q++)
       keel_rnn_gemm_panels(p->batch, pp->part_n[q], hid, w->h, hid, pp->r[d][q], false,
                            (float *)w->gates + pp->part_col[q], gh);
   else
     vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
-  each_row(p, w, c, d, s, vt->row[p->kind]);
+  if (w->parts <= 1) each_row(p, w, c, d, s, vt->row[p->kind]);
   if (p->kind == K_GRU) {
     if (split && pp)
       keel_rnn_gemm_panels(p->batch, pp->part_n[1], hid, w->rh, hid, pp->r[d][1], false,
@@ -783,8 +846,8 @@ static void finish_direction(const rnn_plan *p, rnn_work *w, int d) {
 static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
   size_t es = w->vt->es;
   int64_t gh = p->gates * p->hid;
-  rnn_cell c = {.hid = p->hid, .has_clip = p->has_clip, .lbr = p->lbr, .couple = p->couple,
-                .fast = w->prep != NULL, .clip = p->clip, .act = p->act[d]};
+  rnn_cell c = {.hid = p->hid, .n = p->hid, .has_clip = p->has_clip, .lbr = p->lbr,
+                .couple = p->couple, .fast = w->prep != NULL, .clip = p->clip, .act = p->act[d]};
   if (w->p) c.peep = elem_at(w->p, d * 3 * p->hid, es);
   if (w->b && p->lbr) c.rbh = elem_at(w->b, d * 2 * gh + gh + 2 * p->hid, es);
   project_inputs(p, w, d);
@@ -794,6 +857,15 @@ static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
 }
 
 /* ========================================================= operators */
+
+/* Parts for the parallel steps: RNN and LSTM on packed weights, units in
+ * multiples of 16, and a step's product big enough (32K multiply-adds) to
+ * pay for waking the pool; else 1 (serial). */
+static int step_parts_for(const rnn_plan *p, const rnn_work *w, int threads) {
+  if (!w->prep || p->kind == K_GRU || threads < 2 || p->hid % 16 || p->hid < 32) return 1;
+  if (p->batch * p->gates * p->hid * p->hid < 32768) return 1;
+  return (int)KEEL_MIN((int64_t)threads, p->hid / 16);
+}
 
 /* The node's packed weights (rnn_fast.c) when they fit this call: float,
  * the same sizes (the checks above passed against X and the attributes). */
@@ -815,6 +887,8 @@ static keel_status rnn_run(keel_kctx *k, int kind) {
   KEEL_TRY(make_outputs(k, &p, &io));
   KEEL_TRY(make_work(k, &p, &io, &w));
   w.prep = prep_for(k, &p, &io);
+  w.pool = k->pool;
+  w.parts = step_parts_for(&p, &w, keel_pool_threads(k->pool));
   if (p.batch == 0 || p.hid == 0) return KEEL_OK; /* every output is empty */
   for (int d = 0; d < p.dirs; d++) run_direction(&p, &w, d);
   if (keel_is_half(io.dt)) {

@@ -174,9 +174,19 @@ MM512 static void mm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int
       mm512_tile(1, 8, true, K, A, lda, panel, acc, C + j, ldc, m);
       continue;
     }
-    if (M == 1) {
-      mm512_masks(N - j, 8, m);
-      mm512_tile(1, 8, false, K, A, lda, panel, acc, C + j, ldc, m);
+    if (M == 1) { /* the vectors the columns need, no more */
+      int64_t left = N - j;
+      mm512_masks(left, 8, m);
+      switch ((left + 15) / 16) {
+        case 1: mm512_tile(1, 1, left == 16, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 2: mm512_tile(1, 2, left == 32, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 3: mm512_tile(1, 3, left == 48, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 4: mm512_tile(1, 4, left == 64, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 5: mm512_tile(1, 5, left == 80, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 6: mm512_tile(1, 6, left == 96, K, A, lda, panel, acc, C + j, ldc, m); break;
+        case 7: mm512_tile(1, 7, left == 112, K, A, lda, panel, acc, C + j, ldc, m); break;
+        default: mm512_tile(1, 8, false, K, A, lda, panel, acc, C + j, ldc, m); break;
+      }
       continue;
     }
     for (int64_t h = 0; h < NP && j + h < N; h += 64) {
@@ -220,6 +230,27 @@ void keel_rnn_gemm_panels(int64_t M, int64_t N, int64_t K, const float *A, int64
     atomic_store(&g_mm, f);
   }
   f(M, N, K, A, lda, B, acc, C, ldc);
+}
+
+/* Columns [j0, j0 + n) of A·B into the same columns of C (acc false), one
+ * panel's part at a time: a part starting 16 * i floats into its panel is
+ * a panel of its own whose rows are NP apart, so the product functions run
+ * on it as they are (the AVX-512 one reads whole vectors past the part's
+ * columns, up to NP floats past the panel: rf_prepare leaves that slack
+ * after the packed weights). j0 must be a multiple of 16. */
+void keel_rnn_gemm_cols(int64_t M, int64_t j0, int64_t n, int64_t K, const float *A, int64_t lda,
+                        const float *B, float *C, int64_t ldc) {
+  mm_fn f = atomic_load(&g_mm);
+  if (!f) {
+    f = mm_pick();
+    atomic_store(&g_mm, f);
+  }
+  keel_assert_internal(j0 % 16 == 0);
+  for (int64_t a = j0, e; M > 0 && a < j0 + n; a = e) {
+    int64_t q = a / NP;
+    e = KEEL_MIN(j0 + n, (q + 1) * NP);
+    f(M, e - a, K, A, lda, B + q * K * NP + (a - q * NP), false, C + a, ldc);
+  }
 }
 
 /* ==================================================== prepared state */
@@ -284,6 +315,7 @@ static keel_status rf_prepare(const keel_prep_ctx *p, void **state) {
       off[d][q][1] = total;
       total += (size_t)keel_rnn_panel_floats(t.part_n[q], hid) * sizeof(float);
     }
+  total += NP * sizeof(float); /* what keel_rnn_gemm_cols may read past the end */
   void *blk;
   KEEL_TRY(keel_prep_alloc(p, total, &blk));
   for (int64_t d = 0; d < dirs; d++)

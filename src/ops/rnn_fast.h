@@ -29,6 +29,13 @@ KEEL_INTERNAL void keel_rnn_gemm_panels(int64_t M, int64_t N, int64_t K, const f
 
 /* Panels of the columns [j0, j0 + n) of Bᵀ, B = src (gate columns by K,
  * row-major), into dst of keel_rnn_panel_floats(n, K) floats. */
+/* Columns [j0, j0 + n) of the same product (j0 a multiple of 16) into
+ * those columns of C, acc false: a part of the gate columns, for the
+ * parallel steps of rnn.c. B must be the start of a packed array of
+ * rf_prepare's block (it may read up to KEEL_RNN_NP floats past its end). */
+KEEL_INTERNAL void keel_rnn_gemm_cols(int64_t M, int64_t j0, int64_t n, int64_t K, const float *A,
+                                      int64_t lda, const float *B, float *C, int64_t ldc);
+
 KEEL_INTERNAL void keel_rnn_pack_panels(const float *src, int64_t K, int64_t j0, int64_t n,
                                         float *dst);
 KEEL_INTERNAL int64_t keel_rnn_panel_floats(int64_t n, int64_t K);
