@@ -2,8 +2,10 @@
  *
  * A heap takes segments from the system (keel_sys_pages) and serves blocks
  * from them: requests are rounded to 64 bytes and looked up in size bins
- * (8 bins per power of two, a bitmap of non-empty bins); within a bin the
- * smallest block that fits wins (best fit). A larger block is split; a freed
+ * (8 bins per power of two, a bitmap of non-empty bins); for small
+ * requests the smallest block that fits wins (best fit), for large ones
+ * the lowest in memory (address-ordered first fit: the pages a run
+ * touches stay near its peak). A larger block is split; a freed
  * block merges with free neighbours. Small requests (<= 1 MiB) and large ones
  * live in separate pools so that small tensors do not fragment large
  * segments (the rule PyTorch's caching allocator follows).
