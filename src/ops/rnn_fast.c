@@ -232,6 +232,19 @@ void keel_rnn_gemm_panels(int64_t M, int64_t N, int64_t K, const float *A, int64
   f(M, N, K, A, lda, B, acc, C, ldc);
 }
 
+bool keel_rnn_gemm_avx512(void) {
+  mm_fn f = atomic_load(&g_mm);
+  if (!f) {
+    f = mm_pick();
+    atomic_store(&g_mm, f);
+  }
+#ifdef RF_X86
+  return f == mm_avx512;
+#else
+  return false;
+#endif
+}
+
 /* Columns [j0, j0 + n) of A·B into the same columns of C (acc false), one
  * panel's part at a time: a part starting 16 * i floats into its panel is
  * a panel of its own whose rows are NP apart, so the product functions run

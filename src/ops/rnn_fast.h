@@ -36,6 +36,9 @@ KEEL_INTERNAL void keel_rnn_gemm_panels(int64_t M, int64_t N, int64_t K, const f
 KEEL_INTERNAL void keel_rnn_gemm_cols(int64_t M, int64_t j0, int64_t n, int64_t K, const float *A,
                                       int64_t lda, const float *B, float *C, int64_t ldc);
 
+/* True when the product runs its AVX-512 kernel on this CPU. */
+KEEL_INTERNAL bool keel_rnn_gemm_avx512(void);
+
 KEEL_INTERNAL void keel_rnn_pack_panels(const float *src, int64_t K, int64_t j0, int64_t n,
                                         float *dst);
 KEEL_INTERNAL int64_t keel_rnn_panel_floats(int64_t n, int64_t K);

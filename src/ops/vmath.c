@@ -376,7 +376,9 @@ void keel_vm_tanh(const float *x, float *y, int64_t n) {
     int64_t j_ = 0, d16_ = (D) & ~(int64_t)15;                                              \
     for (; j_ < d16_; j_ += 16)                                                             \
       for (int l_ = 0; l_ < 16; l_++) acc_[l_] += (double)(x)[j_ + l_];                     \
-    for (int l_ = 0; l_ < 16; l_++) sum_ += acc_[l_];                                       \
+    for (int w_ = 8; w_; w_ >>= 1) /* a tree: shuffles, not 16 dependent steps */       \
+      for (int l_ = 0; l_ < w_; l_++) acc_[l_] += acc_[l_ + w_];                            \
+    sum_ = acc_[0];                                                                         \
     for (; j_ < (D); j_++) sum_ += (x)[j_];                                                 \
     double mean_ = sum_ / (double)(D);                                                      \
     for (int l_ = 0; l_ < 16; l_++) acc_[l_] = 0;                                           \
@@ -385,7 +387,9 @@ void keel_vm_tanh(const float *x, float *y, int64_t n) {
         double d_ = (double)(x)[j_ + l_] - mean_;                                           \
         acc_[l_] += d_ * d_;                                                                \
       }                                                                                     \
-    for (int l_ = 0; l_ < 16; l_++) sq_ += acc_[l_];                                        \
+    for (int w_ = 8; w_; w_ >>= 1)                                                          \
+      for (int l_ = 0; l_ < w_; l_++) acc_[l_] += acc_[l_ + w_];                            \
+    sq_ = acc_[0];                                                                          \
     for (; j_ < (D); j_++) sq_ += ((double)(x)[j_] - mean_) * ((double)(x)[j_] - mean_);    \
     float m_ = (float)mean_, inv_ = (float)(1.0 / sqrt(sq_ / (double)(D) + (eps)));         \
     if (b)                                                                                  \
@@ -434,7 +438,10 @@ void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s, 
     for (; j_ < n16_; j_ += 16)                                                             \
       for (int l_ = 0; l_ < 16; l_++)                                                       \
         l16_[l_] = (row)[j_ + l_] > l16_[l_] ? (row)[j_ + l_] : l16_[l_];                       \
-    for (int l_ = 0; l_ < 16; l_++) mx_ = l16_[l_] > mx_ ? l16_[l_] : mx_;                  \
+    for (int w_ = 8; w_; w_ >>= 1) /* a tree: shuffles, not 16 dependent steps */       \
+      for (int l_ = 0; l_ < w_; l_++)                                                       \
+        l16_[l_] = l16_[l_ + w_] > l16_[l_] ? l16_[l_ + w_] : l16_[l_];                     \
+    mx_ = l16_[0];                                                                          \
     for (; j_ < (n); j_++) mx_ = (row)[j_] > mx_ ? (row)[j_] : mx_;                             \
     ok = mx_ != -INFINITY;                                                                  \
     if (ok) {                                                                               \
@@ -443,7 +450,9 @@ void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s, 
       for (int l_ = 0; l_ < 16; l_++) l16_[l_] = 0;                                         \
       for (j_ = 0; j_ < n16_; j_ += 16)                                                     \
         for (int l_ = 0; l_ < 16; l_++) l16_[l_] += (row)[j_ + l_];                           \
-      for (int l_ = 0; l_ < 16; l_++) sum_ += l16_[l_];                                     \
+      for (int w_ = 8; w_; w_ >>= 1)                                                        \
+        for (int l_ = 0; l_ < w_; l_++) l16_[l_] += l16_[l_ + w_];                          \
+      sum_ = l16_[0];                                                                       \
       for (; j_ < (n); j_++) sum_ += (row)[j_];                                               \
       float inv_ = 1.0f / sum_;                                                             \
       for (j_ = 0; j_ < (n); j_++) (row)[j_] *= inv_;                                         \
@@ -456,11 +465,61 @@ __attribute__((target("avx2,fma"))) static bool softmax_row_avx2(float *row, int
   SOFTMAX_ROW_BODY(row, n, ok)
   return ok;
 }
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) static bool softmax_row_avx512(float *row,
-                                                                                   int64_t n) {
-  bool ok;
-  SOFTMAX_ROW_BODY(row, n, ok)
-  return ok;
+/* AVX-512 by hand: the loops of the body above leave their 16-lane
+ * reductions to scalar code that stalls on store forwarding (half of a
+ * 128-score row's time); here they are shuffles, the tail a masked vector,
+ * and the exponential EXP_NEG_LOOP's (with FMAs: within an ulp of it). */
+#define V512 __attribute__((target("avx512f,avx512vl,avx2,fma")))
+V512 static inline __m512 exp_neg512(__m512 v) {
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  __m512 c = _mm512_max_ps(v, _mm512_set1_ps(-87.0f)); /* NaN -> -87: fixed below */
+  __m512 tt = _mm512_fmadd_ps(c, _mm512_set1_ps(1.44269504088896341f), magic);
+  __m512 m = _mm512_sub_ps(tt, magic);
+  __m512 r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693359375f), c);
+  r = _mm512_fnmadd_ps(m, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(m), _mm512_set1_epi32(127));
+  e = _mm512_slli_epi32(e, 23);
+  __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+  __mmask16 lo = _mm512_cmp_ps_mask(v, _mm512_set1_ps(-87.0f), _CMP_NGE_UQ); /* v < -87 or NaN */
+  __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  y = _mm512_mask_blend_ps(lo, y, _mm512_setzero_ps());
+  return _mm512_mask_blend_ps(nan, y, v);
+}
+
+V512 static bool softmax_row_avx512(float *row, int64_t n) {
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  __m512 mx = ninf;
+  int64_t j = 0, n16 = n & ~(int64_t)15;
+  __mmask16 tail = (__mmask16)((1u << (n - n16)) - 1);
+  for (; j < n16; j += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + j), mx); /* skips NaN */
+  if (tail) mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, tail, row + n16), mx);
+  float m = _mm512_reduce_max_ps(mx);
+  if (m == -INFINITY) return false;
+  __m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+  for (j = 0; j < n16; j += 16) {
+    __m512 e = exp_neg512(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+    _mm512_storeu_ps(row + j, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  if (tail) {
+    __m512 e = exp_neg512(_mm512_sub_ps(_mm512_mask_loadu_ps(ninf, tail, row + n16), vm));
+    _mm512_mask_storeu_ps(row + n16, tail, e);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(tail, e));
+  }
+  __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (j = 0; j < n16; j += 16)
+    _mm512_storeu_ps(row + j, _mm512_mul_ps(_mm512_loadu_ps(row + j), inv));
+  if (tail)
+    _mm512_mask_storeu_ps(row + n16, tail,
+                          _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + n16), inv));
+  return true;
 }
 #endif
 
