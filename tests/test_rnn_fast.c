@@ -308,10 +308,10 @@ static void product_variants(void) {
       bool acc = pick(2);
       float *a = fill(M * lda, 1.0f), *b = fill(N * K, 1.0f), *c = fill(M * ldc, 1.0f);
       float *c0 = malloc(sizeof(float) * (size_t)(M * ldc));
-      float *pan = malloc(sizeof(float) * (size_t)keel_rnn_panel_floats(N, K));
+      float *pan = malloc(sizeof(float) * (size_t)keel_panel_floats(N, K));
       memcpy(c0, c, sizeof(float) * (size_t)(M * ldc));
-      keel_rnn_pack_panels(b, K, 0, N, pan);
-      if (keel_rnn_gemm_variant(v, M, N, K, a, lda, pan, acc, c, ldc)) {
+      keel_panel_pack(b, K, 0, N, pan);
+      if (keel_panel_gemm_variant(v, M, N, K, a, lda, pan, acc, c, ldc)) {
         int bad = 0;
         for (int64_t i = 0; i < M; i++)
           for (int64_t j = 0; j < ldc; j++) {
@@ -327,7 +327,7 @@ static void product_variants(void) {
     }
 }
 
-/* keel_rnn_gemm_cols: a part of the columns (starting at a multiple of 16,
+/* keel_panel_gemm_cols: a part of the columns (starting at a multiple of 16,
  * across panel boundaries) against double math; the other columns of C
  * untouched. B gets the NP floats of slack rf_prepare leaves. */
 static void column_parts(void) {
@@ -339,10 +339,10 @@ static void column_parts(void) {
     int64_t j0 = 16 * pick((int)(N / 16)), n = 1 + pick((int)(N - j0));
     float *a = fill(M * lda, 1.0f), *b = fill(N * K, 1.0f), *c = fill(M * ldc, 1.0f);
     float *c0 = malloc(sizeof(float) * (size_t)(M * ldc));
-    float *pan = malloc(sizeof(float) * (size_t)(keel_rnn_panel_floats(N, K) + KEEL_RNN_NP));
+    float *pan = malloc(sizeof(float) * (size_t)(keel_panel_floats(N, K) + KEEL_PANEL_NP));
     memcpy(c0, c, sizeof(float) * (size_t)(M * ldc));
-    keel_rnn_pack_panels(b, K, 0, N, pan);
-    keel_rnn_gemm_cols(M, j0, n, K, a, lda, pan, c, ldc);
+    keel_panel_pack(b, K, 0, N, pan);
+    keel_panel_gemm_cols(M, j0, n, K, a, lda, pan, c, ldc);
     int bad = 0;
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < ldc; j++) {

@@ -24,7 +24,7 @@
  * with V into Y. Nothing larger than that block is materialized. On
  * AVX-512 CPUs with heads for every thread a task is a whole head
  * instead, its K and V packed once into keel's panel layout and each
- * block's products run by keel_rnn_gemm_panels (below). When the
+ * block's products run by keel_panel_gemm (below). When the
  * Where fill is -inf, a block's keys are cut to the union of its rows'
  * unmasked range (a causal mask then skips the keys above the diagonal).
  *
@@ -36,7 +36,7 @@
 
 #include "../base/pool.h"
 #include "conv_util.h"
-#include "rnn_fast.h"
+#include "panel_gemm.h"
 #include "vmath.h"
 
 #define QB 32 /* query rows per task */
@@ -158,12 +158,12 @@ static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t 
 
 /* The panel path (on CPUs where keel's panel product has AVX-512): a task
  * is one (b, h), all its query blocks. K is packed once per task as the
- * panels of keel_rnn_gemm_panels (D rows of 128 keys, scale folded in),
+ * panels of keel_panel_gemm (D rows of 128 keys, scale folded in),
  * V as one panel (Skv rows of 128 value columns, zero-padded), so each
  * block's two products run on keel's register-tiled kernel without the
  * per-call packing of a general sgemm (which had them at 140 GFLOP/s on
  * 32 x 128 x 64 blocks). */
-#define NP KEEL_RNN_NP
+#define NP KEEL_PANEL_NP
 
 static size_t panel_floats(const fa_job *j) {
   return (size_t)((j->Skv + NP - 1) / NP * j->D * NP) + (size_t)(j->Skv * NP) + NP;
@@ -205,14 +205,14 @@ static void fa_head(const fa_job *j, int64_t b, int64_t h, float *S, float *pk, 
       continue;
     }
     const float *q = j->q + b * j->qsb + h * j->qsh + i0 * j->qss;
-    keel_rnn_gemm_panels(m, c1, j->D, q, j->qss, pk, false, S, c1);
+    keel_panel_gemm(m, c1, j->D, q, j->qss, pk, false, S, c1);
     uint64_t bad[QB / 64 + 1] = {0};
     for (int64_t r = 0; r < m; r++) {
       float *s = S + r * c1 + c0;
       if (j->mask) row_mask(j, mask_row(j, b, h, i0 + r), c0, c1 - c0, s);
       if (!keel_vm_softmax_row(s, c1 - c0)) bad[r / 64] |= 1ull << (r % 64);
     }
-    keel_rnn_gemm_panels(m, j->Dv, c1 - c0, S + c0, c1, pv + c0 * NP, false, y, j->yss);
+    keel_panel_gemm(m, j->Dv, c1 - c0, S + c0, c1, pv + c0 * NP, false, y, j->yss);
     for (int64_t r = 0; r < m; r++)
       if (bad[r / 64] >> (r % 64) & 1) row_nan(y + r * j->yss, j->Dv);
   }
@@ -349,7 +349,7 @@ static keel_status op_fused_attention(keel_kctx *k) {
   int threads = keel_pool_threads(k->pool);
   /* panels where the product is AVX-512's, V fits one panel, and there are
    * heads enough for every thread */
-  j.panels = keel_rnn_gemm_avx512() && j.Dv <= NP && j.D <= 1024 && j.Skv <= 8192 &&
+  j.panels = keel_panel_gemm_avx512() && j.Dv <= NP && j.D <= 1024 && j.Skv <= 8192 &&
              j.B * j.H >= threads;
   j.per_worker = (size_t)(QB * j.Skv) + (j.panels ? panel_floats(&j) : 0);
   void *p;
