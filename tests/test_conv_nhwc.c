@@ -9,7 +9,9 @@
  * 1..3, every fused activation (the gated SiLU and hardswish too, and a
  * HardSigmoid*x oneDNN cannot take), a residual Add of two convs (the sum
  * post-op) followed by Relu, a residual constant that broadcasts, on 1, 2
- * and 3 threads; then a seeded sweep of random shapes. A chain model runs
+ * and 3 threads, few output rows over many channels (output-channel parts,
+ * then other shapes on the same session); then a seeded sweep of random
+ * shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
  * is also read mid-chain, checking the graph the pass leaves (two
@@ -210,6 +212,45 @@ static void one(const cv_case *t) {
   g_cases++;
 }
 
+/* A node whose first run takes output-channel parts (2 threads, 7 output
+ * rows) keeps them for every shape after it (batches of 1-3, other sizes),
+ * on one session: each run against the reference. */
+static void parts_then_shapes(void) {
+  cv_case t = {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4};
+  int64_t nw = t.m * t.c * 9;
+  float *wt = malloc(sizeof(float) * (size_t)nw), *w2 = malloc(sizeof(float) * (size_t)nw);
+  float *b = malloc(sizeof(float) * (size_t)t.m), *zc = malloc(sizeof(float) * (size_t)t.m);
+  for (int64_t i = 0; i < nw; i++) wt[i] = rnd(), w2[i] = rnd();
+  for (int64_t i = 0; i < t.m; i++) b[i] = rnd(), zc[i] = rnd();
+  cv_case dyn = t;
+  dyn.n = dyn.h = dyn.w = -1; /* symbolic: any batch and size */
+  keel_options o = {.size = sizeof o, .threads = 2};
+  keel_session_t *s = mb_session_opts(model(&dyn, wt, b, w2, zc), 14, &o);
+  CHECK(s != NULL);
+  static const int64_t shapes[][3] = {{1, 7, 7}, {2, 9, 9}, {1, 16, 16}, {3, 5, 6}, {1, 7, 7}};
+  for (int i = 0; s && i < 5; i++) {
+    cv_case u = t;
+    u.n = shapes[i][0], u.h = shapes[i][1], u.w = shapes[i][2];
+    int64_t nx = u.n * u.c * u.h * u.w;
+    float *x = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t k = 0; k < nx; k++) x[k] = rnd() * 4;
+    keel_status st;
+    keel_value_t *ref = run(&u, x, wt, b, w2, zc,
+                            KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS, 1, &st, NULL);
+    CHECK_OK(st);
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){u.n, u.c, u.h, u.w}, x);
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, out));
+    double worst = ref && out[0] ? worst_of(ref, out[0], 2e-6 * sqrt(64.0 * 9 + 1)) : INFINITY;
+    if (!(worst <= 1)) fprintf(stderr, "parts then shape %d: worst %g of the tolerance\n", i, worst);
+    CHECK(worst <= 1);
+    keel_value_release(in), keel_value_release(out[0]), keel_value_release(ref);
+    free(x);
+  }
+  keel_session_destroy(s);
+  free(wt), free(w2), free(b), free(zc);
+}
+
 static void sweep(int count) {
   static const char *acts[] = {NULL, "Relu", "SiLUGated", "Clip", "HardSigmoid", "HSwishGated",
                                "Tanh", "LeakyRelu"};
@@ -259,8 +300,15 @@ int main(void) {
       {2, 64, 64, 20, 22, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
       {1, 64, 64, 15, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Clip", NULL, 4},
       {1, 3, 16, 40, 44, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, NULL, NULL, 3},
+      /* inside a chain, few output rows that split unevenly, many channels:
+       * output-channel parts at 2 (and 3) threads */
+      {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 32, 64, 14, 14, 3, 3, 2, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
+      {1, 32, 80, 9, 9, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, "HSwishGated", NULL, 4},
+      {1, 48, 112, 5, 3, 3, 3, 1, 1, 1, {1, 0, 1, 2}, true, "OddHSigGated", NULL, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+  parts_then_shapes();
   sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
   return check_report();

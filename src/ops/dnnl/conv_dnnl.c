@@ -39,7 +39,8 @@
 #include "dnnl_glue.h"
 
 #define MAX_BANDS 64            /* bands of one image                       */
-#define PRIMS 3                 /* distinct band geometries: first, middle, last */
+#define PRIMS 4                 /* band geometries (first, middle, last), or
+                                   output-channel parts                    */
 #define SMALL_CONV ((int64_t)1 << 18) /* multiply-adds below which a conv is one band */
 
 /* One band geometry: input rows taken, the pads above and below them,
@@ -63,6 +64,7 @@ typedef struct cd_entry {
   void *w_own[PRIMS];           /* reordered copies this entry owns         */
   size_t scratch;               /* the largest scratchpad, bytes            */
   bool act_in_post[PRIMS];      /* the activation is a post-op of prim[p]   */
+  bool oc;                      /* band q: output channels part q, all rows */
   keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
@@ -82,8 +84,15 @@ typedef struct cd_state {
   const struct keel_model *model; /* to give its pages back (drop_orig)     */
   bool drop_orig;
   bool has_z;                   /* a residual input: not the Winograd path */
-  int path;                     /* 0 until the first run: 1 direct, 2 Winograd */
+  int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
+                                   3 direct in output-channel parts        */
   keel_wino_node wino;
+  /* path 3: W in parts of output channels (multiples of 16), each packed by
+   * its first primitive */
+  int noc, packed_oc;
+  int64_t oc0[PRIMS + 1];
+  keel_dnnl_packed pk_oc[PRIMS];
+  dnnl_memory_desc_t plain_oc[PRIMS], b_oc[PRIMS];
 } cd_state;
 
 /* ===================================================== primitives */
@@ -121,17 +130,30 @@ static bool cut_bands(cd_entry *e, const keel_win *w, int nb) {
   return true;
 }
 
-/* The descriptor of band geometry p, its weights (reordered when its kernel
- * wants another layout than the node's) and, when `make`, the primitive
- * (its JIT code: what costs memory outside keel). */
-static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
-  const band_geo *g = &e->geo[p];
-  dnnl_dims_t sd = {1, s->c, g->ih, w->in[1]}, dd = {1, s->m, g->oh, w->out[1]};
-  dnnl_dims_t wd5 = {s->group, s->m / s->group, s->c / s->group, s->kh, s->kw};
-  dnnl_dims_t wd4 = {s->m, s->c, s->kh, s->kw};
+/* What one primitive is made of beyond the node: its input and output
+ * sizes, the pads along H, the weights it reads (W, or output channels
+ * [m0, m0 + mq) of W) and where they are packed. */
+typedef struct prim_spec {
+  int64_t ih, oh, pt, pb;       /* input rows, output rows, pads above/below */
+  int64_t m0, mq;               /* output channels                         */
+  keel_dnnl_packed *pk;         /* W's (part's) packed copy                */
+  dnnl_memory_desc_t *plain, *b_md;
+  bool sum, bare;
+} prim_spec;
+
+/* The descriptor of primitive p, its weights (packed by the first
+ * primitive that reads them, reordered when another kernel wants another
+ * layout) and the primitive (its JIT code: what costs memory outside
+ * keel). *packed_now: this call packed them. */
+static keel_status make_prim_of(cd_state *s, cd_entry *e, int p, const keel_win *w,
+                                const prim_spec *ps, bool *packed_now) {
+  int64_t gm = ps->mq / s->group, gc = s->c / s->group;
+  dnnl_dims_t sd = {1, s->c, ps->ih, w->in[1]}, dd = {1, ps->mq, ps->oh, w->out[1]};
+  dnnl_dims_t wd5 = {s->group, gm, gc, s->kh, s->kw}, wd4 = {ps->mq, s->c, s->kh, s->kw};
   dnnl_dims_t strides = {w->s[0], w->s[1]}, dil = {w->d[0] - 1, w->d[1] - 1};
-  dnnl_dims_t pl = {g->pt, w->pb[1]}, pr = {g->pb, w->pe[1]};
+  dnnl_dims_t pl = {ps->pt, w->pb[1]}, pr = {ps->pb, w->pe[1]};
   dnnl_memory_desc_t src, dst, wany;
+  *packed_now = false;
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc), "src"));
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc), "dst"));
   KEEL_TRY(keel_dnnl_check(s->group > 1 ? dnnl_memory_desc_init_by_tag(&wany, 5, wd5, dnnl_f32,
@@ -139,39 +161,82 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
                                         : dnnl_memory_desc_init_by_tag(&wany, 4, wd4, dnnl_f32,
                                                                        dnnl_format_tag_any),
                            "weights"));
-  /* the node's packed layout first, so that every shape shares its W;
-   * any layout (and a copy of W in it) only when no kernel takes that */
+  /* the packed layout first, so that every shape shares its W; any layout
+   * (and a copy of W in it) only when no kernel takes that */
+  const dnnl_memory_desc_t *b_md = s->has_bias ? ps->b_md : NULL;
   dnnl_convolution_desc_t cd, cd_any;
   KEEL_TRY(keel_dnnl_check(
       dnnl_dilated_convolution_forward_desc_init(&cd_any, dnnl_forward_inference,
-                                                 dnnl_convolution_direct, &src, &wany,
-                                                 s->has_bias ? &s->b_md : NULL, &dst, strides,
-                                                 dil, pl, pr),
+                                                 dnnl_convolution_direct, &src, &wany, b_md, &dst,
+                                                 strides, dil, pl, pr),
       "convolution descriptor"));
-  bool fixed = s->pk.w &&
+  bool fixed = ps->pk->w &&
                dnnl_dilated_convolution_forward_desc_init(
-                   &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &s->pk.md,
-                   s->has_bias ? &s->b_md : NULL, &dst, strides, dil, pl, pr) == dnnl_success;
+                   &cd, dnnl_forward_inference, dnnl_convolution_direct, &src, &ps->pk->md, b_md,
+                   &dst, strides, dil, pl, pr) == dnnl_success;
   dnnl_primitive_attr_t attr;
-  KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, sum, e->bare, &e->act_in_post[p]));
-  keel_status st = KEEL_OK;
+  KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, ps->sum, ps->bare, &e->act_in_post[p]));
   dnnl_primitive_desc_t pd = NULL;
-  if (!st) st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
-  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &cd, attr, &s->pk.md);
+  keel_status st = keel_dnnl_pd_make(&pd, &cd_any, attr, "convolution primitive descriptor");
+  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &cd, attr, &ps->pk->md);
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
-  bool packed_now;
-  st = keel_dnnl_weights(&s->store, &s->pk, &s->plain_md, s->orig->data, wq, &e->w[p],
-                         &e->w_own[p], &packed_now);
-  /* nothing reads the original any more when this node alone did */
-  if (!st && packed_now && s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-  if (packed_now) s->drop_orig = false;
+  const float *from = (const float *)s->orig->data + ps->m0 * gc * s->kh * s->kw;
+  st = keel_dnnl_weights(&s->store, ps->pk, ps->plain, from, wq, &e->w[p], &e->w_own[p],
+                         packed_now);
   if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
+}
+
+/* Band geometry p: all output channels, W packed in s->pk. */
+static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
+  const band_geo *g = &e->geo[p];
+  prim_spec ps = {g->ih,     g->oh,        g->pt,    g->pb, 0,      s->m,
+                  &s->pk, &s->plain_md, &s->b_md, sum,   e->bare};
+  bool packed_now;
+  keel_status st = make_prim_of(s, e, p, w, &ps, &packed_now);
+  /* nothing reads the original any more when this node alone did */
+  if (!st && packed_now && s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+  if (packed_now) s->drop_orig = false;
+  return st;
+}
+
+/* Part q of the output channels (path 3): the whole image in, the part's
+ * channels out into a dense [OH, OW, mq] scratch (cd_band copies them into
+ * Y), W's part packed in s->pk_oc[q]. */
+static keel_status make_prim_oc(cd_state *s, cd_entry *e, int q, const keel_win *w) {
+  int64_t mq = s->oc0[q + 1] - s->oc0[q];
+  dnnl_dims_t wd = {mq, s->c, s->kh, s->kw}, bd = {mq};
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_oc[q], 1, bd, dnnl_f32, dnnl_a),
+                           "bias"));
+  KEEL_TRY(keel_dnnl_check(
+      dnnl_memory_desc_init_by_tag(&s->plain_oc[q], 4, wd, dnnl_f32, dnnl_oihw), "weights"));
+  prim_spec ps = {w->in[0], w->out[0], w->pb[0], w->pe[0], s->oc0[q], mq, &s->pk_oc[q],
+                  &s->plain_oc[q], &s->b_oc[q], false, false};
+  bool packed_now;
+  keel_status st = make_prim_of(s, e, q, w, &ps, &packed_now);
+  /* every part packed: nothing reads the original any more when this node
+   * alone did */
+  if (!st && packed_now && ++s->packed_oc == s->noc && s->drop_orig) {
+    keel_model_drop_const(s->model, s->orig, NULL, NULL);
+    s->drop_orig = false;
+  }
+  return st;
+}
+
+/* Output-channel parts instead of row bands (path 3, for good): on a batch
+ * of one whose few output rows split unevenly over the pool (ResNet-50's
+ * 7x7 layers: 4 and 3 rows) and whose channels are many, each thread
+ * makes all rows of its own channels, reading half of W instead of all of
+ * it. Not with a residual, staged edges or groups. */
+static bool want_oc(const cd_state *s, const keel_nhwc_geom *g) {
+  int64_t oh = g->w.out[0], t = s->threads;
+  return t >= 2 && t <= PRIMS && g->n == 1 && s->group == 1 && !s->has_z && !g->in_nchw &&
+         !g->out_nchw && oh % t != 0 && oh < 4 * t && s->m % 16 == 0 && s->m >= 32 * t;
 }
 
 static void entry_free(cd_state *s, cd_entry *e) {
@@ -202,7 +267,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   e->bare = key[3] != 0;
   /* the first run picks the path for good: Winograd where it fits and
    * oneDNN has a kernel, else the direct one */
-  if (s->path != 1 && !e->bare && !g->in_nchw && !g->out_nchw &&
+  if (s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
       (s->path == 2 || keel_wino_fits(g, s->has_z))) {
     keel_status ws = keel_wino_plan_make(&s->wino, g, &e->wino);
     if (!ws && s->path == 0) {
@@ -217,6 +282,25 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     }
     keel_err_clear(); /* no Winograd kernel here: direct, for good */
     keel_wino_node_free(&s->wino);
+  }
+  if (s->path == 3 || (s->path == 0 && !e->bare && want_oc(s, g))) {
+    if (!s->noc) {
+      int64_t blocks = s->m / 16;
+      s->noc = s->threads;
+      for (int q = 0; q <= s->noc; q++) s->oc0[q] = 16 * (blocks * q / s->noc);
+    }
+    s->path = 3;
+    e->oc = true;
+    e->nbands = e->nprims = s->noc;
+    e->oh0[0] = 0, e->oh0[1] = g->w.out[0];
+    keel_status st = KEEL_OK;
+    for (int q = 0; q < s->noc && !st; q++) st = make_prim_oc(s, e, q, &g->w);
+    if (st) {
+      entry_free(s, e);
+      return st;
+    }
+    *out = &e->base;
+    return KEEL_OK;
   }
   s->path = 1;
   /* bands: one per thread while the batch leaves threads idle; a small
@@ -258,6 +342,39 @@ typedef struct cd_job {
                                    (aligned up); the input band's          */
 } cd_job;
 
+/* Primitive p of e from x into y, with the worker's scratchpad ws and the
+ * bias b (NULL: none) of layout b_md. */
+static keel_status exec_prim(const cd_entry *e, int p, const float *x, float *y, uint8_t *ws,
+                             const dnnl_memory_desc_t *b_md, const float *b) {
+  keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)x},
+                        {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
+                        {DNNL_ARG_DST, &e->dst_md[p], y}};
+  int na = 3;
+  dnnl_memory_desc_t sp;
+  if (e->scratch) {
+    dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
+    KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a),
+                             "scratchpad"));
+    a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, ws};
+  }
+  if (b) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, b_md, (void *)(uintptr_t)b};
+  return keel_dnnl_exec(e->prim[p].p, na, a);
+}
+
+/* Path 3: output channels part q of image n, made dense in the worker's
+ * `part` scratch, then copied pixel by pixel into Y's channels. */
+static keel_status cd_part(const cd_job *j, int64_t n, int q, uint8_t *ws, float *part) {
+  const keel_nhwc_geom *g = j->g;
+  int64_t m0 = j->s->oc0[q], mq = j->s->oc0[q + 1] - m0, P = g->w.out[0] * g->w.out[1];
+  const float *x = j->x + n * g->w.in[0] * g->w.in[1] * g->c;
+  KEEL_TRY(exec_prim(j->e, q, x, part, ws, &j->s->b_oc[q], j->b ? j->b + m0 : NULL));
+  if (!j->e->act_in_post[q]) keel_dnnl_apply_act(&j->s->act, part, P * mq);
+  float *y = j->y + n * P * g->m + m0;
+  for (int64_t i = 0; i < P; i++)
+    memcpy(y + i * g->m, part + i * mq, (size_t)mq * sizeof(float));
+  return KEEL_OK;
+}
+
 static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
   const cd_job *j = ctx;
   const cd_entry *e = j->e;
@@ -268,7 +385,9 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
   uint8_t *ws = j->scratch ? j->scratch + (size_t)worker * j->per_worker : NULL;
   float *in_stage = ws ? (float *)(void *)(ws + j->pad) : NULL;
   float *out_stage = ws ? (float *)(void *)(ws + j->pad + j->stage_in) : NULL;
-  for (int64_t t = t0; t < t1; t++) {
+  for (int64_t t = t0; t < t1 && e->oc; t++) /* path 3: part q of the channels */
+    KEEL_TRY(cd_part(j, t / e->nbands, (int)(t % e->nbands), ws, out_stage));
+  for (int64_t t = t0; t < t1 && !e->oc; t++) {
     int64_t n = t / e->nbands;
     int b = (int)(t % e->nbands), p = e->prim_of[b];
     int64_t off = (n * OH + e->oh0[b]) * OW * g->m, len = (e->oh0[b + 1] - e->oh0[b]) * OW * g->m;
@@ -292,20 +411,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
                              in_stage);
       x = in_stage;
     }
-    keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)x},
-                          {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
-                          {DNNL_ARG_DST, &e->dst_md[p], y},
-                          {DNNL_ARG_SCRATCHPAD, NULL, NULL},
-                          {DNNL_ARG_BIAS, &j->s->b_md, (void *)(uintptr_t)j->b}};
-    dnnl_memory_desc_t sp;
-    int na = 3;
-    if (e->scratch) {
-      dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
-      KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, ws};
-    }
-    if (j->b) a[na++] = a[4];
-    KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
+    KEEL_TRY(exec_prim(e, p, x, y, ws, &j->s->b_md, j->b));
     if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
     if (g->out_nchw) /* the band back into Y's rows of every channel */
       keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
@@ -392,6 +498,9 @@ static keel_status cd_run(keel_kctx *k) {
     size_t align = 64;
     j.stage_in = g.in_nchw ? keel_align_up((size_t)(irows * g.w.in[1] * g.c) * 4, align) : 0;
     size_t stage_out = g.out_nchw ? keel_align_up((size_t)(rows * g.w.out[1] * g.m) * 4, align) : 0;
+    if (e->oc) /* a part's channels, dense, before they go into Y */
+      stage_out = keel_align_up(
+          (size_t)(g.w.out[0] * g.w.out[1] * (s->oc0[1] - s->oc0[0] + 16)) * 4, align);
     j.pad = keel_align_up(e->scratch, align);
     j.per_worker = j.pad + j.stage_in + stage_out;
     void *sp = NULL;
@@ -440,6 +549,7 @@ static void cd_release(void *state, keel_heap *heap) {
   keel_dnnl_cache_free(&s->cache);
   keel_wino_node_free(&s->wino);
   keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
+  for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }
 
@@ -475,8 +585,9 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
   s->has_z = n->n_in > 3 && n->in_names[3][0];
-  s->wino = (keel_wino_node){.store = s->store, .fig = p->lib, .threads = s->threads, .c = s->c, .m = s->m,
-                             .has_bias = s->has_bias, .act = s->act, .w_plain = wt->data};
+  s->wino = (keel_wino_node){.store = s->store, .fig = p->lib,          .threads = s->threads,
+                             .c = s->c,         .m = s->m,             .has_bias = s->has_bias,
+                             .act = s->act,     .w_plain = wt->data};
   *state = s;
   return KEEL_OK;
 }
