@@ -404,9 +404,49 @@ __attribute__((target("avx2,fma"))) static void ln_row_avx2(const float *x, floa
                                                             double eps) {
   LN_ROW_BODY(x, y, D, s, b, eps)
 }
+/* The low and high 8 floats of v as doubles. */
+__attribute__((target("avx512f"))) static inline __m512d lo_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+}
+__attribute__((target("avx512f"))) static inline __m512d hi_pd(__m512 v) {
+  return _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* AVX-512 by hand, for the reductions (as in softmax_row_avx512 below):
+ * the moments in two vectors of 8 doubles, the affine map in floats. */
 __attribute__((target("avx512f,avx512vl,avx2,fma"))) static void ln_row_avx512(
     const float *x, float *y, int64_t D, const float *s, const float *b, double eps) {
-  LN_ROW_BODY(x, y, D, s, b, eps)
+  int64_t d16 = D & ~(int64_t)15, j;
+  __mmask16 tail = (__mmask16)((1u << (D - d16)) - 1);
+  __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+  for (j = 0; j < d16; j += 16) {
+    __m512 v = _mm512_loadu_ps(x + j);
+    s0 = _mm512_add_pd(s0, lo_pd(v)), s1 = _mm512_add_pd(s1, hi_pd(v));
+  }
+  if (tail) {
+    __m512 v = _mm512_maskz_loadu_ps(tail, x + j);
+    s0 = _mm512_add_pd(s0, lo_pd(v)), s1 = _mm512_add_pd(s1, hi_pd(v));
+  }
+  double mean = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / (double)D;
+  __m512d vm = _mm512_set1_pd(mean);
+  s0 = s1 = _mm512_setzero_pd();
+  for (j = 0; j < D; j += 16) {
+    __mmask16 m = j < d16 ? (__mmask16)0xFFFF : tail;
+    __m512 v = _mm512_maskz_loadu_ps(m, x + j);
+    __m512d a = _mm512_maskz_sub_pd((__mmask8)m, lo_pd(v), vm);
+    __m512d c = _mm512_maskz_sub_pd((__mmask8)(m >> 8), hi_pd(v), vm);
+    s0 = _mm512_fmadd_pd(a, a, s0);
+    s1 = _mm512_fmadd_pd(c, c, s1);
+  }
+  double var = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1)) / (double)D;
+  __m512 m = _mm512_set1_ps((float)mean), inv = _mm512_set1_ps((float)(1.0 / sqrt(var + eps)));
+  for (j = 0; j < D; j += 16) {
+    __mmask16 k = j < d16 ? (__mmask16)0xFFFF : tail;
+    __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), m), inv),
+                             _mm512_maskz_loadu_ps(k, s + j));
+    if (b) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(k, b + j));
+    _mm512_mask_storeu_ps(y + j, k, v);
+  }
 }
 #endif
 
