@@ -712,6 +712,62 @@ static void check_concat(void) {
   keel_session_destroy(s);
 }
 
+/* Concat's row-copy path (64 KB and more, runs of 16 bytes and more, on
+ * the pool): every axis of a rank-4 float, uint8 and int64 concat of
+ * three inputs (one empty along the axis), 1 and 3 threads, against
+ * index arithmetic; a smaller one takes the general copy the same way. */
+static void check_concat_rows(void) {
+  static const int dts[3] = {KEEL_FLOAT, KEEL_UINT8, KEEL_INT64};
+  for (int di = 0; di < 3; di++)
+    for (int axis = 0; axis < 4; axis++)
+      for (int threads = 1; threads <= 3; threads += 2) {
+        int64_t base[4] = {3, 20, 24, 40}, sh[3][4];
+        int64_t len[3] = {base[axis], 0, base[axis] / 2 + 1};
+        int in_dt[3] = {dts[di], dts[di], dts[di]};
+        mb_graph *g = graph("A,B,C", in_dt, "Y");
+        mb_attr_i(mb_add(g, "Concat", "A,B,C", "Y"), "axis", axis);
+        keel_options o = {.size = sizeof o, .threads = threads};
+        keel_session_t *s = mb_session_opts(g, 13, &o);
+        keel_value_t *in[3];
+        int64_t tot = 0;
+        for (int i = 0; i < 3; i++) {
+          memcpy(sh[i], base, sizeof base);
+          sh[i][axis] = len[i];
+          int64_t n = sh[i][0] * sh[i][1] * sh[i][2] * sh[i][3];
+          uint8_t *v = malloc(8 * (size_t)(n ? n : 1));
+          for (int64_t e = 0; e < n; e++) {
+            int64_t x = (e * 7 + i * 31) % 200;
+            if (dts[di] == KEEL_FLOAT) ((float *)(void *)v)[e] = (float)x;
+            else if (dts[di] == KEEL_UINT8) v[e] = (uint8_t)x;
+            else ((int64_t *)(void *)v)[e] = x;
+          }
+          in[i] = mb_tensor(s, dts[di], 4, sh[i], v);
+          free(v);
+          tot += len[i];
+        }
+        keel_value_t *out = NULL;
+        CHECK_OK(run(s, "A,B,C", in, &out));
+        int64_t osh[4] = {base[0], base[1], base[2], base[3]};
+        osh[axis] = tot;
+        CHECK(shape_is(out, 4, osh));
+        int bad = 0;
+        for (int64_t e = 0; out && e < osh[0] * osh[1] * osh[2] * osh[3]; e++) {
+          int64_t idx[4], r = e;
+          for (int d = 3; d >= 0; d--) idx[d] = r % osh[d], r /= osh[d];
+          int i = 0;
+          while (idx[axis] >= len[i]) idx[axis] -= len[i++];
+          int64_t f = ((idx[0] * sh[i][1] + idx[1]) * sh[i][2] + idx[2]) * sh[i][3] + idx[3];
+          if (keel_value_at(out, e) != (double)((f * 7 + i * 31) % 200)) bad++;
+        }
+        if (bad) fprintf(stderr, "concat rows: dtype %d axis %d threads %d: %d wrong\n", dts[di],
+                         axis, threads, bad);
+        CHECK(bad == 0);
+        release_all(&out, 1);
+        release_all(in, 3);
+        keel_session_destroy(s);
+      }
+}
+
 /* Runs a 3-output Split and checks the parts' lengths along axis 1 of a
  * [2, 7] input holding 0..13. */
 static void split_run(keel_session_t *s, const char *ins, keel_value_t **in, const int64_t *want) {
@@ -1067,6 +1123,7 @@ int main(void) {
   check_reshape();
   check_squeeze_unsqueeze_flatten();
   check_concat();
+  check_concat_rows();
   check_split();
   check_tile();
   check_expand();
