@@ -304,7 +304,7 @@ int main(void) {
        * output-channel parts at 2 (and 3) threads */
       {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
       {1, 32, 64, 14, 14, 3, 3, 2, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
-      {1, 32, 80, 9, 9, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, "HSwishGated", NULL, 4},
+      {1, 128, 96, 13, 13, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, "HSwishGated", NULL, 4},
       {1, 48, 112, 5, 3, 3, 3, 1, 1, 1, {1, 0, 1, 2}, true, "OddHSigGated", NULL, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);

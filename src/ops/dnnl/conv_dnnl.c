@@ -232,11 +232,14 @@ static keel_status make_prim_oc(cd_state *s, cd_entry *e, int q, const keel_win 
  * of one whose few output rows split unevenly over the pool (ResNet-50's
  * 7x7 layers: 4 and 3 rows) and whose channels are many, each thread
  * makes all rows of its own channels, reading half of W instead of all of
- * it. Not with a residual, staged edges or groups. */
+ * it. Not with a residual, staged edges or groups, nor for a small conv
+ * (which stays one band, as below). */
 static bool want_oc(const cd_state *s, const keel_nhwc_geom *g) {
   int64_t oh = g->w.out[0], t = s->threads;
+  int64_t macs = oh * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
   return t >= 2 && t <= PRIMS && g->n == 1 && s->group == 1 && !s->has_z && !g->in_nchw &&
-         !g->out_nchw && oh % t != 0 && oh < 4 * t && s->m % 16 == 0 && s->m >= 32 * t;
+         !g->out_nchw && oh % t != 0 && oh < 4 * t && s->m % 16 == 0 && s->m >= 32 * t &&
+         macs >= SMALL_CONV;
 }
 
 static void entry_free(cd_state *s, cd_entry *e) {
