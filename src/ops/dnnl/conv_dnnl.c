@@ -349,19 +349,9 @@ typedef struct cd_job {
  * bias b (NULL: none) of layout b_md. */
 static keel_status exec_prim(const cd_entry *e, int p, const float *x, float *y, uint8_t *ws,
                              const dnnl_memory_desc_t *b_md, const float *b) {
-  keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)x},
-                        {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
-                        {DNNL_ARG_DST, &e->dst_md[p], y}};
-  int na = 3;
-  dnnl_memory_desc_t sp;
-  if (e->scratch) {
-    dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
-    KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a),
-                             "scratchpad"));
-    a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, ws};
-  }
-  if (b) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, b_md, (void *)(uintptr_t)b};
-  return keel_dnnl_exec(e->prim[p].p, na, a);
+  keel_dnnl_op_args o = {&e->src_md[p], &e->w_md[p], &e->dst_md[p], b_md, x, e->w[p], b, y, ws,
+                         e->scratch};
+  return keel_dnnl_exec_op(e->prim[p].p, &o);
 }
 
 /* Path 3: output channels part q of image n, made dense in the worker's

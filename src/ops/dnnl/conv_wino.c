@@ -180,24 +180,17 @@ static keel_status conv_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wino_job *j = ctx;
   const keel_wino_plan *p = j->p;
   const keel_wino_node *n = j->n;
-  dnnl_memory_desc_t src, dst, sp;
+  dnnl_memory_desc_t src, dst;
   for (int64_t q = q0; q < q1; q++) {
     int64_t mq = n->oc0[q + 1] - n->oc0[q], len = mq * p->oh * p->ow;
     float *yb = j->yb + n->oc0[q] * p->oh * p->ow;
     KEEL_TRY(keel_dnnl_check(blocked(&src, 1, n->c, p->h, p->w), "src"));
     KEEL_TRY(keel_dnnl_check(blocked(&dst, 1, mq, p->oh, p->ow), "dst"));
-    keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &src, j->xb},
-                          {DNNL_ARG_WEIGHTS, &n->w_md[q], n->w[q]},
-                          {DNNL_ARG_DST, &dst, yb}};
-    int na = 3;
-    if (p->scratch) {
-      dnnl_dims_t d = {(dnnl_dim_t)p->scratch};
-      KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * p->scratch};
-    }
-    if (j->b)
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, &p->b_md[q], (void *)(uintptr_t)(j->b + n->oc0[q])};
-    KEEL_TRY(keel_dnnl_exec(p->conv[q].p, na, a));
+    keel_dnnl_op_args o = {&src, &n->w_md[q], &dst, &p->b_md[q], j->xb, n->w[q],
+                           j->b ? j->b + n->oc0[q] : NULL, yb,
+                           p->scratch ? j->scratch + (size_t)worker * p->scratch : NULL,
+                           p->scratch};
+    KEEL_TRY(keel_dnnl_exec_op(p->conv[q].p, &o));
     if (!p->act_in_post[q]) keel_dnnl_apply_act(&n->act, yb, len); /* any layout */
     keel_dnnl_arg r[2] = {{DNNL_ARG_FROM, &p->yb_part[q], yb},
                           {DNNL_ARG_TO, &p->y_part[q], j->y + n->oc0[q]}};

@@ -375,6 +375,22 @@ keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args)
   return keel_dnnl_check(st, "executing a primitive");
 }
 
+keel_status keel_dnnl_exec_op(dnnl_primitive_t p, const keel_dnnl_op_args *o) {
+  keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, o->src_md, (void *)(uintptr_t)o->src},
+                        {DNNL_ARG_WEIGHTS, o->w_md, (void *)(uintptr_t)o->w},
+                        {DNNL_ARG_DST, o->dst_md, o->dst}};
+  int na = 3;
+  dnnl_memory_desc_t sp;
+  if (o->scratch) {
+    dnnl_dims_t d = {(dnnl_dim_t)o->scratch};
+    KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a),
+                             "scratchpad"));
+    a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, o->ws};
+  }
+  if (o->b) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, o->b_md, (void *)(uintptr_t)o->b};
+  return keel_dnnl_exec(p, na, a);
+}
+
 keel_status keel_dnnl_reorder_prim(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
                                    keel_dnnl_figures *fig, keel_dnnl_prim *out) {
   dnnl_engine_t e;

@@ -151,6 +151,17 @@ typedef struct keel_dnnl_arg {
   void *data;
 } keel_dnnl_arg;
 
+/* A product's execution (convolution, matmul): SRC, WEIGHTS and DST, a
+ * user scratchpad of `scratch` bytes at ws when scratch > 0, a BIAS when
+ * b is not NULL. */
+typedef struct keel_dnnl_op_args {
+  const dnnl_memory_desc_t *src_md, *w_md, *dst_md, *b_md;
+  const void *src, *w, *b;
+  void *dst, *ws;
+  size_t scratch;
+} keel_dnnl_op_args;
+KEEL_INTERNAL keel_status keel_dnnl_exec_op(dnnl_primitive_t p, const keel_dnnl_op_args *o);
+
 /* Executes p with those arguments on the calling thread (a stream and the
  * memory objects are made for the call and freed after it). */
 KEEL_INTERNAL keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args);

@@ -221,19 +221,11 @@ static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
     int64_t rows = e->rows[p], width = cols ? s->n0[b + 1] - s->n0[b] : s->N;
     float *y = j->y + r * s->N + c;
     if (j->z) rect_copy(y, j->z + r * s->N + c, s->N, rows, width);
-    keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, &e->src_md[p], (void *)(uintptr_t)(j->a + r * s->K)},
-                          {DNNL_ARG_WEIGHTS, &e->w_md[p], (void *)(uintptr_t)e->w[p]},
-                          {DNNL_ARG_DST, &e->dst_md[p], y}};
-    int na = 3;
-    dnnl_memory_desc_t sp;
-    if (e->scratch) {
-      dnnl_dims_t d = {(dnnl_dim_t)e->scratch};
-      KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&sp, 1, d, dnnl_u8, dnnl_a), "scratchpad"));
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, j->scratch + (size_t)worker * e->scratch};
-    }
-    if (j->bias)
-      a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, &e->b_md[p], (void *)(uintptr_t)(j->bias + c)};
-    KEEL_TRY(keel_dnnl_exec(e->prim[p].p, na, a));
+    keel_dnnl_op_args o = {&e->src_md[p], &e->w_md[p], &e->dst_md[p], &e->b_md[p], j->a + r * s->K,
+                           e->w[p], j->bias ? j->bias + c : NULL, y,
+                           e->scratch ? j->scratch + (size_t)worker * e->scratch : NULL,
+                           e->scratch};
+    KEEL_TRY(keel_dnnl_exec_op(e->prim[p].p, &o));
     if (!e->act_in_post[p] && !e->bare)
       for (int64_t i = 0; i < rows; i++) keel_dnnl_apply_act(&s->act, y + i * s->N, width);
   }
