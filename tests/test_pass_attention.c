@@ -2,7 +2,8 @@
  * and its kernel (src/ops/attention_fused.c). Attention is built as
  * PyTorch exports it: Reshape/Transpose of q, k and v, MatMul, a scale,
  * an additive mask (Add, either operand order) or a causal one
- * (Where(Cast(Not(Trilu(ones))), -inf, s)), Softmax, MatMul. Each model
+ * (Where(Cast(Not(Trilu(ones))), -inf, s)) or a constant one with gaps
+ * (kept keys not one run), Softmax, MatMul. Each model
  * runs with the passes on (one FusedAttention node, reading q, k, v and
  * writing Y in [B, S, H, D] when their Transposes have no other reader,
  * through the Transposes when they have; 1, 2 and 8 threads) and
@@ -23,7 +24,7 @@
 #define D 4
 #define E (H * D)
 
-enum { F_ADD, F_ADD_REV, F_CAUSAL, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T };
+enum { F_ADD, F_ADD_REV, F_CAUSAL, F_GAPS, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T };
 
 static float g_q[B * S * E], g_k[B * S * E], g_v[B * S * E], g_mask[B * S];
 
@@ -85,6 +86,17 @@ static mb_graph *model(int form, int opset) {
       mb_add(g, "Mul", "c,s", "s2");
       mb_add(g, "Where", "cond,ninf,s2", "x");
       break;
+    case F_GAPS: { /* causal, and every 7th key masked too: rows whose kept keys
+                      are not one run */
+      static uint8_t gap[S * S];
+      for (int i = 0; i < S; i++)
+        for (int x = 0; x < S; x++) gap[i * S + x] = x > i || (x % 7 == 3 && x != i);
+      mb_init(g, "ninf", KEEL_FLOAT, 0, NULL, &ninf);
+      mb_init(g, "gap", KEEL_BOOL, 2, (int64_t[]){S, S}, gap);
+      mb_add(g, "Mul", "c,s", "s2");
+      mb_add(g, "Where", "gap,ninf,s2", "x");
+      break;
+    }
     case F_WHERE_NOT:
       mb_init(g, "big", KEEL_FLOAT, 0, NULL, &big);
       causal_cond(g);
@@ -171,6 +183,7 @@ int main(void) {
   one("add", F_ADD, 14, true);
   one("add, mask first, Div scale", F_ADD_REV, 14, true);
   one("causal Where -inf", F_CAUSAL, 14, true);
+  one("Where -inf with gaps", F_GAPS, 14, true);
   one("Where keeping where true, finite fill", F_WHERE_NOT, 14, true);
   one("no mask, no scale (no float32 constant)", F_NONE, 14, false);
   one("Transposes read elsewhere too", F_KEEP_T, 14, true);

@@ -57,6 +57,12 @@ typedef struct fa_job {
   float scale, fill;
   bool cut;                     /* narrow keys to the unmasked range       */
   bool panels;                  /* per-head tasks on packed K and V        */
+  /* with a cut and a mask shared by every batch and head (a causal one):
+   * each query row's kept keys [rk[2i], rk[2i+1]), and whether they are
+   * all its kept keys (then the row is soft-maxed over them alone, no
+   * per-key masking) */
+  const int64_t *rk;
+  const uint8_t *rk_whole;
   float *y, *scratch;           /* scratch per worker: QB * Skv floats
                                    (then, with panels, K's and V's panels) */
   size_t per_worker;            /* floats of scratch per worker            */
@@ -123,7 +129,8 @@ static void block_keys(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_
   *c0 = j->Skv, *c1 = 0;
   for (int64_t r = 0; r < m; r++) {
     int64_t lo, hi;
-    row_keys(j, mask_row(j, b, h, i0 + r), &lo, &hi);
+    if (j->rk) lo = j->rk[2 * (i0 + r)], hi = j->rk[2 * (i0 + r) + 1];
+    else row_keys(j, mask_row(j, b, h, i0 + r), &lo, &hi);
     if (hi > lo) *c0 = lo < *c0 ? lo : *c0, *c1 = hi > *c1 ? hi : *c1;
   }
   if (*c1 <= *c0) *c0 = *c1 = 0;
@@ -209,6 +216,16 @@ static void fa_head(const fa_job *j, int64_t b, int64_t h, float *S, float *pk, 
     uint64_t bad[QB / 64 + 1] = {0};
     for (int64_t r = 0; r < m; r++) {
       float *s = S + r * c1 + c0;
+      if (j->rk && j->rk_whole[i0 + r]) { /* kept keys in one run: no masking */
+        int64_t lo = j->rk[2 * (i0 + r)], hi = j->rk[2 * (i0 + r) + 1];
+        if (hi == lo || !keel_vm_softmax_row(S + r * c1 + lo, hi - lo)) {
+          bad[r / 64] |= 1ull << (r % 64);
+          continue;
+        }
+        memset(s, 0, (size_t)(lo - c0) * sizeof(float));
+        memset(S + r * c1 + hi, 0, (size_t)(c1 - hi) * sizeof(float));
+        continue;
+      }
       if (j->mask) row_mask(j, mask_row(j, b, h, i0 + r), c0, c1 - c0, s);
       if (!keel_vm_softmax_row(s, c1 - c0)) bad[r / 64] |= 1ull << (r % 64);
     }
@@ -328,6 +345,20 @@ static keel_status op_fused_attention(keel_kctx *k) {
   KEEL_TRY(fa_operands(t, layout, &j));
   if (mask) KEEL_TRY(fa_mask(mask, &j));
   j.cut = j.kind >= MK_WHERE && j.fill == -INFINITY;
+  if (j.cut && !j.msb && !j.msh && j.Sq > 0) { /* one mask for all heads: its rows once */
+    void *rk, *whole;
+    KEEL_TRY(keel_k_scratch_n(k, 2 * j.Sq, sizeof(int64_t), &rk));
+    KEEL_TRY(keel_k_scratch_n(k, j.Sq, 1, &whole));
+    for (int64_t i = 0; i < j.Sq; i++) {
+      int64_t *r = (int64_t *)rk + 2 * i, x;
+      const uint8_t *row = mask_row(&j, 0, 0, i);
+      row_keys(&j, row, &r[0], &r[1]);
+      for (x = r[0]; x < r[1] && kept(&j, row, x); x++) {
+      }
+      ((uint8_t *)whole)[i] = x == r[1];
+    }
+    j.rk = rk, j.rk_whole = whole;
+  }
   int64_t big = j.Skv > j.D ? j.Skv : j.D;
   KEEL_TRY(keel_blas_fits(big > j.Dv ? big : j.Dv));
   keel_tensor *y;
