@@ -18,8 +18,10 @@
  * its neighbour Transpose's work: keel.in_nchw (X is [N, C, H, W]) and
  * keel.out_nchw (Y is [N, M, OH, OW]; not with Z), each band then moved
  * between the layouts in cache.
- * The reference kernel (conv_nhwc.c) is naive loops; the oneDNN
- * implementation (dnnl/conv_dnnl.c) is what runs when keel has oneDNN.
+ * The reference kernel (conv_nhwc.c) is naive loops; convs of 1-4 input
+ * channels (a network's stem) run keel's own kernel on AVX-512 CPUs
+ * (conv_stem.c), the others the oneDNN implementation (dnnl/conv_dnnl.c)
+ * when keel has oneDNN.
  */
 #ifndef KEEL_CONV_NHWC_H
 #define KEEL_CONV_NHWC_H
@@ -53,6 +55,9 @@ KEEL_INTERNAL keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, 
 KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4],
                                             int64_t yshape[4], bool *same);
 
+/* Convolutions of 1-4 input channels on AVX-512 CPUs (conv_stem.c), tried
+ * first. */
+extern const keel_impl keel_conv_nhwc_stem;
 #if KEEL_HAVE_DNNL
 extern const keel_impl keel_conv_nhwc_dnnl;
 #endif
