@@ -786,6 +786,7 @@ static keel_status cat_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
   for (int64_t r = r0; r < r1; r++) {
     uint8_t *d = j->dst + (size_t)r * j->row;
     for (int i = 0; i < j->n; i++) {
+      if (!j->run[i]) continue; /* an empty input (its data may be NULL) */
       memcpy(d, j->src[i] + (size_t)r * j->run[i], j->run[i]);
       d += j->run[i];
     }
