@@ -16,6 +16,11 @@
  * q*NP .. q*NP+NP-1 as K rows of NP floats (the last one zero-padded), so
  * a tile walks its panel sequentially and only C needs masks. */
 #define NP KEEL_PANEL_NP
+/* Rows of B a one-row product asks for ahead of its loads (4 KB): a
+ * recurrence's step streams its weights from L2, and the hardware
+ * prefetcher alone left half of L2's bandwidth unused (the lstm bench
+ * model 0.045 -> 0.035 ms a run). */
+#define PF_ROWS 8
 
 typedef void (*mm_fn)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                       const float *B, bool acc, float *C, int64_t ldc);
@@ -108,6 +113,15 @@ MM512 INLINE void mm512_tile(int mr, int nv, bool full, int64_t K, const float *
                        : _mm512_maskz_loadu_ps(m[v], C + r * ldc + 16 * v);
   for (int64_t k = 0; k < K; k++) {
     __m512 b[8];
+    /* one row streams B from L2: ask ahead, into the next panel (which
+     * follows this one) near the end; past the last one a prefetch of
+     * nothing in particular, harmless (the address is an integer sum: no
+     * pointer leaves B) */
+    if (mr == 1)
+      for (int v = 0; v < nv; v++)
+        _mm_prefetch((const char *)((uintptr_t)B + sizeof(float) * (uintptr_t)((k + PF_ROWS) * NP +
+                                                                                16 * v)),
+                     _MM_HINT_T0);
     for (int v = 0; v < nv; v++) b[v] = _mm512_loadu_ps(B + k * NP + 16 * v);
     for (int r = 0; r < mr; r++) {
       __m512 a = _mm512_set1_ps(A[r * lda + k]);
