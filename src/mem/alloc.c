@@ -146,20 +146,14 @@ static unsigned next_bin(const pool *p, unsigned i) {
  * spread the detector's over its whole 20 MiB segment: 3 MB more
  * resident). The large pool holds few free blocks: the scan is short. */
 static keel_block *find_fit(pool *p, size_t n, bool lowest) {
+  keel_block *best = NULL;
   for (unsigned i = next_bin(p, bin_of(n)); i < NBINS; i = next_bin(p, i + 1)) {
-    keel_block *best = NULL;
     for (keel_block *b = p->bins[i]; b; b = b->lnext)
       if (b->size >= n && (!best || (lowest ? b->ptr < best->ptr : b->size < best->size)))
         best = b;
-    if (best && !lowest) return best;
-    if (best && lowest) {
-      for (unsigned k = next_bin(p, i + 1); k < NBINS; k = next_bin(p, k + 1))
-        for (keel_block *b = p->bins[k]; b; b = b->lnext)
-          if (b->ptr < best->ptr) best = b; /* every block past bin i fits */
-      return best;
-    }
+    if (best && !lowest) return best; /* bins past it hold only larger blocks */
   }
-  return NULL;
+  return best;
 }
 
 /* ---------------------------------------------------- block descriptors */

@@ -329,6 +329,24 @@ static keel_status fa_mask(const keel_tensor *m, fa_job *j) {
   return KEEL_OK;
 }
 
+/* A -inf mask shared by every batch and head: each query row's kept keys
+ * (j->rk) and whether every key between them is kept (j->rk_whole), read
+ * once per run instead of once per head. */
+static keel_status shared_row_keys(keel_kctx *k, fa_job *j) {
+  void *rk, *whole;
+  KEEL_TRY(keel_k_scratch_n(k, 2 * j->Sq, sizeof(int64_t), &rk));
+  KEEL_TRY(keel_k_scratch_n(k, j->Sq, 1, &whole));
+  for (int64_t i = 0; i < j->Sq; i++) {
+    int64_t *r = (int64_t *)rk + 2 * i, x = 0;
+    const uint8_t *row = mask_row(j, 0, 0, i);
+    row_keys(j, row, &r[0], &r[1]);
+    for (x = r[0]; x < r[1] && kept(j, row, x);) x++;
+    ((uint8_t *)whole)[i] = x == r[1];
+  }
+  j->rk = rk, j->rk_whole = whole;
+  return KEEL_OK;
+}
+
 static keel_status op_fused_attention(keel_kctx *k) {
   const keel_tensor *t[3], *mask = NULL;
   for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
@@ -345,20 +363,7 @@ static keel_status op_fused_attention(keel_kctx *k) {
   KEEL_TRY(fa_operands(t, layout, &j));
   if (mask) KEEL_TRY(fa_mask(mask, &j));
   j.cut = j.kind >= MK_WHERE && j.fill == -INFINITY;
-  if (j.cut && !j.msb && !j.msh && j.Sq > 0) { /* one mask for all heads: its rows once */
-    void *rk, *whole;
-    KEEL_TRY(keel_k_scratch_n(k, 2 * j.Sq, sizeof(int64_t), &rk));
-    KEEL_TRY(keel_k_scratch_n(k, j.Sq, 1, &whole));
-    for (int64_t i = 0; i < j.Sq; i++) {
-      int64_t *r = (int64_t *)rk + 2 * i, x;
-      const uint8_t *row = mask_row(&j, 0, 0, i);
-      row_keys(&j, row, &r[0], &r[1]);
-      for (x = r[0]; x < r[1] && kept(&j, row, x); x++) {
-      }
-      ((uint8_t *)whole)[i] = x == r[1];
-    }
-    j.rk = rk, j.rk_whole = whole;
-  }
+  if (j.cut && !j.msb && !j.msh && j.Sq > 0) KEEL_TRY(shared_row_keys(k, &j));
   int64_t big = j.Skv > j.D ? j.Skv : j.D;
   KEEL_TRY(keel_blas_fits(big > j.Dv ? big : j.Dv));
   keel_tensor *y;

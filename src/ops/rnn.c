@@ -708,7 +708,7 @@ static void project_inputs(const rnn_plan *p, rnn_work *w, int d) {
   const keel_rnn_prep *s = w->prep;
   for (int q = 0; s && q < s->nparts; q++)
     keel_panel_gemm(rows, s->part_n[q], p->in, w->x, p->in, s->w[d][q], w->b != NULL,
-                         (float *)w->proj + s->part_col[q], gh);
+                    (float *)w->proj + s->part_col[q], gh);
   if (!s)
     vt->gemm(rows, gh, p->in, w->x, p->in, w->w ? elem_at(w->w, d * gh * p->in, es) : NULL,
              p->in, w->b != NULL, w->proj, gh);
@@ -769,8 +769,8 @@ static keel_status step_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
     int64_t u0 = 16 * (units * q / w->parts), u1 = 16 * (units * (q + 1) / w->parts);
     if (u1 == u0) continue;
     for (int g = 0; g < p->gates; g++)
-      keel_panel_gemm_cols(p->batch, g * hid + u0, u1 - u0, hid, w->h, hid, w->prep->r[j->d][0],
-                         w->gates, gh);
+      keel_panel_gemm_cols(p->batch, g * hid + u0, u1 - u0, hid, w->h, hid,
+                           w->prep->r[j->d][0], w->gates, gh);
     rnn_cell cell = *j->c;
     cell.n = u1 - u0;
     if (cell.peep) cell.peep = (const float *)cell.peep + u0;
@@ -797,24 +797,26 @@ static void run_step(const rnn_plan *p, rnn_work *w, const rnn_cell *c, int d, i
   char *R = elem_at(w->r, d * gh * hid, es);
   bool split = p->kind == K_GRU && !p->lbr; /* the h block waits for r ⊙ H */
   const keel_rnn_prep *pp = w->prep;
-  if (w->parts > 1) {
+  if (w->parts > 1) { /* RNN, LSTM: products and gate math by parts */
     step_job j = {p, w, c, d, s};
     keel_status st = keel_pool_for(w->pool, w->parts, 1, step_parts, &j);
     keel_assert_internal(!st); /* the parts cannot fail */
     (void)st;
     void *h = w->h;
     w->h = w->h_next, w->h_next = h;
-  } else if (pp) /* GRU's h columns are part 1: now with H unless split */
-    for (int q = 0; q < (split ? 1 : pp->nparts); q++)
-      keel_panel_gemm(p->batch, pp->part_n[q], hid, w->h, hid, pp->r[d][q], false,
-                           (float *)w->gates + pp->part_col[q], gh);
-  else
-    vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
-  if (w->parts <= 1) each_row(p, w, c, d, s, vt->row[p->kind]);
+  } else {
+    if (pp) /* GRU's h columns are part 1: now with H unless split */
+      for (int q = 0; q < (split ? 1 : pp->nparts); q++)
+        keel_panel_gemm(p->batch, pp->part_n[q], hid, w->h, hid, pp->r[d][q], false,
+                        (float *)w->gates + pp->part_col[q], gh);
+    else
+      vt->gemm(p->batch, split ? 2 * hid : gh, hid, w->h, hid, R, hid, false, w->gates, gh);
+    each_row(p, w, c, d, s, vt->row[p->kind]);
+  }
   if (p->kind == K_GRU) {
     if (split && pp)
       keel_panel_gemm(p->batch, pp->part_n[1], hid, w->rh, hid, pp->r[d][1], false,
-                           (float *)w->gates + pp->part_col[1], gh);
+                      (float *)w->gates + pp->part_col[1], gh);
     else if (split)
       vt->gemm(p->batch, hid, hid, w->rh, hid, R + (size_t)(2 * hid * hid) * es, hid, false,
                elem_at(w->gates, 2 * hid, es), gh);

@@ -44,13 +44,16 @@ KEEL_INTERNAL float keel_vm_tanh1(float x);
 /* One row of LayerNormalization over its D elements: the mean and the
  * variance in double (16 partial sums, then their total), then
  * y[j] = (x[j] - mean) * (1 / sqrt(var + eps)) * s[j] + b[j] in float (b
- * may be NULL). y may alias x. */
+ * may be NULL). y may alias x. Like keel_vm_silu_fast, and unlike the
+ * functions above, not bit-identical across instruction sets (the
+ * AVX-512 copy sums in another order and uses FMAs). */
 KEEL_INTERNAL void keel_vm_layernorm_row(const float *x, float *y, int64_t D, const float *s,
                                          const float *b, double eps);
 
 /* Softmax of one row of n scores in place: exp(s - max) (keel_exp_neg_f32's
  * polynomial) over their sum. False, and s untouched, when every score is
- * -inf (or n is 0); a NaN score makes the whole row NaN. */
+ * -inf (or n is 0); a NaN score makes the whole row NaN. Not bit-identical
+ * across instruction sets (as keel_vm_layernorm_row). */
 KEEL_INTERNAL bool keel_vm_softmax_row(float *s, int64_t n);
 
 #endif /* KEEL_VMATH_H */

@@ -205,16 +205,29 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
   return st;
 }
 
+/* The node's output-channel parts (path 3, its first run): one per thread,
+ * in blocks of 16 channels, with their bias and plain weight layouts. */
+static keel_status cut_parts(cd_state *s) {
+  int64_t blocks = s->m / 16;
+  int parts = s->threads;
+  for (int q = 0; q <= parts; q++) s->oc0[q] = 16 * (blocks * q / parts);
+  for (int q = 0; q < parts; q++) {
+    int64_t mq = s->oc0[q + 1] - s->oc0[q];
+    dnnl_dims_t wd = {mq, s->c, s->kh, s->kw}, bd = {mq};
+    KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_oc[q], 1, bd, dnnl_f32, dnnl_a),
+                             "bias"));
+    KEEL_TRY(keel_dnnl_check(
+        dnnl_memory_desc_init_by_tag(&s->plain_oc[q], 4, wd, dnnl_f32, dnnl_oihw), "weights"));
+  }
+  s->noc = parts; /* cut: later shapes take the same parts */
+  return KEEL_OK;
+}
+
 /* Part q of the output channels (path 3): the whole image in, the part's
  * channels out into a dense [OH, OW, mq] scratch (cd_band copies them into
  * Y), W's part packed in s->pk_oc[q]. */
 static keel_status make_prim_oc(cd_state *s, cd_entry *e, int q, const keel_win *w) {
   int64_t mq = s->oc0[q + 1] - s->oc0[q];
-  dnnl_dims_t wd = {mq, s->c, s->kh, s->kw}, bd = {mq};
-  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_oc[q], 1, bd, dnnl_f32, dnnl_a),
-                           "bias"));
-  KEEL_TRY(keel_dnnl_check(
-      dnnl_memory_desc_init_by_tag(&s->plain_oc[q], 4, wd, dnnl_f32, dnnl_oihw), "weights"));
   prim_spec ps = {w->in[0], w->out[0], w->pb[0], w->pe[0], s->oc0[q], mq, &s->pk_oc[q],
                   &s->plain_oc[q], &s->b_oc[q], false, false};
   bool packed_now;
@@ -287,16 +300,10 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     keel_wino_node_free(&s->wino);
   }
   if (s->path == 3 || (s->path == 0 && !e->bare && want_oc(s, g))) {
-    if (!s->noc) {
-      int64_t blocks = s->m / 16;
-      s->noc = s->threads;
-      for (int q = 0; q <= s->noc; q++) s->oc0[q] = 16 * (blocks * q / s->noc);
-    }
+    keel_status st = s->noc ? KEEL_OK : cut_parts(s);
     s->path = 3;
     e->oc = true;
     e->nbands = e->nprims = s->noc;
-    e->oh0[0] = 0, e->oh0[1] = g->w.out[0];
-    keel_status st = KEEL_OK;
     for (int q = 0; q < s->noc && !st; q++) st = make_prim_oc(s, e, q, &g->w);
     if (st) {
       entry_free(s, e);
@@ -491,9 +498,10 @@ static keel_status cd_run(keel_kctx *k) {
     size_t align = 64;
     j.stage_in = g.in_nchw ? keel_align_up((size_t)(irows * g.w.in[1] * g.c) * 4, align) : 0;
     size_t stage_out = g.out_nchw ? keel_align_up((size_t)(rows * g.w.out[1] * g.m) * 4, align) : 0;
-    if (e->oc) /* a part's channels, dense, before they go into Y */
-      stage_out = keel_align_up(
-          (size_t)(g.w.out[0] * g.w.out[1] * (s->oc0[1] - s->oc0[0] + 16)) * 4, align);
+    for (int q = 0; e->oc && q < s->noc; q++) /* a part's channels, dense, before Y */
+      stage_out = KEEL_MAX(stage_out, keel_align_up((size_t)(g.w.out[0] * g.w.out[1] *
+                                                             (s->oc0[q + 1] - s->oc0[q])) * 4,
+                                                    align));
     j.pad = keel_align_up(e->scratch, align);
     j.per_worker = j.pad + j.stage_in + stage_out;
     void *sp = NULL;

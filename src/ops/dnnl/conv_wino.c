@@ -4,12 +4,13 @@
 #if KEEL_HAVE_DNNL
 
 #include "../../base/pool.h"
+#include "../../mem/sysmem.h"
+
 /* What W's Winograd transform may take beyond W itself, per node: keel's
  * memory bound allows weights 10 % of slack, and ResNet-50's 128- and
  * 256-channel 3x3 layers would add 18 MB (their transforms are 1.8x and
  * 4x); its 64-channel ones add 0.1 MB each. */
 #define WINO_EXTRA ((size_t)256 << 10)
-#include "../../mem/sysmem.h"
 
 struct keel_wino_plan {
   int64_t n, h, w, oh, ow;
@@ -68,29 +69,31 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
                            "Winograd descriptor"));
   dnnl_primitive_attr_t attr;
   KEEL_TRY(keel_dnnl_attr_post(&attr, &n->act, false, false, &p->act_in_post[q]));
-  keel_status st = KEEL_OK;
   dnnl_primitive_desc_t pd = NULL;
-  if (!st) st = keel_dnnl_pd_make(&pd, &cd, attr, "Winograd primitive descriptor");
+  keel_status st = keel_dnnl_pd_make(&pd, &cd, attr, "Winograd primitive descriptor");
   dnnl_primitive_attr_destroy(attr);
   if (st) return keel_err(KEEL_ERR_UNSUPPORTED, "no Winograd kernel: %s", keel_last_error());
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   size_t plain_bytes = (size_t)(mq * n->c * 9) * sizeof(float);
-  if (!n->w[q] && dnnl_memory_desc_get_size(wq) > plain_bytes + WINO_EXTRA / (size_t)n->nparts) {
+  keel_dnnl_packed *pk = &n->pk[q];
+  if (!pk->w && dnnl_memory_desc_get_size(wq) > plain_bytes + WINO_EXTRA / (size_t)n->nparts) {
     /* W's transform is 1.8-4x W: where that is much, memory comes first */
     dnnl_primitive_desc_destroy(pd);
     return keel_err(KEEL_ERR_UNSUPPORTED, "Winograd weights of %zu bytes for %zu",
                     dnnl_memory_desc_get_size(wq), plain_bytes);
   }
-  if (!n->w[q]) { /* the node's first plan: W's transform for this part */
-    dnnl_memory_desc_t plain;
-    st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&plain, 4, wd, dnnl_f32, dnnl_oihw), "weights");
-    if (!st)
-      st = keel_prep_alloc_counted(n->store.heap, n->store.owner, n->store.bytes, dnnl_memory_desc_get_size(wq),
-                                   &n->w[q]);
-    if (!st) st = keel_dnnl_reorder(&plain, n->w_plain + n->oc0[q] * n->c * 9, wq, n->w[q]);
-    if (!st) n->w_md[q] = *wq;
-  } else if (!dnnl_memory_desc_equal(wq, &n->w_md[q])) { /* cannot happen: one layout per part */
+  if (pk->w && !dnnl_memory_desc_equal(wq, &pk->md)) { /* cannot happen: one layout per part */
     st = keel_err(KEEL_ERR_RUNTIME, "oneDNN: a Winograd kernel wants another weights layout");
+  } else { /* the node's first plan transforms W's part; later ones read it */
+    dnnl_memory_desc_t plain;
+    const void *use;
+    void *own = NULL; /* never made: the layouts are equal */
+    bool packed_now;
+    st = keel_dnnl_check(dnnl_memory_desc_init_by_tag(&plain, 4, wd, dnnl_f32, dnnl_oihw),
+                         "weights");
+    if (!st)
+      st = keel_dnnl_weights(&n->store, pk, &plain, n->w_plain + n->oc0[q] * n->c * 9, wq, &use,
+                             &own, &packed_now);
   }
   p->scratch = KEEL_MAX(p->scratch, keel_dnnl_scratch_bytes(pd));
   if (!st) st = keel_dnnl_prim_make(pd, n->fig, &p->conv[q]);
@@ -110,8 +113,8 @@ void keel_wino_plan_free(keel_wino_node *n, keel_wino_plan *p) {
 
 void keel_wino_node_free(keel_wino_node *n) {
   for (int q = 0; q < KEEL_WINO_PARTS; q++) {
-    keel_prep_free_counted(n->w[q], n->store.heap, n->store.bytes);
-    n->w[q] = NULL;
+    keel_prep_free_counted(n->pk[q].w, n->store.heap, n->store.bytes);
+    n->pk[q].w = NULL;
   }
 }
 
@@ -186,7 +189,7 @@ static keel_status conv_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
     float *yb = j->yb + n->oc0[q] * p->oh * p->ow;
     KEEL_TRY(keel_dnnl_check(blocked(&src, 1, n->c, p->h, p->w), "src"));
     KEEL_TRY(keel_dnnl_check(blocked(&dst, 1, mq, p->oh, p->ow), "dst"));
-    keel_dnnl_op_args o = {&src, &n->w_md[q], &dst, &p->b_md[q], j->xb, n->w[q],
+    keel_dnnl_op_args o = {&src, &n->pk[q].md, &dst, &p->b_md[q], j->xb, n->pk[q].w,
                            j->b ? j->b + n->oc0[q] : NULL, yb,
                            p->scratch ? j->scratch + (size_t)worker * p->scratch : NULL,
                            p->scratch};

@@ -39,8 +39,7 @@ typedef struct keel_wino_node {
    * the first plan (under the node's cache lock) */
   int nparts;
   int64_t oc0[KEEL_WINO_PARTS + 1];
-  void *w[KEEL_WINO_PARTS];
-  dnnl_memory_desc_t w_md[KEEL_WINO_PARTS];
+  keel_dnnl_packed pk[KEEL_WINO_PARTS];
 } keel_wino_node;
 
 typedef struct keel_wino_plan keel_wino_plan;
