@@ -11,8 +11,9 @@
  * post-op) followed by Relu, a residual constant that broadcasts, on 1, 2
  * and 3 threads, few output rows over many channels (output-channel parts,
  * then other shapes on the same session), 1-4 input channels (the stem
- * kernel, the image NCHW or channels-last); then a seeded sweep of random
- * shapes. A chain model runs
+ * kernel, the image NCHW or channels-last), 1x1 convs on 1-4 pixels
+ * (keel_gemv; then larger maps on the same session); then a seeded sweep
+ * of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
  * is also read mid-chain, checking the graph the pass leaves (two
@@ -220,9 +221,8 @@ static void one(const cv_case *t) {
 /* A node whose first run takes output-channel parts (2 threads, 7 output
  * rows) keeps them for every shape after it (batches of 1-3, other sizes),
  * on one session: each run against the reference. */
-static void parts_then_shapes(void) {
-  cv_case t = {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4};
-  int64_t nw = t.m * t.c * 9;
+static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const char *what) {
+  int64_t nw = KEEL_MAX(t.m * t.c * t.kh * t.kw, KEEL_MAX(t.m * t.m, t.c * t.c));
   float *wt = malloc(sizeof(float) * (size_t)nw), *w2 = malloc(sizeof(float) * (size_t)nw);
   float *b = malloc(sizeof(float) * (size_t)t.m), *zc = malloc(sizeof(float) * (size_t)t.m);
   for (int64_t i = 0; i < nw; i++) wt[i] = rnd(), w2[i] = rnd();
@@ -232,8 +232,7 @@ static void parts_then_shapes(void) {
   keel_options o = {.size = sizeof o, .threads = 2};
   keel_session_t *s = mb_session_opts(model(&dyn, wt, b, w2, zc), 14, &o);
   CHECK(s != NULL);
-  static const int64_t shapes[][3] = {{1, 7, 7}, {2, 9, 9}, {1, 16, 16}, {3, 5, 6}, {1, 7, 7}};
-  for (int i = 0; s && i < 5; i++) {
+  for (int i = 0; s && i < count; i++) {
     cv_case u = t;
     u.n = shapes[i][0], u.h = shapes[i][1], u.w = shapes[i][2];
     int64_t nx = u.n * u.c * u.h * u.w;
@@ -246,14 +245,30 @@ static void parts_then_shapes(void) {
     keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){u.n, u.c, u.h, u.w}, x);
     keel_value_t *out[1] = {0};
     CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, out));
-    double worst = ref && out[0] ? worst_of(ref, out[0], 2e-6 * sqrt(64.0 * 9 + 1)) : INFINITY;
-    if (!(worst <= 1)) fprintf(stderr, "parts then shape %d: worst %g of the tolerance\n", i, worst);
+    double tol = 2e-6 * sqrt((double)(KEEL_MAX(t.c, t.m) * t.kh * t.kw) + 1);
+    double worst = ref && out[0] ? worst_of(ref, out[0], tol) : INFINITY;
+    if (!(worst <= 1)) fprintf(stderr, "%s, shape %d: worst %g of the tolerance\n", what, i, worst);
     CHECK(worst <= 1);
     keel_value_release(in), keel_value_release(out[0]), keel_value_release(ref);
     free(x);
   }
   keel_session_destroy(s);
   free(wt), free(w2), free(b), free(zc);
+}
+
+static void parts_then_shapes(void) {
+  cv_case t = {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4};
+  static const int64_t shapes[][3] = {{1, 7, 7}, {2, 9, 9}, {1, 16, 16}, {3, 5, 6}, {1, 7, 7}};
+  shapes_after(t, shapes, 5, "parts then shapes");
+}
+
+/* 1x1 convs whose first run has at most 4 pixels (keel_gemv, path 4),
+ * then larger maps (oneDNN) and small ones again, on one session. */
+static void gemv_then_shapes(void) {
+  cv_case t = {1, 96, 40, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", NULL, 4};
+  static const int64_t shapes[][3] = {{1, 1, 1}, {2, 1, 2}, {1, 7, 7}, {3, 1, 1}, {5, 1, 1},
+                                      {1, 2, 2}, {1, 1, 1}};
+  shapes_after(t, shapes, 7, "gemv then shapes");
 }
 
 static void sweep(int count) {
@@ -319,9 +334,18 @@ int main(void) {
       {1, 1, 32, 9, 40, 7, 3, 2, 1, 1, {3, 1, 3, 1}, true, "Relu", NULL, 3},
       {3, 3, 16, 8, 8, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "OddHSigGated", NULL, 3},
       {1, 3, 32, 6, 5, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, "Clip", NULL, 4},
+      /* 1x1 convs on at most 4 pixels (a squeeze-excite block's):
+       * keel_gemv on W in place, the map NCHW or NHWC; 5 pixels: oneDNN */
+      {1, 96, 24, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 4},
+      {3, 40, 120, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", NULL, 0},
+      {2, 32, 48, 1, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, NULL, NULL, 1},   /* Z: sum      */
+      {1, 16, 8, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 2},   /* Z broadcasts */
+      {1, 33, 17, 2, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "SiLUGated", NULL, 3},
+      {5, 24, 64, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   parts_then_shapes();
+  gemv_then_shapes();
   sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
   return check_report();

@@ -9,7 +9,8 @@
  * Relu, LeakyRelu, Clip, Tanh, Sigmoid, HardSigmoid, Gelu exact and tanh
  * (opset 20), or fuse-gelu's Erf form; Gemm with transB and C; A of rank 1,
  * 2, 3 and 4; products small enough for the reference route and large
- * ones in bands over 1, 2 and 3 threads; a seeded sweep of random sizes.
+ * ones in bands over 1, 2 and 3 threads; 1-4 rows (keel_gemv, B in place);
+ * a seeded sweep of random sizes.
  * Checks the node count the pass leaves (one FusedMatMul where it fuses)
  * and, where keel has oneDNN, that the onednn implementation is bound. */
 #include <math.h>
@@ -183,6 +184,54 @@ static void one(const mm_case *t) {
   g_cases++;
 }
 
+/* A node whose first run has 1 row (keel_gemv) meets taller products
+ * (oneDNN, which packs its own B) and short ones again, on one session. */
+static void gemv_then_rows(void) {
+  mm_case t = {2, {-1}, 300, 200, 1, 1, "Relu", false};
+  int64_t nw = t.K * t.N;
+  float *w = malloc(sizeof(float) * (size_t)nw), *b = malloc(sizeof(float) * (size_t)t.N);
+  for (int64_t i = 0; i < nw; i++) w[i] = rnd();
+  for (int64_t i = 0; i < t.N; i++) b[i] = rnd();
+  keel_options o = {.size = sizeof o, .threads = 2};
+  keel_session_t *s = mb_session_opts(model(&t, w, b), 20, &o);
+  CHECK(s != NULL);
+  static const int64_t Ms[] = {1, 3, 50, 1, 9, 4};
+  for (int i = 0; s && i < 6; i++) {
+    mm_case u = t;
+    u.lead[0] = Ms[i];
+    int64_t na = Ms[i] * t.K, nz = Ms[i] * t.N;
+    float *a = malloc(sizeof(float) * (size_t)na), *z = malloc(sizeof(float) * (size_t)nz);
+    for (int64_t k = 0; k < na; k++) a[k] = rnd() * 2;
+    for (int64_t k = 0; k < nz; k++) z[k] = rnd();
+    keel_status st;
+    int nodes;
+    bool onednn;
+    keel_value_t *ref = run(&u, a, w, b, z, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
+                            1, &st, &nodes, &onednn);
+    CHECK_OK(st);
+    keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){Ms[i], t.K}, a),
+                           mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){Ms[i], t.N}, z)};
+    keel_value_t *out[1] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"a", "z"}, in, 2, out));
+    double worst = INFINITY, tol = 3e-6 * sqrt((double)t.K + 1);
+    if (ref && out[0] && keel_value_numel(out[0]) == nz) {
+      const float *r = keel_value_data(ref), *q = keel_value_data(out[0]);
+      worst = 0;
+      for (int64_t k = 0; k < nz; k++) {
+        double e = fabs((double)r[k] - q[k]) / (tol * (1 + fabs((double)r[k])));
+        if (!(e <= worst)) worst = e;
+      }
+    }
+    if (!(worst <= 1)) fprintf(stderr, "gemv then rows, M %lld: worst %g\n", (long long)Ms[i], worst);
+    CHECK(worst <= 1);
+    keel_value_release(in[0]), keel_value_release(in[1]), keel_value_release(out[0]);
+    keel_value_release(ref);
+    free(a), free(z);
+  }
+  keel_session_destroy(s);
+  free(w), free(b);
+}
+
 int main(void) {
   mm_case probe = {2, {4}, 8, 8, 0, 0, NULL, false};
   {
@@ -208,6 +257,14 @@ int main(void) {
       {1, {0}, 64, 32, 1, 0, NULL, false},               /* A of rank 1          */
       {4, {2, 3, 5}, 40, 24, 1, 1, NULL, false},         /* small: reference route */
       {2, {16}, 128, 32, 1, 0, NULL, false},             /* the LSTM bench's head */
+      /* 1-4 rows: keel_gemv on B in place (both layouts) where the CPU
+       * has its vector kernel */
+      {2, {3}, 300, 200, 1, 1, "Relu", false},
+      {2, {4}, 177, 130, 2, 2, "Tanh", false},           /* Z broadcasts         */
+      {1, {0}, 500, 70, 1, 0, "Gelu", false},
+      {3, {1, 2}, 64, 300, 3, 1, NULL, false},
+      {2, {2}, 40, 1000, 0, 1, "Sigmoid", true},
+      {2, {1}, 960, 1280, 0, 0, "HardSigmoid", true},    /* MobileNetV3's head   */
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   static const char *acts[] = {NULL, "Relu", "Gelu", "Tanh", "GeluTanh"};
@@ -217,6 +274,7 @@ int main(void) {
     if (t.rank == 2) t.lead[0] = pick(1, 300);
     one(&t);
   }
+  gemv_then_rows();
   fprintf(stderr, "%d product cases\n", g_cases);
   return check_report();
 }

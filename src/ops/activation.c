@@ -76,6 +76,11 @@ static int64_t hsig_mul4(float a, float b, float *y, int64_t n) {
   return i;
 }
 
+void keel_act_apply_fast_f32(const keel_act *p, float *y, int64_t n) {
+  if (p->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
+  else keel_act_apply_f32(p, y, n);
+}
+
 /* The switch sits outside the loops so each loop is one simple body. */
 void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
   switch (p->kind) {

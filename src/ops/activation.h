@@ -48,5 +48,8 @@ KEEL_INTERNAL keel_status keel_act_of(const keel_node *n, keel_act *act);
 KEEL_INTERNAL keel_status keel_act_apply(const keel_act *act, keel_tensor *y);
 /* The same over n floats. */
 KEEL_INTERNAL void keel_act_apply_f32(const keel_act *act, float *y, int64_t n);
+/* The same, SiLU by vmath's fast form (keel_vm_silu_fast): what the fused
+ * kernels apply to their outputs. */
+KEEL_INTERNAL void keel_act_apply_fast_f32(const keel_act *act, float *y, int64_t n);
 
 #endif /* KEEL_ACTIVATION_H */

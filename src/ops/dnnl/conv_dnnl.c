@@ -20,6 +20,13 @@
  * Z's (Y takes Z's buffer when Z dies here). A Z that broadcasts is
  * added by keel after a plain convolution.
  *
+ * A 1x1 conv (stride 1, no pads, one group) whose first run has at most
+ * GEMV_PIXELS output pixels (a squeeze-excite block's, on a 1x1 map) is
+ * a product of those pixels by W as the file stores it ([M, C] rows):
+ * keel's own (gemv.h) runs it where that has its vector kernel (path 4),
+ * for every later shape of as few pixels too; W is never packed for it
+ * and its pages stay. A larger shape of such a node still goes to oneDNN.
+ *
  * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
  * one evicts the least recently used shape no run is using (when every
  * one is in use, the run makes a private set and frees it after). Hits,
@@ -35,6 +42,7 @@
 #include "../activation.h"
 #include "../bcast.h"
 #include "../conv_nhwc.h"
+#include "../gemv.h"
 #include "conv_wino.h"
 #include "dnnl_glue.h"
 
@@ -42,6 +50,8 @@
 #define PRIMS 4                 /* band geometries (first, middle, last), or
                                    output-channel parts                    */
 #define SMALL_CONV ((int64_t)1 << 18) /* multiply-adds below which a conv is one band */
+#define GEMV_PIXELS 4           /* output pixels up to which a 1x1 conv is a
+                                   product by W in place (path 4)          */
 
 /* One band geometry: input rows taken, the pads above and below them,
  * output rows made. */
@@ -65,6 +75,7 @@ typedef struct cd_entry {
   size_t scratch;               /* the largest scratchpad, bytes            */
   bool act_in_post[PRIMS];      /* the activation is a post-op of prim[p]   */
   bool oc;                      /* band q: output channels part q, all rows */
+  bool gemv;                    /* path 4: keel_gemv on W in place         */
   keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
@@ -85,7 +96,7 @@ typedef struct cd_state {
   bool drop_orig;
   bool has_z;                   /* a residual input: not the Winograd path */
   int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
-                                   3 direct in output-channel parts        */
+                                   3 direct in output-channel parts, 4 gemv */
   keel_wino_node wino;
   /* path 3: W in parts of output channels (multiples of 16), each packed by
    * its first primitive */
@@ -255,6 +266,18 @@ static bool want_oc(const cd_state *s, const keel_nhwc_geom *g) {
          macs >= SMALL_CONV;
 }
 
+/* Path 4's shapes: a pointwise conv of at most GEMV_PIXELS output pixels
+ * (channels-last, or a 1x1 map, the same bytes either way), on a CPU with
+ * keel_gemv's vector kernel. */
+static bool gemv_fits(const cd_state *s, const keel_nhwc_geom *g) {
+  const keel_win *w = &g->w;
+  for (int i = 0; i < 2; i++)
+    if (w->k[i] != 1 || w->s[i] != 1 || w->pb[i] || w->pe[i]) return false;
+  bool one = w->in[0] * w->in[1] == 1;
+  return s->group == 1 && (one || (!g->in_nchw && !g->out_nchw)) &&
+         g->n * w->out[0] * w->out[1] <= GEMV_PIXELS && keel_gemv_fast();
+}
+
 static void entry_free(cd_state *s, cd_entry *e) {
   if (!e) return;
   keel_wino_plan_free(&s->wino, e->wino);
@@ -281,6 +304,13 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   cd_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = key[3] != 0;
+  if ((s->path == 0 || s->path == 4) && gemv_fits(s, g)) {
+    /* W stays where it is for good: path 4 reads it */
+    s->path = 4, s->drop_orig = false;
+    e->gemv = true;
+    *out = &e->base;
+    return KEEL_OK;
+  }
   /* the first run picks the path for good: Winograd where it fits and
    * oneDNN has a kernel, else the direct one */
   if (s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
@@ -368,7 +398,7 @@ static keel_status cd_part(const cd_job *j, int64_t n, int q, uint8_t *ws, float
   int64_t m0 = j->s->oc0[q], mq = j->s->oc0[q + 1] - m0, P = g->w.out[0] * g->w.out[1];
   const float *x = j->x + n * g->w.in[0] * g->w.in[1] * g->c;
   KEEL_TRY(exec_prim(j->e, q, x, part, ws, &j->s->b_oc[q], j->b ? j->b + m0 : NULL));
-  if (!j->e->act_in_post[q]) keel_dnnl_apply_act(&j->s->act, part, P * mq);
+  if (!j->e->act_in_post[q]) keel_act_apply_fast_f32(&j->s->act, part, P * mq);
   float *y = j->y + n * P * g->m + m0;
   for (int64_t i = 0; i < P; i++)
     memcpy(y + i * g->m, part + i * mq, (size_t)mq * sizeof(float));
@@ -399,7 +429,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
         float v = j->b ? j->b[i % g->m] : 0.0f;
         y[i] = add ? y[i] + v : v;
       }
-      if (!e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
+      if (!e->bare) keel_act_apply_fast_f32(&j->s->act, y, len);
       if (g->out_nchw)
         keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
                                j->y + n * OH * OW * g->m);
@@ -412,7 +442,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
       x = in_stage;
     }
     KEEL_TRY(exec_prim(e, p, x, y, ws, &j->s->b_md, j->b));
-    if (!e->act_in_post[p] && !e->bare) keel_dnnl_apply_act(&j->s->act, y, len);
+    if (!e->act_in_post[p] && !e->bare) keel_act_apply_fast_f32(&j->s->act, y, len);
     if (g->out_nchw) /* the band back into Y's rows of every channel */
       keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
                              j->y + n * OH * OW * g->m);
@@ -435,6 +465,32 @@ static void pointwise(keel_nhwc_geom *g, int threads) {
   g->n = 1;
   g->w.in[0] = g->w.out[0] = p;
   g->w.in[1] = g->w.out[1] = 1;
+}
+
+/* Bands or parts (paths 1 and 3) of entry e into c. */
+static keel_status run_bands(keel_kctx *k, const cd_state *s, const cd_entry *e,
+                             const keel_nhwc_geom *g, const float *x, const float *b,
+                             const float *z, bool same, const float *y, float *c) {
+  cd_job j = {s, e, g, x, b, z && same && y != z ? z : NULL, z && same && y == z, c, NULL};
+  int threads = keel_pool_threads(k->pool);
+  int64_t rows = 0, irows = 0; /* the tallest band, out and in */
+  for (int q = 0; q < e->nprims; q++)
+    rows = KEEL_MAX(rows, e->geo[q].oh), irows = KEEL_MAX(irows, e->geo[q].ih);
+  if (!e->nprims) rows = g->w.out[0];
+  size_t align = 64;
+  j.stage_in = g->in_nchw ? keel_align_up((size_t)(irows * g->w.in[1] * g->c) * 4, align) : 0;
+  size_t stage_out =
+      g->out_nchw ? keel_align_up((size_t)(rows * g->w.out[1] * g->m) * 4, align) : 0;
+  for (int q = 0; e->oc && q < s->noc; q++) /* a part's channels, dense, before Y */
+    stage_out = KEEL_MAX(stage_out, keel_align_up((size_t)(g->w.out[0] * g->w.out[1] *
+                                                           (s->oc0[q + 1] - s->oc0[q])) * 4,
+                                                  align));
+  j.pad = keel_align_up(e->scratch, align);
+  j.per_worker = j.pad + j.stage_in + stage_out;
+  void *sp = NULL;
+  keel_status st = j.per_worker ? keel_k_scratch_n(k, threads, j.per_worker, &sp) : KEEL_OK;
+  j.scratch = sp;
+  return st ? st : keel_pool_for(k->pool, g->n * e->nbands, 1, cd_band, &j);
 }
 
 static keel_status cd_run(keel_kctx *k) {
@@ -482,39 +538,24 @@ static keel_status cd_run(keel_kctx *k) {
     cd_make_arg arg = {&g, z && same};
     KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &arg, &ent, &tmp));
     cd_entry *e = (cd_entry *)ent;
-    if (e->wino) {
-      keel_status ws = keel_wino_run(k, &s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
-      keel_dnnl_cache_put(&s->cache, ent, tmp);
-      return ws;
+    keel_status st;
+    if (e->gemv) { /* pixels are rows of C, Y's rows of M */
+      keel_gemv_args ga = {g.n * g.w.out[0] * g.w.out[1], g.c, g.m, x->data, g.c, s->orig->data,
+                           true, b ? b->data : NULL, z && same ? z->data : NULL, c, g.m,
+                           bare ? NULL : &s->act};
+      st = keel_gemv(k->pool, &ga);
+    } else if (e->wino) {
+      st = keel_wino_run(k, &s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
+    } else {
+      st = run_bands(k, s, e, &g, x->data, b ? b->data : NULL, z ? z->data : NULL, same, y->data,
+                     c);
     }
-    cd_job j = {s, e, &g, x->data, b ? b->data : NULL,
-                z && same && y->data != z->data ? z->data : NULL,
-                z && same && y->data == z->data, c, NULL};
-    int threads = keel_pool_threads(k->pool);
-    int64_t rows = 0, irows = 0; /* the tallest band, out and in */
-    for (int q = 0; q < e->nprims; q++)
-      rows = KEEL_MAX(rows, e->geo[q].oh), irows = KEEL_MAX(irows, e->geo[q].ih);
-    if (!e->nprims) rows = g.w.out[0];
-    size_t align = 64;
-    j.stage_in = g.in_nchw ? keel_align_up((size_t)(irows * g.w.in[1] * g.c) * 4, align) : 0;
-    size_t stage_out = g.out_nchw ? keel_align_up((size_t)(rows * g.w.out[1] * g.m) * 4, align) : 0;
-    for (int q = 0; e->oc && q < s->noc; q++) /* a part's channels, dense, before Y */
-      stage_out = KEEL_MAX(stage_out, keel_align_up((size_t)(g.w.out[0] * g.w.out[1] *
-                                                             (s->oc0[q + 1] - s->oc0[q])) * 4,
-                                                    align));
-    j.pad = keel_align_up(e->scratch, align);
-    j.per_worker = j.pad + j.stage_in + stage_out;
-    void *sp = NULL;
-    keel_status st =
-        j.per_worker ? keel_k_scratch_n(k, threads, j.per_worker, &sp) : KEEL_OK;
-    j.scratch = sp;
-    if (!st) st = keel_pool_for(k->pool, g.n * e->nbands, 1, cd_band, &j);
     keel_dnnl_cache_put(&s->cache, ent, tmp);
     KEEL_TRY(st);
   }
   if (bare) {
     keel_bcast_add_f32(c, 4, core, z, y);
-    keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
+    keel_act_apply_fast_f32(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
 }

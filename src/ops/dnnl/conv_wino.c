@@ -194,7 +194,7 @@ static keel_status conv_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
                            p->scratch ? j->scratch + (size_t)worker * p->scratch : NULL,
                            p->scratch};
     KEEL_TRY(keel_dnnl_exec_op(p->conv[q].p, &o));
-    if (!p->act_in_post[q]) keel_dnnl_apply_act(&n->act, yb, len); /* any layout */
+    if (!p->act_in_post[q]) keel_act_apply_fast_f32(&n->act, yb, len); /* any layout */
     keel_dnnl_arg r[2] = {{DNNL_ARG_FROM, &p->yb_part[q], yb},
                           {DNNL_ARG_TO, &p->y_part[q], j->y + n->oc0[q]}};
     KEEL_TRY(keel_dnnl_exec(p->from_blk[q].p, 2, r));

@@ -3,15 +3,9 @@
 #include "dnnl_glue.h"
 
 #include "../activation.h"
-#include "../vmath.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-void keel_dnnl_apply_act(const keel_act *a, float *y, int64_t n) {
-  if (a->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
-  else keel_act_apply_f32(a, y, n);
-}
 
 /* ------------------------------------------------- per-shape caches */
 

@@ -53,10 +53,6 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
 } keel_dnnl_figures;
 
-/* The activation a kernel applies itself (one that is not a post-op):
- * SiLU through vmath's fast form, the rest as activation.c does. */
-struct keel_act;
-KEEL_INTERNAL void keel_dnnl_apply_act(const struct keel_act *a, float *y, int64_t n);
 
 /* Gives back the pages of oneDNN's code that only set primitives up (its
  * kernel search and code generation): after a session's binding, and
@@ -182,14 +178,14 @@ KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
 
 /* Appends the fused activation (ops/activation.h) as eltwise post-ops;
  * false when oneDNN has no equivalent as exact (the kernel applies it
- * itself with keel_dnnl_apply_act, on each part while it is in cache). */
+ * itself with keel_act_apply_fast_f32, on each part while it is in cache). */
 struct keel_act;
 KEEL_INTERNAL bool keel_dnnl_act_post_ops(const struct keel_act *a, dnnl_post_ops_t po);
 
 /* An attribute for a kernel's primitive: user scratchpad, and unless
  * `bare` the post-ops: a sum (when `sum`: the destination starts as the
  * residual) then the activation where oneDNN has it (*act_in_post says so;
- * else the kernel applies it with keel_dnnl_apply_act). */
+ * else the kernel applies it with keel_act_apply_fast_f32). */
 KEEL_INTERNAL keel_status keel_dnnl_attr_post(dnnl_primitive_attr_t *attr, const struct keel_act *act,
                                               bool sum, bool bare, bool *act_in_post);
 

@@ -12,12 +12,22 @@
  * has it, else keel's on the band while it is hot) are applied in the
  * same pass. A Z that broadcasts is added by keel after a plain product.
  * Primitives per M are kept in the node's shape cache (dnnl_glue.h).
+ *
+ * A node whose first run has at most GEMV_ROWS rows (a classifier on one
+ * image) runs those products on keel's own (gemv.h) where that has its
+ * vector kernel, for good: B stays as the file has it (never packed for
+ * them, its pages never given back), streamed once per run in small
+ * chunks over the pool. Taller products of such a node still go to
+ * oneDNN (which then packs its own copy).
  */
+#include <stdatomic.h>
+
 #include "../../base/pool.h"
 #include "../../mem/sysmem.h"
 #include "../../onnx/onnx.h"
 #include "../activation.h"
 #include "../bcast.h"
+#include "../gemv.h"
 #include "../matmul_fused.h"
 #include "dnnl_glue.h"
 
@@ -31,6 +41,9 @@
  * (the LSTM bench's 16 x 128 x 32 head). */
 #define KEEP_B_BYTES ((size_t)64 << 10)
 #define SMALL_PRODUCT ((int64_t)1 << 18)
+#define GEMV_ROWS 4
+
+enum { MODE_UNSET, MODE_GEMV, MODE_LIB }; /* mm_state.mode */
 
 /* key: M, bare. Row mode (one part of B): bands of rows, a primitive per
  * band height; column mode: band q is part q of B's columns over every
@@ -70,6 +83,7 @@ typedef struct mm_state {
   const keel_tensor *orig;      /* B as the file has it, until then        */
   const struct keel_model *model;
   bool drop_orig;
+  _Atomic int mode;             /* MODE_*: the first run's M decides       */
 } mm_state;
 
 /* Columns per part at least: thinner parts waste the kernels' tiles. */
@@ -126,7 +140,8 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
     st = keel_dnnl_weights(&s->store, &s->pk[q], &plain, from, wq, &e->w[p], &e->w_own[p],
                            &packed_now);
   /* nothing reads the original any more when this node alone did */
-  if (!st && packed_now && ++s->packed == s->nparts && s->drop_orig) {
+  if (!st && packed_now && ++s->packed == s->nparts && s->drop_orig &&
+      atomic_load(&s->mode) == MODE_LIB) {
     keel_model_drop_const(s->model, s->orig, NULL, NULL);
     s->drop_orig = false;
   }
@@ -227,7 +242,7 @@ static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
                            e->scratch};
     KEEL_TRY(keel_dnnl_exec_op(e->prim[p].p, &o));
     if (!e->act_in_post[p] && !e->bare)
-      for (int64_t i = 0; i < rows; i++) keel_dnnl_apply_act(&s->act, y + i * s->N, width);
+      for (int64_t i = 0; i < rows; i++) keel_act_apply_fast_f32(&s->act, y + i * s->N, width);
   }
   return KEEL_OK;
 }
@@ -245,6 +260,11 @@ static keel_status mm_run(keel_kctx *k) {
   if ((bias != NULL) != s->has_bias)
     return keel_err(KEEL_ERR_INVALID_MODEL, "the bias is %s at run time but was %s at binding",
                     bias ? "given" : "omitted", s->has_bias ? "given" : "omitted");
+  int mode = MODE_UNSET;
+  if (atomic_compare_exchange_strong(&s->mode, &mode,
+                                     g.M <= GEMV_ROWS && keel_gemv_fast() ? MODE_GEMV : MODE_LIB))
+    mode = atomic_load(&s->mode);
+  bool gemv = mode == MODE_GEMV && g.M <= GEMV_ROWS;
   int rank = g.yrank;
   int64_t shape[KEEL_MAX_RANK];
   bool same = true;
@@ -261,7 +281,12 @@ static keel_status mm_run(keel_kctx *k) {
     KEEL_TRY(keel_k_scratch_n(k, g.M * g.N, sizeof(float), &t));
     c = t;
   }
-  {
+  if (gemv) {
+    keel_gemv_args ga = {g.M,         g.K, g.N,  a->data, g.K,  s->orig->data, s->transb,
+                         bias ? bias->data : NULL, z && same ? z->data : NULL, c, g.N,
+                         bare ? NULL : &s->act};
+    KEEL_TRY(keel_gemv(k->pool, &ga));
+  } else {
     keel_dnnl_entry *ent;
     bool tmp, sum = z && same;
     int64_t key[KEEL_DNNL_KEY] = {g.M, bare};
@@ -279,7 +304,7 @@ static keel_status mm_run(keel_kctx *k) {
   }
   if (bare) {
     keel_bcast_add_f32(c, g.yrank, g.yshape, z, y);
-    keel_dnnl_apply_act(&s->act, y->data, keel_tensor_numel(y));
+    keel_act_apply_fast_f32(&s->act, y->data, keel_tensor_numel(y));
   }
   return KEEL_OK;
 }
