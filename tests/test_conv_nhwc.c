@@ -12,8 +12,9 @@
  * and 3 threads, few output rows over many channels (output-channel parts,
  * then other shapes on the same session), 1-4 input channels (the stem
  * kernel, the image NCHW or channels-last), 1x1 convs on 1-4 pixels
- * (keel_gemv; then larger maps on the same session); then a seeded sweep
- * of random shapes. A chain model runs
+ * (keel_gemv; then larger maps on the same session), 1x1 convs of at most
+ * 32 input channels (the pointwise kernel, with a channels-last residual);
+ * then a seeded sweep of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
  * is also read mid-chain, checking the graph the pass leaves (two
@@ -41,7 +42,10 @@ typedef struct cv_case {
                                   3: a 1x1 conv after (the first's output and
                                   the second's input stay NHWC), 4: a 1x1
                                   conv before and after (the case's conv
-                                  NHWC on both sides: the Winograd path)  */
+                                  NHWC on both sides: the Winograd path),
+                                  5: a 1x1 conv before, and a second 1x1
+                                  conv of its output added (a residual Z
+                                  channels-last)                          */
 } cv_case;
 
 static uint32_t g_rng = 7;
@@ -88,12 +92,12 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
   mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, wt);
   if (t->bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){t->m}, b);
   const char *c = "c";
-  if (t->residual == 4) { /* a 1x1 conv before (w2's first C*C values) */
+  if (t->residual == 4 || t->residual == 5) { /* a 1x1 conv before (w2's first C*C values) */
     mb_init(g, "w4", KEEL_FLOAT, 4, (int64_t[]){t->c, t->c, 1, 1}, w2);
     mb_add(g, "Conv", "x,w4", "x4");
     mb_add(g, "Relu", "x4", "xr");
   }
-  conv_node(g, t, t->residual == 4 ? "xr" : "x", "w", "b", "c");
+  conv_node(g, t, t->residual >= 4 ? "xr" : "x", "w", "b", "c");
   if (t->residual == 1) { /* a second conv of the same geometry, added */
     mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, w2);
     conv_node(g, t, "x", "w2", "b", "c2");
@@ -104,6 +108,13 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
     mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){1, t->m, 1, 1}, zc);
     mb_add(g, "Add", "c,z", "s");
     c = "s";
+  } else if (t->residual == 5) { /* a channels-last residual: a 1x1 conv of xr (w2's first
+                                     M*C values), added, then Relu */
+    mb_init(g, "w5", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c, 1, 1}, w2);
+    mb_add(g, "Conv", "xr,w5", "z5");
+    mb_add(g, "Add", "c,z5", "s");
+    mb_add(g, "Relu", "s", "r");
+    c = "r";
   } else if (t->residual >= 3) { /* w2's first M*M values as a 1x1 conv after */
     mb_init(g, "w3", KEEL_FLOAT, 4, (int64_t[]){t->m, t->m, 1, 1}, w2);
     mb_add(g, "Relu", "c", "cr");
@@ -195,7 +206,8 @@ static void one(const cv_case *t) {
       /* bound to an implementation (oneDNN's, or keel's stem kernel), or,
        * with KEEL_OPT_REFERENCE_KERNELS, to none */
       bool nhwc = strstr(desc, "NhwcConv") != NULL;
-      bool bound = strstr(desc, "NhwcConv onednn") || strstr(desc, "NhwcConv stem");
+      bool bound = strstr(desc, "NhwcConv onednn") || strstr(desc, "NhwcConv stem") ||
+                   strstr(desc, "NhwcConv pointwise");
       CHECK(nhwc);
       if (bound != (v != 0)) fprintf(stderr, "variant %d binds: %s\n", v, desc);
       CHECK(bound == (v != 0));
@@ -342,6 +354,17 @@ int main(void) {
       {1, 16, 8, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 2},   /* Z broadcasts */
       {1, 33, 17, 2, 2, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "SiLUGated", NULL, 3},
       {5, 24, 64, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 4},
+      /* 1x1 convs of at most 32 input channels, channels-last: the
+       * pointwise kernel on AVX-512 (blocks of 1-4 vectors of outputs,
+       * masked tails, pixel tails), with a channels-last residual too */
+      {1, 16, 64, 20, 21, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 4},
+      {2, 3, 17, 9, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "HSwishGated", NULL, 4},
+      {1, 32, 100, 11, 5, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "SiLUGated", NULL, 4},
+      {1, 24, 300, 6, 6, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Clip", NULL, 4},
+      {1, 8, 1, 13, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Tanh", NULL, 4},
+      {3, 16, 16, 8, 9, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
+      {1, 20, 72, 7, 11, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "OddHSigGated", NULL, 5},
+      {1, 32, 33, 4, 4, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", "SAME_UPPER", 5},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   parts_then_shapes();

@@ -58,6 +58,9 @@ KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t 
 /* Convolutions of 1-4 input channels on AVX-512 CPUs (conv_stem.c), tried
  * first. */
 extern const keel_impl keel_conv_nhwc_stem;
+/* 1x1 convolutions of few input channels on AVX-512 CPUs (conv_pw.c), tried
+ * next. */
+extern const keel_impl keel_conv_nhwc_pw;
 #if KEEL_HAVE_DNNL
 extern const keel_impl keel_conv_nhwc_dnnl;
 #endif

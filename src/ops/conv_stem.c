@@ -34,7 +34,7 @@
 #include "../base/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "act512.h"
 #define ST_X86 1
 #endif
 
@@ -49,31 +49,6 @@ typedef struct st_job {
   keel_act act;
   bool act_inline;              /* applied at the stores                   */
 } st_job;
-
-/* The activations applied at the stores, as ops/activation.c's scalar
- * forms compute them (max(0, x) and min(b, x) keep a NaN x). */
-ST512 static inline __m512 st_act(const keel_act *a, __m512 v) {
-  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-  __m512 t;
-  switch (a->kind) {
-    case KEEL_ACT_RELU: return _mm512_max_ps(zero, v);
-    case KEEL_ACT_CLIP:
-      t = _mm512_max_ps(_mm512_set1_ps(a->a), v);
-      return _mm512_min_ps(_mm512_set1_ps(a->b), t);
-    case KEEL_ACT_HSWISH: /* x * clamp(x / 6 + 0.5, 0, 1) */
-      t = _mm512_add_ps(_mm512_div_ps(v, _mm512_set1_ps(6.0f)), _mm512_set1_ps(0.5f));
-      return _mm512_mul_ps(v, _mm512_max_ps(zero, _mm512_min_ps(one, t)));
-    case KEEL_ACT_HSIGMOID_MUL: /* x * clamp(a x + b, 0, 1) */
-      t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(a->a), v), _mm512_set1_ps(a->b));
-      return _mm512_mul_ps(v, _mm512_max_ps(zero, _mm512_min_ps(one, t)));
-    default: return v;
-  }
-}
-
-static bool st_act_inline(keel_act_kind k) {
-  return k == KEEL_ACT_NONE || k == KEEL_ACT_RELU || k == KEEL_ACT_CLIP || k == KEEL_ACT_HSWISH ||
-         k == KEEL_ACT_HSIGMOID_MUL;
-}
 
 /* P pixels from ox on of output row oy, V vectors of output channels:
  * P x V accumulators. EDGE (a constant): taps whose input column lies in
@@ -112,7 +87,7 @@ static bool st_act_inline(keel_act_kind k) {
       }                                                                                          \
     _Pragma("GCC unroll 8") for (int p = 0; p < (P); p++)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < (V); v++) {                                    \
-        __m512 r = j->act_inline ? st_act(&j->act, acc[p][v]) : acc[p][v];                       \
+        __m512 r = j->act_inline ? keel_act512(&j->act, acc[p][v]) : acc[p][v];                       \
         _mm512_storeu_ps(y + (ox + p) * M + 16 * v, r);                                          \
       }                                                                                          \
   }
@@ -169,7 +144,7 @@ static keel_status st_run(keel_kctx *k) {
     return keel_err(KEEL_ERR_INTERNAL, "the stem kernel got a convolution it did not bind");
   st_job j = {&g, x->data, k->prep, b ? b->data : NULL, NULL, {0}, false};
   KEEL_TRY(keel_act_of(k->node, &j.act));
-  j.act_inline = st_act_inline(j.act.kind);
+  j.act_inline = keel_act512_inline(j.act.kind);
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, g.yshape, &y));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
