@@ -401,7 +401,11 @@ static bool is_nhwc_conv(const keel_node *n) {
 }
 
 /* Add(NhwcConv(..), z) -> NhwcConv(.., z) when the conv has no activation
- * yet and the Add is its only reader. */
+ * yet and the Add is its only reader. The fused conv takes the Add's place
+ * in the node order (valid: its inputs all come before the Add), so that
+ * z's producer, when the file has it after the conv (ResNet's downsample
+ * after conv3), still runs just before it: z then comes from cache and is
+ * not live across the convs in between. */
 static keel_status fold_adds(lay *L) {
   keel_graph *g = L->g;
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -421,7 +425,9 @@ static keel_status fold_adds(lay *L) {
       ins[3] = a->in_names[1 - k];
       c->in_names = ins, c->n_in = 4;
       c->out_names[0] = a->out_names[0];
-      KEEL_TRY(replace(L, i, NULL, 0));
+      keel_node fused = *c;
+      KEEL_TRY(replace(L, i, &fused, 1)); /* at the Add's place (p < i) */
+      KEEL_TRY(replace(L, p, NULL, 0));
       i = -1; /* indexes moved: start over */
       break;
     }
