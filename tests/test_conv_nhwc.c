@@ -13,8 +13,9 @@
  * then other shapes on the same session), 1-4 input channels (the stem
  * kernel, the image NCHW or channels-last), 1x1 convs on 1-4 pixels
  * (keel_gemv; then larger maps on the same session), 1x1 convs of at most
- * 32 input channels (the pointwise kernel, with a channels-last residual);
- * then a seeded sweep of random shapes. A chain model runs
+ * 32 input channels (the pointwise kernel, with a channels-last residual),
+ * depthwise 5x5 convs channels-last (the depthwise kernel); then a seeded
+ * sweep of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
  * is also read mid-chain, checking the graph the pass leaves (two
@@ -207,7 +208,7 @@ static void one(const cv_case *t) {
        * with KEEL_OPT_REFERENCE_KERNELS, to none */
       bool nhwc = strstr(desc, "NhwcConv") != NULL;
       bool bound = strstr(desc, "NhwcConv onednn") || strstr(desc, "NhwcConv stem") ||
-                   strstr(desc, "NhwcConv pointwise");
+                   strstr(desc, "NhwcConv pointwise") || strstr(desc, "NhwcConv depthwise");
       CHECK(nhwc);
       if (bound != (v != 0)) fprintf(stderr, "variant %d binds: %s\n", v, desc);
       CHECK(bound == (v != 0));
@@ -429,6 +430,15 @@ int main(void) {
       {3, 16, 16, 8, 9, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
       {1, 20, 72, 7, 11, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "OddHSigGated", NULL, 5},
       {1, 32, 33, 4, 4, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", "SAME_UPPER", 5},
+      /* depthwise 5x5 of at most 128 channels, channels-last: the
+       * depthwise kernel on AVX-512 (stride 1 and 2, channel tails, maps
+       * narrower than a tile, asymmetric pads, every activation form) */
+      {1, 72, 72, 20, 23, 5, 5, 2, 1, 72, {2, 2, 2, 2}, true, "HSwishGated", NULL, 4},
+      {2, 120, 120, 9, 13, 5, 5, 1, 1, 120, {2, 2, 2, 2}, false, "Relu", NULL, 4},
+      {1, 24, 24, 3, 4, 5, 5, 1, 1, 24, {2, 2, 2, 2}, true, "SiLUGated", NULL, 4},
+      {1, 8, 8, 11, 17, 5, 5, 2, 1, 8, {1, 2, 0, 3}, true, "Clip", NULL, 4},
+      {1, 40, 40, 7, 7, 5, 5, 1, 1, 40, {0, 0, 0, 0}, true, "OddHSigGated", NULL, 4},
+      {3, 16, 16, 12, 12, 5, 5, 2, 1, 16, {0, 0, 0, 0}, true, "Tanh", "SAME_UPPER", 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   parts_then_shapes();

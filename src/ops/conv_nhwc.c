@@ -187,10 +187,11 @@ static keel_status op_nhwc_conv(keel_kctx *k) {
 }
 
 #if KEEL_HAVE_DNNL
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dnnl,
-                                                NULL};
+static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dw,
+                                                &keel_conv_nhwc_dnnl, NULL};
 #else
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, NULL};
+static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dw,
+                                                NULL};
 #endif
 
 const keel_opdef keel_ops_conv_nhwc[] = {

@@ -61,6 +61,9 @@ extern const keel_impl keel_conv_nhwc_stem;
 /* 1x1 convolutions of few input channels on AVX-512 CPUs (conv_pw.c), tried
  * next. */
 extern const keel_impl keel_conv_nhwc_pw;
+/* Depthwise 3x3 and 5x5 convolutions on AVX-512 CPUs (conv_dw.c), tried
+ * next. */
+extern const keel_impl keel_conv_nhwc_dw;
 #if KEEL_HAVE_DNNL
 extern const keel_impl keel_conv_nhwc_dnnl;
 #endif
