@@ -13,7 +13,7 @@
  * then other shapes on the same session), 1-4 input channels (the stem
  * kernel, the image NCHW or channels-last), 1x1 convs on 1-4 pixels
  * (keel_gemv; then larger maps on the same session), 1x1 convs of at most
- * 32 input channels (the pointwise kernel, with a channels-last residual),
+ * 32 input channels, or 128 with a residual (the pointwise kernel),
  * depthwise 5x5 convs channels-last (the depthwise kernel); then a seeded
  * sweep of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
@@ -430,6 +430,10 @@ int main(void) {
       {3, 16, 16, 8, 9, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
       {1, 20, 72, 7, 11, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "OddHSigGated", NULL, 5},
       {1, 32, 33, 4, 4, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", "SAME_UPPER", 5},
+      /* with a residual, up to 128 input channels (ResNet-50's conv3+Add) */
+      {1, 64, 256, 9, 10, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
+      {2, 100, 130, 5, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Clip", NULL, 5},
+      {1, 128, 40, 3, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "SiLUGated", NULL, 5},
       /* depthwise 5x5 of at most 128 channels, channels-last: the
        * depthwise kernel on AVX-512 (stride 1 and 2, channel tails, maps
        * narrower than a tile, asymmetric pads, every activation form) */

@@ -8,6 +8,11 @@
  * projection convs: 16 -> 64 at 112x112) oneDNN's kernel (brgconv_1x1)
  * reached 85 GFLOP/s on MobileNetV3's 16 -> 64 layer where ONNX Runtime's
  * took about half its time (`keel bench --flops`, the per-node trace).
+ * With a residual Z it takes convs of up to PW_MAX_C_Z input channels:
+ * oneDNN's sum post-op cost ResNet-50's 64- and 128-channel conv3+Add
+ * nodes 0.08-0.15 ms each more than this kernel's add at the stores
+ * (alternating runs, one thread); at 256 channels and more oneDNN's
+ * blocking wins back more than the sum costs.
  * Here a tile of PT pixels by NV vectors of 16 output channels (6 x 4,
  * 8 x 3, 12 x 2 or 16 x 1: 16-24 accumulators) stays in registers while
  * every input channel adds its PT values, broadcast, times the channel's
@@ -21,7 +26,7 @@
  * Prepared once per node: W repacked per block of output channels as
  * [C][16 NV] (zero-padded to whole vectors), from the session's
  * allocator, tagged with the node. Taken by nodes with a constant W of
- * C <= PW_MAX_C, one group, a 1x1 window with stride 1 and no pads,
+ * C <= PW_MAX_C (PW_MAX_C_Z with Z), one group, a 1x1 window with stride 1 and no pads,
  * channels-last in and out, on CPUs with AVX-512F.
  */
 #include "activation.h"
@@ -36,6 +41,7 @@
 #endif
 
 #define PW_MAX_C 32             /* input channels at most                 */
+#define PW_MAX_C_Z 128          /* ... with a residual Z                  */
 #define PW_MAX_BLK 64           /* blocks of output channels at most      */
 #define PW_TASK 96              /* pixels per pool task (a multiple of every PT) */
 
@@ -185,14 +191,16 @@ static bool attr_on(const keel_node *n, const char *name) {
   return a && a->i;
 }
 
-/* W [M, C, 1, 1] constant float with C <= PW_MAX_C; one group, stride 1,
- * no pads, channels-last in and out; an AVX-512F CPU. */
+/* W [M, C, 1, 1] constant float with C <= PW_MAX_C (PW_MAX_C_Z with a
+ * residual Z); one group, stride 1, no pads, channels-last in and out; an
+ * AVX-512F CPU. */
 static bool pw_supports(const keel_prep_ctx *p) {
   const keel_node *n = p->node;
   const keel_tensor *wt = n->n_in > 1 ? p->consts[1] : NULL;
+  bool has_z = n->n_in > 3 && n->in_names[3][0];
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f") || !wt || wt->dtype != KEEL_FLOAT || wt->rank != 4 ||
-      wt->shape[1] < 1 || wt->shape[1] > PW_MAX_C || wt->shape[2] != 1 || wt->shape[3] != 1 ||
+      wt->shape[1] < 1 || wt->shape[1] > (has_z ? PW_MAX_C_Z : PW_MAX_C) || wt->shape[2] != 1 || wt->shape[3] != 1 ||
       wt->shape[0] < 1 || (wt->shape[0] + 15) / 16 > 4 * PW_MAX_BLK)
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
