@@ -69,7 +69,6 @@ typedef struct cd_entry {
   uint8_t prim_of[MAX_BANDS];
   band_geo geo[PRIMS];
   keel_dnnl_prim prim[PRIMS];
-  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS];
   const void *w[PRIMS];         /* the weights each primitive reads         */
   void *w_own[PRIMS];           /* reordered copies this entry owns         */
   size_t scratch;               /* the largest scratchpad, bytes            */
@@ -97,13 +96,13 @@ typedef struct cd_state {
   bool has_z;                   /* a residual input: not the Winograd path */
   int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
                                    3 direct in output-channel parts, 4 gemv */
-  keel_wino_node wino;
+  keel_wino_node *wino;         /* the Winograd path's node state; NULL where
+                                   the window and channels rule it out     */
   /* path 3: W in parts of output channels (multiples of 16), each packed by
    * its first primitive */
   int noc, packed_oc;
   int64_t oc0[PRIMS + 1];
   keel_dnnl_packed pk_oc[PRIMS];
-  dnnl_memory_desc_t plain_oc[PRIMS], b_oc[PRIMS];
 } cd_state;
 
 /* ===================================================== primitives */
@@ -193,7 +192,6 @@ static keel_status make_prim_of(cd_state *s, cd_entry *e, int p, const keel_win 
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
   const float *from = (const float *)s->orig->data + ps->m0 * gc * s->kh * s->kw;
   st = keel_dnnl_weights(&s->store, ps->pk, ps->plain, from, wq, &e->w[p], &e->w_own[p],
@@ -217,21 +215,12 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
 }
 
 /* The node's output-channel parts (path 3, its first run): one per thread,
- * in blocks of 16 channels, with their bias and plain weight layouts. */
-static keel_status cut_parts(cd_state *s) {
+ * in blocks of 16 channels. */
+static void cut_parts(cd_state *s) {
   int64_t blocks = s->m / 16;
   int parts = s->threads;
   for (int q = 0; q <= parts; q++) s->oc0[q] = 16 * (blocks * q / parts);
-  for (int q = 0; q < parts; q++) {
-    int64_t mq = s->oc0[q + 1] - s->oc0[q];
-    dnnl_dims_t wd = {mq, s->c, s->kh, s->kw}, bd = {mq};
-    KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&s->b_oc[q], 1, bd, dnnl_f32, dnnl_a),
-                             "bias"));
-    KEEL_TRY(keel_dnnl_check(
-        dnnl_memory_desc_init_by_tag(&s->plain_oc[q], 4, wd, dnnl_f32, dnnl_oihw), "weights"));
-  }
   s->noc = parts; /* cut: later shapes take the same parts */
-  return KEEL_OK;
 }
 
 /* Part q of the output channels (path 3): the whole image in, the part's
@@ -239,8 +228,13 @@ static keel_status cut_parts(cd_state *s) {
  * Y), W's part packed in s->pk_oc[q]. */
 static keel_status make_prim_oc(cd_state *s, cd_entry *e, int q, const keel_win *w) {
   int64_t mq = s->oc0[q + 1] - s->oc0[q];
+  dnnl_memory_desc_t plain, bmd; /* the part's weights as the file has them, its bias */
+  dnnl_dims_t wd = {mq, s->c, s->kh, s->kw}, bd = {mq};
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_a), "bias"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&plain, 4, wd, dnnl_f32, dnnl_oihw),
+                           "weights"));
   prim_spec ps = {w->in[0], w->out[0], w->pb[0], w->pe[0], s->oc0[q], mq, &s->pk_oc[q],
-                  &s->plain_oc[q], &s->b_oc[q], false, false};
+                  &plain, &bmd, false, false};
   bool packed_now;
   keel_status st = make_prim_of(s, e, q, w, &ps, &packed_now);
   /* every part packed: nothing reads the original any more when this node
@@ -280,7 +274,7 @@ static bool gemv_fits(const cd_state *s, const keel_nhwc_geom *g) {
 
 static void entry_free(cd_state *s, cd_entry *e) {
   if (!e) return;
-  keel_wino_plan_free(&s->wino, e->wino);
+  if (e->wino) keel_wino_plan_free(s->wino, e->wino);
   for (int p = 0; p < PRIMS; p++) {
     keel_dnnl_prim_free(&e->prim[p], s->fig);
     keel_prep_free_counted(e->w_own[p], s->store.heap, s->store.bytes);
@@ -313,9 +307,9 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   }
   /* the first run picks the path for good: Winograd where it fits and
    * oneDNN has a kernel, else the direct one */
-  if (s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
+  if (s->wino && s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
       (s->path == 2 || keel_wino_fits(g, s->has_z))) {
-    keel_status ws = keel_wino_plan_make(&s->wino, g, &e->wino);
+    keel_status ws = keel_wino_plan_make(s->wino, g, &e->wino);
     if (!ws && s->path == 0) {
       s->path = 2;
       if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
@@ -327,10 +321,13 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
       return ws;
     }
     keel_err_clear(); /* no Winograd kernel here: direct, for good */
-    keel_wino_node_free(&s->wino);
+    keel_wino_node_free(s->wino);
+    keel_sys_free(s->wino, sizeof *s->wino);
+    s->wino = NULL;
   }
   if (s->path == 3 || (s->path == 0 && !e->bare && want_oc(s, g))) {
-    keel_status st = s->noc ? KEEL_OK : cut_parts(s);
+    keel_status st = KEEL_OK;
+    if (!s->noc) cut_parts(s);
     s->path = 3;
     e->oc = true;
     e->nbands = e->nprims = s->noc;
@@ -383,11 +380,10 @@ typedef struct cd_job {
 } cd_job;
 
 /* Primitive p of e from x into y, with the worker's scratchpad ws and the
- * bias b (NULL: none) of layout b_md. */
+ * bias b (NULL: none). */
 static keel_status exec_prim(const cd_entry *e, int p, const float *x, float *y, uint8_t *ws,
-                             const dnnl_memory_desc_t *b_md, const float *b) {
-  keel_dnnl_op_args o = {&e->src_md[p], &e->w_md[p], &e->dst_md[p], b_md, x, e->w[p], b, y, ws,
-                         e->scratch};
+                             const float *b) {
+  keel_dnnl_op_args o = {x, e->w[p], b, y, ws, e->scratch};
   return keel_dnnl_exec_op(e->prim[p].p, &o);
 }
 
@@ -397,7 +393,7 @@ static keel_status cd_part(const cd_job *j, int64_t n, int q, uint8_t *ws, float
   const keel_nhwc_geom *g = j->g;
   int64_t m0 = j->s->oc0[q], mq = j->s->oc0[q + 1] - m0, P = g->w.out[0] * g->w.out[1];
   const float *x = j->x + n * g->w.in[0] * g->w.in[1] * g->c;
-  KEEL_TRY(exec_prim(j->e, q, x, part, ws, &j->s->b_oc[q], j->b ? j->b + m0 : NULL));
+  KEEL_TRY(exec_prim(j->e, q, x, part, ws, j->b ? j->b + m0 : NULL));
   if (!j->e->act_in_post[q]) keel_act_apply_fast_f32(&j->s->act, part, P * mq);
   float *y = j->y + n * P * g->m + m0;
   for (int64_t i = 0; i < P; i++)
@@ -441,7 +437,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
                              in_stage);
       x = in_stage;
     }
-    KEEL_TRY(exec_prim(e, p, x, y, ws, &j->s->b_md, j->b));
+    KEEL_TRY(exec_prim(e, p, x, y, ws, j->b));
     if (!e->act_in_post[p] && !e->bare) keel_act_apply_fast_f32(&j->s->act, y, len);
     if (g->out_nchw) /* the band back into Y's rows of every channel */
       keel_nhwc_rows_to_nchw(y, g->m, OH, OW, e->oh0[b], e->oh0[b + 1] - e->oh0[b],
@@ -545,7 +541,7 @@ static keel_status cd_run(keel_kctx *k) {
                            bare ? NULL : &s->act};
       st = keel_gemv(k->pool, &ga);
     } else if (e->wino) {
-      st = keel_wino_run(k, &s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
+      st = keel_wino_run(k, s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
     } else {
       st = run_bands(k, s, e, &g, x->data, b ? b->data : NULL, z ? z->data : NULL, same, y->data,
                      c);
@@ -589,7 +585,10 @@ static void cd_release(void *state, keel_heap *heap) {
   cd_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  keel_wino_node_free(&s->wino);
+  if (s->wino) {
+    keel_wino_node_free(s->wino);
+    keel_sys_free(s->wino, sizeof *s->wino);
+  }
   keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
   for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
@@ -627,9 +626,19 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
   s->has_z = n->n_in > 3 && n->in_names[3][0];
-  s->wino = (keel_wino_node){.store = s->store, .fig = p->lib,          .threads = s->threads,
-                             .c = s->c,         .m = s->m,             .has_bias = s->has_bias,
-                             .act = s->act,     .w_plain = wt->data};
+  /* the Winograd path's state only where keel_wino_fits can hold (3x3, one
+   * group, channels by 16s, at least 64, no residual) */
+  if (s->kh == 3 && s->kw == 3 && s->group == 1 && s->c % 16 == 0 && s->m % 16 == 0 &&
+      s->c >= 64 && s->m >= 64 && !s->has_z) {
+    s->wino = keel_sys_calloc(1, sizeof *s->wino);
+    if (!s->wino) {
+      cd_release(s, p->heap);
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
+    }
+    *s->wino = (keel_wino_node){.store = s->store, .fig = p->lib,   .threads = s->threads,
+                                .c = s->c,         .m = s->m,      .has_bias = s->has_bias,
+                                .act = s->act,     .w_plain = wt->data};
+  }
   *state = s;
   return KEEL_OK;
 }

@@ -19,7 +19,6 @@ struct keel_wino_plan {
   keel_dnnl_prim conv[KEEL_WINO_PARTS], to_blk[KEEL_WINO_PARTS], from_blk[KEEL_WINO_PARTS];
   dnnl_memory_desc_t x_part[KEEL_WINO_PARTS], xb_part[KEEL_WINO_PARTS]; /* to_blk: from, to */
   dnnl_memory_desc_t yb_part[KEEL_WINO_PARTS], y_part[KEEL_WINO_PARTS]; /* from_blk         */
-  dnnl_memory_desc_t b_md[KEEL_WINO_PARTS];
   bool act_in_post[KEEL_WINO_PARTS];
   size_t scratch;               /* the largest conv scratchpad              */
   size_t xb_bytes, yb_bytes;    /* the blocked copies of X and Y            */
@@ -57,7 +56,8 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
   KEEL_TRY(keel_dnnl_check(blocked(&dst, 1, mq, p->oh, p->ow), "dst"));
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_f32, dnnl_format_tag_any),
                            "weights"));
-  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&p->b_md[q], 1, bd, dnnl_f32, dnnl_a), "bias"));
+  dnnl_memory_desc_t b_md;
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a), "bias"));
   dnnl_convolution_desc_t cd;
   /* a 3x3 stride-1 conv of oh x ow outputs from h x w inputs: pads of
    * oh - h + 2 rows (the plan checked they are the node's) */
@@ -65,7 +65,7 @@ static keel_status make_conv(keel_wino_node *n, keel_wino_plan *p, int q) {
   dnnl_dims_t pr = {p->oh - p->h + 2 - pl[0], p->ow - p->w + 2 - pl[1]};
   KEEL_TRY(keel_dnnl_check(dnnl_dilated_convolution_forward_desc_init(
                                &cd, dnnl_forward_inference, dnnl_convolution_winograd, &src, &wany,
-                               n->has_bias ? &p->b_md[q] : NULL, &dst, one, zero, pl, pr),
+                               n->has_bias ? &b_md : NULL, &dst, one, zero, pl, pr),
                            "Winograd descriptor"));
   dnnl_primitive_attr_t attr;
   KEEL_TRY(keel_dnnl_attr_post(&attr, &n->act, false, false, &p->act_in_post[q]));
@@ -183,14 +183,10 @@ static keel_status conv_parts(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wino_job *j = ctx;
   const keel_wino_plan *p = j->p;
   const keel_wino_node *n = j->n;
-  dnnl_memory_desc_t src, dst;
   for (int64_t q = q0; q < q1; q++) {
     int64_t mq = n->oc0[q + 1] - n->oc0[q], len = mq * p->oh * p->ow;
     float *yb = j->yb + n->oc0[q] * p->oh * p->ow;
-    KEEL_TRY(keel_dnnl_check(blocked(&src, 1, n->c, p->h, p->w), "src"));
-    KEEL_TRY(keel_dnnl_check(blocked(&dst, 1, mq, p->oh, p->ow), "dst"));
-    keel_dnnl_op_args o = {&src, &n->pk[q].md, &dst, &p->b_md[q], j->xb, n->pk[q].w,
-                           j->b ? j->b + n->oc0[q] : NULL, yb,
+    keel_dnnl_op_args o = {j->xb, n->pk[q].w, j->b ? j->b + n->oc0[q] : NULL, yb,
                            p->scratch ? j->scratch + (size_t)worker * p->scratch : NULL,
                            p->scratch};
     KEEL_TRY(keel_dnnl_exec_op(p->conv[q].p, &o));

@@ -370,9 +370,14 @@ keel_status keel_dnnl_exec(dnnl_primitive_t p, int n, const keel_dnnl_arg *args)
 }
 
 keel_status keel_dnnl_exec_op(dnnl_primitive_t p, const keel_dnnl_op_args *o) {
-  keel_dnnl_arg a[5] = {{DNNL_ARG_SRC, o->src_md, (void *)(uintptr_t)o->src},
-                        {DNNL_ARG_WEIGHTS, o->w_md, (void *)(uintptr_t)o->w},
-                        {DNNL_ARG_DST, o->dst_md, o->dst}};
+  const_dnnl_primitive_desc_t pd;
+  KEEL_TRY(keel_dnnl_check(dnnl_primitive_get_primitive_desc(p, &pd), "a primitive's descriptor"));
+  keel_dnnl_arg a[5] = {
+      {DNNL_ARG_SRC, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+       (void *)(uintptr_t)o->src},
+      {DNNL_ARG_WEIGHTS, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+       (void *)(uintptr_t)o->w},
+      {DNNL_ARG_DST, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), o->dst}};
   int na = 3;
   dnnl_memory_desc_t sp;
   if (o->scratch) {
@@ -381,7 +386,9 @@ keel_status keel_dnnl_exec_op(dnnl_primitive_t p, const keel_dnnl_op_args *o) {
                              "scratchpad"));
     a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, o->ws};
   }
-  if (o->b) a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, o->b_md, (void *)(uintptr_t)o->b};
+  if (o->b)
+    a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
+                              (void *)(uintptr_t)o->b};
   return keel_dnnl_exec(p, na, a);
 }
 

@@ -56,7 +56,6 @@ typedef struct mm_entry {
   int64_t rows[PRIMS];
   uint8_t prim_of[MAX_BANDS];
   keel_dnnl_prim prim[PRIMS];
-  dnnl_memory_desc_t src_md[PRIMS], dst_md[PRIMS], w_md[PRIMS], b_md[PRIMS];
   const void *w[PRIMS];
   void *w_own[PRIMS];
   bool act_in_post[PRIMS];
@@ -130,7 +129,6 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-  e->src_md[p] = src, e->dst_md[p] = dst, e->w_md[p] = *wq, e->b_md[p] = bmd;
   e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
   dnnl_memory_desc_t plain;
   const float *from = NULL;
@@ -236,7 +234,7 @@ static keel_status mm_band(void *ctx, int64_t b0, int64_t b1, int worker) {
     int64_t rows = e->rows[p], width = cols ? s->n0[b + 1] - s->n0[b] : s->N;
     float *y = j->y + r * s->N + c;
     if (j->z) rect_copy(y, j->z + r * s->N + c, s->N, rows, width);
-    keel_dnnl_op_args o = {&e->src_md[p], &e->w_md[p], &e->dst_md[p], &e->b_md[p], j->a + r * s->K,
+    keel_dnnl_op_args o = {j->a + r * s->K,
                            e->w[p], j->bias ? j->bias + c : NULL, y,
                            e->scratch ? j->scratch + (size_t)worker * e->scratch : NULL,
                            e->scratch};
