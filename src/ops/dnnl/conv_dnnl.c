@@ -346,8 +346,9 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   int64_t macs = g->n * g->w.out[0] * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
   int64_t per = g->n >= s->threads || macs < SMALL_CONV ? 1 : (s->threads + g->n - 1) / g->n;
   if (g->in_nchw || g->out_nchw) { /* bands staged through a worker's scratch:
-                                      about 256 KB of input and of output */
-    int64_t row = KEEL_MAX(g->w.in[1] * g->c * g->w.s[0], g->w.out[1] * g->m) * 4;
+                                      about 256 KB of what is staged */
+    int64_t row = KEEL_MAX(g->in_nchw ? g->w.in[1] * g->c * g->w.s[0] : 0,
+                           g->out_nchw ? g->w.out[1] * g->m : 0) * 4;
     int64_t rows = KEEL_MAX(1, ((int64_t)256 << 10) / KEEL_MAX(row, 1));
     per = KEEL_MAX(per, (g->w.out[0] + rows - 1) / rows);
   }
