@@ -152,8 +152,7 @@ static keel_status dw_run(keel_kctx *k) {
   KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
   const keel_win *w = &g.w;
   if (g.group != g.c || g.m != g.c || g.in_nchw || g.out_nchw || w->k[0] != 5 || w->k[1] != 5 ||
-      w->s[0] != w->s[1] || (w->s[0] != 1 && w->s[0] != 2) ||
-      w->d[0] != 1 || w->d[1] != 1)
+      w->s[0] != w->s[1] || (w->s[0] != 1 && w->s[0] != 2) || w->d[0] != 1 || w->d[1] != 1)
     return keel_err(KEEL_ERR_INTERNAL, "the depthwise kernel got a convolution it did not bind");
   dw_job j = {&g, x->data, k->prep, b ? b->data : NULL, NULL, (g.c + 15) / 16 * 16, {0}, false};
   KEEL_TRY(keel_act_of(k->node, &j.act));
@@ -169,11 +168,6 @@ static keel_status dw_run(keel_kctx *k) {
 
 /* ========================================================== binding */
 
-static bool attr_on(const keel_node *n, const char *name) {
-  const keel_attr *a = keel_node_attr(n, name);
-  return a && a->i;
-}
-
 /* W [C, 1, 5, 5] constant float, C <= DW_MAX_C, group C, stride 1 or 2 (the
  * same both ways), dilation 1, no Z, channels-last in and out; an
  * AVX-512F CPU. */
@@ -187,7 +181,7 @@ static bool dw_supports(const keel_prep_ctx *p) {
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
   if (!ga || ga->i != wt->shape[0] || (n->n_in > 3 && n->in_names[3][0]) ||
-      attr_on(n, "keel.in_nchw") || attr_on(n, "keel.out_nchw"))
+      keel_nhwc_attr_on(n, "keel.in_nchw") || keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
@@ -201,14 +195,8 @@ static bool dw_supports(const keel_prep_ctx *p) {
 /* W as [K][K][C16]. */
 static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
-  int64_t C = wt->shape[0], K = wt->shape[2], C16 = (C + 15) / 16 * 16;
-  float *w;
-  KEEL_TRY(keel_prep_alloc(p, sizeof(float) * (size_t)(K * K * C16), (void **)&w));
-  const float *src = wt->data;
-  for (int64_t t = 0; t < K * K; t++)
-    for (int64_t c = 0; c < C16; c++) w[t * C16 + c] = c < C ? src[c * K * K + t] : 0.0f;
-  *state = w;
-  return KEEL_OK;
+  int64_t C = wt->shape[0], K = wt->shape[2];
+  return keel_nhwc_prep_taps(p, C, K * K, (C + 15) / 16 * 16, state);
 }
 
 const keel_impl keel_conv_nhwc_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release,
@@ -216,10 +204,6 @@ const keel_impl keel_conv_nhwc_dw = {"depthwise", dw_supports, dw_prepare, keel_
 
 #else /* not x86: never bound */
 
-static bool dw_never(const keel_prep_ctx *p) {
-  (void)p;
-  return false;
-}
-const keel_impl keel_conv_nhwc_dw = {"depthwise", dw_never, NULL, NULL, NULL};
+const keel_impl keel_conv_nhwc_dw = {"depthwise", keel_prep_never, NULL, NULL, NULL};
 
 #endif

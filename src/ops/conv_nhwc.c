@@ -186,6 +186,17 @@ static keel_status op_nhwc_conv(keel_kctx *k) {
   return KEEL_OK;
 }
 
+keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps, int64_t mpad,
+                                void **state) {
+  float *dst;
+  KEEL_TRY(keel_prep_alloc(p, sizeof(float) * (size_t)(taps * mpad), (void **)&dst));
+  const float *src = p->consts[1]->data;
+  for (int64_t t = 0; t < taps; t++)
+    for (int64_t c = 0; c < mpad; c++) dst[t * mpad + c] = c < m ? src[c * taps + t] : 0.0f;
+  *state = dst;
+  return KEEL_OK;
+}
+
 #if KEEL_HAVE_DNNL
 static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dw,
                                                 &keel_conv_nhwc_dnnl, NULL};

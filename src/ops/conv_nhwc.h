@@ -55,6 +55,18 @@ KEEL_INTERNAL keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, 
 KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4],
                                             int64_t yshape[4], bool *same);
 
+/* For keel's own implementations' binding and packing (conv_stem.c,
+ * conv_pw.c, conv_dw.c): an int attribute that is set and not 0; the
+ * prepared state of W's taps (W as m rows of `taps` values) as `taps` rows
+ * of mpad floats, the m values of each tap then zeros: the output (or
+ * depthwise) channels of one tap contiguous, for vector loads along them. */
+static inline bool keel_nhwc_attr_on(const keel_node *n, const char *name) {
+  const keel_attr *a = keel_node_attr(n, name);
+  return a && a->i;
+}
+KEEL_INTERNAL keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps,
+                                              int64_t mpad, void **state);
+
 /* Convolutions of 1-4 input channels on AVX-512 CPUs (conv_stem.c), tried
  * first. */
 extern const keel_impl keel_conv_nhwc_stem;

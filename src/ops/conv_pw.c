@@ -186,11 +186,6 @@ static keel_status pw_run(keel_kctx *k) {
 
 /* ========================================================== binding */
 
-static bool attr_on(const keel_node *n, const char *name) {
-  const keel_attr *a = keel_node_attr(n, name);
-  return a && a->i;
-}
-
 /* W [M, C, 1, 1] constant float with C <= PW_MAX_C (PW_MAX_C_Z with a
  * residual Z); one group, stride 1, no pads, channels-last in and out; an
  * AVX-512F CPU. */
@@ -204,7 +199,7 @@ static bool pw_supports(const keel_prep_ctx *p) {
       wt->shape[0] < 1 || (wt->shape[0] + 15) / 16 > 4 * PW_MAX_BLK)
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
-  if ((ga && ga->i != 1) || attr_on(n, "keel.in_nchw") || attr_on(n, "keel.out_nchw"))
+  if ((ga && ga->i != 1) || keel_nhwc_attr_on(n, "keel.in_nchw") || keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {1, 1}};
@@ -248,10 +243,6 @@ const keel_impl keel_conv_nhwc_pw = {"pointwise", pw_supports, pw_prepare, keel_
 
 #else /* not x86: never bound */
 
-static bool pw_never(const keel_prep_ctx *p) {
-  (void)p;
-  return false;
-}
-const keel_impl keel_conv_nhwc_pw = {"pointwise", pw_never, NULL, NULL, NULL};
+const keel_impl keel_conv_nhwc_pw = {"pointwise", keel_prep_never, NULL, NULL, NULL};
 
 #endif

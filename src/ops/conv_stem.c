@@ -156,11 +156,6 @@ static keel_status st_run(keel_kctx *k) {
 
 /* ========================================================== binding */
 
-static bool attr_on(const keel_node *n, const char *name) {
-  const keel_attr *a = keel_node_attr(n, name);
-  return a && a->i;
-}
-
 /* W [M, C, kh, kw] constant float with C <= 4, M = 16 or 32 (ResNet-50's
  * 64-channel stem measured faster on oneDNN's kernel), one
  * group, no Z, channels-last output, dilation 1, window attributes that
@@ -174,7 +169,7 @@ static bool st_supports(const keel_prep_ctx *p) {
       wt->shape[0] > 32 || keel_tensor_numel(wt) == 0)
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
-  if ((ga && ga->i != 1) || (n->n_in > 3 && n->in_names[3][0]) || attr_on(n, "keel.out_nchw"))
+  if ((ga && ga->i != 1) || (n->n_in > 3 && n->in_names[3][0]) || keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
@@ -188,14 +183,8 @@ static bool st_supports(const keel_prep_ctx *p) {
 /* W as [C][kh][kw][M]. */
 static keel_status st_prepare(const keel_prep_ctx *p, void **state) {
   const keel_tensor *wt = p->consts[1];
-  int64_t M = wt->shape[0], taps = wt->shape[1] * wt->shape[2] * wt->shape[3];
-  float *w;
-  KEEL_TRY(keel_prep_alloc(p, (size_t)(M * taps) * sizeof(float), (void **)&w));
-  const float *src = wt->data;
-  for (int64_t m = 0; m < M; m++)
-    for (int64_t t = 0; t < taps; t++) w[t * M + m] = src[m * taps + t];
-  *state = w;
-  return KEEL_OK;
+  return keel_nhwc_prep_taps(p, wt->shape[0], wt->shape[1] * wt->shape[2] * wt->shape[3],
+                             wt->shape[0], state);
 }
 
 const keel_impl keel_conv_nhwc_stem = {"stem", st_supports, st_prepare, keel_prep_block_release,
@@ -203,10 +192,6 @@ const keel_impl keel_conv_nhwc_stem = {"stem", st_supports, st_prepare, keel_pre
 
 #else /* not x86: never bound */
 
-static bool st_never(const keel_prep_ctx *p) {
-  (void)p;
-  return false;
-}
-const keel_impl keel_conv_nhwc_stem = {"stem", st_never, NULL, NULL, NULL};
+const keel_impl keel_conv_nhwc_stem = {"stem", keel_prep_never, NULL, NULL, NULL};
 
 #endif

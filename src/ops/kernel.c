@@ -344,3 +344,8 @@ bool keel_prep_always(const keel_prep_ctx *p) {
   (void)p;
   return true;
 }
+
+bool keel_prep_never(const keel_prep_ctx *p) {
+  (void)p;
+  return false;
+}

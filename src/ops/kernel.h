@@ -161,6 +161,8 @@ KEEL_INTERNAL keel_status keel_prep_from_attrs(const keel_prep_ctx *p, keel_prep
                                                void **state);
 KEEL_INTERNAL void keel_prep_block_release(void *state, keel_heap *heap);
 KEEL_INTERNAL bool keel_prep_always(const keel_prep_ctx *p);
+/* supports() of an implementation this build or CPU never has. */
+KEEL_INTERNAL bool keel_prep_never(const keel_prep_ctx *p);
 #define KEEL_IMPL_FROM_ATTRS(var, label, prep_fn, kernel)                                  \
   static keel_status var##_prepare(const keel_prep_ctx *p, void **state) {                \
     return keel_prep_from_attrs(p, prep_fn, state);                                       \
