@@ -8,7 +8,10 @@
  * GEMM tile shapes). Clean under ThreadSanitizer (ctest label "thread").
  * Run twice: on keel's own NCHW conv kernels, and (where keel has oneDNN)
  * on the layout pass's NhwcConv, whose per-shape primitives are made by
- * the first run and shared by the racing ones. */
+ * the first run and shared by the racing ones; then a second net for
+ * keel's own channels-last kernels beside them (a 5x5 depthwise conv, a
+ * 1x1 of 16 channels, and a 1x1 on the pooled 1x1 map, which runs on
+ * keel_gemv). */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -24,23 +27,40 @@
 static float g_x[2 * 8 * 20 * 20];
 static keel_value_t *g_in;
 
+static int g_net; /* 0: the first net, 1: keel's own NHWC kernels */
+
 static mb_graph *model(void) {
-  static float w1[16 * 8 * 9], w2[16 * 9], w3[8 * 16], b1[16], m[8 * 20];
+  static float w1[16 * 8 * 9], w2[16 * 25], w3[8 * 16], b1[16], m[8 * 20], w4[16 * 16];
   uint32_t r = 99;
-  float *all[] = {w1, w2, w3, b1, m, g_x};
-  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m, sizeof g_x};
-  for (int k = 0; k < 6; k++)
+  float *all[] = {w1, w2, w3, b1, m, g_x, w4};
+  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m, sizeof g_x, sizeof w4};
+  for (int k = 0; k < 7; k++)
     for (size_t i = 0; i < sizes[k] / sizeof(float); i++)
       all[k][i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (float)(1 << 24) - 0.5f;
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, 8, 20, 20});
   mb_init(g, "w1", KEEL_FLOAT, 4, (int64_t[]){16, 8, 3, 3}, w1);
   mb_init(g, "b1", KEEL_FLOAT, 1, (int64_t[]){16}, b1);
-  mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){16, 1, 3, 3}, w2);
   mb_init(g, "w3", KEEL_FLOAT, 4, (int64_t[]){8, 16, 1, 1}, w3);
-  mb_init(g, "m", KEEL_FLOAT, 2, (int64_t[]){20, 8}, m);
   mb_attr_ints(mb_add(g, "Conv", "x,w1,b1", "c1"), "pads", 4, (int64_t[]){1, 1, 1, 1});
   mb_add(g, "Relu", "c1", "r1");
+  if (g_net == 1) {
+    mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){16, 1, 5, 5}, w2);
+    mb_init(g, "w4", KEEL_FLOAT, 4, (int64_t[]){16, 16, 1, 1}, w4);
+    mb_node *d5 = mb_add(g, "Conv", "r1,w2,b1", "c2");
+    mb_attr_i(d5, "group", 16);
+    mb_attr_ints(d5, "pads", 4, (int64_t[]){2, 2, 2, 2});
+    mb_add(g, "Sigmoid", "c2", "s2");
+    mb_add(g, "Mul", "c2,s2", "a2");
+    mb_add(g, "Conv", "a2,w4,b1", "c4");
+    mb_add(g, "Relu", "c4", "r4");
+    mb_add(g, "GlobalAveragePool", "r4", "p4");
+    mb_add(g, "Conv", "p4,w3", "y");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    return g;
+  }
+  mb_init(g, "w2", KEEL_FLOAT, 4, (int64_t[]){16, 1, 3, 3}, w2);
+  mb_init(g, "m", KEEL_FLOAT, 2, (int64_t[]){20, 8}, m);
   mb_node *dw = mb_add(g, "Conv", "r1,w2", "c2");
   mb_attr_i(dw, "group", 16);
   mb_attr_ints(dw, "pads", 4, (int64_t[]){1, 1, 1, 1});
@@ -75,9 +95,9 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-/* The race on a session made with `flags`; `kernels` names the fast
- * kernels that must be in it (keel info's line), or NULL. */
-static void race(unsigned flags, const char *kernels) {
+/* The race on a session made with `flags`; `kernels` and `kernels2` name
+ * fast kernels that must be in it (keel info's line), or are NULL. */
+static void race(unsigned flags, const char *kernels, const char *kernels2) {
   keel_options one = {.size = sizeof one, .threads = 1, .flags = flags};
   keel_options three = {.size = sizeof three, .threads = 3, .flags = flags};
   keel_session_t *ref = mb_session_opts(model(), 14, &one), *s = mb_session_opts(model(), 14, &three);
@@ -104,6 +124,7 @@ static void race(unsigned flags, const char *kernels) {
   char *d = NULL;
   CHECK_OK(keel_session_describe(s, 0, &d));
   if (kernels) CHECK(d && strstr(d, kernels)); /* the fast kernels are in the race */
+  if (kernels2) CHECK(d && strstr(d, kernels2));
   keel_free(d);
   job jobs[THREADS];
   pthread_t th[THREADS];
@@ -136,8 +157,12 @@ static bool have_onednn(void) {
 }
 
 int main(void) {
-  race(KEEL_OPT_NO_ONEDNN, "Conv depthwise 1"); /* keel's own NCHW kernels */
+  race(KEEL_OPT_NO_ONEDNN, "Conv depthwise 1", NULL); /* keel's own NCHW kernels */
   bool dnnl = have_onednn();
-  race(0, dnnl ? "NhwcConv onednn 3" : NULL);
+  race(0, dnnl ? "NhwcConv onednn 3" : NULL, NULL);
+  g_net = 1; /* keel's NHWC kernels (AVX-512) beside oneDNN's */
+  __builtin_cpu_init();
+  bool k512 = dnnl && __builtin_cpu_supports("avx512f");
+  race(0, k512 ? "NhwcConv depthwise 1" : NULL, k512 ? "NhwcConv pointwise 1" : NULL);
   return check_report();
 }
