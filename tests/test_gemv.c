@@ -18,7 +18,9 @@ static uint64_t next(void) {
   g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
   return g_rng;
 }
-static int64_t pick(int64_t lo, int64_t hi) { return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1)); }
+static int64_t pick(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(next() % (uint64_t)(hi - lo + 1));
+}
 static float rndf(void) { return (float)(next() >> 40) / (float)(1 << 24) * 2.0f - 1.0f; }
 
 static float *fill(int64_t n) {
@@ -34,7 +36,8 @@ static void one(int how, int64_t R, int64_t K, int64_t N, bool rows, int extras)
   int64_t lda = K + pick(0, 3), ldy = N + pick(0, 5);
   float *a = fill(R * lda), *w = fill(K * N), *bias = fill(N), *y = fill(R * ldy);
   float *z = in_place ? y : fill(R * ldy);
-  float *y0 = malloc(sizeof(float) * (size_t)(R * ldy)), *z0 = malloc(sizeof(float) * (size_t)(R * ldy));
+  float *y0 = malloc(sizeof(float) * (size_t)(R * ldy));
+  float *z0 = malloc(sizeof(float) * (size_t)(R * ldy));
   memcpy(y0, y, sizeof(float) * (size_t)(R * ldy));
   memcpy(z0, z, sizeof(float) * (size_t)(R * ldy));
   keel_act act = {relu ? KEEL_ACT_RELU : KEEL_ACT_NONE, 0, 0};

@@ -222,7 +222,8 @@ static void gemv_then_rows(void) {
         if (!(e <= worst)) worst = e;
       }
     }
-    if (!(worst <= 1)) fprintf(stderr, "gemv then rows, M %lld: worst %g\n", (long long)Ms[i], worst);
+    if (!(worst <= 1))
+      fprintf(stderr, "gemv then rows, M %lld: worst %g\n", (long long)Ms[i], worst);
     CHECK(worst <= 1);
     keel_value_release(in[0]), keel_value_release(in[1]), keel_value_release(out[0]);
     keel_value_release(ref);

@@ -198,11 +198,11 @@ keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps,
 }
 
 #if KEEL_HAVE_DNNL
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dw,
-                                                &keel_conv_nhwc_dnnl, NULL};
+static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
+                                            &keel_conv_nhwc_dw, &keel_conv_nhwc_dnnl, NULL};
 #else
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw, &keel_conv_nhwc_dw,
-                                                NULL};
+static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
+                                            &keel_conv_nhwc_dw, NULL};
 #endif
 
 const keel_opdef keel_ops_conv_nhwc[] = {

@@ -16,8 +16,8 @@
  * Here a tile of PT pixels by NV vectors of 16 output channels (6 x 4,
  * 8 x 3, 12 x 2 or 16 x 1: 16-24 accumulators) stays in registers while
  * every input channel adds its PT values, broadcast, times the channel's
- * NV weight vectors; the tile's pixels (PT x C floats) stay in L1 across
- * the blocks of output channels. Bias starts the accumulators; a residual
+ * NV weight vectors; 48 pixels at a time go through every block of output
+ * channels while their inputs are in L1. Bias starts the accumulators; a residual
  * Z of Y's shape is added and the activation applied as they are stored
  * (ReLU, Clip, HardSwish, HardSigmoid-times-x; the others on the task's
  * rows while they are in cache); a Z that broadcasts is added after, as
@@ -26,8 +26,8 @@
  * Prepared once per node: W repacked per block of output channels as
  * [C][16 NV] (zero-padded to whole vectors), from the session's
  * allocator, tagged with the node. Taken by nodes with a constant W of
- * C <= PW_MAX_C (PW_MAX_C_Z with Z), one group, a 1x1 window with stride 1 and no pads,
- * channels-last in and out, on CPUs with AVX-512F.
+ * C <= PW_MAX_C (PW_MAX_C_Z with Z), one group, a 1x1 window with stride 1
+ * and no pads, channels-last in and out, on CPUs with AVX-512F.
  */
 #include "activation.h"
 #include "bcast.h"
@@ -195,11 +195,13 @@ static bool pw_supports(const keel_prep_ctx *p) {
   bool has_z = n->n_in > 3 && n->in_names[3][0];
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f") || !wt || wt->dtype != KEEL_FLOAT || wt->rank != 4 ||
-      wt->shape[1] < 1 || wt->shape[1] > (has_z ? PW_MAX_C_Z : PW_MAX_C) || wt->shape[2] != 1 || wt->shape[3] != 1 ||
+      wt->shape[1] < 1 || wt->shape[1] > (has_z ? PW_MAX_C_Z : PW_MAX_C) || wt->shape[2] != 1 ||
+      wt->shape[3] != 1 ||
       wt->shape[0] < 1 || (wt->shape[0] + 15) / 16 > 4 * PW_MAX_BLK)
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
-  if ((ga && ga->i != 1) || keel_nhwc_attr_on(n, "keel.in_nchw") || keel_nhwc_attr_on(n, "keel.out_nchw"))
+  if ((ga && ga->i != 1) || keel_nhwc_attr_on(n, "keel.in_nchw") ||
+      keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {1, 1}};

@@ -87,7 +87,7 @@ typedef struct st_job {
       }                                                                                          \
     _Pragma("GCC unroll 8") for (int p = 0; p < (P); p++)                                        \
       _Pragma("GCC unroll 4") for (int v = 0; v < (V); v++) {                                    \
-        __m512 r = j->act_inline ? keel_act512(&j->act, acc[p][v]) : acc[p][v];                       \
+        __m512 r = j->act_inline ? keel_act512(&j->act, acc[p][v]) : acc[p][v];                  \
         _mm512_storeu_ps(y + (ox + p) * M + 16 * v, r);                                          \
       }                                                                                          \
   }
@@ -169,7 +169,8 @@ static bool st_supports(const keel_prep_ctx *p) {
       wt->shape[0] > 32 || keel_tensor_numel(wt) == 0)
     return false;
   const keel_attr *ga = keel_node_attr(n, "group");
-  if ((ga && ga->i != 1) || (n->n_in > 3 && n->in_names[3][0]) || keel_nhwc_attr_on(n, "keel.out_nchw"))
+  if ((ga && ga->i != 1) || (n->n_in > 3 && n->in_names[3][0]) ||
+      keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
   keel_kctx k = {.node = n};
   keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};

@@ -387,7 +387,8 @@ keel_status keel_dnnl_exec_op(dnnl_primitive_t p, const keel_dnnl_op_args *o) {
     a[na++] = (keel_dnnl_arg){DNNL_ARG_SCRATCHPAD, &sp, o->ws};
   }
   if (o->b)
-    a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
+    a[na++] = (keel_dnnl_arg){DNNL_ARG_BIAS,
+                              dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 1),
                               (void *)(uintptr_t)o->b};
   return keel_dnnl_exec(p, na, a);
 }
