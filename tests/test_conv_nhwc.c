@@ -46,7 +46,8 @@ typedef struct cv_case {
                                   NHWC on both sides: the Winograd path),
                                   5: a 1x1 conv before, and a second 1x1
                                   conv of its output added (a residual Z
-                                  channels-last)                          */
+                                  channels-last), 6: a 1x1 conv before, its
+                                  output both the case conv's X and its Z */
 } cv_case;
 
 static uint32_t g_rng = 7;
@@ -93,7 +94,7 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
   mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c / t->group, t->kh, t->kw}, wt);
   if (t->bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){t->m}, b);
   const char *c = "c";
-  if (t->residual == 4 || t->residual == 5) { /* a 1x1 conv before (w2's first C*C values) */
+  if (t->residual >= 4) { /* a 1x1 conv before (w2's first C*C values) */
     mb_init(g, "w4", KEEL_FLOAT, 4, (int64_t[]){t->c, t->c, 1, 1}, w2);
     mb_add(g, "Conv", "x,w4", "x4");
     mb_add(g, "Relu", "x4", "xr");
@@ -109,6 +110,10 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
     mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){1, t->m, 1, 1}, zc);
     mb_add(g, "Add", "c,z", "s");
     c = "s";
+  } else if (t->residual == 6) { /* the conv's own input added: Z is X */
+    mb_add(g, "Add", "c,xr", "s");
+    mb_add(g, "Relu", "s", "r");
+    c = "r";
   } else if (t->residual == 5) { /* a channels-last residual: a 1x1 conv of xr (w2's first
                                      M*C values), added, then Relu */
     mb_init(g, "w5", KEEL_FLOAT, 4, (int64_t[]){t->m, t->c, 1, 1}, w2);
@@ -434,6 +439,9 @@ int main(void) {
       {1, 64, 256, 9, 10, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
       {2, 100, 130, 5, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Clip", NULL, 5},
       {1, 128, 40, 3, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "SiLUGated", NULL, 5},
+      /* Z is X (Add(conv(x), x)): Y must not take Z's buffer */
+      {1, 96, 96, 6, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 6},
+      {2, 160, 160, 5, 5, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, NULL, NULL, 6},
       /* depthwise 5x5 of at most 128 channels, channels-last: the
        * depthwise kernel on AVX-512 (stride 1 and 2, channel tails, maps
        * narrower than a tile, asymmetric pads, every activation form) */

@@ -144,26 +144,23 @@ static keel_status dw_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 }
 
 static keel_status dw_run(keel_kctx *k) {
-  const keel_tensor *x, *wt, *b;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(keel_k_in(k, 1, &wt));
-  KEEL_TRY(keel_k_in_opt(k, 2, &b));
-  keel_nhwc_geom g;
-  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
-  const keel_win *w = &g.w;
-  if (g.group != g.c || g.m != g.c || g.in_nchw || g.out_nchw || w->k[0] != 5 || w->k[1] != 5 ||
-      w->s[0] != w->s[1] || (w->s[0] != 1 && w->s[0] != 2) || w->d[0] != 1 || w->d[1] != 1)
+  keel_nhwc_io io;
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  const keel_nhwc_geom *g = &io.g;
+  const keel_win *w = &g->w;
+  if (io.z || g->group != g->c || g->m != g->c || g->in_nchw || g->out_nchw || w->k[0] != 5 ||
+      w->k[1] != 5 || w->s[0] != w->s[1] || (w->s[0] != 1 && w->s[0] != 2) || w->d[0] != 1 ||
+      w->d[1] != 1)
     return keel_err(KEEL_ERR_INTERNAL, "the depthwise kernel got a convolution it did not bind");
-  dw_job j = {&g, x->data, k->prep, b ? b->data : NULL, NULL, (g.c + 15) / 16 * 16, {0}, false};
+  KEEL_TRY(keel_nhwc_out(k, &io, false));
+  if (keel_tensor_numel(io.y) == 0) return KEEL_OK;
+  dw_job j = {g, io.x->data, k->prep, io.b ? io.b->data : NULL, io.c, (g->c + 15) / 16 * 16,
+              {0}, false};
   KEEL_TRY(keel_act_of(k->node, &j.act));
   j.act_inline = keel_act512_inline(j.act.kind);
-  keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, g.yshape, &y));
-  if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  j.y = y->data;
   /* a task gets at least ~32K multiply-adds */
-  int64_t row = KEEL_MAX(1, w->out[1] * g.c * w->k[0] * w->k[1]);
-  return keel_pool_for(k->pool, g.n * w->out[0], KEEL_MAX(1, 32768 / row), dw_rows, &j);
+  int64_t row = KEEL_MAX(1, w->out[1] * g->c * w->k[0] * w->k[1]);
+  return keel_pool_for(k->pool, g->n * w->out[0], KEEL_MAX(1, 32768 / row), dw_rows, &j);
 }
 
 /* ========================================================== binding */

@@ -95,6 +95,51 @@ keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4], int
   return KEEL_OK;
 }
 
+keel_status keel_nhwc_in(keel_kctx *k, keel_nhwc_io *io) {
+  memset(io, 0, sizeof *io);
+  KEEL_TRY(keel_k_in(k, 0, &io->x));
+  KEEL_TRY(keel_k_in(k, 1, &io->w));
+  KEEL_TRY(keel_k_in_opt(k, 2, &io->b));
+  KEEL_TRY(keel_k_in_opt(k, 3, &io->z));
+  return keel_nhwc_geom_of(k, io->x, io->w, io->b, &io->g);
+}
+
+keel_status keel_nhwc_out(keel_kctx *k, keel_nhwc_io *io, bool z_apart) {
+  const keel_nhwc_geom *g = &io->g;
+  const keel_tensor *z = io->z;
+  int64_t yshape[4];
+  bool same = true;
+  memcpy(yshape, g->yshape, sizeof yshape);
+  if (z) KEEL_TRY(keel_nhwc_z_shape(z, g->yshape, yshape, &same));
+  same = same && !z_apart;
+  /* not Z's buffer when Z is X too: kernels read X after writing Y */
+  if (z && same && z->data != io->x->data)
+    KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &io->y));
+  else
+    KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &io->y));
+  io->bare = z && !same;
+  io->z_in_y = z && same && io->y->data == z->data;
+  io->zc = z && same && !io->z_in_y ? z->data : NULL;
+  io->c = io->y->data;
+  if (io->bare && keel_tensor_numel(io->y)) {
+    void *t;
+    KEEL_TRY(keel_k_scratch_n(k, g->n * g->w.out[0] * g->w.out[1] * g->m, sizeof(float), &t));
+    io->c = t;
+  }
+  return KEEL_OK;
+}
+
+keel_status keel_nhwc_finish(keel_kctx *k, const keel_nhwc_io *io) {
+  if (!io->bare || !keel_tensor_numel(io->y)) return KEEL_OK;
+  keel_act act;
+  KEEL_TRY(keel_act_of(k->node, &act));
+  const keel_nhwc_geom *g = &io->g;
+  int64_t core[4] = {g->n, g->w.out[0], g->w.out[1], g->m}; /* the product, NHWC */
+  keel_bcast_add_f32(io->c, 4, core, io->z, io->y);
+  keel_act_apply_fast_f32(&act, io->y->data, keel_tensor_numel(io->y));
+  return KEEL_OK;
+}
+
 /* ========================================================= reference */
 
 typedef struct ref_job {
@@ -136,13 +181,10 @@ static keel_status ref_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 }
 
 static keel_status op_nhwc_conv(keel_kctx *k) {
-  const keel_tensor *x, *wt, *b, *z;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(keel_k_in(k, 1, &wt));
-  KEEL_TRY(keel_k_in_opt(k, 2, &b));
-  KEEL_TRY(keel_k_in_opt(k, 3, &z));
-  keel_nhwc_geom g;
-  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
+  keel_nhwc_io io; /* the reference makes Y its own way: always new, Z added after */
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  const keel_tensor *x = io.x, *wt = io.w, *b = io.b, *z = io.z;
+  keel_nhwc_geom g = io.g;
   keel_act act;
   KEEL_TRY(keel_act_of(k->node, &act));
   int64_t yshape[4];

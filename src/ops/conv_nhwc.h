@@ -18,10 +18,14 @@
  * its neighbour Transpose's work: keel.in_nchw (X is [N, C, H, W]) and
  * keel.out_nchw (Y is [N, M, OH, OW]; not with Z), each band then moved
  * between the layouts in cache.
- * The reference kernel (conv_nhwc.c) is naive loops; convs of 1-4 input
- * channels (a network's stem) run keel's own kernel on AVX-512 CPUs
- * (conv_stem.c), the others the oneDNN implementation (dnnl/conv_dnnl.c)
- * when keel has oneDNN.
+ * The reference kernel (conv_nhwc.c) is naive loops. On AVX-512 CPUs keel's
+ * own kernels take, in this order, convs of 1-4 input channels (a
+ * network's stem, conv_stem.c), 1x1 convs of few input channels
+ * (conv_pw.c) and 5x5 depthwise convs (conv_dw.c); the others run on the
+ * oneDNN implementation (dnnl/conv_dnnl.c) when keel has oneDNN. The fast
+ * kernels share the call's set-up below (keel_nhwc_in, keel_nhwc_out,
+ * keel_nhwc_finish): inputs, geometry, Y (in Z's buffer where it may be)
+ * and a residual that broadcasts.
  */
 #ifndef KEEL_CONV_NHWC_H
 #define KEEL_CONV_NHWC_H
@@ -54,6 +58,35 @@ KEEL_INTERNAL keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, 
  * broadcasting); *same when it is cshape itself. */
 KEEL_INTERNAL keel_status keel_nhwc_z_shape(const keel_tensor *z, const int64_t cshape[4],
                                             int64_t yshape[4], bool *same);
+
+/* True for a 1x1 window of stride 1 without pads: pixels map to pixels. */
+static inline bool keel_win_is_pointwise(const keel_win *w) {
+  for (int i = 0; i < 2; i++)
+    if (w->k[i] != 1 || w->s[i] != 1 || w->pb[i] || w->pe[i]) return false;
+  return true;
+}
+
+/* One call of a fast NhwcConv kernel: its inputs and geometry
+ * (keel_nhwc_in), then Y and where the product goes (keel_nhwc_out), then,
+ * when Z broadcasts, Z and the activation (keel_nhwc_finish). */
+typedef struct keel_nhwc_io {
+  const keel_tensor *x, *w, *b, *z; /* B, Z: NULL when absent               */
+  keel_nhwc_geom g;
+  keel_tensor *y;
+  float *c;                      /* the product's destination: Y, or scratch */
+  const float *zc;               /* Z for the kernel to add (Y's shape, not in
+                                    Y already), or NULL                     */
+  bool z_in_y;                   /* Y took Z's buffer: it holds Z already   */
+  bool bare;                     /* Z is added after (keel_nhwc_finish), and the
+                                    activation with it: the kernel applies
+                                    neither                                 */
+} keel_nhwc_io;
+KEEL_INTERNAL keel_status keel_nhwc_in(keel_kctx *k, keel_nhwc_io *io);
+/* Y, taking Z's buffer when Z has Y's shape, dies here and is not X too;
+ * a scratch product (bare) when Z broadcasts or `z_apart` (a kernel that
+ * cannot add this Z itself). */
+KEEL_INTERNAL keel_status keel_nhwc_out(keel_kctx *k, keel_nhwc_io *io, bool z_apart);
+KEEL_INTERNAL keel_status keel_nhwc_finish(keel_kctx *k, const keel_nhwc_io *io);
 
 /* For keel's own implementations' binding and packing (conv_stem.c,
  * conv_pw.c, conv_dw.c): an int attribute that is set and not 0; the

@@ -141,47 +141,23 @@ static keel_status pw_task(void *ctx, int64_t t0, int64_t t1, int worker) {
 }
 
 static keel_status pw_run(keel_kctx *k) {
-  const pw_state *s = k->prep;
-  const keel_tensor *x, *wt, *b, *z;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(keel_k_in(k, 1, &wt));
-  KEEL_TRY(keel_k_in_opt(k, 2, &b));
-  KEEL_TRY(keel_k_in_opt(k, 3, &z));
-  keel_nhwc_geom g;
-  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
-  if (g.in_nchw || g.out_nchw || g.group != 1 || g.w.k[0] != 1 || g.w.k[1] != 1 ||
-      g.w.s[0] != 1 || g.w.s[1] != 1 || g.w.pb[0] || g.w.pb[1] || g.w.pe[0] || g.w.pe[1])
+  keel_nhwc_io io;
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  const keel_nhwc_geom *g = &io.g;
+  if (g->in_nchw || g->out_nchw || g->group != 1 || !keel_win_is_pointwise(&g->w))
     return keel_err(KEEL_ERR_INTERNAL, "the pointwise kernel got a convolution it did not bind");
-  int64_t yshape[4];
-  bool same = true;
-  memcpy(yshape, g.yshape, sizeof yshape);
-  if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
-  keel_tensor *y;
-  /* Y takes Z's buffer when Z dies here, unless Z is X too (tiles read X
-   * again for each block of outputs) */
-  if (z && same && z->data != x->data) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &y));
-  else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
-  int64_t P = g.n * g.w.out[0] * g.w.out[1];
-  if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  bool bare = z && !same;
-  pw_job j = {s, x->data, b ? b->data : NULL, z && same ? z->data : NULL, y->data, P, {0}, true};
-  if (bare) { /* the product alone first; Z and the activation after */
-    void *t;
-    KEEL_TRY(keel_k_scratch_n(k, P * g.m, sizeof(float), &t));
-    j.y = t;
-  } else {
+  KEEL_TRY(keel_nhwc_out(k, &io, false));
+  int64_t P = g->n * g->w.out[0] * g->w.out[1];
+  if (keel_tensor_numel(io.y) == 0) return KEEL_OK;
+  /* Z added at the stores, read from Y itself when Y took its buffer */
+  pw_job j = {k->prep, io.x->data, io.b ? io.b->data : NULL, io.zc, io.c, P, {0}, true};
+  if (io.z_in_y) j.z = io.c;
+  if (!io.bare) {
     KEEL_TRY(keel_act_of(k->node, &j.act));
     j.act_inline = keel_act512_inline(j.act.kind);
   }
   if (P) KEEL_TRY(keel_pool_for(k->pool, (P + PW_TASK - 1) / PW_TASK, 1, pw_task, &j));
-  if (bare) {
-    keel_act act;
-    KEEL_TRY(keel_act_of(k->node, &act));
-    int64_t core[4] = {g.n, g.w.out[0], g.w.out[1], g.m};
-    keel_bcast_add_f32(j.y, 4, core, z, y);
-    keel_act_apply_fast_f32(&act, y->data, keel_tensor_numel(y));
-  }
-  return KEEL_OK;
+  return keel_nhwc_finish(k, &io);
 }
 
 /* ========================================================== binding */

@@ -134,24 +134,19 @@ static keel_status st_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 }
 
 static keel_status st_run(keel_kctx *k) {
-  const keel_tensor *x, *wt, *b;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(keel_k_in(k, 1, &wt));
-  KEEL_TRY(keel_k_in_opt(k, 2, &b));
-  keel_nhwc_geom g;
-  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
-  if (g.group != 1 || g.out_nchw || g.w.d[0] != 1 || g.w.d[1] != 1)
+  keel_nhwc_io io;
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  const keel_nhwc_geom *g = &io.g;
+  if (io.z || g->group != 1 || g->out_nchw || g->w.d[0] != 1 || g->w.d[1] != 1)
     return keel_err(KEEL_ERR_INTERNAL, "the stem kernel got a convolution it did not bind");
-  st_job j = {&g, x->data, k->prep, b ? b->data : NULL, NULL, {0}, false};
+  KEEL_TRY(keel_nhwc_out(k, &io, false));
+  if (keel_tensor_numel(io.y) == 0) return KEEL_OK;
+  st_job j = {g, io.x->data, k->prep, io.b ? io.b->data : NULL, io.c, {0}, false};
   KEEL_TRY(keel_act_of(k->node, &j.act));
   j.act_inline = keel_act512_inline(j.act.kind);
-  keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, g.yshape, &y));
-  if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  j.y = y->data;
   /* a task gets at least ~64K multiply-adds */
-  int64_t row = KEEL_MAX(1, g.w.out[1] * g.m * g.c * g.w.k[0] * g.w.k[1]);
-  return keel_pool_for(k->pool, g.n * g.w.out[0], KEEL_MAX(1, 65536 / row), st_rows, &j);
+  int64_t row = KEEL_MAX(1, g->w.out[1] * g->m * g->c * g->w.k[0] * g->w.k[1]);
+  return keel_pool_for(k->pool, g->n * g->w.out[0], KEEL_MAX(1, 65536 / row), st_rows, &j);
 }
 
 /* ========================================================== binding */

@@ -265,10 +265,8 @@ static bool want_oc(const cd_state *s, const keel_nhwc_geom *g) {
  * keel_gemv's vector kernel. */
 static bool gemv_fits(const cd_state *s, const keel_nhwc_geom *g) {
   const keel_win *w = &g->w;
-  for (int i = 0; i < 2; i++)
-    if (w->k[i] != 1 || w->s[i] != 1 || w->pb[i] || w->pe[i]) return false;
   bool one = w->in[0] * w->in[1] == 1;
-  return s->group == 1 && (one || (!g->in_nchw && !g->out_nchw)) &&
+  return keel_win_is_pointwise(w) && s->group == 1 && (one || (!g->in_nchw && !g->out_nchw)) &&
          g->n * w->out[0] * w->out[1] <= GEMV_PIXELS && keel_gemv_fast();
 }
 
@@ -454,8 +452,7 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
  * rows split badly: oneDNN's kernels are 5-10 % slower on a column. */
 static void pointwise(keel_nhwc_geom *g, int threads) {
   const keel_win *w = &g->w;
-  for (int i = 0; i < 2; i++)
-    if (w->k[i] != 1 || w->s[i] != 1 || w->pb[i] || w->pe[i]) return;
+  if (!keel_win_is_pointwise(w)) return;
   int64_t per = g->n >= threads ? 1 : (threads + g->n - 1) / g->n, oh = w->out[0];
   if (per == 1 || oh % per == 0 || oh >= 8 * per) return;
   int64_t p = g->n * w->in[0] * w->in[1];
@@ -464,11 +461,11 @@ static void pointwise(keel_nhwc_geom *g, int threads) {
   g->w.in[1] = g->w.out[1] = 1;
 }
 
-/* Bands or parts (paths 1 and 3) of entry e into c. */
+/* Bands or parts (paths 1 and 3) of entry e into io's product. */
 static keel_status run_bands(keel_kctx *k, const cd_state *s, const cd_entry *e,
                              const keel_nhwc_geom *g, const float *x, const float *b,
-                             const float *z, bool same, const float *y, float *c) {
-  cd_job j = {s, e, g, x, b, z && same && y != z ? z : NULL, z && same && y == z, c, NULL};
+                             const keel_nhwc_io *io) {
+  cd_job j = {s, e, g, x, b, io->zc, io->z_in_y, io->c, NULL};
   int threads = keel_pool_threads(k->pool);
   int64_t rows = 0, irows = 0; /* the tallest band, out and in */
   for (int q = 0; q < e->nprims; q++)
@@ -493,68 +490,43 @@ static keel_status run_bands(keel_kctx *k, const cd_state *s, const cd_entry *e,
 static keel_status cd_run(keel_kctx *k) {
   const cd_state *cs = k->prep;
   cd_state *s = (cd_state *)(uintptr_t)cs; /* the shape cache is behind its lock */
-  const keel_tensor *x, *wt, *b, *z;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  KEEL_TRY(keel_k_in(k, 1, &wt));
-  KEEL_TRY(keel_k_in_opt(k, 2, &b));
-  KEEL_TRY(keel_k_in_opt(k, 3, &z));
-  keel_nhwc_geom g;
-  KEEL_TRY(keel_nhwc_geom_of(k, x, wt, b, &g));
-  if ((b != NULL) != s->has_bias)
+  keel_nhwc_io io;
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  if ((io.b != NULL) != s->has_bias)
     return keel_err(KEEL_ERR_INVALID_MODEL, "B is %s at run time but was %s at binding",
-                    b ? "given" : "omitted", s->has_bias ? "given" : "omitted");
-  int64_t yshape[4];
-  bool same = true;
-  memcpy(yshape, g.yshape, sizeof yshape);
-  if (z) KEEL_TRY(keel_nhwc_z_shape(z, g.yshape, yshape, &same));
-  keel_tensor *y;
+                    io.b ? "given" : "omitted", s->has_bias ? "given" : "omitted");
   /* oneDNN 2.6's brgconv gets a sum post-op wrong (and crashes with an
    * eltwise after it) on output rows or columns whose windows lie wholly
    * in the padding (tests/test_conv_nhwc.c found both): keel adds Z then */
-  const keel_win *gw = &g.w;
-  if (z && (gw->pb[0] >= keel_win_ext(gw, 0) || gw->pe[0] >= keel_win_ext(gw, 0) ||
-            gw->pb[1] >= keel_win_ext(gw, 1) || gw->pe[1] >= keel_win_ext(gw, 1)))
-    same = false;
-  if (z && same) KEEL_TRY(keel_k_reuse(k, 0, 3, KEEL_FLOAT, 4, yshape, &y));
-  else KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, yshape, &y));
-  int64_t nc = g.n * g.w.out[0] * g.w.out[1] * g.m;
-  int64_t core[4] = {g.n, g.w.out[0], g.w.out[1], g.m}; /* the product, NHWC */
+  const keel_win *gw = &io.g.w;
+  bool z_apart = gw->pb[0] >= keel_win_ext(gw, 0) || gw->pe[0] >= keel_win_ext(gw, 0) ||
+                 gw->pb[1] >= keel_win_ext(gw, 1) || gw->pe[1] >= keel_win_ext(gw, 1);
+  KEEL_TRY(keel_nhwc_out(k, &io, z_apart));
+  keel_nhwc_geom g = io.g; /* the kernels' view: pixels may become a column */
   if (!g.in_nchw && !g.out_nchw) pointwise(&g, s->threads);
-  if (keel_tensor_numel(y) == 0) return KEEL_OK;
-  bool bare = z && !same;
-  float *c = y->data;
-  if (bare) {
-    void *t;
-    KEEL_TRY(keel_k_scratch_n(k, nc, sizeof(float), &t));
-    c = t;
+  if (keel_tensor_numel(io.y) == 0) return KEEL_OK;
+  if (g.n * g.w.out[0] * g.w.out[1] * g.m == 0) return keel_nhwc_finish(k, &io);
+  const float *x = io.x->data, *b = io.b ? io.b->data : NULL;
+  keel_dnnl_entry *ent;
+  bool tmp;
+  int64_t key[KEEL_DNNL_KEY] = {g.n, g.w.in[0], g.w.in[1], io.bare};
+  cd_make_arg arg = {&g, io.zc || io.z_in_y};
+  KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &arg, &ent, &tmp));
+  cd_entry *e = (cd_entry *)ent;
+  keel_status st;
+  if (e->gemv) { /* pixels are rows of C, Y's rows of M */
+    keel_gemv_args ga = {g.n * g.w.out[0] * g.w.out[1], g.c, g.m, x, g.c, s->orig->data,
+                         true, b, io.z_in_y ? io.c : io.zc, io.c, g.m,
+                         io.bare ? NULL : &s->act};
+    st = keel_gemv(k->pool, &ga);
+  } else if (e->wino) {
+    st = keel_wino_run(k, s->wino, e->wino, &g, x, b, io.c);
+  } else {
+    st = run_bands(k, s, e, &g, x, b, &io);
   }
-  if (nc) {
-    keel_dnnl_entry *ent;
-    bool tmp;
-    int64_t key[KEEL_DNNL_KEY] = {g.n, g.w.in[0], g.w.in[1], bare};
-    cd_make_arg arg = {&g, z && same};
-    KEEL_TRY(keel_dnnl_cache_get(&s->cache, key, &arg, &ent, &tmp));
-    cd_entry *e = (cd_entry *)ent;
-    keel_status st;
-    if (e->gemv) { /* pixels are rows of C, Y's rows of M */
-      keel_gemv_args ga = {g.n * g.w.out[0] * g.w.out[1], g.c, g.m, x->data, g.c, s->orig->data,
-                           true, b ? b->data : NULL, z && same ? z->data : NULL, c, g.m,
-                           bare ? NULL : &s->act};
-      st = keel_gemv(k->pool, &ga);
-    } else if (e->wino) {
-      st = keel_wino_run(k, s->wino, e->wino, &g, x->data, b ? b->data : NULL, c);
-    } else {
-      st = run_bands(k, s, e, &g, x->data, b ? b->data : NULL, z ? z->data : NULL, same, y->data,
-                     c);
-    }
-    keel_dnnl_cache_put(&s->cache, ent, tmp);
-    KEEL_TRY(st);
-  }
-  if (bare) {
-    keel_bcast_add_f32(c, 4, core, z, y);
-    keel_act_apply_fast_f32(&s->act, y->data, keel_tensor_numel(y));
-  }
-  return KEEL_OK;
+  keel_dnnl_cache_put(&s->cache, ent, tmp);
+  KEEL_TRY(st);
+  return keel_nhwc_finish(k, &io);
 }
 
 /* ========================================================== binding */
