@@ -228,6 +228,14 @@ static keel_status op_nhwc_conv(keel_kctx *k) {
   return KEEL_OK;
 }
 
+bool keel_nhwc_node_win(const keel_node *n, int64_t kh, int64_t kw, keel_win *w) {
+  keel_kctx k = {.node = n};
+  *w = (keel_win){.nd = 2, .k = {kh, kw}};
+  if (!keel_win_read(&k, w)) return true;
+  keel_err_clear();
+  return false;
+}
+
 keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps, int64_t mpad,
                                 void **state) {
   float *dst;

@@ -97,6 +97,10 @@ static inline bool keel_nhwc_attr_on(const keel_node *n, const char *name) {
   const keel_attr *a = keel_node_attr(n, name);
   return a && a->i;
 }
+/* The node's window attributes for a kh x kw kernel (strides, dilations,
+ * explicit pads) into *w; false when they do not read (the reference's run
+ * then words the error). */
+KEEL_INTERNAL bool keel_nhwc_node_win(const keel_node *n, int64_t kh, int64_t kw, keel_win *w);
 KEEL_INTERNAL keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps,
                                               int64_t mpad, void **state);
 

@@ -179,12 +179,8 @@ static bool pw_supports(const keel_prep_ctx *p) {
   if ((ga && ga->i != 1) || keel_nhwc_attr_on(n, "keel.in_nchw") ||
       keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
-  keel_kctx k = {.node = n};
-  keel_win w = {.nd = 2, .k = {1, 1}};
-  if (keel_win_read(&k, &w)) {
-    keel_err_clear();
-    return false;
-  }
+  keel_win w;
+  if (!keel_nhwc_node_win(n, 1, 1, &w)) return false;
   /* (auto_pad pads a 1x1 window of stride 1 by nothing) */
   return w.s[0] == 1 && w.s[1] == 1 && !w.pb[0] && !w.pb[1] && !w.pe[0] && !w.pe[1];
 }

@@ -167,12 +167,8 @@ static bool st_supports(const keel_prep_ctx *p) {
   if ((ga && ga->i != 1) || (n->n_in > 3 && n->in_names[3][0]) ||
       keel_nhwc_attr_on(n, "keel.out_nchw"))
     return false;
-  keel_kctx k = {.node = n};
-  keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
-  if (keel_win_read(&k, &w)) {
-    keel_err_clear();
-    return false;
-  }
+  keel_win w;
+  if (!keel_nhwc_node_win(n, wt->shape[2], wt->shape[3], &w)) return false;
   return w.d[0] == 1 && w.d[1] == 1;
 }
 

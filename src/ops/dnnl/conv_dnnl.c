@@ -545,12 +545,8 @@ static bool cd_supports(const keel_prep_ctx *p) {
   if (group < 1 || wt->shape[0] % group) return false;
   const keel_attr *on = keel_node_attr(n, "keel.out_nchw");
   if (on && on->i && n->n_in > 3 && n->in_names[3][0]) return false; /* the reference refuses */
-  keel_kctx k = {.node = n};
-  keel_win w = {.nd = 2, .k = {wt->shape[2], wt->shape[3]}};
-  if (keel_win_read(&k, &w)) {
-    keel_err_clear();
-    return false;
-  }
+  keel_win w;
+  if (!keel_nhwc_node_win(n, wt->shape[2], wt->shape[3], &w)) return false;
   return true;
 }
 
