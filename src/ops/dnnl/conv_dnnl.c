@@ -546,8 +546,7 @@ static bool cd_supports(const keel_prep_ctx *p) {
   const keel_attr *on = keel_node_attr(n, "keel.out_nchw");
   if (on && on->i && n->n_in > 3 && n->in_names[3][0]) return false; /* the reference refuses */
   keel_win w;
-  if (!keel_nhwc_node_win(n, wt->shape[2], wt->shape[3], &w)) return false;
-  return true;
+  return keel_nhwc_node_win(n, wt->shape[2], wt->shape[3], &w);
 }
 
 static void cd_release(void *state, keel_heap *heap) {
