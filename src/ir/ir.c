@@ -69,6 +69,15 @@ static void set_nodes(keel_graph *g, keel_node *nodes, int32_t n) {
 keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
                                     const keel_node *with, int32_t n_with) {
   int32_t n = g->n_nodes - 1 + n_with, k = 0;
+  if (n_with <= 1) {
+    /* no growth: in place (a fresh array per fusion would leave the
+     * graph's arena a copy of the node list per fused node) */
+    keel_node *nodes = g->nodes;
+    if (n_with == 1) memmove(&nodes[at], with, sizeof(keel_node));
+    else memmove(&nodes[at], &nodes[at + 1], sizeof(keel_node) * (size_t)(g->n_nodes - at - 1));
+    set_nodes(g, nodes, n);
+    return KEEL_OK;
+  }
   keel_node *nodes = keel_arena_array(a, (size_t)n + 1, sizeof(keel_node));
   if (!nodes) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "replacing a node of graph '%s'", g->path);
   for (int32_t i = 0; i < g->n_nodes; i++) {
