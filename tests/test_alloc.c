@@ -34,7 +34,8 @@ static void random_workload(void) {
       n_free++;
     } else {
       size_t n = next() % 8 ? 1 + next() % 4096 : 1 + next() % (3u << 20);
-      live[i] = keel_heap_alloc(h, n, (keel_owner){7, (uint32_t)step});
+      live[i] = next() % 10 ? keel_heap_alloc(h, n, (keel_owner){7, (uint32_t)step})
+                            : keel_heap_alloc_kept(h, n, (keel_owner){8, (uint32_t)step});
       CHECK(live[i] != NULL);
       if (!live[i]) continue;
       CHECK(live[i]->size >= n && (uintptr_t)live[i]->ptr % KEEL_ALIGN == 0);
@@ -83,14 +84,74 @@ static void split_and_merge(void) {
   keel_heap_release(h);
 }
 
-/* Small and large requests come from different pools. */
+/* Small (<= 64 KiB) and larger requests come from different pools, kept
+ * blocks from a third. */
 static void pools(void) {
   keel_heap *h = keel_heap_create(0);
-  keel_block *s = keel_heap_alloc(h, 64, (keel_owner){0});
+  keel_block *s = keel_heap_alloc(h, 64u << 10, (keel_owner){0});
+  keel_block *m = keel_heap_alloc(h, (64u << 10) + 1, (keel_owner){0});
   keel_block *l = keel_heap_alloc(h, 5u << 20, (keel_owner){0});
-  CHECK(s && l && s->seg != l->seg && s->pool != l->pool);
+  keel_block *k = keel_heap_alloc_kept(h, 64, (keel_owner){0});
+  uint64_t r0 = stats(h).reserved;
+  keel_block *kl = keel_heap_alloc_kept(h, 5u << 20, (keel_owner){0});
+  CHECK(s && m && l && k && kl);
+  if (!s || !m || !l || !k || !kl) return;
+  CHECK(s->seg != m->seg && s->pool != m->pool && m->pool == l->pool);
+  CHECK(k->pool != s->pool && k->pool != l->pool && kl->pool == k->pool);
+  CHECK(stats(h).reserved - r0 == (5u << 20)); /* a large kept block: a segment of its own */
   keel_heap_free(h, s);
+  keel_heap_free(h, m);
   keel_heap_free(h, l);
+  keel_heap_free(h, k);
+  keel_heap_free(h, kl);
+  CHECK(keel_heap_check(h));
+  keel_heap_release(h);
+}
+
+/* A run's activations reuse the lowest pages that fit, of the smallest
+ * segments first, and a block kept in the middle of a run (prepared state
+ * made by a kernel's first run) sits elsewhere: the second run of the same
+ * sequence lands where the first did and takes no new segment. A workload
+ * that stayed in small segments returns there after a burst that needed a
+ * large one, which then is wholly free (and can go back). */
+static void activations(void) {
+  keel_heap *h = keel_heap_create(0);
+  uint8_t *first[6] = {0};
+  size_t sizes[6] = {3u << 20, 200u << 10, 1u << 20, 100u << 10, 2u << 20, 300u << 10};
+  keel_block *kept = NULL;
+  for (int run = 0; run < 2; run++) {
+    keel_block *b[6] = {0};
+    for (int i = 0; i < 6; i++) {
+      b[i] = keel_heap_alloc(h, sizes[i], (keel_owner){1, (uint32_t)i});
+      CHECK(b[i] != NULL);
+      if (!b[i]) break;
+      if (run == 0) first[i] = b[i]->ptr;
+      else CHECK(b[i]->ptr == first[i]);
+      if (i == 2 && run == 0) kept = keel_heap_alloc_kept(h, 500u << 10, (keel_owner){2, 0});
+      if (i >= 2) keel_heap_free(h, b[i - 2]), b[i - 2] = NULL;
+    }
+    CHECK(kept && b[5] && kept->seg != b[5]->seg);
+    for (int i = 0; i < 6; i++) keel_heap_free(h, b[i]);
+    CHECK(stats(h).n_segments == 2); /* one for the runs, one for the kept block */
+  }
+  CHECK(stats(h).n_segment_alloc == 2);
+  keel_heap_free(h, kept);
+  keel_heap_release(h);
+
+  h = keel_heap_create(0);
+  keel_block *s = keel_heap_alloc(h, 100u << 10, (keel_owner){0});
+  CHECK(stats(h).reserved == (2u << 20));
+  keel_block *big = keel_heap_alloc(h, 5u << 20, (keel_owner){0});
+  CHECK(stats(h).reserved == (22u << 20));
+  keel_block *s2 = keel_heap_alloc(h, 100u << 10, (keel_owner){0});
+  CHECK(s && big && s2 && s2->seg == s->seg);
+  keel_heap_free(h, big);
+  keel_heap_free(h, s2);
+  s2 = keel_heap_alloc(h, 100u << 10, (keel_owner){0});
+  CHECK(s2 && s2->seg == s->seg); /* not the (now free) large segment */
+  CHECK(keel_heap_trim(h) == (20u << 20)); /* the burst's segment goes back */
+  keel_heap_free(h, s);
+  keel_heap_free(h, s2);
   keel_heap_release(h);
 }
 
@@ -153,6 +214,7 @@ int main(void) {
   random_workload();
   split_and_merge();
   pools();
+  activations();
   cap();
   fault_injection();
   owners();

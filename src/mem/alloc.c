@@ -1,6 +1,6 @@
 /* alloc.c: the caching allocator (see alloc.h for the policy).
  *
- * Layout: a heap has two pools (small, large). A pool has segments and 464
+ * Layout: a heap has three pools (small, large, kept). A pool has segments and 464
  * size bins with a bitmap of the non-empty ones. A segment is one system
  * mapping cut into blocks chained by address (prev/next); a free block sits
  * in the bin of its size, a live block in the heap's live list (for leak
@@ -31,19 +31,21 @@
 
 /* ------------------------------------------------------------ constants */
 
-#define SMALL_REQUEST (1u << 20)          /* <= 1 MiB: small pool          */
+#define SMALL_REQUEST (64u << 10)         /* <= 64 KiB: small pool         */
 #define SMALL_SEGMENT (2u << 20)          /* small pool segments: 2 MiB    */
+#define KEPT_SHARED (1u << 20)            /* kept <= 1 MiB: 2 MiB segments */
 #define MID_REQUEST (10u << 20)           /* <= 10 MiB: one 20 MiB segment */
 #define MID_SEGMENT (20u << 20)
 #define LARGE_ROUND (2u << 20)            /* larger: rounded to 2 MiB      */
+#define KEPT_ROUND (64u << 10)            /*   larger: one each, to 64 KiB */
 #define SMALL_MIN_SPLIT 512               /* split only when the rest is   */
-#define LARGE_MIN_SPLIT (1u << 20)        /*   worth a block of its own    */
+#define LARGE_MIN_SPLIT (64u << 10)       /*   worth a block of its own    */
 #define NBINS 464                         /* (63 - 6 + 1) * 8              */
 #define BITMAP_WORDS ((NBINS + 63) / 64)
 #define DESC_CHUNK 256                    /* block descriptors per chunk   */
 #define OBJ_CHUNK 64                      /* small objects per chunk       */
 
-enum { POOL_SMALL = 0, POOL_LARGE = 1, NPOOLS = 2 };
+enum { POOL_SMALL = 0, POOL_LARGE = 1, POOL_KEPT = 2, NPOOLS = 3 };
 
 struct keel_segment {
   uint8_t *base;
@@ -139,18 +141,23 @@ static unsigned next_bin(const pool *p, unsigned i) {
 }
 
 /* A free block of at least `n` bytes, or NULL: the smallest (small pool),
- * or the lowest in memory (large pool). Large blocks are activations of a
- * few MB that come and go in the same order every run; taking the lowest
+ * or the lowest in memory (large pool). Large blocks are activations of
+ * 64 KiB and more that come and go in the same order every run; taking the lowest
  * one that fits keeps the live ones packed at the bottom of their
  * segments, so the pages a run ever touches stay near its peak (best fit
  * spread the detector's over its whole 20 MiB segment: 3 MB more
- * resident). The large pool holds few free blocks: the scan is short. */
+ * resident). Free neighbours merge, so the large pool holds few free
+ * blocks: the scan is short. */
+static bool lower(const keel_block *a, const keel_block *b) {
+  if (a->seg->size != b->seg->size) return a->seg->size < b->seg->size;
+  return a->ptr < b->ptr;
+}
+
 static keel_block *find_fit(pool *p, size_t n, bool lowest) {
   keel_block *best = NULL;
   for (unsigned i = next_bin(p, bin_of(n)); i < NBINS; i = next_bin(p, i + 1)) {
     for (keel_block *b = p->bins[i]; b; b = b->lnext)
-      if (b->size >= n && (!best || (lowest ? b->ptr < best->ptr : b->size < best->size)))
-        best = b;
+      if (b->size >= n && (!best || (lowest ? lower(b, best) : b->size < best->size))) best = b;
     if (best && !lowest) return best; /* bins past it hold only larger blocks */
   }
   return best;
@@ -194,8 +201,9 @@ static void free_chunks(chunk *c) {
 
 /* -------------------------------------------------------------- segments */
 
-static size_t segment_size_for(size_t n) {
-  if (n <= SMALL_REQUEST) return SMALL_SEGMENT;
+static size_t segment_size_for(int pi, size_t n) {
+  if (pi == POOL_KEPT) return n <= KEPT_SHARED ? SMALL_SEGMENT : keel_align_up(n, KEPT_ROUND);
+  if (n <= KEPT_SHARED) return SMALL_SEGMENT;
   if (n <= MID_REQUEST) return MID_SEGMENT;
   return keel_align_up(n, LARGE_ROUND);
 }
@@ -254,7 +262,7 @@ static void note_regret(keel_heap *h) {
  * in the pool's bins. Respects the cap: first by giving back free segments,
  * then by trying the smallest segment that fits. */
 static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
-  size_t size = segment_size_for(n);
+  size_t size = segment_size_for(pi, n);
   if (h->limit && h->reserved + size > h->limit) {
     h->n_retries++;
     release_free_segments(h);
@@ -330,7 +338,7 @@ void keel_heap_release(keel_heap *h) {
 static void split(keel_heap *h, pool *p, keel_block *b, size_t n) {
   keel_assert_internal(b->is_free && n <= b->size && n % KEEL_ALIGN == 0);
   size_t rest = b->size - n;
-  size_t min = b->pool == POOL_SMALL ? SMALL_MIN_SPLIT : LARGE_MIN_SPLIT;
+  size_t min = b->pool != POOL_LARGE ? SMALL_MIN_SPLIT : LARGE_MIN_SPLIT;
   if (rest < min) return;
   keel_block *r = desc_get(h);
   if (!r) return; /* no descriptor: hand out the whole block */
@@ -342,14 +350,21 @@ static void split(keel_heap *h, pool *p, keel_block *b, size_t n) {
   bin_insert(p, r);
 }
 
+static keel_block *heap_alloc(keel_heap *h, size_t n, keel_owner owner, bool kept);
 keel_block *keel_heap_alloc(keel_heap *h, size_t n, keel_owner owner) {
+  return heap_alloc(h, n, owner, false);
+}
+keel_block *keel_heap_alloc_kept(keel_heap *h, size_t n, keel_owner owner) {
+  return heap_alloc(h, n, owner, true);
+}
+static keel_block *heap_alloc(keel_heap *h, size_t n, keel_owner owner, bool kept) {
   keel_assert(n > 0);
   keel_mutex_lock(&h->lock);
   h->last_oom = (keel_oom_info){0};
   keel_block *b = NULL;
   if (n <= SIZE_MAX / 2) {
     size_t sz = keel_align_up(n, KEEL_ALIGN);
-    int pi = sz <= SMALL_REQUEST ? POOL_SMALL : POOL_LARGE;
+    int pi = kept ? POOL_KEPT : sz <= SMALL_REQUEST ? POOL_SMALL : POOL_LARGE;
     pool *p = &h->pools[pi];
     b = find_fit(p, sz, pi == POOL_LARGE);
     if (b) h->n_cache_hit++;

@@ -6,9 +6,15 @@
  * requests the smallest block that fits wins (best fit), for large ones
  * the lowest in memory (address-ordered first fit: the pages a run
  * touches stay near its peak). A larger block is split; a freed
- * block merges with free neighbours. Small requests (<= 1 MiB) and large ones
- * live in separate pools so that small tensors do not fragment large
- * segments (the rule PyTorch's caching allocator follows).
+ * block merges with free neighbours. Three pools keep blocks of unlike
+ * lives apart: small requests (<= 64 KiB), larger ones (the activations of
+ * a run, which come and go in the same order every run), and kept blocks
+ * (keel_heap_alloc_kept: prepared state, which lives as long as the
+ * session). One pool for every activation of 64 KiB or more lets them reuse
+ * each other's pages, so a run touches about its peak and no more; kept
+ * blocks made during the first run never sit between them. (With 1 MiB
+ * and prepared state mixed in, the detector's activations touched 5 MB
+ * more than they ever held at once.)
  *
  * Free segments stay cached until the trim policy sees no run needed them
  * for a while (below), keel_heap_trim(), or the cap on reserved bytes
@@ -95,6 +101,11 @@ KEEL_INTERNAL void keel_heap_release(keel_heap *h);
  * refuses; keel_heap_oom_info() then says why. */
 KEEL_INTERNAL keel_block *keel_heap_alloc(keel_heap *h, size_t n,
                                           keel_owner owner);
+/* The same for a block that lives as long as the session (prepared
+ * state): from a pool of its own, so that such blocks never sit between
+ * the activations that come and go in every run. */
+KEEL_INTERNAL keel_block *keel_heap_alloc_kept(keel_heap *h, size_t n,
+                                               keel_owner owner);
 KEEL_INTERNAL void keel_heap_free(keel_heap *h, keel_block *b);
 /* A new owner for a live block (its bytes now hold another value: an
  * in-place kernel reused them). One relaxed store: no lock. */

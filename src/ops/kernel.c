@@ -281,7 +281,7 @@ void keel_broadcast_strides(int r, const int64_t *shape, int rout, const int64_t
 /* Every block of prepared state: `bytes` after a one-cache-line header
  * that keeps the block, so the state pointer alone releases it. */
 static keel_status prep_block(keel_heap *h, keel_owner owner, size_t bytes, void **state) {
-  keel_block *b = keel_heap_alloc(h, bytes + KEEL_ALIGN, owner);
+  keel_block *b = keel_heap_alloc_kept(h, bytes + KEEL_ALIGN, owner);
   if (!b) {
     keel_oom_info o = keel_heap_oom_info(h);
     return keel_err(KEEL_ERR_OUT_OF_MEMORY,
