@@ -25,6 +25,14 @@ KEEL_INTERNAL size_t keel_prim_drop_pages(const void *p, size_t n);
  * resident; a later call faults its pages in again from the file. Returns
  * the bytes of code the call covered (0 when no such library). */
 KEEL_INTERNAL size_t keel_prim_drop_library_code(const char *name);
+/* The same for keel's own code and every library it needs, transitively
+ * (DT_NEEDED), but the C runtime's (libc, libm, the loader: the host
+ * program's as much as keel's): loading, binding and the libraries'
+ * start-up ran once, and most of the libraries' code (MPI, the image
+ * decoders, OpenBLAS, oneDNN's kernel search) runs only for some models.
+ * What a run needs faults back in from the page cache. A library with
+ * text relocations keeps its pages. Returns the bytes covered. */
+KEEL_INTERNAL size_t keel_prim_drop_linked_code(void);
 
 /* Writes len bytes to a new file `path` (through a temporary file renamed
  * over it, so a reader never sees half a file). KEEL_ERR_IO with the path

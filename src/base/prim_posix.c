@@ -117,6 +117,132 @@ size_t keel_prim_drop_library_code(const char *name) {
   return w.bytes;
 }
 
+/* ------------------------------------------- the libraries keel brought */
+
+#define MAX_OBJECTS 256
+
+typedef struct loaded {
+  ElfW(Addr) base;
+  const char *name, *soname;
+  const ElfW(Dyn) *dyn;
+  const char *strtab;
+  bool textrel, runtime, marked;
+} loaded;
+
+typedef struct loaded_set {
+  loaded o[MAX_OBJECTS];
+  int n;
+  const void *root_addr;
+  int root;
+} loaded_set;
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+/* The C runtime: the host's as much as keel's, left as it is. */
+static bool is_runtime(const char *file) {
+  static const char *const rt[] = {"libc.so", "libm.so", "ld-linux", "libpthread.so",
+                                   "libdl.so", "librt.so", "linux-vdso", "ld64.so"};
+  for (size_t i = 0; i < sizeof rt / sizeof rt[0]; i++)
+    if (!strncmp(file, rt[i], strlen(rt[i]))) return true;
+  return false;
+}
+
+static int collect(struct dl_phdr_info *info, size_t size, void *ud) {
+  loaded_set *L = ud;
+  (void)size;
+  if (L->n == MAX_OBJECTS) return 1;
+  loaded *o = &L->o[L->n];
+  *o = (loaded){.base = info->dlpi_addr, .name = info->dlpi_name ? info->dlpi_name : ""};
+  uintptr_t ra = (uintptr_t)L->root_addr;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_DYNAMIC) o->dyn = (const ElfW(Dyn) *)lo;
+    if (ph->p_type == PT_LOAD && ra >= lo && ra < lo + ph->p_memsz) L->root = L->n;
+  }
+  ElfW(Addr) strtab = 0, soname = 0;
+  for (const ElfW(Dyn) *d = o->dyn; d && d->d_tag != DT_NULL; d++) {
+    if (d->d_tag == DT_STRTAB) strtab = d->d_un.d_ptr;
+    if (d->d_tag == DT_SONAME) soname = d->d_un.d_val;
+    if (d->d_tag == DT_TEXTREL || (d->d_tag == DT_FLAGS && (d->d_un.d_val & DF_TEXTREL)))
+      o->textrel = true;
+  }
+  /* the loader relocates the dynamic section's addresses in place on most
+   * systems, not on all */
+  if (strtab && strtab < info->dlpi_addr) strtab += info->dlpi_addr;
+  o->strtab = (const char *)strtab;
+  o->soname = strtab && soname ? o->strtab + soname : "";
+  /* nameless past the first (the program): the kernel's vDSO */
+  o->runtime = is_runtime(base_name(o->name)) || is_runtime(o->soname) || (!o->name[0] && L->n);
+  L->n++;
+  return 0;
+}
+
+static int find_object(const loaded_set *L, const char *file) {
+  for (int i = 0; i < L->n; i++)
+    if (!strcmp(base_name(L->o[i].name), file) || !strcmp(L->o[i].soname, file)) return i;
+  return -1;
+}
+
+/* Marks o and, transitively, the libraries it names as needed. */
+static void mark(loaded_set *L, int i) {
+  loaded *o = &L->o[i];
+  if (o->marked || o->runtime) return;
+  o->marked = true;
+  if (!o->strtab) return;
+  for (const ElfW(Dyn) *d = o->dyn; d && d->d_tag != DT_NULL; d++) {
+    if (d->d_tag != DT_NEEDED) continue;
+    int k = find_object(L, o->strtab + d->d_un.d_val);
+    if (k >= 0) mark(L, k);
+  }
+}
+
+typedef struct drop_walk {
+  const loaded_set *L;
+  size_t bytes;
+} drop_walk;
+
+static int drop_marked(struct dl_phdr_info *info, size_t size, void *ud) {
+  drop_walk *w = ud;
+  const loaded_set *L = w->L;
+  (void)size;
+  for (int i = 0; i < L->n; i++) {
+    const loaded *o = &L->o[i];
+    if (!o->marked || o->textrel || o->base != info->dlpi_addr ||
+        strcmp(o->name, info->dlpi_name ? info->dlpi_name : ""))
+      continue;
+    for (int k = 0; k < info->dlpi_phnum; k++) {
+      const ElfW(Phdr) *ph = &info->dlpi_phdr[k];
+      if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
+      w->bytes += keel_prim_drop_pages((const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz);
+    }
+  }
+  return 0;
+}
+
+size_t keel_prim_drop_linked_code(void) {
+  static loaded_set L; /* 256 entries: not on the stack; under the lock */
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_mutex_lock(&lock);
+  memset(&L, 0, sizeof L);
+  L.root = -1;
+  L.root_addr = (const void *)(uintptr_t)&keel_prim_drop_linked_code;
+  dl_iterate_phdr(collect, &L);
+  size_t bytes = 0;
+  if (L.root >= 0 && L.n < MAX_OBJECTS) {
+    L.o[L.root].runtime = false; /* keel itself, even inside a host program */
+    mark(&L, L.root);
+    drop_walk w = {&L, 0};
+    dl_iterate_phdr(drop_marked, &w);
+    bytes = w.bytes;
+  }
+  pthread_mutex_unlock(&lock);
+  return bytes;
+}
+
 void keel_prim_unmap(keel_mapping *m) {
   if (m->addr) munmap((void *)m->addr, m->size);
   m->addr = NULL;

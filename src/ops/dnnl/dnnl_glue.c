@@ -31,14 +31,6 @@ static void drop_setup_code(void) {
 #endif
 }
 
-/* At the end of a session's binding also OpenBLAS's (its start-up: CPU
- * detection, threads; keel calls it for float64 and small products). */
-void keel_dnnl_setup_done(void) {
-  drop_setup_code();
-  keel_prim_drop_library_code("libopenblas");
-  keel_prim_drop_library_code("libgfortran");
-}
-
 keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const void *arg,
                                 keel_dnnl_entry **out, bool *tmp) {
   *tmp = false;

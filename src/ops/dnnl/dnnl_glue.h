@@ -54,11 +54,6 @@ typedef struct keel_dnnl_figures {
 } keel_dnnl_figures;
 
 
-/* Gives back the pages of oneDNN's code that only set primitives up (its
- * kernel search and code generation): after a session's binding, and
- * after each new shape (keel_dnnl_cache_get does it). */
-KEEL_INTERNAL void keel_dnnl_setup_done(void);
-
 /* ------------------------------------------------- per-shape caches
  *
  * A node's primitives for the input shapes it meets: at most
