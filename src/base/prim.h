@@ -31,7 +31,9 @@ KEEL_INTERNAL size_t keel_prim_drop_library_code(const char *name);
  * start-up ran once, and most of the libraries' code (MPI, the image
  * decoders, OpenBLAS, oneDNN's kernel search) runs only for some models.
  * What a run needs faults back in from the page cache. A library with
- * text relocations keeps its pages. Returns the bytes covered. */
+ * text relocations keeps its pages, and nothing is dropped while a
+ * debugger is attached (a breakpoint is a private copy of its page).
+ * Returns the bytes covered. */
 KEEL_INTERNAL size_t keel_prim_drop_linked_code(void);
 
 /* Writes len bytes to a new file `path` (through a temporary file renamed

@@ -8,6 +8,7 @@
  * a node allocates can be traced to the value it became.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../base/pool.h"
 #include "../dist/comm.h"
@@ -115,10 +116,13 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
  * once: the libraries' start-up (OpenBLAS, MPI, oneDNN's CPU detection),
  * the loader and the passes (keel_prim_drop_linked_code; 1.9 MB on the
  * detector). Once: each later session would pay the page faults of
- * bringing its loader's code back in (0.3 ms on a model of one node). */
+ * bringing its loader's code back in (0.3 ms on a model of one node).
+ * KEEL_KEEP_CODE=1 keeps it (a uprobe placed before would be lost). */
 static void drop_startup_code(void) {
   static atomic_flag done = ATOMIC_FLAG_INIT;
-  if (!atomic_flag_test_and_set(&done)) keel_prim_drop_linked_code();
+  const char *keep = getenv("KEEL_KEEP_CODE"); /* probes placed before binding */
+  if (!atomic_flag_test_and_set(&done) && !(keep && keep[0] && strcmp(keep, "0")))
+    keel_prim_drop_linked_code();
 }
 
 static keel_status prepare(keel_session_t *s) {
