@@ -353,6 +353,74 @@ static void residual_order(void) {
   free(y[0]), free(y[1]);
 }
 
+/* Identical convs share one oneDNN primitive (keel_dnnl_prim_make): three
+ * 3x3 convs alike but for their weights, one with another activation and
+ * one with its padding moved (same output shape: a share would give
+ * wrong values there). At one thread (one band per node): 3 primitives for
+ * 5 nodes, and every value equal to the reference kernels'. */
+static void shared_primitives(void) {
+  enum { SC = 48, SH = 20, NW = 5 };
+  static float x[SC * SH * SH], w[NW][SC * SC * 9];
+  for (int i = 0; i < SC * SH * SH; i++) x[i] = rnd();
+  for (int k = 0; k < NW; k++)
+    for (int i = 0; i < SC * SC * 9; i++) w[k][i] = rnd() * 0.2f;
+  float *y[2] = {NULL, NULL};
+  for (int v = 0; v < 2; v++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){1, SC, SH, SH});
+    static const char *wn[NW] = {"w0", "w1", "w2", "w3", "w4"};
+    for (int k = 0; k < NW; k++)
+      mb_init(g, wn[k], KEEL_FLOAT, 4, (int64_t[]){SC, SC, 3, 3}, w[k]);
+    static const float lo = 0, hi = 0.5f;
+    mb_init(g, "lo", KEEL_FLOAT, 0, NULL, &lo);
+    mb_init(g, "hi", KEEL_FLOAT, 0, NULL, &hi);
+    static const char *chain[NW][3] = {{"x,w0", "a0", "r0"}, {"r0,w1", "a1", "r1"},
+                                       {"r1,w2", "a2", "r2"}, {"r2,w3", "a3", "r3"},
+                                       {"r3,w4", "a4", "y"}};
+    for (int k = 0; k < NW; k++) {
+      mb_node *c = mb_add(g, "Conv", chain[k][0], chain[k][1]);
+      mb_attr_ints(c, "kernel_shape", 2, (int64_t[]){3, 3});
+      mb_attr_ints(c, "pads", 4, k == 4 ? (int64_t[]){2, 2, 0, 0} : (int64_t[]){1, 1, 1, 1});
+      if (k == 3) mb_add(g, "Clip", "a3,lo,hi", chain[k][2]); /* ReLU6 */
+      else mb_add(g, "Relu", chain[k][1], chain[k][2]);
+    }
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o, .threads = 1,
+                      .flags = v ? 0 : KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS};
+    keel_session_t *s = mb_session_opts(g, 14, &o);
+    CHECK(s != NULL);
+    if (!s) continue;
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){1, SC, SH, SH}, x);
+    keel_value_t *out[1] = {0};
+    for (int r = 0; r < 2; r++) {
+      keel_value_release(out[0]), out[0] = NULL;
+      CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, out));
+    }
+    keel_stats st = {.size = sizeof st};
+    CHECK_OK(keel_stats_get(s, &st));
+    if (v && g_dnnl) {
+      if (st.library_objects != 3)
+        fprintf(stderr, "shared primitives: %llu for 5 convs, want 3\n",
+                (unsigned long long)st.library_objects);
+      CHECK(st.library_objects == 3);
+    }
+    if (out[0] && keel_value_numel(out[0]) == SC * SH * SH) {
+      y[v] = malloc(sizeof(float) * SC * SH * SH);
+      memcpy(y[v], keel_value_data(out[0]), sizeof(float) * SC * SH * SH);
+    }
+    keel_value_release(in), keel_value_release(out[0]);
+    keel_session_destroy(s);
+  }
+  CHECK(y[0] && y[1]);
+  double worst = 0;
+  for (int i = 0; y[0] && y[1] && i < SC * SH * SH; i++) {
+    double e = fabs((double)y[0][i] - y[1][i]) / (1e-4 * (1 + fabs((double)y[0][i])));
+    if (!(e <= worst)) worst = e;
+  }
+  CHECK(worst <= 1);
+  free(y[0]), free(y[1]);
+}
+
 static void sweep(int count) {
   static const char *acts[] = {NULL, "Relu", "SiLUGated", "Clip", "HardSigmoid", "HSwishGated",
                                "Tanh", "LeakyRelu"};
@@ -456,6 +524,7 @@ int main(void) {
   parts_then_shapes();
   gemv_then_shapes();
   residual_order();
+  shared_primitives();
   sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
   return check_report();

@@ -3,6 +3,7 @@
 #include "dnnl_glue.h"
 
 #include "../activation.h"
+#include "../../mem/sysmem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -295,18 +296,157 @@ static uint64_t malloc_in_use(void) {
   return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
 }
 
+/* ------------------------------------------------- shared primitives */
+
+/* A live primitive that identical parts share: its key is every byte that
+ * decides what oneDNN makes of a descriptor (the op descriptor, the memory
+ * layouts the primitive descriptor settled on, the post-ops, the
+ * implementation's name). Byte equality implies field equality, so a
+ * mismatch in padding bytes can only cost a share, never give a wrong one. */
+struct keel_dnnl_shared {
+  struct keel_dnnl_shared *next;
+  dnnl_primitive_t p;
+  uint64_t outside;
+  int refs;
+  size_t key_len;
+  unsigned char key[];
+};
+
+#define KEY_MAX 16384 /* a conv descriptor is 5976 bytes, a memory one 696 */
+
+typedef struct key_buf {
+  unsigned char b[KEY_MAX], z[KEY_MAX]; /* the bytes; their zero runs packed */
+  size_t n, zn;
+  bool ok;
+} key_buf;
+
+/* The key with each run of zeros (most of a descriptor: unused dims and
+ * slots) as a zero and its length: 0.5-1 KB kept per primitive instead of
+ * 12. The same packing of equal keys gives equal bytes. */
+static void key_pack(key_buf *k) {
+  size_t o = 0;
+  for (size_t i = 0; i < k->n;) {
+    if (k->b[i]) {
+      k->z[o++] = k->b[i++];
+      continue;
+    }
+    size_t r = 0;
+    while (i < k->n && !k->b[i] && r < 255) i++, r++;
+    k->z[o++] = 0, k->z[o++] = (unsigned char)r;
+  }
+  k->zn = o;
+}
+
+static void key_put(key_buf *k, const void *p, size_t n) {
+  if (!p || k->n + n > KEY_MAX) {
+    k->ok = false;
+    return;
+  }
+  memcpy(k->b + k->n, p, n);
+  k->n += n;
+}
+
+/* The key of `pd`, or false: only convolutions and matmuls whose
+ * attributes keel sets (user scratchpad, eltwise and sum post-ops) are
+ * shared. */
+static bool share_key(const_dnnl_primitive_desc_t pd, key_buf *k) {
+  k->n = 0, k->ok = true;
+  dnnl_primitive_kind_t kind;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_primitive_kind, 0, &kind) != dnnl_success) return false;
+  key_put(k, &kind, sizeof kind);
+  const void *op = NULL;
+  if (kind == dnnl_convolution) {
+    const dnnl_convolution_desc_t *cd = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_convolution_d, 0, &cd) != dnnl_success) return false;
+    key_put(k, cd, sizeof *cd), op = cd;
+  } else if (kind == dnnl_matmul) {
+    const dnnl_matmul_desc_t *md = NULL;
+    if (dnnl_primitive_desc_query(pd, dnnl_query_matmul_d, 0, &md) != dnnl_success) return false;
+    key_put(k, md, sizeof *md), op = md;
+  }
+  if (!op) return false;
+  static const dnnl_query_t mds[] = {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md,
+                                     dnnl_query_scratchpad_md};
+  for (size_t i = 0; i < sizeof mds / sizeof mds[0]; i++)
+    for (int j = 0; j < 2; j++) { /* weights 1: the bias */
+      const dnnl_memory_desc_t *m = dnnl_primitive_desc_query_md(pd, mds[i], j);
+      if (m) key_put(k, m, sizeof *m);
+      else key_put(k, "-", 1);
+    }
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl)
+    return false;
+  key_put(k, impl, strlen(impl) + 1);
+  const_dnnl_primitive_attr_t attr = NULL;
+  const_dnnl_post_ops_t po = NULL;
+  dnnl_scratchpad_mode_t sm;
+  if (dnnl_primitive_desc_get_attr(pd, &attr) != dnnl_success ||
+      dnnl_primitive_attr_get_scratchpad_mode(attr, &sm) != dnnl_success ||
+      sm != dnnl_scratchpad_mode_user || dnnl_primitive_attr_get_post_ops(attr, &po) != dnnl_success)
+    return false;
+  dnnl_dim_t count;
+  int mask;
+  const float *scales;
+  if (dnnl_primitive_attr_get_output_scales(attr, &count, &mask, &scales) != dnnl_success ||
+      count != 1 || mask != 0 || scales[0] != 1.0f)
+    return false;
+  int len = dnnl_post_ops_len(po);
+  key_put(k, &len, sizeof len);
+  for (int i = 0; i < len; i++) {
+    dnnl_primitive_kind_t pk = dnnl_post_ops_get_kind(po, i);
+    key_put(k, &pk, sizeof pk);
+    if (pk == dnnl_eltwise) {
+      float v[3];
+      dnnl_alg_kind_t alg;
+      if (dnnl_post_ops_get_params_eltwise(po, i, &v[0], &alg, &v[1], &v[2]) != dnnl_success)
+        return false;
+      key_put(k, &alg, sizeof alg), key_put(k, v, sizeof v);
+    } else if (pk == dnnl_sum) {
+      float scale;
+      int32_t zp;
+      dnnl_data_type_t dt;
+      if (dnnl_post_ops_get_params_sum_v3(po, i, &scale, &zp, &dt) != dnnl_success) return false;
+      key_put(k, &scale, sizeof scale), key_put(k, &zp, sizeof zp), key_put(k, &dt, sizeof dt);
+    } else {
+      return false;
+    }
+  }
+  return k->ok;
+}
+
 keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figures *fig,
                                 keel_dnnl_prim *out) {
-  out->p = NULL, out->outside = 0;
+  out->p = NULL, out->outside = 0, out->sh = NULL;
+  static key_buf k; /* under the lock */
   glue_lock();
+  bool shareable = share_key(pd, &k);
+  if (shareable) key_pack(&k);
+  if (shareable)
+    for (struct keel_dnnl_shared *e = fig->shared; e; e = e->next)
+      if (e->key_len == k.zn && !memcmp(e->key, k.z, k.zn)) {
+        e->refs++;
+        out->p = e->p, out->sh = e;
+        glue_unlock();
+        atomic_fetch_add(&fig->shared_uses, 1);
+        return KEEL_OK;
+      }
+  struct keel_dnnl_shared *e = shareable ? keel_sys_alloc(sizeof *e + k.zn) : NULL;
   uint64_t before = malloc_in_use();
   int prev = one_thread();
   dnnl_status_t st = dnnl_primitive_create(&out->p, pd);
   restore_threads(prev);
   uint64_t after = malloc_in_use();
+  out->outside = after > before ? after - before : 0;
+  if (st == dnnl_success && e) {
+    *e = (struct keel_dnnl_shared){.next = fig->shared, .p = out->p, .outside = out->outside,
+                                   .refs = 1, .key_len = k.zn};
+    memcpy(e->key, k.z, k.zn);
+    fig->shared = e, out->sh = e;
+  } else if (e) {
+    keel_sys_free(e, sizeof *e + k.zn);
+  }
   glue_unlock();
   KEEL_TRY(keel_dnnl_check(st, "creating a primitive"));
-  out->outside = after > before ? after - before : 0;
   atomic_fetch_add(&fig->bytes, out->outside);
   atomic_fetch_add(&fig->objects, 1);
   return KEEL_OK;
@@ -314,10 +454,29 @@ keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figure
 
 void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig) {
   if (!p->p) return;
-  dnnl_primitive_destroy(p->p);
-  atomic_fetch_sub(&fig->bytes, p->outside);
+  struct keel_dnnl_shared *e = p->sh;
+  uint64_t outside = p->outside;
+  if (e) {
+    glue_lock();
+    bool last = --e->refs == 0;
+    if (last)
+      for (struct keel_dnnl_shared **q = &fig->shared; *q; q = &(*q)->next)
+        if (*q == e) {
+          *q = e->next;
+          break;
+        }
+    glue_unlock();
+    p->p = NULL, p->outside = 0, p->sh = NULL;
+    if (!last) return;
+    outside = e->outside;
+    dnnl_primitive_destroy(e->p);
+    keel_sys_free(e, sizeof *e + e->key_len);
+  } else {
+    dnnl_primitive_destroy(p->p);
+  }
+  atomic_fetch_sub(&fig->bytes, outside);
   atomic_fetch_sub(&fig->objects, 1);
-  p->p = NULL, p->outside = 0;
+  p->p = NULL, p->outside = 0, p->sh = NULL;
 }
 
 size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd) {

@@ -16,7 +16,8 @@
  *   with malloc (primitive objects, their JIT code) is measured when a
  *   primitive is made (malloc's own counters before and after, under one
  *   process-wide lock) and shown as its own figure in keel_stats
- *   (library_bytes, library_objects). Its primitive cache is turned off.
+ *   (library_bytes, library_objects). Its primitive cache is turned off;
+ *   identical primitives of one session are shared (keel_dnnl_prim_make).
  * - Errors. A failing call becomes a keel error naming the call and
  *   oneDNN's status.
  *
@@ -46,11 +47,15 @@ KEEL_INTERNAL bool keel_dnnl_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64
                                    const float *A, int64_t lda, const float *B, int64_t ldb,
                                    float beta, float *C, int64_t ldc);
 
-/* The session's figures for what oneDNN holds outside keel's allocator. */
+/* The session's figures for what oneDNN holds outside keel's allocator,
+ * and its primitives that more than one part may use. */
+struct keel_dnnl_shared;
 typedef struct keel_dnnl_figures {
   _Atomic uint64_t bytes;      /* measured malloc bytes of live primitives */
   _Atomic uint64_t objects;    /* live primitives                         */
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
+  _Atomic uint64_t shared_uses; /* makes answered by a live primitive      */
+  struct keel_dnnl_shared *shared; /* under the glue's lock                */
 } keel_dnnl_figures;
 
 
@@ -111,13 +116,20 @@ KEEL_INTERNAL keel_status keel_dnnl_check(dnnl_status_t st, const char *what);
 typedef struct keel_dnnl_prim {
   dnnl_primitive_t p;
   uint64_t outside;            /* malloc bytes measured at creation       */
+  struct keel_dnnl_shared *sh; /* its entry in fig->shared, or NULL       */
 } keel_dnnl_prim;
 
 /* Makes the primitive of `pd` on one thread, measuring what it took from
- * malloc; adds it to `fig`. */
+ * malloc; adds it to `fig`. A convolution or matmul whose descriptor,
+ * memory layouts, attributes and implementation are those of a live
+ * primitive of the same session gets that one instead (reference
+ * counted): a primitive is a function of those, keeps no state between
+ * executions (user scratchpad) and may run on several threads at once, so
+ * the detector's 44 convs at 2 threads need 43 primitives, not 62. */
 KEEL_INTERNAL keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figures *fig,
                                               keel_dnnl_prim *out);
-/* Destroys it and takes it out of `fig` (a zeroed one is fine). */
+/* Destroys it (or drops its reference) and takes it out of `fig` (a
+ * zeroed one is fine). */
 KEEL_INTERNAL void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig);
 
 /* A primitive descriptor made on one thread (its choices depend on the
