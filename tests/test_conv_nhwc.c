@@ -294,6 +294,19 @@ static void gemv_then_shapes(void) {
  * Add folded in, takes the Add's place, so the file's order stands (the
  * downsample after conv2, not moved up to run right after conv1 and held
  * across conv2), and the output is the reference's. */
+/* y[0] (the reference's) and y[1] agree within `tol` relative to
+ * 1 + |y[0]|; both are freed. */
+static void same_values(float *y[2], int n, double tol) {
+  CHECK(y[0] && y[1]);
+  double worst = 0;
+  for (int i = 0; y[0] && y[1] && i < n; i++) {
+    double e = fabs((double)y[0][i] - y[1][i]) / (tol * (1 + fabs((double)y[0][i])));
+    if (!(e <= worst)) worst = e;
+  }
+  CHECK(worst <= 1);
+  free(y[0]), free(y[1]);
+}
+
 static void residual_order(void) {
   enum { RC = 16, RM = 32, RH = 8 };
   static float x[RC * RH * RH], w1[RC * RC], w3[RM * RC], wd[RM * RC];
@@ -343,14 +356,7 @@ static void residual_order(void) {
     keel_value_release(in), keel_value_release(out[0]);
     keel_session_destroy(s);
   }
-  CHECK(y[0] && y[1]);
-  double worst = 0;
-  for (int i = 0; y[0] && y[1] && i < RM * RH * RH; i++) {
-    double e = fabs((double)y[0][i] - y[1][i]) / (1e-5 * (1 + fabs((double)y[0][i])));
-    if (!(e <= worst)) worst = e;
-  }
-  CHECK(worst <= 1);
-  free(y[0]), free(y[1]);
+  same_values(y, RM * RH * RH, 1e-5);
 }
 
 /* Identical convs share one oneDNN primitive (keel_dnnl_prim_make): three
@@ -411,14 +417,7 @@ static void shared_primitives(void) {
     keel_value_release(in), keel_value_release(out[0]);
     keel_session_destroy(s);
   }
-  CHECK(y[0] && y[1]);
-  double worst = 0;
-  for (int i = 0; y[0] && y[1] && i < SC * SH * SH; i++) {
-    double e = fabs((double)y[0][i] - y[1][i]) / (1e-4 * (1 + fabs((double)y[0][i])));
-    if (!(e <= worst)) worst = e;
-  }
-  CHECK(worst <= 1);
-  free(y[0]), free(y[1]);
+  same_values(y, SC * SH * SH, 1e-4);
 }
 
 static void sweep(int count) {

@@ -97,17 +97,24 @@ typedef struct code_walk {
   size_t bytes;
 } code_walk;
 
+/* Drops the pages of a loaded object's code and read-only data; a
+ * writable segment (relocated data, the RELRO part made read-only after
+ * relocation) keeps its pages. */
+static size_t drop_read_only(const struct dl_phdr_info *info) {
+  size_t bytes = 0;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
+    bytes += keel_prim_drop_pages((const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz);
+  }
+  return bytes;
+}
+
 static int drop_code(struct dl_phdr_info *info, size_t size, void *ud) {
   code_walk *w = ud;
   (void)size;
   if (!info->dlpi_name || !strstr(info->dlpi_name, w->name)) return 0;
-  for (int i = 0; i < info->dlpi_phnum; i++) {
-    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-    /* code and read-only data; a writable segment (relocated data, the
-     * RELRO part made read-only after relocation) keeps its pages */
-    if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
-    w->bytes += keel_prim_drop_pages((const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz);
-  }
+  w->bytes += drop_read_only(info);
   return 1;
 }
 
@@ -214,11 +221,7 @@ static int drop_marked(struct dl_phdr_info *info, size_t size, void *ud) {
     if (!o->marked || o->textrel || o->base != info->dlpi_addr ||
         strcmp(o->name, info->dlpi_name ? info->dlpi_name : ""))
       continue;
-    for (int k = 0; k < info->dlpi_phnum; k++) {
-      const ElfW(Phdr) *ph = &info->dlpi_phdr[k];
-      if (ph->p_type != PT_LOAD || (ph->p_flags & PF_W)) continue;
-      w->bytes += keel_prim_drop_pages((const void *)(info->dlpi_addr + ph->p_vaddr), ph->p_memsz);
-    }
+    w->bytes += drop_read_only(info);
   }
   return 0;
 }
