@@ -234,16 +234,18 @@ KEEL_INTERNAL int64_t keel_model_opset(const keel_model *m, const char *domain);
  * message names a node. Returns buf. */
 KEEL_INTERNAL const char *keel_node_label(const keel_node *n, char *buf, size_t cap);
 
-/* Replaces node `at` of g with n_with copies of `with`, in order; the node
- * array is reallocated in the arena, indexes renumbered and sub-graph
- * owners re-pointed. */
+/* Replaces node `at` of g with n_with copies of `with`, in order (`with`
+ * may point into g's nodes); indexes renumbered and sub-graph owners
+ * re-pointed. With n_with 0 or 1 the node array is edited in place (the
+ * nodes after `at` move: re-fetch pointers into it); with more it is
+ * reallocated in the arena. */
 KEEL_INTERNAL keel_status keel_graph_replace_node(keel_arena *a, keel_graph *g, int32_t at,
                                                   const keel_node *with, int32_t n_with);
 
 /* Installs a copy of nodes[0..n) (one arena array) as g's nodes: indexes,
  * graph and sub-graph owners re-pointed. For a pass that edits a working
  * array many times and installs it once (keel_graph_replace_node makes a
- * whole new array in the arena at every call). */
+ * whole new array in the arena at every call that adds nodes). */
 KEEL_INTERNAL keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, const keel_node *nodes,
                                                int32_t n);
 

@@ -33,7 +33,7 @@
 
 #define SMALL_REQUEST (64u << 10)         /* <= 64 KiB: small pool         */
 #define SMALL_SEGMENT (2u << 20)          /* small pool segments: 2 MiB    */
-#define KEPT_SHARED (1u << 20)            /* kept <= 1 MiB: 2 MiB segments */
+#define SEG_SHARED (1u << 20)             /* <= 1 MiB: 2 MiB segments      */
 #define MID_REQUEST (10u << 20)           /* <= 10 MiB: one 20 MiB segment */
 #define MID_SEGMENT (20u << 20)
 #define LARGE_ROUND (2u << 20)            /* larger: rounded to 2 MiB      */
@@ -202,8 +202,8 @@ static void free_chunks(chunk *c) {
 /* -------------------------------------------------------------- segments */
 
 static size_t segment_size_for(int pi, size_t n) {
-  if (pi == POOL_KEPT) return n <= KEPT_SHARED ? SMALL_SEGMENT : keel_align_up(n, KEPT_ROUND);
-  if (n <= KEPT_SHARED) return SMALL_SEGMENT;
+  if (pi == POOL_KEPT) return n <= SEG_SHARED ? SMALL_SEGMENT : keel_align_up(n, KEPT_ROUND);
+  if (n <= SEG_SHARED) return SMALL_SEGMENT;
   if (n <= MID_REQUEST) return MID_SEGMENT;
   return keel_align_up(n, LARGE_ROUND);
 }
