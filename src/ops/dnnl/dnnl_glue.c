@@ -315,14 +315,15 @@ struct keel_dnnl_shared {
 #define KEY_MAX 16384 /* a conv descriptor is 5976 bytes, a memory one 696 */
 
 typedef struct key_buf {
-  unsigned char b[KEY_MAX], z[KEY_MAX]; /* the bytes; their zero runs packed */
+  unsigned char b[KEY_MAX], z[2 * KEY_MAX]; /* the bytes; their zero runs packed
+                                               (at most 2 bytes per byte) */
   size_t n, zn;
   bool ok;
 } key_buf;
 
 /* The key with each run of zeros (most of a descriptor: unused dims and
- * slots) as a zero and its length: 0.5-1 KB kept per primitive instead of
- * 12. The same packing of equal keys gives equal bytes. */
+ * slots) as a zero and its length: 0.42-0.49 KB kept per primitive instead of
+ * 10.9 (the detector's). The same packing of equal keys gives equal bytes. */
 static void key_pack(key_buf *k) {
   size_t o = 0;
   for (size_t i = 0; i < k->n;) {
