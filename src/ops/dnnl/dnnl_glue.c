@@ -428,7 +428,6 @@ keel_status keel_dnnl_prim_make(const_dnnl_primitive_desc_t pd, keel_dnnl_figure
         e->refs++;
         out->p = e->p, out->sh = e;
         glue_unlock();
-        atomic_fetch_add(&fig->shared_uses, 1);
         return KEEL_OK;
       }
   struct keel_dnnl_shared *e = shareable ? keel_sys_alloc(sizeof *e + k.zn) : NULL;
@@ -457,26 +456,24 @@ void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig) {
   if (!p->p) return;
   struct keel_dnnl_shared *e = p->sh;
   uint64_t outside = p->outside;
+  bool last = true; /* the primitive goes: not shared, or its last user */
   if (e) {
     glue_lock();
-    bool last = --e->refs == 0;
-    if (last)
-      for (struct keel_dnnl_shared **q = &fig->shared; *q; q = &(*q)->next)
-        if (*q == e) {
-          *q = e->next;
-          break;
-        }
-    glue_unlock();
-    p->p = NULL, p->outside = 0, p->sh = NULL;
-    if (!last) return;
+    last = --e->refs == 0;
     outside = e->outside;
-    dnnl_primitive_destroy(e->p);
-    keel_sys_free(e, sizeof *e + e->key_len);
-  } else {
-    dnnl_primitive_destroy(p->p);
+    for (struct keel_dnnl_shared **q = &fig->shared; last && *q; q = &(*q)->next)
+      if (*q == e) {
+        *q = e->next;
+        break;
+      }
+    glue_unlock();
+    if (last) keel_sys_free(e, sizeof *e + e->key_len);
   }
-  atomic_fetch_sub(&fig->bytes, outside);
-  atomic_fetch_sub(&fig->objects, 1);
+  if (last) {
+    dnnl_primitive_destroy(p->p);
+    atomic_fetch_sub(&fig->bytes, outside);
+    atomic_fetch_sub(&fig->objects, 1);
+  }
   p->p = NULL, p->outside = 0, p->sh = NULL;
 }
 

@@ -54,7 +54,6 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t bytes;      /* measured malloc bytes of live primitives */
   _Atomic uint64_t objects;    /* live primitives                         */
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
-  _Atomic uint64_t shared_uses; /* makes answered by a live primitive      */
   struct keel_dnnl_shared *shared; /* under the glue's lock                */
 } keel_dnnl_figures;
 
