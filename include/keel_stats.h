@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define KEEL_STATS_VERSION 3
+#define KEEL_STATS_VERSION 4
 
 typedef struct keel_stats {
   size_t size;              /* set to sizeof(keel_stats) before the call   */
@@ -75,6 +75,9 @@ typedef struct keel_stats {
   uint64_t shape_cache_hits;
   uint64_t shape_cache_misses;
   uint64_t shape_cache_evictions;
+  /* version 4: convolution nodes whose first run chose keel's streamed
+   * kernel (a large W and few output pixels: W prefetched as it is read) */
+  uint64_t streamed_convs;
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

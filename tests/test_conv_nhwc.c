@@ -14,7 +14,9 @@
  * kernel, the image NCHW or channels-last), 1x1 convs on 1-4 pixels
  * (keel_gemv; then larger maps on the same session), 1x1 convs of at most
  * 32 input channels, or 128 with a residual (the pointwise kernel),
- * depthwise 5x5 convs channels-last (the depthwise kernel); then a seeded
+ * depthwise 5x5 convs channels-last (the depthwise kernel), convs of W of
+ * 1 MiB and more on at most 64 output pixels (keel's streamed kernel,
+ * counted in keel_stats; then larger shapes on the same node); then a seeded
  * sweep of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
@@ -151,6 +153,8 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
   return g;
 }
 
+static uint64_t g_streamed; /* the last run's convs on the streamed kernel */
+
 static keel_value_t *run(const cv_case *t, const float *x, const float *wt, const float *b,
                          const float *w2, const float *zc, unsigned flags, int threads,
                          keel_status *st, char **desc) {
@@ -165,6 +169,7 @@ static keel_value_t *run(const cv_case *t, const float *x, const float *wt, cons
   keel_value_release(in);
   keel_stats stats = {.size = sizeof stats};
   CHECK_OK(keel_stats_get(s, &stats));
+  g_streamed = stats.streamed_convs;
   keel_session_destroy(s);
   return out[0];
 }
@@ -185,6 +190,8 @@ static double worst_of(const keel_value_t *ref, const keel_value_t *got, double 
 
 static bool g_dnnl;
 static int g_cases;
+static uint64_t g_streamed_fast; /* one(): the most convs any fast variant streamed */
+static double g_tol_scale = 1;   /* the tolerance's factor (streamed())          */
 
 static void one(const cv_case *t) {
   int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * t->kh * t->kw;
@@ -200,7 +207,7 @@ static void one(const cv_case *t) {
   keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
                           1, &st, NULL);
   CHECK_OK(st);
-  double tol = 2e-6 * sqrt((double)(t->c / t->group * t->kh * t->kw) + 1);
+  double tol = 2e-6 * g_tol_scale * sqrt((double)(t->c / t->group * t->kh * t->kw) + 1);
   /* the pass's graph on NhwcConv's naive reference, then on oneDNN */
   for (int v = 0; v < 4 && ref; v++) {
     int threads = v == 0 ? 2 : v;
@@ -208,6 +215,8 @@ static void one(const cv_case *t) {
     char *desc = NULL;
     keel_value_t *got = run(t, x, wt, b, w2, zc, flags, threads, &st, &desc);
     CHECK_OK(st);
+    if (v == 1) g_streamed_fast = 0;
+    if (v) g_streamed_fast = KEEL_MAX(g_streamed_fast, g_streamed);
     if (g_dnnl && desc) {
       /* bound to an implementation (oneDNN's, or keel's stem kernel), or,
        * with KEEL_OPT_REFERENCE_KERNELS, to none */
@@ -263,7 +272,7 @@ static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const
     keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){u.n, u.c, u.h, u.w}, x);
     keel_value_t *out[1] = {0};
     CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, out));
-    double tol = 2e-6 * sqrt((double)(KEEL_MAX(t.c, t.m) * t.kh * t.kw) + 1);
+    double tol = 2e-6 * g_tol_scale * sqrt((double)(KEEL_MAX(t.c, t.m) * t.kh * t.kw) + 1);
     double worst = ref && out[0] ? worst_of(ref, out[0], tol) : INFINITY;
     if (!(worst <= 1)) fprintf(stderr, "%s, shape %d: worst %g of the tolerance\n", what, i, worst);
     CHECK(worst <= 1);
@@ -272,6 +281,42 @@ static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const
   }
   keel_session_destroy(s);
   free(wt), free(w2), free(b), free(zc);
+}
+
+/* W of at least 1 MiB, at most 64 output pixels (256 for a strided 1x1),
+ * channels-last on both sides: keel's streamed kernel on AVX-512 (blocks
+ * of 64 outputs and a masked last one, tiles of 1-7 pixels of a row or
+ * of a 1x1's line, taps and rows wholly in the padding, dilation, batch
+ * 2, a residual Z in Y's buffer or read from X, every activation form);
+ * then a node that streamed on its first run meets larger shapes. */
+static void streamed(void) {
+  static const cv_case cases[] = {
+      {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 128, 272, 9, 8, 3, 3, 2, 1, 1, {1, 0, 2, 1}, false, "HSwishGated", NULL, 4},
+      {2, 256, 160, 5, 5, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "SiLUGated", NULL, 4},
+      {1, 128, 256, 7, 7, 3, 3, 1, 2, 1, {2, 2, 2, 2}, true, "Clip", NULL, 4},
+      {1, 128, 256, 3, 5, 3, 3, 1, 1, 1, {3, 1, 3, 1}, true, "OddHSigGated", NULL, 4},
+      {1, 300, 100, 7, 6, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 480, 600, 5, 6, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
+      {1, 520, 520, 3, 3, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "Relu", NULL, 6},
+      {1, 512, 520, 27, 28, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", NULL, 4},
+      {1, 1100, 256, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Tanh", NULL, 4}, /* one pixel: gemv */
+  };
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  g_tol_scale = 4; /* sums of up to 2304 products, chained: the references differ more */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    one(&cases[i]);
+    bool want = g_dnnl && avx512 && i + 1 < sizeof cases / sizeof *cases;
+    if ((g_streamed_fast >= 1) != want)
+      fprintf(stderr, "streamed case %zu: %llu conv(s) streamed\n", i,
+              (unsigned long long)g_streamed_fast);
+    CHECK((g_streamed_fast >= 1) == want);
+  }
+  cv_case t = {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
+  static const int64_t shapes[][3] = {{1, 7, 7}, {2, 12, 12}, {1, 20, 17}, {3, 4, 4}, {1, 7, 7}};
+  shapes_after(t, shapes, 5, "streamed then shapes");
+  g_tol_scale = 1;
 }
 
 static void parts_then_shapes(void) {
@@ -505,6 +550,7 @@ int main(void) {
       {3, 16, 16, 12, 12, 5, 5, 2, 1, 16, {0, 0, 0, 0}, true, "Tanh", "SAME_UPPER", 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+  streamed();
   parts_then_shapes();
   gemv_then_shapes();
   residual_order();

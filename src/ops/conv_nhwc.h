@@ -22,7 +22,9 @@
  * own kernels take, in this order, convs of 1-4 input channels (a
  * network's stem, conv_stem.c), 1x1 convs of few input channels
  * (conv_pw.c) and 5x5 depthwise convs (conv_dw.c); the others run on the
- * oneDNN implementation (dnnl/conv_dnnl.c) when keel has oneDNN. The fast
+ * oneDNN implementation (dnnl/conv_dnnl.c) when keel has oneDNN, which
+ * hands a conv of large W and few output pixels to keel's streamed
+ * kernel (conv_stream.h) on its first run. The fast
  * kernels share the call's set-up below (keel_nhwc_in, keel_nhwc_out,
  * keel_nhwc_finish): inputs, geometry, Y (in Z's buffer where it may be)
  * and a residual that broadcasts.

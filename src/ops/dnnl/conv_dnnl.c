@@ -26,6 +26,11 @@
  * keel's own (gemv.h) runs it where that has its vector kernel (path 4),
  * for every later shape of as few pixels too; W is never packed for it
  * and its pages stay. A larger shape of such a node still goes to oneDNN.
+ * A conv of W of 1 MiB or more whose first run has few output pixels
+ * (keel_stream_fits: ResNet-50's 7x7 layers) runs on keel's streamed
+ * kernel (conv_stream.h, path 5) for every shape after: oneDNN's kernel
+ * waits there on W coming from memory. W is packed for it then, and the
+ * file's pages under the original go back.
  *
  * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
  * one evicts the least recently used shape no run is using (when every
@@ -42,6 +47,7 @@
 #include "../activation.h"
 #include "../bcast.h"
 #include "../conv_nhwc.h"
+#include "../conv_stream.h"
 #include "../gemv.h"
 #include "conv_wino.h"
 #include "dnnl_glue.h"
@@ -75,6 +81,7 @@ typedef struct cd_entry {
   bool act_in_post[PRIMS];      /* the activation is a post-op of prim[p]   */
   bool oc;                      /* band q: output channels part q, all rows */
   bool gemv;                    /* path 4: keel_gemv on W in place         */
+  bool stream;                  /* path 5: keel's streamed kernel           */
   keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
@@ -95,7 +102,9 @@ typedef struct cd_state {
   bool drop_orig;
   bool has_z;                   /* a residual input: not the Winograd path */
   int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
-                                   3 direct in output-channel parts, 4 gemv */
+                                   3 direct in output-channel parts, 4 gemv,
+                                   5 streamed (conv_stream.h)              */
+  keel_stream_w stream;         /* path 5: W packed for it                 */
   keel_wino_node *wino;         /* the Winograd path's node state; NULL where
                                    the window and channels rule it out     */
   /* path 3: W in parts of output channels (multiples of 16), each packed by
@@ -303,8 +312,27 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     *out = &e->base;
     return KEEL_OK;
   }
-  /* the first run picks the path for good: Winograd where it fits and
-   * oneDNN has a kernel, else the direct one */
+  /* the first run picks the path for good: keel's streamed kernel where
+   * W is large and the pixels few (every later shape then runs on it: W
+   * exists in its packing only), Winograd where it fits and oneDNN has a
+   * kernel, else the direct one */
+  if (s->path == 5 || (s->path == 0 && s->group == 1 && keel_stream_fits(g, s->kh, s->kw))) {
+    if (s->path == 0) {
+      keel_status st = keel_stream_pack(s->store.heap, s->store.owner, s->store.bytes,
+                                        s->orig->data, s->m, s->c, s->kh, s->kw, &s->stream);
+      if (st) {
+        entry_free(s, e);
+        return st;
+      }
+      s->path = 5;
+      atomic_fetch_add(&s->fig->streamed, 1);
+      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+      s->drop_orig = false;
+    }
+    e->stream = true;
+    *out = &e->base;
+    return KEEL_OK;
+  }
   if (s->wino && s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
       (s->path == 2 || keel_wino_fits(g, s->has_z))) {
     keel_status ws = keel_wino_plan_make(s->wino, g, &e->wino);
@@ -522,6 +550,10 @@ static keel_status cd_run(keel_kctx *k) {
                          true, b, io.z_in_y ? io.c : io.zc, io.c, g.m,
                          io.bare ? NULL : &s->act};
     st = keel_gemv(k->pool, &ga);
+  } else if (e->stream) {
+    keel_stream_args sa = {&g,       x,      b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
+                           io.c,     io.bare ? NULL : &s->act};
+    st = keel_stream_run(k, &s->stream, &sa);
   } else if (e->wino) {
     st = keel_wino_run(k, s->wino, e->wino, &g, x, b, io.c);
   } else {
@@ -561,6 +593,8 @@ static void cd_release(void *state, keel_heap *heap) {
     keel_sys_free(s->wino, sizeof *s->wino);
   }
   keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
+  keel_stream_free(&s->stream, heap, s->store.bytes);
+  if (s->path == 5) atomic_fetch_sub(&s->fig->streamed, 1);
   for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }

@@ -1,0 +1,280 @@
+/* conv_stream.c: the streamed convolution kernel (conv_stream.h). */
+#include "conv_stream.h"
+
+#include <string.h>
+
+#include "../base/pool.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include "act512.h"
+#define CS_X86 1
+#endif
+
+#define CS_PT 7                 /* pixels per tile at most                 */
+#define CS_CC 256               /* channels per chunk of W                 */
+#define CS_MIN_W ((int64_t)1 << 20) /* bytes of W from which it is taken   */
+#define CS_MAX_PX 64            /* output pixels up to which it is taken   */
+#define CS_MAX_PX_S2 256        /* ... for a 1x1 window of stride 2 or more */
+
+keel_status keel_stream_pack(keel_heap *heap, keel_owner owner, _Atomic uint64_t *counter,
+                             const float *w, int64_t m, int64_t c, int64_t kh, int64_t kw,
+                             keel_stream_w *out) {
+  int64_t taps = kh * kw, nb = (m + 63) / 64, k = taps * c;
+  *out = (keel_stream_w){m, c, kh, kw, nb, NULL};
+  void *p = NULL;
+  KEEL_TRY(keel_prep_alloc_counted(heap, owner, counter, sizeof(float) * (size_t)(nb * k * 64), &p));
+  out->w = p;
+  for (int64_t b = 0; b < nb; b++)
+    for (int64_t t = 0; t < taps; t++)
+      for (int64_t ci = 0; ci < c; ci++) {
+        float *d = out->w + ((b * taps + t) * c + ci) * 64;
+        for (int64_t l = 0; l < 64; l++) {
+          int64_t mo = b * 64 + l;
+          d[l] = mo < m ? w[(mo * c + ci) * taps + t] : 0.0f;
+        }
+      }
+  return KEEL_OK;
+}
+
+void keel_stream_free(keel_stream_w *p, keel_heap *heap, _Atomic uint64_t *counter) {
+  keel_prep_free_counted(p->w, heap, counter);
+  p->w = NULL;
+}
+
+#ifdef CS_X86
+
+#define CS512 __attribute__((target("avx512f")))
+
+bool keel_stream_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512f") || g->group != 1 || g->in_nchw || g->out_nchw)
+    return false;
+  const keel_win *w = &g->w;
+  int64_t px = g->n * w->out[0] * w->out[1];
+  bool strided_1x1 = kh == 1 && kw == 1 && (w->s[0] > 1 || w->s[1] > 1);
+  return g->m * g->c * kh * kw * (int64_t)sizeof(float) >= CS_MIN_W && px >= 1 &&
+         px <= (strided_1x1 ? CS_MAX_PX_S2 : CS_MAX_PX);
+}
+
+/* One tile's call: its pixels' input rows for this tap and chunk, where
+ * their sums are, what to prefetch. */
+typedef struct cs_tile {
+  const float *x[CS_PT];       /* each pixel's cc channels of this tap     */
+  const float *w;              /* the chunk: cc rows of 64                 */
+  int64_t cc;
+  float *acc;                  /* the tile's partial sums: rows of 64      */
+  const char *pf;              /* lines of the next chunk to prefetch      */
+  int64_t npf;
+} cs_tile;
+
+/* acc += x * *w with *w a memory operand: 28 accumulators, 3 vectors of W
+ * and the broadcast fill the 32 registers (gcc, left to itself, kept the
+ * fourth vector in a register and an accumulator on the stack). */
+#define CS_FMA_MEM(acc, x, w) __asm__("vfmadd231ps %1, %2, %0" : "+v"(acc) : "m"(*(w)), "v"(x))
+
+/* The PT pixels' sums (rows of 64 at t->acc) plus the chunk's products.
+ * One prefetch per channel step while lines are left, the rest of this
+ * tile's share after. */
+#define DEF_CS_TILE(PT)                                                                        \
+  CS512 static void cs_tile_##PT(const cs_tile *t) {                                           \
+    __m512 acc[PT][4];                                                                         \
+    const float *x[PT];                                                                        \
+    _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++) {                                   \
+      x[p] = t->x[p];                                                                          \
+      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[p][v] =                         \
+          _mm512_loadu_ps(t->acc + p * 64 + 16 * v);                                           \
+    }                                                                                          \
+    const float *w = t->w;                                                                     \
+    int64_t cc = t->cc, npf = t->npf < cc ? t->npf : cc, c = 0;                                \
+    for (; c < cc; c++) {                                                                      \
+      __m512 w0 = _mm512_loadu_ps(w + c * 64), w1 = _mm512_loadu_ps(w + c * 64 + 16);          \
+      __m512 w2 = _mm512_loadu_ps(w + c * 64 + 32);                                            \
+      const __m512 *w3 = (const __m512 *)(const void *)(w + c * 64 + 48);                      \
+      if (c < npf) _mm_prefetch(t->pf + c * 64, _MM_HINT_T1);                                  \
+      _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++) {                                 \
+        __m512 xv = _mm512_set1_ps(x[p][c]);                                                   \
+        acc[p][0] = _mm512_fmadd_ps(xv, w0, acc[p][0]);                                        \
+        acc[p][1] = _mm512_fmadd_ps(xv, w1, acc[p][1]);                                        \
+        acc[p][2] = _mm512_fmadd_ps(xv, w2, acc[p][2]);                                        \
+        CS_FMA_MEM(acc[p][3], xv, w3);                                                         \
+      }                                                                                        \
+    }                                                                                          \
+    for (int64_t l = npf; l < t->npf; l++) _mm_prefetch(t->pf + l * 64, _MM_HINT_T1);          \
+    _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++)                                     \
+        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                                    \
+            _mm512_storeu_ps(t->acc + p * 64 + 16 * v, acc[p][v]);                             \
+  }
+DEF_CS_TILE(1)
+DEF_CS_TILE(2)
+DEF_CS_TILE(3)
+DEF_CS_TILE(4)
+DEF_CS_TILE(5)
+DEF_CS_TILE(6)
+DEF_CS_TILE(7)
+#undef DEF_CS_TILE
+
+typedef void (*cs_tile_fn)(const cs_tile *);
+static const cs_tile_fn g_tiles[CS_PT + 1] = {NULL,         cs_tile_1, cs_tile_2, cs_tile_3,
+                                              cs_tile_4,    cs_tile_5, cs_tile_6, cs_tile_7};
+
+typedef struct cs_job {
+  const keel_stream_w *p;
+  const keel_stream_args *a;
+  int64_t P, rows, tpr;        /* pixels; tiled rows and tiles per row     */
+  bool flat;                   /* 1x1 stride 1, no pads: pixels in a line  */
+  int ntasks;
+  float *scratch;              /* per worker: P rows of 64 partial sums    */
+  float *bias;                 /* nb x 64: B, zeros past M (or none)       */
+  bool act_inline;
+} cs_job;
+
+/* Tile i: its first pixel, its size, and its output row (image n, row oh). */
+static void tile_of(const cs_job *j, int64_t i, int64_t *p0, int *pt, int64_t *n, int64_t *oh) {
+  const keel_win *w = &j->a->g->w;
+  if (j->flat) {
+    int64_t nt = j->rows * j->tpr;
+    *p0 = j->P * i / nt;
+    *pt = (int)(j->P * (i + 1) / nt - *p0);
+    *n = *oh = 0;
+    return;
+  }
+  int64_t r = i / j->tpr, q = i % j->tpr, ow = w->out[1];
+  *p0 = r * ow + ow * q / j->tpr;
+  *pt = (int)(r * ow + ow * (q + 1) / j->tpr - *p0);
+  *n = r / w->out[0], *oh = r % w->out[0];
+}
+
+/* The input row of tap row kh for output row oh, or -1 in the padding. */
+static int64_t in_row(const keel_win *w, int64_t oh, int64_t kh) {
+  int64_t ih = oh * w->s[0] + kh * w->d[0] - w->pb[0];
+  return ih >= 0 && ih < w->in[0] ? ih : -1;
+}
+
+/* Stores block b's sums (P rows of 64) plus Z, through the activation,
+ * into Y's channels of the block, the lanes past M masked. */
+CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
+  const keel_stream_args *a = j->a;
+  int64_t M = j->p->m, m0 = b * 64;
+  __mmask16 mk[4];
+  for (int v = 0; v < 4; v++) {
+    int64_t left = M - m0 - 16 * v;
+    mk[v] = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
+  }
+  const float *z = a->z_in_y ? a->y : a->z;
+  for (int64_t p = 0; p < j->P; p++) {
+    float *y = a->y + p * M + m0;
+    const float *zr = z ? z + p * M + m0 : NULL;
+    for (int v = 0; v < 4 && mk[v]; v++) {
+      __m512 r = _mm512_loadu_ps(acc + p * 64 + 16 * v);
+      if (zr) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk[v], zr + 16 * v));
+      if (j->act_inline) r = keel_act512(a->act, r);
+      _mm512_mask_storeu_ps(y + 16 * v, mk[v], r);
+    }
+  }
+}
+
+/* Blocks [b0, b1) of output channels of task q. Per block: the sums
+ * start as B; each chunk (tap, channels) of W, in the order they lie,
+ * adds its products to every tile's pixels whose window reads it (none of
+ * the padding's: the pixels of a tile that a tap reads are an interval),
+ * the next chunk prefetched meanwhile; then the sums go to Y. */
+static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
+  const cs_job *j = ctx;
+  const keel_stream_w *p = j->p;
+  const keel_stream_args *a = j->a;
+  const keel_win *w = &a->g->w;
+  int64_t C = p->c, taps = p->kh * p->kw, nch = (C + CS_CC - 1) / CS_CC;
+  int64_t ntile = j->rows * j->tpr, H = w->in[0], W = w->in[1];
+  float *acc = j->scratch + (size_t)worker * (size_t)(j->P * 64);
+  const float *wend = p->w + p->nb * taps * C * 64;
+  for (int64_t q = q0; q < q1; q++)
+    for (int64_t b = p->nb * q / j->ntasks; b < p->nb * (q + 1) / j->ntasks; b++) {
+      for (int64_t px = 0; px < j->P; px++)
+        memcpy(acc + px * 64, j->bias + b * 64, 64 * sizeof(float));
+      const float *wc = p->w + b * taps * C * 64;
+      for (int64_t t = 0; t < taps; t++) {
+        int64_t kh = t / p->kw, kw = t % p->kw;
+        for (int64_t ch = 0; ch < nch; ch++) {
+          int64_t c0 = ch * CS_CC, cc = KEEL_MIN(CS_CC, C - c0);
+          const float *next = wc + cc * 64;
+          int64_t lines = next < wend ? KEEL_MIN(CS_CC, C - (c0 + cc) % C) * 4 : 0;
+          int64_t per = (lines + ntile - 1) / ntile;
+          for (int64_t i = 0; i < ntile; i++) {
+            int64_t p0, n, oh;
+            int pt, k0 = 0, k1 = 0;
+            tile_of(j, i, &p0, &pt, &n, &oh);
+            cs_tile ti = {.w = wc, .cc = cc};
+            ti.pf = (const char *)next + KEEL_MIN(i * per, lines) * 64;
+            ti.npf = KEEL_MAX(0, KEEL_MIN(per, lines - i * per));
+            int64_t ih = j->flat ? 0 : in_row(w, oh, kh);
+            for (int k = 0; k < pt && ih >= 0; k++) {
+              const float *src = NULL;
+              if (j->flat) {
+                src = a->x + (p0 + k) * C;
+              } else {
+                int64_t iw = ((p0 + k) % w->out[1]) * w->s[1] + kw * w->d[1] - w->pb[1];
+                if (iw >= 0 && iw < W) src = a->x + ((n * H + ih) * W + iw) * C;
+              }
+              if (!src) continue;
+              if (k1 == 0) k0 = k;
+              ti.x[k - k0] = src + c0;
+              k1 = k + 1;
+            }
+            if (k1 == 0) { /* the tap reads only padding here */
+              for (int64_t l = 0; l < ti.npf; l++) _mm_prefetch(ti.pf + l * 64, _MM_HINT_T1);
+              continue;
+            }
+            ti.acc = acc + (p0 + k0) * 64;
+            g_tiles[k1 - k0](&ti);
+          }
+          wc = next;
+        }
+      }
+      cs_store(j, acc, b);
+    }
+  return KEEL_OK;
+}
+
+keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_stream_args *a) {
+  const keel_nhwc_geom *g = a->g;
+  const keel_win *w = &g->w;
+  if (g->group != 1 || g->in_nchw || g->out_nchw || g->c != p->c || g->m != p->m ||
+      w->k[0] != p->kh || w->k[1] != p->kw)
+    return keel_err(KEEL_ERR_INTERNAL, "the streamed kernel got a convolution it did not pack");
+  cs_job j = {.p = p, .a = a, .P = g->n * w->out[0] * w->out[1]};
+  if (j.P == 0) return KEEL_OK;
+  j.flat = keel_win_is_pointwise(w);
+  if (j.flat) { /* pixels in a line: tiles of at most CS_PT */
+    j.rows = 1, j.tpr = (j.P + CS_PT - 1) / CS_PT;
+  } else {
+    j.rows = g->n * w->out[0], j.tpr = (w->out[1] + CS_PT - 1) / CS_PT;
+  }
+  keel_act none = {KEEL_ACT_NONE, 0, 0};
+  keel_stream_args av = *a;
+  if (!av.act) av.act = &none;
+  j.a = &av;
+  j.act_inline = keel_act512_inline(av.act->kind);
+  int threads = keel_pool_threads(k->pool);
+  j.ntasks = (int)KEEL_MIN(p->nb, KEEL_MAX(1, threads));
+  KEEL_TRY(keel_k_scratch_n(k, ((int64_t)KEEL_MAX(1, threads) * j.P + p->nb) * 64,
+                            sizeof(float), (void **)&j.scratch));
+  j.bias = j.scratch + (int64_t)KEEL_MAX(1, threads) * j.P * 64;
+  for (int64_t l = 0; l < p->nb * 64; l++) j.bias[l] = a->b && l < p->m ? a->b[l] : 0.0f;
+  KEEL_TRY(keel_pool_for(k->pool, j.ntasks, 1, cs_task, &j));
+  if (!j.act_inline) keel_act_apply_fast_f32(av.act, a->y, j.P * g->m);
+  return KEEL_OK;
+}
+
+#else /* not x86: never taken */
+
+bool keel_stream_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
+  (void)g, (void)kh, (void)kw;
+  return false;
+}
+
+keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_stream_args *a) {
+  (void)k, (void)p, (void)a;
+  return keel_err(KEEL_ERR_INTERNAL, "the streamed kernel is not built for this CPU");
+}
+
+#endif
