@@ -10,7 +10,8 @@
  * on the layout pass's NhwcConv, whose per-shape primitives are made by
  * the first run and shared by the racing ones; then a second net for
  * keel's own channels-last kernels beside them (a 5x5 depthwise conv, a
- * 1x1 of 16 channels, and a 1x1 on the pooled 1x1 map, which runs on
+ * 1x1 of 16 channels, a 3x3 of 2048 outputs on a 5x5 map, which takes the
+ * streamed kernel, and a 1x1 on the pooled 1x1 map, which runs on
  * keel_gemv). */
 #include <math.h>
 #include <pthread.h>
@@ -22,19 +23,23 @@
 #include "mb.h"
 
 #define THREADS 8
+#define STREAM_M 2048           /* the streamed conv's output channels    */
 #define RUNS 40
 
 static float g_x[2 * 8 * 20 * 20];
 static keel_value_t *g_in;
 
 static int g_net; /* 0: the first net, 1: keel's own NHWC kernels */
+static int g_streamed; /* convs the sessions' first runs put on the streamed kernel */
 
 static mb_graph *model(void) {
   static float w1[16 * 8 * 9], w2[16 * 25], w3[8 * 16], b1[16], m[8 * 20], w4[16 * 16];
+  static float w5[STREAM_M * 16 * 9], w6[16 * STREAM_M];
   uint32_t r = 99;
-  float *all[] = {w1, w2, w3, b1, m, g_x, w4};
-  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m, sizeof g_x, sizeof w4};
-  for (int k = 0; k < 7; k++)
+  float *all[] = {w1, w2, w3, b1, m, g_x, w4, w5, w6};
+  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m,
+                    sizeof g_x, sizeof w4, sizeof w5, sizeof w6};
+  for (int k = 0; k < 9; k++)
     for (size_t i = 0; i < sizes[k] / sizeof(float); i++)
       all[k][i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (float)(1 << 24) - 0.5f;
   mb_graph *g = mb_graph_new("main");
@@ -54,7 +59,15 @@ static mb_graph *model(void) {
     mb_add(g, "Mul", "c2,s2", "a2");
     mb_add(g, "Conv", "a2,w4,b1", "c4");
     mb_add(g, "Relu", "c4", "r4");
-    mb_add(g, "GlobalAveragePool", "r4", "p4");
+    /* W of 1.2 MB on 5x5 outputs: the streamed kernel */
+    mb_init(g, "w5", KEEL_FLOAT, 4, (int64_t[]){STREAM_M, 16, 3, 3}, w5);
+    mb_init(g, "w6", KEEL_FLOAT, 4, (int64_t[]){16, STREAM_M, 1, 1}, w6);
+    mb_node *st = mb_add(g, "Conv", "r4,w5", "c5");
+    mb_attr_ints(st, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    mb_attr_ints(st, "strides", 2, (int64_t[]){4, 4});
+    mb_add(g, "Relu", "c5", "r5");
+    mb_add(g, "Conv", "r5,w6", "c6");
+    mb_add(g, "GlobalAveragePool", "c6", "p4");
     mb_add(g, "Conv", "p4,w3", "y");
     mb_output(g, "y", KEEL_FLOAT, -1, NULL);
     return g;
@@ -141,6 +154,7 @@ static void race(unsigned flags, const char *kernels, const char *kernels2) {
   keel_stats st = {.size = sizeof st};
   keel_stats_get(s, &st);
   CHECK(st.allocated == st.prepared_bytes);
+  CHECK(st.streamed_convs == (uint64_t)g_streamed);
   keel_session_destroy(s);
   keel_session_destroy(ref);
   free(want);
@@ -163,6 +177,7 @@ int main(void) {
   g_net = 1; /* keel's NHWC kernels (AVX-512) beside oneDNN's */
   __builtin_cpu_init();
   bool k512 = dnnl && __builtin_cpu_supports("avx512f");
+  g_streamed = k512;
   race(0, k512 ? "NhwcConv depthwise 1" : NULL, k512 ? "NhwcConv pointwise 1" : NULL);
   return check_report();
 }
