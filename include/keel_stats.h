@@ -78,6 +78,9 @@ typedef struct keel_stats {
   /* version 4: convolution nodes whose first run chose keel's streamed
    * kernel (a large W and few output pixels: W prefetched as it is read) */
   uint64_t streamed_convs;
+  /* ... and those whose first run chose keel's Winograd F(2x2, 3x3) kernel
+   * (3x3 stride-1 convs of 64+ channels on 14x14 maps and larger) */
+  uint64_t winograd_convs;
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

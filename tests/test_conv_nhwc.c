@@ -16,7 +16,9 @@
  * 32 input channels, or 128 with a residual (the pointwise kernel),
  * depthwise 5x5 convs channels-last (the depthwise kernel), convs of W of
  * 1 MiB and more on at most 64 output pixels (keel's streamed kernel,
- * counted in keel_stats; then larger shapes on the same node); then a seeded
+ * counted in keel_stats; then larger shapes on the same node), 3x3 convs
+ * of 128+ channels on 14x14 maps and more (keel's Winograd kernel, counted
+ * too; then other shapes on the same node); then a seeded
  * sweep of random shapes. A chain model runs
  * Conv, MaxPool, a residual block, Concat, Resize, AveragePool, a
  * squeeze-excite block (GlobalAveragePool, Mul) and a Conv whose output
@@ -154,6 +156,7 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
 }
 
 static uint64_t g_streamed; /* the last run's convs on the streamed kernel */
+static uint64_t g_wg;       /* ... on keel's Winograd kernel */
 
 static keel_value_t *run(const cv_case *t, const float *x, const float *wt, const float *b,
                          const float *w2, const float *zc, unsigned flags, int threads,
@@ -170,6 +173,7 @@ static keel_value_t *run(const cv_case *t, const float *x, const float *wt, cons
   keel_stats stats = {.size = sizeof stats};
   CHECK_OK(keel_stats_get(s, &stats));
   g_streamed = stats.streamed_convs;
+  g_wg = stats.winograd_convs;
   keel_session_destroy(s);
   return out[0];
 }
@@ -191,6 +195,7 @@ static double worst_of(const keel_value_t *ref, const keel_value_t *got, double 
 static bool g_dnnl;
 static int g_cases;
 static uint64_t g_streamed_fast; /* one(): the most convs any fast variant streamed */
+static uint64_t g_wg_fast;       /* ... put on keel's Winograd kernel */
 static double g_tol_scale = 1;   /* the tolerance's factor (streamed())          */
 
 static void one(const cv_case *t) {
@@ -215,8 +220,9 @@ static void one(const cv_case *t) {
     char *desc = NULL;
     keel_value_t *got = run(t, x, wt, b, w2, zc, flags, threads, &st, &desc);
     CHECK_OK(st);
-    if (v == 1) g_streamed_fast = 0;
+    if (v == 1) g_streamed_fast = g_wg_fast = 0;
     if (v) g_streamed_fast = KEEL_MAX(g_streamed_fast, g_streamed);
+    if (v) g_wg_fast = KEEL_MAX(g_wg_fast, g_wg);
     if (g_dnnl && desc) {
       /* bound to an implementation (oneDNN's, or keel's stem kernel), or,
        * with KEEL_OPT_REFERENCE_KERNELS, to none */
@@ -316,6 +322,40 @@ static void streamed(void) {
   cv_case t = {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   static const int64_t shapes[][3] = {{1, 7, 7}, {2, 12, 12}, {1, 20, 17}, {3, 4, 4}, {1, 7, 7}};
   shapes_after(t, shapes, 5, "streamed then shapes");
+  g_tol_scale = 1;
+}
+
+/* 3x3 stride-1 convs of 128+ input channels (by 16s) and outputs by 64s
+ * on 14x14 maps and more, channels-last both sides: keel's Winograd
+ * kernel on AVX-512 (odd sizes whose last tiles are cut, asymmetric pads
+ * up to 2, no pads, batch 2, a residual Z in Y's buffer or read from X,
+ * every activation form, counted in keel_stats); then a node that took it
+ * on its first run meets other shapes, 7x7 and 1x1 among them. */
+static void winograd(void) {
+  static const cv_case cases[] = {
+      {1, 128, 128, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 128, 64, 15, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
+      {1, 144, 128, 15, 17, 3, 3, 1, 1, 1, {2, 0, 1, 2}, true, "Clip", NULL, 4},
+      {1, 160, 192, 18, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "OddHSigGated", NULL, 4},
+      {2, 128, 192, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HSwishGated", NULL, 4},
+      {1, 128, 128, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, NULL, NULL, 5},
+      {1, 128, 128, 14, 15, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "Relu", NULL, 6},
+      {1, 256, 256, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4},
+      {1, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4}, /* 64: oneDNN's */
+  };
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  g_tol_scale = 2; /* Winograd's transforms: a few ulps more */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    one(&cases[i]);
+    bool want = g_dnnl && avx512 && i + 1 < sizeof cases / sizeof *cases;
+    if ((g_wg_fast >= 1) != want)
+      fprintf(stderr, "Winograd case %zu: %llu conv(s) on it\n", i, (unsigned long long)g_wg_fast);
+    CHECK((g_wg_fast >= 1) == want);
+  }
+  cv_case t = {1, 128, 128, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
+  static const int64_t shapes[][3] = {{1, 28, 28}, {1, 7, 7}, {3, 9, 30}, {1, 1, 1}, {2, 16, 15}};
+  shapes_after(t, shapes, 5, "Winograd then shapes");
   g_tol_scale = 1;
 }
 
@@ -551,6 +591,7 @@ int main(void) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   streamed();
+  winograd();
   parts_then_shapes();
   gemv_then_shapes();
   residual_order();

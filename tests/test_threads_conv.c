@@ -11,7 +11,8 @@
  * the first run and shared by the racing ones; then a second net for
  * keel's own channels-last kernels beside them (a 5x5 depthwise conv, a
  * 1x1 of 16 channels, a 3x3 of 2048 outputs on a 5x5 map, which takes the
- * streamed kernel, and a 1x1 on the pooled 1x1 map, which runs on
+ * streamed kernel, a 3x3 of 128 inputs on an 18x18 map, which takes keel's
+ * Winograd kernel, and a 1x1 on the pooled 1x1 map, which runs on
  * keel_gemv). */
 #include <math.h>
 #include <pthread.h>
@@ -30,16 +31,18 @@ static float g_x[2 * 8 * 20 * 20];
 static keel_value_t *g_in;
 
 static int g_net; /* 0: the first net, 1: keel's own NHWC kernels */
-static int g_streamed; /* convs the sessions' first runs put on the streamed kernel */
+static int g_streamed; /* convs the sessions' first runs put on the streamed
+                          kernel, and on the Winograd one */
 
 static mb_graph *model(void) {
   static float w1[16 * 8 * 9], w2[16 * 25], w3[8 * 16], b1[16], m[8 * 20], w4[16 * 16];
-  static float w5[STREAM_M * 16 * 9], w6[16 * STREAM_M];
+  static float w5[STREAM_M * 16 * 9], w6[16 * STREAM_M], w7[128 * 16], w8[64 * 128 * 9],
+      w9[16 * 64];
   uint32_t r = 99;
-  float *all[] = {w1, w2, w3, b1, m, g_x, w4, w5, w6};
-  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m,
-                    sizeof g_x, sizeof w4, sizeof w5, sizeof w6};
-  for (int k = 0; k < 9; k++)
+  float *all[] = {w1, w2, w3, b1, m, g_x, w4, w5, w6, w7, w8, w9};
+  size_t sizes[] = {sizeof w1, sizeof w2, sizeof w3, sizeof b1, sizeof m,  sizeof g_x,
+                    sizeof w4, sizeof w5, sizeof w6, sizeof w7, sizeof w8, sizeof w9};
+  for (int k = 0; k < 12; k++)
     for (size_t i = 0; i < sizes[k] / sizeof(float); i++)
       all[k][i] = (float)((r = r * 1664525u + 1013904223u) >> 8) / (float)(1 << 24) - 0.5f;
   mb_graph *g = mb_graph_new("main");
@@ -67,7 +70,17 @@ static mb_graph *model(void) {
     mb_attr_ints(st, "strides", 2, (int64_t[]){4, 4});
     mb_add(g, "Relu", "c5", "r5");
     mb_add(g, "Conv", "r5,w6", "c6");
-    mb_add(g, "GlobalAveragePool", "c6", "p4");
+    /* 128 -> 64 channels 3x3 on 18x18 outputs: keel's Winograd kernel */
+    mb_init(g, "w7", KEEL_FLOAT, 4, (int64_t[]){128, 16, 1, 1}, w7);
+    mb_init(g, "w8", KEEL_FLOAT, 4, (int64_t[]){64, 128, 3, 3}, w8);
+    mb_init(g, "w9", KEEL_FLOAT, 4, (int64_t[]){16, 64, 1, 1}, w9);
+    mb_add(g, "Conv", "r4,w7", "c7");
+    mb_add(g, "Conv", "c7,w8", "c8");
+    mb_add(g, "Relu", "c8", "r8");
+    mb_add(g, "Conv", "r8,w9", "c9");
+    mb_add(g, "GlobalAveragePool", "c9", "p9");
+    mb_add(g, "GlobalAveragePool", "c6", "p6");
+    mb_add(g, "Add", "p6,p9", "p4");
     mb_add(g, "Conv", "p4,w3", "y");
     mb_output(g, "y", KEEL_FLOAT, -1, NULL);
     return g;
@@ -155,6 +168,7 @@ static void race(unsigned flags, const char *kernels, const char *kernels2) {
   keel_stats_get(s, &st);
   CHECK(st.allocated == st.prepared_bytes);
   CHECK(st.streamed_convs == (uint64_t)g_streamed);
+  CHECK(st.winograd_convs == (uint64_t)g_streamed);
   keel_session_destroy(s);
   keel_session_destroy(ref);
   free(want);
@@ -178,6 +192,6 @@ int main(void) {
   __builtin_cpu_init();
   bool k512 = dnnl && __builtin_cpu_supports("avx512f");
   g_streamed = k512;
-  race(0, k512 ? "NhwcConv depthwise 1" : NULL, k512 ? "NhwcConv pointwise 1" : NULL);
+  race(0, k512 ? "NhwcConv depthwise 1" : NULL, k512 ? "NhwcConv pointwise 2" : NULL);
   return check_report();
 }

@@ -32,6 +32,7 @@
 #ifndef KEEL_CONV_NHWC_H
 #define KEEL_CONV_NHWC_H
 
+#include "activation.h"
 #include "conv_util.h"
 
 #define KEEL_NHWC_DOMAIN "ai.keel.internal"
@@ -84,6 +85,17 @@ typedef struct keel_nhwc_io {
                                     neither                                 */
 } keel_nhwc_io;
 KEEL_INTERNAL keel_status keel_nhwc_in(keel_kctx *k, keel_nhwc_io *io);
+/* What keel's own kernels behind the oneDNN implementation take for one
+ * run (conv_stream.h, conv_wg.h): X (NHWC), B or NULL, Z of Y's shape or
+ * NULL (z_in_y: Y holds Z already), act or NULL (a bare product: neither
+ * Z nor act), Y (NHWC). */
+typedef struct keel_nhwc_args {
+  const keel_nhwc_geom *g;
+  const float *x, *b, *z;
+  bool z_in_y;
+  float *y;
+  const keel_act *act;
+} keel_nhwc_args;
 /* Y, taking Z's buffer when Z has Y's shape, dies here and is not X too;
  * a scratch product (bare) when Z broadcasts or `z_apart` (a kernel that
  * cannot add this Z itself). */

@@ -4,13 +4,14 @@
 #include <string.h>
 
 #include "../base/pool.h"
+#include "tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "act512.h"
 #define CS_X86 1
 #endif
 
-#define CS_PT 7                 /* pixels per tile at most                 */
+#define CS_PT KEEL_TILE512_PX  /* pixels per tile at most                 */
 #define CS_CC 256               /* channels per chunk of W                 */
 #define CS_MIN_W ((int64_t)1 << 20) /* bytes of W from which it is taken   */
 #define CS_MAX_PX 64            /* output pixels up to which it is taken   */
@@ -56,70 +57,9 @@ bool keel_stream_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
          px <= (strided_1x1 ? CS_MAX_PX_S2 : CS_MAX_PX);
 }
 
-/* One tile's call: its pixels' input rows for this tap and chunk, where
- * their sums are, what to prefetch. */
-typedef struct cs_tile {
-  const float *x[CS_PT];       /* each pixel's cc channels of this tap     */
-  const float *w;              /* the chunk: cc rows of 64                 */
-  int64_t cc;
-  float *acc;                  /* the tile's partial sums: rows of 64      */
-  const char *pf;              /* lines of the next chunk to prefetch      */
-  int64_t npf;
-} cs_tile;
-
-/* acc += x * *w with *w a memory operand: 28 accumulators, 3 vectors of W
- * and the broadcast fill the 32 registers (gcc, left to itself, kept the
- * fourth vector in a register and an accumulator on the stack). */
-#define CS_FMA_MEM(acc, x, w) __asm__("vfmadd231ps %1, %2, %0" : "+v"(acc) : "m"(*(w)), "v"(x))
-
-/* The PT pixels' sums (rows of 64 at t->acc) plus the chunk's products.
- * One prefetch per channel step while lines are left, the rest of this
- * tile's share after. */
-#define DEF_CS_TILE(PT)                                                                        \
-  CS512 static void cs_tile_##PT(const cs_tile *t) {                                           \
-    __m512 acc[PT][4];                                                                         \
-    const float *x[PT];                                                                        \
-    _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++) {                                   \
-      x[p] = t->x[p];                                                                          \
-      _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[p][v] =                         \
-          _mm512_loadu_ps(t->acc + p * 64 + 16 * v);                                           \
-    }                                                                                          \
-    const float *w = t->w;                                                                     \
-    int64_t cc = t->cc, npf = t->npf < cc ? t->npf : cc, c = 0;                                \
-    for (; c < cc; c++) {                                                                      \
-      __m512 w0 = _mm512_loadu_ps(w + c * 64), w1 = _mm512_loadu_ps(w + c * 64 + 16);          \
-      __m512 w2 = _mm512_loadu_ps(w + c * 64 + 32);                                            \
-      const __m512 *w3 = (const __m512 *)(const void *)(w + c * 64 + 48);                      \
-      if (c < npf) _mm_prefetch(t->pf + c * 64, _MM_HINT_T1);                                  \
-      _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++) {                                 \
-        __m512 xv = _mm512_set1_ps(x[p][c]);                                                   \
-        acc[p][0] = _mm512_fmadd_ps(xv, w0, acc[p][0]);                                        \
-        acc[p][1] = _mm512_fmadd_ps(xv, w1, acc[p][1]);                                        \
-        acc[p][2] = _mm512_fmadd_ps(xv, w2, acc[p][2]);                                        \
-        CS_FMA_MEM(acc[p][3], xv, w3);                                                         \
-      }                                                                                        \
-    }                                                                                          \
-    for (int64_t l = npf; l < t->npf; l++) _mm_prefetch(t->pf + l * 64, _MM_HINT_T1);          \
-    _Pragma("GCC unroll 8") for (int p = 0; p < (PT); p++)                                     \
-        _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                                    \
-            _mm512_storeu_ps(t->acc + p * 64 + 16 * v, acc[p][v]);                             \
-  }
-DEF_CS_TILE(1)
-DEF_CS_TILE(2)
-DEF_CS_TILE(3)
-DEF_CS_TILE(4)
-DEF_CS_TILE(5)
-DEF_CS_TILE(6)
-DEF_CS_TILE(7)
-#undef DEF_CS_TILE
-
-typedef void (*cs_tile_fn)(const cs_tile *);
-static const cs_tile_fn g_tiles[CS_PT + 1] = {NULL,         cs_tile_1, cs_tile_2, cs_tile_3,
-                                              cs_tile_4,    cs_tile_5, cs_tile_6, cs_tile_7};
-
 typedef struct cs_job {
   const keel_stream_w *p;
-  const keel_stream_args *a;
+  const keel_nhwc_args *a;
   int64_t P, rows, tpr;        /* pixels; tiled rows and tiles per row     */
   bool flat;                   /* 1x1 stride 1, no pads: pixels in a line  */
   int ntasks;
@@ -153,7 +93,7 @@ static int64_t in_row(const keel_win *w, int64_t oh, int64_t kh) {
 /* Stores block b's sums (P rows of 64) plus Z, through the activation,
  * into Y's channels of the block, the lanes past M masked. */
 CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
-  const keel_stream_args *a = j->a;
+  const keel_nhwc_args *a = j->a;
   int64_t M = j->p->m, m0 = b * 64;
   __mmask16 mk[4];
   for (int v = 0; v < 4; v++) {
@@ -181,7 +121,7 @@ CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
 static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
   const cs_job *j = ctx;
   const keel_stream_w *p = j->p;
-  const keel_stream_args *a = j->a;
+  const keel_nhwc_args *a = j->a;
   const keel_win *w = &a->g->w;
   int64_t C = p->c, taps = p->kh * p->kw, nch = (C + CS_CC - 1) / CS_CC;
   int64_t ntile = j->rows * j->tpr, H = w->in[0], W = w->in[1];
@@ -203,7 +143,7 @@ static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
             int64_t p0, n, oh;
             int pt, k0 = 0, k1 = 0;
             tile_of(j, i, &p0, &pt, &n, &oh);
-            cs_tile ti = {.w = wc, .cc = cc};
+            keel_tile512 ti = {.w = wc, .cc = cc, .rs = 64};
             ti.pf = (const char *)next + KEEL_MIN(i * per, lines) * 64;
             ti.npf = KEEL_MAX(0, KEEL_MIN(per, lines - i * per));
             int64_t ih = j->flat ? 0 : in_row(w, oh, kh);
@@ -225,7 +165,7 @@ static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
               continue;
             }
             ti.acc = acc + (p0 + k0) * 64;
-            g_tiles[k1 - k0](&ti);
+            keel_tile512_run(&ti, k1 - k0);
           }
           wc = next;
         }
@@ -235,7 +175,7 @@ static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
   return KEEL_OK;
 }
 
-keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_stream_args *a) {
+keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhwc_args *a) {
   const keel_nhwc_geom *g = a->g;
   const keel_win *w = &g->w;
   if (g->group != 1 || g->in_nchw || g->out_nchw || g->c != p->c || g->m != p->m ||
@@ -250,7 +190,7 @@ keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_str
     j.rows = g->n * w->out[0], j.tpr = (w->out[1] + CS_PT - 1) / CS_PT;
   }
   keel_act none = {KEEL_ACT_NONE, 0, 0};
-  keel_stream_args av = *a;
+  keel_nhwc_args av = *a;
   if (!av.act) av.act = &none;
   j.a = &av;
   j.act_inline = keel_act512_inline(av.act->kind);
@@ -272,7 +212,7 @@ bool keel_stream_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
   return false;
 }
 
-keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_stream_args *a) {
+keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhwc_args *a) {
   (void)k, (void)p, (void)a;
   return keel_err(KEEL_ERR_INTERNAL, "the streamed kernel is not built for this CPU");
 }

@@ -48,16 +48,8 @@ KEEL_INTERNAL keel_status keel_stream_pack(keel_heap *heap, keel_owner owner,
                                            int64_t c, int64_t kh, int64_t kw, keel_stream_w *out);
 KEEL_INTERNAL void keel_stream_free(keel_stream_w *p, keel_heap *heap, _Atomic uint64_t *counter);
 
-/* One run: X (NHWC), B or NULL, Z of Y's shape or NULL (z_in_y: Y holds Z
- * already), act or NULL (a bare product: neither Z nor act). Y: NHWC. */
-typedef struct keel_stream_args {
-  const keel_nhwc_geom *g;
-  const float *x, *b, *z;
-  bool z_in_y;
-  float *y;
-  const keel_act *act;
-} keel_stream_args;
+/* One run (keel_nhwc_args). */
 KEEL_INTERNAL keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p,
-                                          const keel_stream_args *a);
+                                          const keel_nhwc_args *a);
 
 #endif /* KEEL_CONV_STREAM_H */

@@ -48,6 +48,7 @@
 #include "../bcast.h"
 #include "../conv_nhwc.h"
 #include "../conv_stream.h"
+#include "../conv_wg.h"
 #include "../gemv.h"
 #include "conv_wino.h"
 #include "dnnl_glue.h"
@@ -82,6 +83,7 @@ typedef struct cd_entry {
   bool oc;                      /* band q: output channels part q, all rows */
   bool gemv;                    /* path 4: keel_gemv on W in place         */
   bool stream;                  /* path 5: keel's streamed kernel           */
+  bool wg;                      /* path 6: keel's Winograd kernel           */
   keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
@@ -103,8 +105,10 @@ typedef struct cd_state {
   bool has_z;                   /* a residual input: not the Winograd path */
   int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
                                    3 direct in output-channel parts, 4 gemv,
-                                   5 streamed (conv_stream.h)              */
+                                   5 streamed (conv_stream.h), 6 keel's
+                                   Winograd (conv_wg.h)                    */
   keel_stream_w stream;         /* path 5: W packed for it                 */
+  keel_wg_w wg;                 /* path 6: W packed for it                 */
   keel_wino_node *wino;         /* the Winograd path's node state; NULL where
                                    the window and channels rule it out     */
   /* path 3: W in parts of output channels (multiples of 16), each packed by
@@ -333,6 +337,23 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     *out = &e->base;
     return KEEL_OK;
   }
+  if (s->path == 6 || (s->path == 0 && keel_wg_fits(g, s->kh, s->kw))) {
+    if (s->path == 0) {
+      keel_status st = keel_wg_pack(s->store.heap, s->store.owner, s->store.bytes, s->orig->data,
+                                    s->m, s->c, &s->wg);
+      if (st) {
+        entry_free(s, e);
+        return st;
+      }
+      s->path = 6;
+      atomic_fetch_add(&s->fig->winograd, 1);
+      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+      s->drop_orig = false;
+    }
+    e->wg = true;
+    *out = &e->base;
+    return KEEL_OK;
+  }
   if (s->wino && s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
       (s->path == 2 || keel_wino_fits(g, s->has_z))) {
     keel_status ws = keel_wino_plan_make(s->wino, g, &e->wino);
@@ -551,9 +572,13 @@ static keel_status cd_run(keel_kctx *k) {
                          io.bare ? NULL : &s->act};
     st = keel_gemv(k->pool, &ga);
   } else if (e->stream) {
-    keel_stream_args sa = {&g,       x,      b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
+    keel_nhwc_args sa = {&g,       x,      b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
                            io.c,     io.bare ? NULL : &s->act};
     st = keel_stream_run(k, &s->stream, &sa);
+  } else if (e->wg) {
+    keel_nhwc_args sa = {&g,   x,    b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
+                         io.c, io.bare ? NULL : &s->act};
+    st = keel_wg_run(k, &s->wg, &sa);
   } else if (e->wino) {
     st = keel_wino_run(k, s->wino, e->wino, &g, x, b, io.c);
   } else {
@@ -595,6 +620,8 @@ static void cd_release(void *state, keel_heap *heap) {
   keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
   keel_stream_free(&s->stream, heap, s->store.bytes);
   if (s->path == 5) atomic_fetch_sub(&s->fig->streamed, 1);
+  keel_wg_free(&s->wg, heap, s->store.bytes);
+  if (s->path == 6) atomic_fetch_sub(&s->fig->winograd, 1);
   for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }

@@ -55,6 +55,7 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t objects;    /* live primitives                         */
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
   _Atomic uint64_t streamed;   /* live conv nodes on keel's streamed kernel */
+  _Atomic uint64_t winograd;   /* ... on keel's Winograd kernel            */
   struct keel_dnnl_shared *shared; /* under the glue's lock                */
 } keel_dnnl_figures;
 
