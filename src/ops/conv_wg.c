@@ -57,15 +57,16 @@ typedef struct wg_job {
   const keel_wg_w *p;
   const keel_nhwc_args *a;
   int64_t C, M, nb, th, tw, T;  /* tiles per image: th x tw = T           */
-  float *U;                     /* [16][nb][C][64]                         */
+  float *U;                     /* per worker: [8][C][64], half of U's ξ for
+                                   a block of 64 outputs                   */
   float *V, *Mx;                /* [16][tn][C], [16][tn][M]: this group's  */
   int64_t t0, tn;               /* the group: tiles [t0, t0 + tn) of all images */
   int ntask;
   bool act_inline;
 } wg_job;
 
-/* U = G g Gᵀ per channel pair, 16 output channels at a time, for input
- * channels [c0, c1). G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
+/* One side of U = G g Gᵀ: the 4 rows G (a, b, d) of 3, for 16 output
+ * channels at a time. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
 WG512 static void g_rows(__m512 a, __m512 b, __m512 d, __m512 o[4]) {
   const __m512 h = _mm512_set1_ps(0.5f);
   o[0] = a;
@@ -74,25 +75,24 @@ WG512 static void g_rows(__m512 a, __m512 b, __m512 d, __m512 o[4]) {
   o[3] = d;
 }
 
-WG512 static keel_status wg_weights(void *ctx, int64_t q0, int64_t q1, int worker) {
-  const wg_job *j = ctx;
+/* U[ξ] for ξ = 4 i + k, i in [2 h, 2 h + 2), of output block b, into a
+ * worker's panel [8][C][64] (in L2 while its products run). */
+WG512 static void wg_weights(const wg_job *j, int64_t b, int h, float *U) {
   int64_t C = j->C, M = j->M;
-  (void)worker;
-  for (int64_t c = C * q0 / j->ntask; c < C * q1 / j->ntask; c++)
-    for (int64_t mv = 0; mv < M; mv += 16) {
-      const float *g = j->p->w + c * 9 * M + mv;
-      __m512 gg[3][4]; /* (G g)ᵀ: per kernel column, the 4 rows */
+  for (int64_t c = 0; c < C; c++)
+    for (int64_t l = 0; l < 64; l += 16) {
+      const float *g = j->p->w + c * 9 * M + b * 64 + l;
+      __m512 gg[3][4]; /* G g, per kernel column: its 4 rows */
       for (int k = 0; k < 3; k++)
         g_rows(_mm512_loadu_ps(g + k * M), _mm512_loadu_ps(g + (3 + k) * M),
                _mm512_loadu_ps(g + (6 + k) * M), gg[k]);
-      for (int i = 0; i < 4; i++) {
+      for (int i = 2 * h; i < 2 * h + 2; i++) {
         __m512 u[4];
         g_rows(gg[0][i], gg[1][i], gg[2][i], u);
         for (int k = 0; k < 4; k++)
-          _mm512_storeu_ps(j->U + (((i * 4 + k) * j->nb + mv / 64) * C + c) * 64 + mv % 64, u[k]);
+          _mm512_storeu_ps(U + (((i - 2 * h) * 4 + k) * C + c) * 64 + l, u[k]);
       }
     }
-  return KEEL_OK;
 }
 
 /* Tile g of all images: its image and first output row and column. */
@@ -139,20 +139,26 @@ WG512 static keel_status wg_input(void *ctx, int64_t q0, int64_t q1, int worker)
   return KEEL_OK;
 }
 
-/* The 16 products V[ξ] U[ξ], task q: (ξ, block of 64 output channels). */
+/* The products V[ξ] U[ξ] of task q: output block q / 2, the half q % 2
+ * of the 16 ξ (U made here: W's transform never leaves the worker's L2). */
 static keel_status wg_products(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wg_job *j = ctx;
   int64_t C = j->C, M = j->M, nt = (j->tn + KEEL_TILE512_PX - 1) / KEEL_TILE512_PX;
-  (void)worker;
+  float *U = j->U + (int64_t)worker * 8 * C * 64;
   for (int64_t q = q0; q < q1; q++) {
-    int64_t xi = q / j->nb, b = q % j->nb;
-    keel_tile512 t = {.w = j->U + (xi * j->nb + b) * C * 64, .cc = C, .rs = M};
-    for (int64_t i = 0; i < nt; i++) {
-      int64_t r0 = j->tn * i / nt, r1 = j->tn * (i + 1) / nt;
-      for (int64_t r = r0; r < r1; r++) t.x[r - r0] = j->V + (xi * j->tn + r) * C;
-      t.acc = j->Mx + (xi * j->tn + r0) * M + b * 64;
-      for (int64_t r = r0; r < r1; r++) memset(t.acc + (r - r0) * M, 0, 64 * sizeof(float));
-      keel_tile512_run(&t, (int)(r1 - r0));
+    int64_t b = q / 2;
+    int h = (int)(q % 2);
+    wg_weights(j, b, h, U);
+    for (int64_t xh = 0; xh < 8; xh++) {
+      int64_t xi = 8 * h + xh;
+      keel_tile512 t = {.w = U + xh * C * 64, .cc = C, .rs = M};
+      for (int64_t i = 0; i < nt; i++) {
+        int64_t r0 = j->tn * i / nt, r1 = j->tn * (i + 1) / nt;
+        for (int64_t r = r0; r < r1; r++) t.x[r - r0] = j->V + (xi * j->tn + r) * C;
+        t.acc = j->Mx + (xi * j->tn + r0) * M + b * 64;
+        for (int64_t r = r0; r < r1; r++) memset(t.acc + (r - r0) * M, 0, 64 * sizeof(float));
+        keel_tile512_run(&t, (int)(r1 - r0));
+      }
     }
   }
   return KEEL_OK;
@@ -209,15 +215,15 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   j.act_inline = keel_act512_inline(av.act->kind);
   int64_t group = KEEL_MIN(all, WG_GROUP);
   float *s;
-  KEEL_TRY(keel_k_scratch_n(k, 16 * (j.C * j.M + group * (j.C + j.M)), sizeof(float), (void **)&s));
-  j.U = s, j.V = s + 16 * j.C * j.M, j.Mx = j.V + 16 * group * j.C;
   int threads = KEEL_MAX(1, keel_pool_threads(k->pool));
   j.ntask = threads;
-  KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_weights, &j));
+  KEEL_TRY(keel_k_scratch_n(k, threads * 8 * j.C * 64 + 16 * group * (j.C + j.M), sizeof(float),
+                            (void **)&s));
+  j.U = s, j.V = s + threads * 8 * j.C * 64, j.Mx = j.V + 16 * group * j.C;
   for (j.t0 = 0; j.t0 < all; j.t0 += group) {
     j.tn = KEEL_MIN(group, all - j.t0);
     KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_input, &j));
-    KEEL_TRY(keel_pool_for(k->pool, 16 * j.nb, 1, wg_products, &j));
+    KEEL_TRY(keel_pool_for(k->pool, 2 * j.nb, 1, wg_products, &j));
     KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_output, &j));
   }
   if (!j.act_inline) keel_act_apply_fast_f32(av.act, a->y, g->n * g->w.out[0] * g->w.out[1] * j.M);
