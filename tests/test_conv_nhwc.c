@@ -289,6 +289,21 @@ static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const
   free(wt), free(w2), free(b), free(zc);
 }
 
+/* Runs cases[0..n) (one()); on AVX-512 with oneDNN every case but the last
+ * must have put a conv on the kernel *count counts, the last none. */
+static void taken_by(const cv_case *cases, size_t n, const uint64_t *count, const char *kernel) {
+  __builtin_cpu_init();
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  for (size_t i = 0; i < n; i++) {
+    one(&cases[i]);
+    bool want = g_dnnl && avx512 && i + 1 < n;
+    if ((*count >= 1) != want)
+      fprintf(stderr, "%s case %zu: %llu conv(s) on the kernel\n", kernel, i,
+              (unsigned long long)*count);
+    CHECK((*count >= 1) == want);
+  }
+}
+
 /* W of at least 1 MiB, at most 64 output pixels (256 for a strided 1x1),
  * channels-last on both sides: keel's streamed kernel on AVX-512 (blocks
  * of 64 outputs and a masked last one, tiles of 1-7 pixels of a row or
@@ -308,17 +323,8 @@ static void streamed(void) {
       {1, 512, 520, 27, 28, 1, 1, 2, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", NULL, 4},
       {1, 1100, 256, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Tanh", NULL, 4}, /* one pixel: gemv */
   };
-  __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f");
   g_tol_scale = 4; /* sums of up to 2304 products, chained: the references differ more */
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    one(&cases[i]);
-    bool want = g_dnnl && avx512 && i + 1 < sizeof cases / sizeof *cases;
-    if ((g_streamed_fast >= 1) != want)
-      fprintf(stderr, "streamed case %zu: %llu conv(s) streamed\n", i,
-              (unsigned long long)g_streamed_fast);
-    CHECK((g_streamed_fast >= 1) == want);
-  }
+  taken_by(cases, sizeof cases / sizeof *cases, &g_streamed_fast, "streamed");
   cv_case t = {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   static const int64_t shapes[][3] = {{1, 7, 7}, {2, 12, 12}, {1, 20, 17}, {3, 4, 4}, {1, 7, 7}};
   shapes_after(t, shapes, 5, "streamed then shapes");
@@ -343,16 +349,8 @@ static void winograd(void) {
       {1, 256, 256, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4},
       {1, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4}, /* 64: oneDNN's */
   };
-  __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f");
   g_tol_scale = 2; /* Winograd's transforms: a few ulps more */
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    one(&cases[i]);
-    bool want = g_dnnl && avx512 && i + 1 < sizeof cases / sizeof *cases;
-    if ((g_wg_fast >= 1) != want)
-      fprintf(stderr, "Winograd case %zu: %llu conv(s) on it\n", i, (unsigned long long)g_wg_fast);
-    CHECK((g_wg_fast >= 1) == want);
-  }
+  taken_by(cases, sizeof cases / sizeof *cases, &g_wg_fast, "Winograd");
   cv_case t = {1, 128, 128, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   static const int64_t shapes[][3] = {{1, 28, 28}, {1, 7, 7}, {3, 9, 30}, {1, 1, 1}, {2, 16, 15}};
   shapes_after(t, shapes, 5, "Winograd then shapes");

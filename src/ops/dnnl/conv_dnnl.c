@@ -295,6 +295,17 @@ static void entry_free(cd_state *s, cd_entry *e) {
 
 static void entry_drop(void *ctx, keel_dnnl_entry *e) { entry_free(ctx, (cd_entry *)e); }
 
+/* Path 5 or 6 (keel's own kernel) for good, once its packing of W
+ * succeeded: counted, and the file's pages under W given back. */
+static keel_status take_own(cd_state *s, int path, keel_status packed, _Atomic uint64_t *count) {
+  if (packed) return packed;
+  s->path = path;
+  atomic_fetch_add(count, 1);
+  if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+  s->drop_orig = false;
+  return KEEL_OK;
+}
+
 /* What a new entry needs beyond its key. */
 typedef struct cd_make_arg {
   const keel_nhwc_geom *g;
@@ -320,37 +331,23 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
    * W is large and the pixels few (every later shape then runs on it: W
    * exists in its packing only), Winograd where it fits and oneDNN has a
    * kernel, else the direct one */
-  if (s->path == 5 || (s->path == 0 && s->group == 1 && keel_stream_fits(g, s->kh, s->kw))) {
-    if (s->path == 0) {
-      keel_status st = keel_stream_pack(s->store.heap, s->store.owner, s->store.bytes,
-                                        s->orig->data, s->m, s->c, s->kh, s->kw, &s->stream);
-      if (st) {
-        entry_free(s, e);
-        return st;
-      }
-      s->path = 5;
-      atomic_fetch_add(&s->fig->streamed, 1);
-      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-      s->drop_orig = false;
+  e->stream = s->path == 5 || (s->path == 0 && s->group == 1 && keel_stream_fits(g, s->kh, s->kw));
+  e->wg = !e->stream && (s->path == 6 || (s->path == 0 && keel_wg_fits(g, s->kh, s->kw)));
+  if (e->stream || e->wg) {
+    keel_status st = KEEL_OK;
+    const keel_dnnl_store *ws = &s->store;
+    if (s->path == 0 && e->stream)
+      st = take_own(s, 5, keel_stream_pack(ws->heap, ws->owner, ws->bytes, s->orig->data, s->m,
+                                           s->c, s->kh, s->kw, &s->stream),
+                    &s->fig->streamed);
+    else if (s->path == 0)
+      st = take_own(s, 6, keel_wg_pack(ws->heap, ws->owner, ws->bytes, s->orig->data, s->m, s->c,
+                                       &s->wg),
+                    &s->fig->winograd);
+    if (st) {
+      entry_free(s, e);
+      return st;
     }
-    e->stream = true;
-    *out = &e->base;
-    return KEEL_OK;
-  }
-  if (s->path == 6 || (s->path == 0 && keel_wg_fits(g, s->kh, s->kw))) {
-    if (s->path == 0) {
-      keel_status st = keel_wg_pack(s->store.heap, s->store.owner, s->store.bytes, s->orig->data,
-                                    s->m, s->c, &s->wg);
-      if (st) {
-        entry_free(s, e);
-        return st;
-      }
-      s->path = 6;
-      atomic_fetch_add(&s->fig->winograd, 1);
-      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-      s->drop_orig = false;
-    }
-    e->wg = true;
     *out = &e->base;
     return KEEL_OK;
   }
@@ -571,14 +568,10 @@ static keel_status cd_run(keel_kctx *k) {
                          true, b, io.z_in_y ? io.c : io.zc, io.c, g.m,
                          io.bare ? NULL : &s->act};
     st = keel_gemv(k->pool, &ga);
-  } else if (e->stream) {
-    keel_nhwc_args sa = {&g,       x,      b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
-                           io.c,     io.bare ? NULL : &s->act};
-    st = keel_stream_run(k, &s->stream, &sa);
-  } else if (e->wg) {
+  } else if (e->stream || e->wg) { /* keel's own kernels */
     keel_nhwc_args sa = {&g,   x,    b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
                          io.c, io.bare ? NULL : &s->act};
-    st = keel_wg_run(k, &s->wg, &sa);
+    st = e->stream ? keel_stream_run(k, &s->stream, &sa) : keel_wg_run(k, &s->wg, &sa);
   } else if (e->wino) {
     st = keel_wino_run(k, s->wino, e->wino, &g, x, b, io.c);
   } else {
