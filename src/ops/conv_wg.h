@@ -13,15 +13,16 @@
  * this 2-vCPU EPYC: a 128-channel 3x3 conv on 28x28 0.51 ms against
  * oneDNN's direct 0.89, 256 channels on 14x14 0.65 against 0.89.
  *
- * A run: U = G g Gᵀ for every (input, output) channel pair from W (kept
- * as [C][9][M], the file's bytes in another order), once per run, into
- * scratch (no second copy of W for good: memory first); then per group of
- * at most WG_GROUP tiles: V = Bᵀ d B of each tile's 4x4 input (zeros in
- * the padding), 16 products V[ξ] x U[ξ] (tiles of 7 by 64 output channels
- * in 28 AVX-512 accumulators, as conv_stream.c's), and Y = Aᵀ m A of each
- * tile plus B (+ Z), through the activation. Each phase splits over the
- * pool's threads. Float error: transforms of F(2x2, 3x3) add a few ulps
- * (the tests hold it to the direct kernels' tolerance).
+ * A run, per group of at most 256 tiles (the scratch's bound): V = Bᵀ d B
+ * of each tile's 4x4 input (zeros in the padding); then per task (a block
+ * of 64 output channels, half of the 16 ξ) U[ξ] = G g Gᵀ from W (kept as
+ * [C][9][M], the file's bytes in another order: no second copy of W for
+ * good, memory first) into the worker's own panel, which stays in L2 while
+ * the products V[ξ] x U[ξ] run on the tile kernel (tile512.h: 7 tiles by
+ * 64 outputs in 28 AVX-512 accumulators); then Y = Aᵀ m A of each tile
+ * plus B (+ Z), through the activation. Each phase splits over the pool's
+ * threads. Float error: F(2x2, 3x3)'s transforms add a few ulps (the
+ * tests allow twice the direct kernels' tolerance).
  */
 #ifndef KEEL_CONV_WG_H
 #define KEEL_CONV_WG_H
@@ -35,10 +36,11 @@ typedef struct keel_wg_w {
 } keel_wg_w;
 
 /* True on AVX-512F CPUs for a 3x3 window of stride 1 and dilation 1, one
- * group, pads of at most 2, C a multiple of 16 and M of 64 (both at least
- * 64), channels-last both sides, and at least 14x14 output pixels per
- * image (on 7x7 maps, with W of 2-9 MB, transforming W costs more than it
- * saves). */
+ * group, pads of at most 2, C a multiple of 16 and at least 128 (on
+ * ResNet-50's 64-channel layers oneDNN's Winograd measured 0.2-0.3 ms
+ * faster), M a multiple of 64, channels-last both sides, and at least
+ * 14x14 output pixels per image (on 7x7 maps, with W of 2-9 MB,
+ * transforming W costs more than it saves: the streamed kernel's). */
 KEEL_INTERNAL bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw);
 KEEL_INTERNAL keel_status keel_wg_pack(keel_heap *heap, keel_owner owner,
                                        _Atomic uint64_t *counter, const float *w, int64_t m,
