@@ -16,6 +16,8 @@
 #define CS_MIN_W ((int64_t)1 << 20) /* bytes of W from which it is taken   */
 #define CS_MAX_PX 64            /* output pixels up to which it is taken   */
 #define CS_MAX_PX_S2 256        /* ... for a 1x1 window of stride 2 or more */
+#define CS_SPAN_TILES 128       /* tiles whose sums a worker holds at once (a
+                                   later shape's larger map goes in spans) */
 
 keel_status keel_stream_pack(keel_heap *heap, keel_owner owner, _Atomic uint64_t *counter,
                              const float *w, int64_t m, int64_t c, int64_t kh, int64_t kw,
@@ -63,7 +65,8 @@ typedef struct cs_job {
   int64_t P, rows, tpr;        /* pixels; tiled rows and tiles per row     */
   bool flat;                   /* 1x1 stride 1, no pads: pixels in a line  */
   int ntasks;
-  float *scratch;              /* per worker: P rows of 64 partial sums    */
+  float *scratch;              /* per worker: span_px rows of 64 sums      */
+  int64_t span_px;             /* pixels of the largest span of tiles      */
   float *bias;                 /* nb x 64: B, zeros past M (or none)       */
   bool act_inline;
 } cs_job;
@@ -90,9 +93,9 @@ static int64_t in_row(const keel_win *w, int64_t oh, int64_t kh) {
   return ih >= 0 && ih < w->in[0] ? ih : -1;
 }
 
-/* Stores block b's sums (P rows of 64) plus Z, through the activation,
- * into Y's channels of the block, the lanes past M masked. */
-CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
+/* Stores block b's sums of pixels [p0, p1) (rows of 64) plus Z, through
+ * the activation, into Y's channels of the block, the lanes past M masked. */
+CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b, int64_t p0, int64_t p1) {
   const keel_nhwc_args *a = j->a;
   int64_t M = j->p->m, m0 = b * 64;
   __mmask16 mk[4];
@@ -101,11 +104,11 @@ CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
     mk[v] = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1);
   }
   const float *z = a->z_in_y ? a->y : a->z;
-  for (int64_t p = 0; p < j->P; p++) {
+  for (int64_t p = p0; p < p1; p++) {
     float *y = a->y + p * M + m0;
     const float *zr = z ? z + p * M + m0 : NULL;
     for (int v = 0; v < 4 && mk[v]; v++) {
-      __m512 r = _mm512_loadu_ps(acc + p * 64 + 16 * v);
+      __m512 r = _mm512_loadu_ps(acc + (p - p0) * 64 + 16 * v);
       if (zr) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk[v], zr + 16 * v));
       if (j->act_inline) r = keel_act512(a->act, r);
       _mm512_mask_storeu_ps(y + 16 * v, mk[v], r);
@@ -113,11 +116,13 @@ CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b) {
   }
 }
 
-/* Blocks [b0, b1) of output channels of task q. Per block: the sums
- * start as B; each chunk (tap, channels) of W, in the order they lie,
- * adds its products to every tile's pixels whose window reads it (none of
- * the padding's: the pixels of a tile that a tap reads are an interval),
- * the next chunk prefetched meanwhile; then the sums go to Y. */
+/* Blocks [b0, b1) of output channels of task q, per span of tiles (all
+ * of them but on a map far larger than the kernel is chosen for). Per
+ * block: the sums start as B; each chunk (tap, channels) of W, in the
+ * order they lie, adds its products to every tile's pixels whose window
+ * reads it (none of the padding's: the pixels of a tile that a tap reads
+ * are an interval), the next chunk prefetched meanwhile; then the sums go
+ * to Y. */
 static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
   const cs_job *j = ctx;
   const keel_stream_w *p = j->p;
@@ -125,52 +130,59 @@ static keel_status cs_task(void *ctx, int64_t q0, int64_t q1, int worker) {
   const keel_win *w = &a->g->w;
   int64_t C = p->c, taps = p->kh * p->kw, nch = (C + CS_CC - 1) / CS_CC;
   int64_t ntile = j->rows * j->tpr, H = w->in[0], W = w->in[1];
-  float *acc = j->scratch + (size_t)worker * (size_t)(j->P * 64);
+  float *acc = j->scratch + (size_t)worker * (size_t)(j->span_px * 64);
   const float *wend = p->w + p->nb * taps * C * 64;
   for (int64_t q = q0; q < q1; q++)
-    for (int64_t b = p->nb * q / j->ntasks; b < p->nb * (q + 1) / j->ntasks; b++) {
-      for (int64_t px = 0; px < j->P; px++)
-        memcpy(acc + px * 64, j->bias + b * 64, 64 * sizeof(float));
-      const float *wc = p->w + b * taps * C * 64;
-      for (int64_t t = 0; t < taps; t++) {
-        int64_t kh = t / p->kw, kw = t % p->kw;
-        for (int64_t ch = 0; ch < nch; ch++) {
-          int64_t c0 = ch * CS_CC, cc = KEEL_MIN(CS_CC, C - c0);
-          const float *next = wc + cc * 64;
-          int64_t lines = next < wend ? KEEL_MIN(CS_CC, C - (c0 + cc) % C) * 4 : 0;
-          int64_t per = (lines + ntile - 1) / ntile;
-          for (int64_t i = 0; i < ntile; i++) {
-            int64_t p0, n, oh;
-            int pt, k0 = 0, k1 = 0;
-            tile_of(j, i, &p0, &pt, &n, &oh);
-            keel_tile512 ti = {.w = wc, .cc = cc, .rs = 64};
-            ti.pf = (const char *)next + KEEL_MIN(i * per, lines) * 64;
-            ti.npf = KEEL_MAX(0, KEEL_MIN(per, lines - i * per));
-            int64_t ih = j->flat ? 0 : in_row(w, oh, kh);
-            for (int k = 0; k < pt && ih >= 0; k++) {
-              const float *src = NULL;
-              if (j->flat) {
-                src = a->x + (p0 + k) * C;
-              } else {
-                int64_t iw = ((p0 + k) % w->out[1]) * w->s[1] + kw * w->d[1] - w->pb[1];
-                if (iw >= 0 && iw < W) src = a->x + ((n * H + ih) * W + iw) * C;
+    for (int64_t s0 = 0; s0 < ntile; s0 += CS_SPAN_TILES) {
+      int64_t s1 = KEEL_MIN(ntile, s0 + CS_SPAN_TILES), n, oh, P0, P1;
+      int pt;
+      tile_of(j, s0, &P0, &pt, &n, &oh);
+      tile_of(j, s1 - 1, &P1, &pt, &n, &oh);
+      P1 += pt;
+      for (int64_t b = p->nb * q / j->ntasks; b < p->nb * (q + 1) / j->ntasks; b++) {
+        for (int64_t px = 0; px < P1 - P0; px++)
+          memcpy(acc + px * 64, j->bias + b * 64, 64 * sizeof(float));
+        const float *wc = p->w + b * taps * C * 64;
+        for (int64_t t = 0; t < taps; t++) {
+          int64_t kh = t / p->kw, kw = t % p->kw;
+          for (int64_t ch = 0; ch < nch; ch++) {
+            int64_t c0 = ch * CS_CC, cc = KEEL_MIN(CS_CC, C - c0);
+            const float *next = wc + cc * 64;
+            int64_t lines = next < wend ? KEEL_MIN(CS_CC, C - (c0 + cc) % C) * 4 : 0;
+            int64_t per = (lines + (s1 - s0) - 1) / (s1 - s0);
+            for (int64_t i = s0; i < s1; i++) {
+              int64_t p0;
+              int k0 = 0, k1 = 0;
+              tile_of(j, i, &p0, &pt, &n, &oh);
+              keel_tile512 ti = {.w = wc, .cc = cc, .rs = 64};
+              ti.pf = (const char *)next + KEEL_MIN((i - s0) * per, lines) * 64;
+              ti.npf = KEEL_MAX(0, KEEL_MIN(per, lines - (i - s0) * per));
+              int64_t ih = j->flat ? 0 : in_row(w, oh, kh);
+              for (int k = 0; k < pt && ih >= 0; k++) {
+                const float *src = NULL;
+                if (j->flat) {
+                  src = a->x + (p0 + k) * C;
+                } else {
+                  int64_t iw = ((p0 + k) % w->out[1]) * w->s[1] + kw * w->d[1] - w->pb[1];
+                  if (iw >= 0 && iw < W) src = a->x + ((n * H + ih) * W + iw) * C;
+                }
+                if (!src) continue;
+                if (k1 == 0) k0 = k;
+                ti.x[k - k0] = src + c0;
+                k1 = k + 1;
               }
-              if (!src) continue;
-              if (k1 == 0) k0 = k;
-              ti.x[k - k0] = src + c0;
-              k1 = k + 1;
+              if (k1 == 0) { /* the tap reads only padding here */
+                for (int64_t l = 0; l < ti.npf; l++) _mm_prefetch(ti.pf + l * 64, _MM_HINT_T1);
+                continue;
+              }
+              ti.acc = acc + (p0 + k0 - P0) * 64;
+              keel_tile512_run(&ti, k1 - k0);
             }
-            if (k1 == 0) { /* the tap reads only padding here */
-              for (int64_t l = 0; l < ti.npf; l++) _mm_prefetch(ti.pf + l * 64, _MM_HINT_T1);
-              continue;
-            }
-            ti.acc = acc + (p0 + k0) * 64;
-            keel_tile512_run(&ti, k1 - k0);
+            wc = next;
           }
-          wc = next;
         }
+        cs_store(j, acc, b, P0, P1);
       }
-      cs_store(j, acc, b);
     }
   return KEEL_OK;
 }
@@ -196,9 +208,11 @@ keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhw
   j.act_inline = keel_act512_inline(av.act->kind);
   int threads = keel_pool_threads(k->pool);
   j.ntasks = (int)KEEL_MIN(p->nb, KEEL_MAX(1, threads));
-  KEEL_TRY(keel_k_scratch_n(k, ((int64_t)KEEL_MAX(1, threads) * j.P + p->nb) * 64,
+  /* a span: CS_SPAN_TILES tiles of at most CS_PT pixels */
+  j.span_px = KEEL_MIN(j.P, (int64_t)CS_SPAN_TILES * CS_PT);
+  KEEL_TRY(keel_k_scratch_n(k, ((int64_t)KEEL_MAX(1, threads) * j.span_px + p->nb) * 64,
                             sizeof(float), (void **)&j.scratch));
-  j.bias = j.scratch + (int64_t)KEEL_MAX(1, threads) * j.P * 64;
+  j.bias = j.scratch + (int64_t)KEEL_MAX(1, threads) * j.span_px * 64;
   for (int64_t l = 0; l < p->nb * 64; l++) j.bias[l] = a->b && l < p->m ? a->b[l] : 0.0f;
   KEEL_TRY(keel_pool_for(k->pool, j.ntasks, 1, cs_task, &j));
   if (!j.act_inline) keel_act_apply_fast_f32(av.act, a->y, j.P * g->m);
