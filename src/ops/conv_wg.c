@@ -11,7 +11,8 @@
 #define WG_X86 1
 #endif
 
-#define WG_GROUP 256            /* tiles transformed and multiplied at once */
+#define WG_GROUP 256            /* tiles transformed and multiplied at once, */
+#define WG_GROUP_BYTES ((int64_t)4 << 20) /* ... and at most this much V and M */
 
 keel_status keel_wg_pack(keel_heap *heap, keel_owner owner, _Atomic uint64_t *counter,
                          const float *w, int64_t m, int64_t c, keel_wg_w *out) {
@@ -213,7 +214,8 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   if (!av.act) av.act = &none;
   j.a = &av;
   j.act_inline = keel_act512_inline(av.act->kind);
-  int64_t group = KEEL_MIN(all, WG_GROUP);
+  int64_t group = KEEL_MIN(all, KEEL_MAX(KEEL_TILE512_PX, KEEL_MIN(WG_GROUP, WG_GROUP_BYTES /
+                                          (16 * (j.C + j.M) * (int64_t)sizeof(float)))));
   float *s;
   int threads = KEEL_MAX(1, keel_pool_threads(k->pool));
   j.ntask = threads;

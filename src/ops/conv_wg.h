@@ -13,7 +13,8 @@
  * this 2-vCPU EPYC: a 128-channel 3x3 conv on 28x28 0.51 ms against
  * oneDNN's direct 0.89, 256 channels on 14x14 0.65 against 0.89.
  *
- * A run, per group of at most 256 tiles (the scratch's bound): V = Bᵀ d B
+ * A run, per group of at most 256 tiles and 4 MiB of V and M (the
+ * scratch's bound): V = Bᵀ d B
  * of each tile's 4x4 input (zeros in the padding); then per task (a block
  * of 64 output channels, half of the 16 ξ) U[ξ] = G g Gᵀ from W (kept as
  * [C][9][M], the file's bytes in another order: no second copy of W for
