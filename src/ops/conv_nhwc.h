@@ -24,7 +24,8 @@
  * (conv_pw.c) and 5x5 depthwise convs (conv_dw.c); the others run on the
  * oneDNN implementation (dnnl/conv_dnnl.c) when keel has oneDNN, which
  * hands a conv of large W and few output pixels to keel's streamed
- * kernel (conv_stream.h) on its first run. The fast
+ * kernel (conv_stream.h), and a 3x3 of 128+ channels on a larger map to
+ * keel's Winograd kernel (conv_wg.h), on its first run. The fast
  * kernels share the call's set-up below (keel_nhwc_in, keel_nhwc_out,
  * keel_nhwc_finish): inputs, geometry, Y (in Z's buffer where it may be)
  * and a residual that broadcasts.
@@ -87,15 +88,16 @@ typedef struct keel_nhwc_io {
 KEEL_INTERNAL keel_status keel_nhwc_in(keel_kctx *k, keel_nhwc_io *io);
 /* What keel's own kernels behind the oneDNN implementation take for one
  * run (conv_stream.h, conv_wg.h): X (NHWC), B or NULL, Z of Y's shape or
- * NULL (z_in_y: Y holds Z already), act or NULL (a bare product: neither
- * Z nor act), Y (NHWC). */
+ * NULL (z_in_y: Y holds Z already), Y (NHWC), the activation
+ * (KEEL_ACT_OFF for a bare product: no Z either). */
 typedef struct keel_nhwc_args {
   const keel_nhwc_geom *g;
   const float *x, *b, *z;
   bool z_in_y;
   float *y;
-  const keel_act *act;
+  keel_act act;
 } keel_nhwc_args;
+#define KEEL_ACT_OFF ((keel_act){KEEL_ACT_NONE, 0, 0})
 /* Y, taking Z's buffer when Z has Y's shape, dies here and is not X too;
  * a scratch product (bare) when Z broadcasts or `z_apart` (a kernel that
  * cannot add this Z itself). */

@@ -110,7 +110,7 @@ CS512 static void cs_store(const cs_job *j, const float *acc, int64_t b, int64_t
     for (int v = 0; v < 4 && mk[v]; v++) {
       __m512 r = _mm512_loadu_ps(acc + (p - p0) * 64 + 16 * v);
       if (zr) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mk[v], zr + 16 * v));
-      if (j->act_inline) r = keel_act512(a->act, r);
+      if (j->act_inline) r = keel_act512(&a->act, r);
       _mm512_mask_storeu_ps(y + 16 * v, mk[v], r);
     }
   }
@@ -201,11 +201,8 @@ keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhw
   } else {
     j.rows = g->n * w->out[0], j.tpr = (w->out[1] + CS_PT - 1) / CS_PT;
   }
-  keel_act none = {KEEL_ACT_NONE, 0, 0};
-  keel_nhwc_args av = *a;
-  if (!av.act) av.act = &none;
-  j.a = &av;
-  j.act_inline = keel_act512_inline(av.act->kind);
+  j.a = a;
+  j.act_inline = keel_act512_inline(a->act.kind);
   int threads = keel_pool_threads(k->pool);
   j.ntasks = (int)KEEL_MIN(p->nb, KEEL_MAX(1, threads));
   /* a span: CS_SPAN_TILES tiles of at most CS_PT pixels */
@@ -215,7 +212,7 @@ keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhw
   j.bias = j.scratch + (int64_t)KEEL_MAX(1, threads) * j.span_px * 64;
   for (int64_t l = 0; l < p->nb * 64; l++) j.bias[l] = a->b && l < p->m ? a->b[l] : 0.0f;
   KEEL_TRY(keel_pool_for(k->pool, j.ntasks, 1, cs_task, &j));
-  if (!j.act_inline) keel_act_apply_fast_f32(av.act, a->y, j.P * g->m);
+  if (!j.act_inline) keel_act_apply_fast_f32(&a->act, a->y, j.P * g->m);
   return KEEL_OK;
 }
 

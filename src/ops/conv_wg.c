@@ -192,7 +192,7 @@ WG512 static keel_status wg_output(void *ctx, int64_t q0, int64_t q1, int worker
           int64_t at = ((n * OH + oy + u) * OW + ox + v) * M + m;
           __m512 y = _mm512_add_ps(o[v], bv);
           if (z) y = _mm512_add_ps(y, _mm512_loadu_ps(z + at));
-          if (j->act_inline) y = keel_act512(a->act, y);
+          if (j->act_inline) y = keel_act512(&a->act, y);
           _mm512_storeu_ps(a->y + at, y);
         }
       }
@@ -209,11 +209,8 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   j.th = (g->w.out[0] + 1) / 2, j.tw = (g->w.out[1] + 1) / 2, j.T = j.th * j.tw;
   int64_t all = g->n * j.T;
   if (all == 0) return KEEL_OK;
-  keel_act none = {KEEL_ACT_NONE, 0, 0};
-  keel_nhwc_args av = *a;
-  if (!av.act) av.act = &none;
-  j.a = &av;
-  j.act_inline = keel_act512_inline(av.act->kind);
+  j.a = a;
+  j.act_inline = keel_act512_inline(a->act.kind);
   int64_t group = KEEL_MIN(all, KEEL_MAX(KEEL_TILE512_PX, KEEL_MIN(WG_GROUP, WG_GROUP_BYTES /
                                           (16 * (j.C + j.M) * (int64_t)sizeof(float)))));
   float *s;
@@ -228,7 +225,7 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
     KEEL_TRY(keel_pool_for(k->pool, 2 * j.nb, 1, wg_products, &j));
     KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_output, &j));
   }
-  if (!j.act_inline) keel_act_apply_fast_f32(av.act, a->y, g->n * g->w.out[0] * g->w.out[1] * j.M);
+  if (!j.act_inline) keel_act_apply_fast_f32(&a->act, a->y, g->n * g->w.out[0] * g->w.out[1] * j.M);
   return KEEL_OK;
 }
 

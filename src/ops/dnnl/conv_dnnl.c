@@ -30,7 +30,9 @@
  * (keel_stream_fits: ResNet-50's 7x7 layers) runs on keel's streamed
  * kernel (conv_stream.h, path 5) for every shape after: oneDNN's kernel
  * waits there on W coming from memory. W is packed for it then, and the
- * file's pages under the original go back.
+ * file's pages under the original go back. A 3x3 stride-1 conv of 128+
+ * input channels whose first run has 14x14 outputs or more runs on keel's
+ * Winograd kernel (conv_wg.h, path 6), W kept as [C][9][M] for it.
  *
  * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
  * one evicts the least recently used shape no run is using (when every
@@ -295,10 +297,20 @@ static void entry_free(cd_state *s, cd_entry *e) {
 
 static void entry_drop(void *ctx, keel_dnnl_entry *e) { entry_free(ctx, (cd_entry *)e); }
 
+/* oneDNN's Winograd path is out for good (or the node goes): its state too. */
+static void drop_wino(cd_state *s) {
+  if (!s->wino) return;
+  keel_wino_node_free(s->wino);
+  keel_sys_free(s->wino, sizeof *s->wino);
+  s->wino = NULL;
+}
+
 /* Path 5 or 6 (keel's own kernel) for good, once its packing of W
- * succeeded: counted, and the file's pages under W given back. */
+ * succeeded: counted, the file's pages under W given back, oneDNN's
+ * Winograd state (never used now) freed. */
 static keel_status take_own(cd_state *s, int path, keel_status packed, _Atomic uint64_t *count) {
   if (packed) return packed;
+  drop_wino(s);
   s->path = path;
   atomic_fetch_add(count, 1);
   if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
@@ -365,9 +377,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
       return ws;
     }
     keel_err_clear(); /* no Winograd kernel here: direct, for good */
-    keel_wino_node_free(s->wino);
-    keel_sys_free(s->wino, sizeof *s->wino);
-    s->wino = NULL;
+    drop_wino(s);
   }
   if (s->path == 3 || (s->path == 0 && !e->bare && want_oc(s, g))) {
     keel_status st = KEEL_OK;
@@ -569,8 +579,7 @@ static keel_status cd_run(keel_kctx *k) {
                          io.bare ? NULL : &s->act};
     st = keel_gemv(k->pool, &ga);
   } else if (e->stream || e->wg) { /* keel's own kernels */
-    keel_nhwc_args sa = {&g,   x,    b, io.bare || io.z_in_y ? NULL : io.zc, io.z_in_y,
-                         io.c, io.bare ? NULL : &s->act};
+    keel_nhwc_args sa = {&g, x, b, io.zc, io.z_in_y, io.c, io.bare ? KEEL_ACT_OFF : s->act};
     st = e->stream ? keel_stream_run(k, &s->stream, &sa) : keel_wg_run(k, &s->wg, &sa);
   } else if (e->wino) {
     st = keel_wino_run(k, s->wino, e->wino, &g, x, b, io.c);
@@ -606,10 +615,7 @@ static void cd_release(void *state, keel_heap *heap) {
   cd_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  if (s->wino) {
-    keel_wino_node_free(s->wino);
-    keel_sys_free(s->wino, sizeof *s->wino);
-  }
+  drop_wino(s);
   keel_prep_free_counted(s->pk.w, heap, s->store.bytes);
   keel_stream_free(&s->stream, heap, s->store.bytes);
   if (s->path == 5) atomic_fetch_sub(&s->fig->streamed, 1);
