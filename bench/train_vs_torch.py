@@ -34,7 +34,7 @@ from onnx import numpy_helper
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 TRAIN = os.path.join(ROOT, "tests", "train")
 sys.path.insert(0, TRAIN)
-from models import MODELS, dense_grads, make_optimizer  # noqa: E402
+from models import MODELS, make_optimizer  # noqa: E402
 
 
 def lscpu():
@@ -87,7 +87,6 @@ def torch_step_time(name, exp, batches, short, long):
             raise SystemExit(f"{name}: PyTorch's first loss {float(loss)} is not "
                              f"expected.json's {exp['losses'][0]}: not the same model")
         loss.backward()
-        dense_grads(module)
         opt.step()
     return (time.perf_counter() - t0) / (long - short)
 

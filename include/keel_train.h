@@ -54,6 +54,12 @@ typedef enum keel_optimizer {
 /* How to train. Fill with keel_train_options_init, then set `loss` and
  * whatever differs from the defaults. The fields are used as given (a 0 is
  * a 0), so the struct may grow at its end: set size. */
+/* What a parameter without a gradient at a step gets (zero_grad below). */
+typedef enum keel_zero_grad { KEEL_ZERO_GRAD_NONE = 0, KEEL_ZERO_GRAD_ZEROS = 1 } keel_zero_grad;
+
+/* "none", "zeros" -> *out; KEEL_ERR_INVALID_ARG otherwise. */
+KEEL_API keel_status keel_zero_grad_parse(const char *name, keel_zero_grad *out);
+
 typedef struct keel_train_options {
   size_t size;               /* sizeof(keel_train_options)                       */
   const char *loss;          /* the model output to minimize (a float scalar)    */
@@ -70,6 +76,16 @@ typedef struct keel_train_options {
   const char *const *freeze; /* initializers not to train (names); may be NULL   */
   size_t n_freeze;
   const keel_options *session; /* the session's options (threads, mem_limit...); may be NULL */
+  /* A parameter a step's backward does not reach (it is used only in an If
+   * branch the step did not take) has no gradient, as in PyTorch, where its
+   * .grad is None after optimizer.zero_grad(set_to_none=...):
+   *   KEEL_ZERO_GRAD_NONE  (default; set_to_none=True, PyTorch >= 2.0): the
+   *     optimizer skips it at every such step: no step counted, no moment,
+   *     momentum or weight decay applied;
+   *   KEEL_ZERO_GRAD_ZEROS (set_to_none=False, PyTorch 1.x): skipped until
+   *     its first gradient; after that it is updated with zeros.
+   * Steps are counted per parameter (keel_trainer_param_steps). */
+  keel_zero_grad zero_grad;
 } keel_train_options;
 
 /* The defaults of torch.optim for `opt` with learning rate lr; loss NULL. */
@@ -128,6 +144,10 @@ KEEL_API keel_status keel_trainer_param(const keel_trainer_t *t, const char *nam
 /* Copies parameter `name` (float32, numel elements) into dst (cap floats). */
 KEEL_API keel_status keel_trainer_param_copy(const keel_trainer_t *t, const char *name, float *dst,
                                              size_t cap);
+/* The updates the optimizer applied to parameter `name` (its own step count,
+ * as torch.optim keeps state['step']: behind keel_trainer_steps when some
+ * steps did not reach it), or -1 when there is no such parameter. */
+KEEL_API int64_t keel_trainer_param_steps(const keel_trainer_t *t, const char *name);
 
 /* Writes the model with every trained initializer replaced by its current
  * value, the graph and names unchanged: loadable by keel_session_create and
@@ -137,7 +157,9 @@ KEEL_API keel_status keel_trainer_param_copy(const keel_trainer_t *t, const char
 KEEL_API keel_status keel_trainer_save(const keel_trainer_t *t, const char *path);
 
 /* Writes (creating the folder) / reads a checkpoint: parameters, optimizer
- * state and hyperparameters, the step count. A trainer made from the same
+ * state and hyperparameters, the step count and each parameter's own
+ * (format version 2; version 1 files, which had no per-parameter counts,
+ * load as if every step had reached every parameter). A trainer made from the same
  * model and options that loads it continues bit for bit where the saved one
  * stopped. Loading checks names, shapes and the optimizer. */
 KEEL_API keel_status keel_trainer_checkpoint_save(const keel_trainer_t *t, const char *dir);

@@ -560,6 +560,20 @@ static void parameter_inside_a_branch(void) {
     CHECK(rep && strstr(rep, "main/branch/then"));
     keel_free(rep);
     keel_debug_leak_subgraph_results(s, 0);
+    /* a step that takes the else branch does not reach Wb: as in PyTorch
+     * (.grad None), SGD leaves it as it is and its own step count stays */
+    int64_t n_wb = keel_trainer_param_steps(t, "Wb"), n_all = keel_trainer_steps(t);
+    CHECK(n_wb == n_all && n_all == 5);
+    float before = 0, now = 0;
+    bool cf = false;
+    keel_value_t *in_else[2] = {mb_tensor(s, KEEL_BOOL, 0, NULL, &cf), in[1]};
+    CHECK_OK(keel_trainer_param_copy(t, "Wb", &before, 1));
+    CHECK_OK(keel_trainer_step(t, in_else, 2, NULL));
+    CHECK_OK(keel_trainer_param_copy(t, "Wb", &now, 1));
+    CHECK(now == before);
+    CHECK(keel_trainer_param_steps(t, "Wb") == n_wb && keel_trainer_steps(t) == n_all + 1);
+    CHECK(keel_trainer_param_steps(t, "no such") == -1);
+    keel_value_release(in_else[0]);
     keel_value_release(in[0]), keel_value_release(in[1]);
   }
   keel_trainer_destroy(t);

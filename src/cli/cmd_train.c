@@ -76,6 +76,9 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
   else if (!strcmp(opt, "--beta2") && num) a->o.beta2 = d;
   else if (!strcmp(opt, "--eps") && num) a->o.eps = d;
   else if (!strcmp(opt, "--weight-decay") && num) a->wd = d, a->has_wd = true;
+  else if (!strcmp(opt, "--zero-grad")) {
+    if (keel_zero_grad_parse(v, &a->o.zero_grad)) return cli_usage("train", "--zero-grad: none or zeros");
+  }
   else if (!strcmp(opt, "--freeze")) return parse_freeze(a, v);
   else if (!strcmp(opt, "--save")) a->save = v;
   else if (!strcmp(opt, "--checkpoint")) a->checkpoint = v;
@@ -112,6 +115,7 @@ static int parse(int argc, char **argv, train_args *a) {
   keel_train_options o = a->o;
   keel_train_options_init(&a->o, o.optimizer, o.lr);
   a->o.beta1 = o.beta1, a->o.beta2 = o.beta2, a->o.eps = o.eps;
+  a->o.zero_grad = o.zero_grad;
   if (a->has_momentum) a->o.momentum = a->momentum;
   if (a->has_wd) a->o.weight_decay = a->wd;
   a->o.loss = a->loss;

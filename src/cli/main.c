@@ -59,7 +59,7 @@ static const char *g_usage[][2] = {
               "  --threads N sets keel_options.threads (0 = default)."},
     {"train", "keel train MODEL --loss NAME --data DIR [--data DIR ...] --steps N\n"
               "           --optimizer sgd|momentum|adam|adamw --lr X [--momentum M] [--beta1 B] [--beta2 B] [--eps E]\n"
-              "           [--weight-decay W] [--freeze NAME,...] [--save OUT.onnx] [--checkpoint DIR] [--resume DIR]\n"
+              "           [--weight-decay W] [--zero-grad none|zeros] [--freeze NAME,...] [--save OUT.onnx] [--checkpoint DIR] [--resume DIR]\n"
               "           [--log FILE.jsonl] [--mem-limit SIZE] [--threads N]\n"
               "  Trains the float initializers the output NAME (a float scalar loss) depends on,\n"
               "  minus --freeze, as torch.optim does. Step k uses the data folders in turn\n"

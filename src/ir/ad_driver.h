@@ -36,6 +36,11 @@ KEEL_INTERNAL bool ad_graph_defines(const keel_graph *g, const char *name);
  * its variables, and adding a gradient contribution to any value. */
 KEEL_INTERNAL bool ad_active(ad_builder *b, const char *name);
 KEEL_INTERNAL keel_status ad_grad_add(ad_builder *b, const char *name, const char *g);
+/* The same for a contribution that exists only when the bool value `reach`
+ * is true (NULL: always), on top of when the rule's own node is reached
+ * (autodiff.c, gmap). */
+KEEL_INTERNAL keel_status ad_grad_add_reach(ad_builder *b, const char *name, const char *g,
+                                            const char *reach);
 /* Whether `name` of graph x depends on one of vars (through inputs that
  * take gradients and sub-graph captures). */
 KEEL_INTERNAL keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars,
@@ -76,11 +81,13 @@ KEEL_INTERNAL void ad_sub_close(ad_builder *sub);
 /* Emits into sub the backward of forward graph x: the gradients of vars
  * (x's inputs or its captures) given gradients sgrads (names of sub's
  * graph, NULL: none) reaching x's values seeds. grads[i]: the gradient of
- * vars[i], or NULL when none reaches it. */
+ * vars[i], or NULL when none reaches it; reaches (may be NULL): reaches[i]
+ * NULL when grads[i] exists whenever the seeds' gradients do, else the
+ * name of a bool value of sub's graph that says whether it does. */
 KEEL_INTERNAL keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *vars,
                                           int32_t n_vars, const char *const *seeds,
                                           const char *const *sgrads, int32_t n_seeds,
-                                          const char **grads);
+                                          const char **grads, const char **reaches);
 
 /* grad_control.c: If, Loop and Scan. Which explicit inputs take gradients,
  * and the rule itself (n is the forward node, which the rule may extend). */

@@ -41,7 +41,11 @@ struct ad_builder {
   int32_t counter;              /* for fresh value names (the root's)     */
   struct ad_builder *root;      /* the builder of the Gradient node       */
   struct region *rg;            /* the region whose rules are running     */
+  const char *reach;            /* of the gradients reaching the node whose
+                                   rule runs (NULL: always; see gmap)     */
   ad_names tapes;               /* root: names holding Loop tapes          */
+  ad_names keep;                /* root: outputs pruning must keep (the
+                                   trainer's reach flags)                  */
 };
 typedef ad_builder builder;
 
@@ -226,11 +230,29 @@ keel_status ad_sum_to(builder *b, const char *g, const char *x, const char **out
 
 /* ============================================================ gradients */
 
-/* Gradient accumulation: name -> gradient value name. */
+/* Gradient accumulation: name -> gradient value name, and whether that
+ * gradient exists at run time ("reach"): NULL when it always does, else
+ * the name of a bool value that says whether this run reached it. A
+ * gradient is conditional only behind an If whose branches do not both
+ * reach the value (the branch not taken gives zeros, where PyTorch's
+ * autograd gives no gradient at all: .grad stays None and its optimizers
+ * skip the parameter). Reaches combine like the paths: a sum of
+ * contributions is reached when one of them is (Or), a contribution
+ * through a node when one of the gradients at its outputs is (Or), and one
+ * through an If's branch when the If's own gradients are and the branch
+ * taken reaches it (And). Loop and Scan pass the reach of their outputs'
+ * gradients on to every capture (a parameter used in a body counts as
+ * reached when the loop's outputs are, also for zero iterations). */
 typedef struct gmap {
-  const char **name, **grad;
+  const char **name, **grad, **reach;
   int32_t n, cap;
 } gmap;
+
+static const char *gmap_reach(const gmap *m, const char *name) {
+  for (int32_t i = 0; i < m->n; i++)
+    if (!strcmp(m->name[i], name)) return m->reach[i];
+  return NULL;
+}
 
 static const char *gmap_get(const gmap *m, const char *name) {
   for (int32_t i = 0; i < m->n; i++)
@@ -238,36 +260,65 @@ static const char *gmap_get(const gmap *m, const char *name) {
   return NULL;
 }
 
-/* After the name array grew to nc and the grad array could not: the name
- * array back to m->cap entries, so gmap_free frees what it holds. */
-static keel_status gmap_unsize(gmap *m, int32_t nc) {
-  const char **a = keel_sys_realloc(m->name, (size_t)nc * sizeof(char *), (size_t)m->cap * sizeof(char *));
-  if (a || !m->cap) m->name = a;
-  return oom();
+/* Reach of "a or b" (NULL: always). */
+static keel_status reach_or(builder *b, const char *x, const char *y, const char **out) {
+  if (!x || !y) return *out = NULL, KEEL_OK;
+  if (!strcmp(x, y)) return *out = x, KEEL_OK;
+  return op1(b, "Or", "", x, y, out);
 }
 
-/* Adds `g` to the gradient of `name` (a Sum node when one exists). */
-static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g) {
+/* Reach of "a and b" (NULL: always). */
+static keel_status reach_and(builder *b, const char *x, const char *y, const char **out) {
+  if (!x || !y || !strcmp(x, y)) return *out = x ? x : y, KEEL_OK;
+  return op1(b, "And", "", x, y, out);
+}
+
+/* Adds `g` to the gradient of `name` (a Sum node when one exists); `reach`
+ * says when g exists (NULL: always). */
+static keel_status gmap_add_reach(builder *b, gmap *m, const char *name, const char *g,
+                                  const char *reach) {
   for (int32_t i = 0; i < m->n; i++)
-    if (!strcmp(m->name[i], name)) return op1(b, "GradAdd", AD_INTERNAL, m->grad[i], g, &m->grad[i]);
+    if (!strcmp(m->name[i], name)) {
+      KEEL_TRY(reach_or(b, m->reach[i], reach, &m->reach[i]));
+      return op1(b, "GradAdd", AD_INTERNAL, m->grad[i], g, &m->grad[i]);
+    }
   if (m->n == m->cap) {
+    /* three new arrays, or none (the old ones stay as they are) */
     int32_t nc = m->cap ? m->cap * 2 : 16;
-    const char **a = keel_sys_realloc(m->name, (size_t)m->cap * sizeof(char *), (size_t)nc * sizeof(char *));
-    if (!a) return oom();
-    m->name = a;
-    const char **c = keel_sys_realloc(m->grad, (size_t)m->cap * sizeof(char *), (size_t)nc * sizeof(char *));
-    if (!c) return gmap_unsize(m, nc);
-    m->grad = c;
+    const char **a = NULL, **c = NULL, **r = NULL;
+    a = keel_sys_calloc((size_t)nc, sizeof(char *));
+    c = a ? keel_sys_calloc((size_t)nc, sizeof(char *)) : NULL;
+    r = c ? keel_sys_calloc((size_t)nc, sizeof(char *)) : NULL;
+    if (!r) {
+      keel_sys_free(a, a ? (size_t)nc * sizeof(char *) : 0);
+      keel_sys_free(c, c ? (size_t)nc * sizeof(char *) : 0);
+      return oom();
+    }
+    if (m->n) {
+      memcpy(a, m->name, (size_t)m->n * sizeof(char *));
+      memcpy(c, m->grad, (size_t)m->n * sizeof(char *));
+      memcpy(r, m->reach, (size_t)m->n * sizeof(char *));
+    }
+    keel_sys_free(m->name, (size_t)m->cap * sizeof(char *));
+    keel_sys_free(m->grad, (size_t)m->cap * sizeof(char *));
+    keel_sys_free(m->reach, (size_t)m->cap * sizeof(char *));
+    m->name = a, m->grad = c, m->reach = r;
     m->cap = nc;
   }
   m->name[m->n] = name;
+  m->reach[m->n] = reach;
   m->grad[m->n++] = g;
   return KEEL_OK;
+}
+
+static keel_status gmap_add(builder *b, gmap *m, const char *name, const char *g) {
+  return gmap_add_reach(b, m, name, g, NULL);
 }
 
 static void gmap_free(gmap *m) {
   keel_sys_free(m->name, (size_t)m->cap * sizeof(char *));
   keel_sys_free(m->grad, (size_t)m->cap * sizeof(char *));
+  keel_sys_free(m->reach, (size_t)m->cap * sizeof(char *));
 }
 
 /* Whether a gradient can flow to input i of n (ops without a rule: every
@@ -303,6 +354,16 @@ static keel_status vjp(builder *b, gmap *m, const keel_node *n, keel_node *real,
                        const char *const *gy, const char *y) {
   const ad_rule *r = ad_rule_find(n->op_type, n->domain);
   char lb[256];
+  /* the node's contributions exist when one of its outputs' gradients does */
+  const char *reach = NULL;
+  bool first = true;
+  for (int32_t k = 0; k < n->n_out; k++) {
+    if (!gy[k]) continue;
+    const char *rk = gmap_reach(m, n->out_names[k]);
+    if (first) reach = rk, first = false;
+    else KEEL_TRY(reach_or(b, reach, rk, &reach));
+  }
+  b->reach = reach;
   if (!r && n->n_subs) return ad_control_vjp(b, real, gy);
   if (!r)
     return keel_err(KEEL_ERR_UNSUPPORTED,
@@ -319,7 +380,7 @@ static keel_status vjp(builder *b, gmap *m, const keel_node *n, keel_node *real,
   keel_status st = r->fn(b, n, gy, gx);
   if (st) st = keel_err_prefix(st, "gradient of node %s", keel_node_label(n, lb, sizeof lb));
   for (int32_t i = 0; !st && i < n->n_in; i++)
-    if (gx[i] && n->in_names[i][0] && diff_input(n, i)) st = gmap_add(b, m, n->in_names[i], gx[i]);
+    if (gx[i] && n->in_names[i][0] && diff_input(n, i)) st = gmap_add_reach(b, m, n->in_names[i], gx[i], reach);
   keel_sys_free(gx, ((size_t)n->n_in + 1) * sizeof(char *));
   return st;
 }
@@ -503,6 +564,41 @@ static keel_status region_backward(builder *b, region *r, const char *const *see
   return st ? st : r->st;
 }
 
+/* The trainer's Gradient node (ir/pass_train.c): each parameter whose
+ * gradient exists only on some runs gets one more main-graph output, a
+ * bool that says whether this run reached it (spec->reach_output). */
+static keel_status trainer_reach(builder *b, int32_t i, const char *reach) {
+  keel_train_spec *sp = b->m->train;
+  keel_graph *g = b->g;
+  if (!sp->reach_output) {
+    sp->reach_output = keel_arena_array(b->a, (size_t)sp->n_params + 1, sizeof(int32_t));
+    if (!sp->reach_output) return oom();
+    for (int32_t p = 0; p < sp->n_params; p++) sp->reach_output[p] = -1;
+  }
+  char hint[600];
+  snprintf(hint, sizeof hint, "%s.keel_reached", sp->params[i]);
+  const char *out = fresh(b, hint);
+  const char **on = keel_arena_array(b->a, (size_t)g->n_out + 2, sizeof(char *));
+  keel_type *ot = keel_arena_array(b->a, (size_t)g->n_out + 2, sizeof(keel_type));
+  if (!out || !on || !ot) return oom();
+  KEEL_TRY(emit(b, "Identity", "", 1, &reach, 1, &out, NULL));
+  KEEL_TRY(ad_names_add(&b->keep, out));
+  memcpy(on, g->out_names, sizeof(char *) * (size_t)g->n_out);
+  memcpy(ot, g->out_types, sizeof(keel_type) * (size_t)g->n_out);
+  on[g->n_out] = out;
+  ot[g->n_out] = (keel_type){.kind = KEEL_TYPE_TENSOR, .dtype = KEEL_BOOL, .rank = -1};
+  sp->reach_output[i] = g->n_out;
+  g->out_names = on;
+  g->out_types = ot;
+  g->n_out++;
+  return KEEL_OK;
+}
+
+static bool is_trainer_gradient(const builder *b) {
+  return b->m->train && b->g == b->m->main && b->grad->name &&
+         !strcmp(b->grad->name, KEEL_TRAIN_GRADIENT_NODE);
+}
+
 static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const gmap *gm) {
   for (int32_t i = 0; i < b->grad->n_out; i++) {
     const char *out = b->grad->out_names[i];
@@ -510,6 +606,8 @@ static keel_status outputs(builder *b, const grad_spec *s, const gmap *rn, const
     const char *g = gmap_get(gm, renamed(rn, s->vars[i]));
     const char *ins[1] = {g ? g : b->grad->in_names[i]};
     KEEL_TRY(emit(b, g ? "Identity" : "ZerosLike", g ? "" : AD_INTERNAL, 1, ins, 1, &out, NULL));
+    const char *reach = g ? gmap_reach(gm, renamed(rn, s->vars[i])) : NULL;
+    if (reach && is_trainer_gradient(b) && i < b->m->train->n_params) KEEL_TRY(trainer_reach(b, i, reach));
   }
   return KEEL_OK;
 }
@@ -541,8 +639,14 @@ static keel_status differentiate(builder *b) {
 bool ad_active(ad_builder *b, const char *name) { return b->rg && depends(b->rg, name, 0); }
 
 keel_status ad_grad_add(ad_builder *b, const char *name, const char *g) {
+  return ad_grad_add_reach(b, name, g, NULL);
+}
+
+keel_status ad_grad_add_reach(ad_builder *b, const char *name, const char *g, const char *reach) {
   if (!b->rg) return keel_err(KEEL_ERR_INTERNAL, "ad_grad_add outside a region");
-  return gmap_add(b, b->rg->gm, name, g);
+  const char *r;
+  KEEL_TRY(reach_and(b, b->reach, reach, &r));
+  return gmap_add_reach(b, b->rg->gm, name, g, r);
 }
 
 keel_status ad_depends(ad_builder *b, keel_graph *x, const char *const *vars, int32_t n_vars,
@@ -612,7 +716,7 @@ static bool shadowed(const keel_graph *x, const char *name) {
 
 keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *vars,
                             int32_t n_vars, const char *const *seeds, const char *const *sgrads,
-                            int32_t n_seeds, const char **grads) {
+                            int32_t n_seeds, const char **grads, const char **reaches) {
   /* a capture x shadows (another sub-graph of the node reads it) gets none */
   const char **seen = keel_arena_array(sub->a, (size_t)n_vars + 1, sizeof(char *));
   if (!seen) return oom();
@@ -625,7 +729,10 @@ keel_status ad_sub_backward(ad_builder *sub, keel_graph *x, const char *const *v
   if (!st && !r.y) st = oom();
   if (!st) st = region_mark(&r, seeds, sgrads, n_seeds);
   if (!st) st = region_backward(sub, &r, seeds, sgrads, n_seeds, NULL);
-  for (int32_t i = 0; !st && i < n_vars; i++) grads[i] = seen[i][0] ? gmap_get(&gm, vars[i]) : NULL;
+  for (int32_t i = 0; !st && i < n_vars; i++) {
+    grads[i] = seen[i][0] ? gmap_get(&gm, vars[i]) : NULL;
+    if (reaches) reaches[i] = grads[i] ? gmap_reach(&gm, vars[i]) : NULL;
+  }
   gmap_free(&gm);
   if (r.memo || r.order) region_free(&r);
   return st;
@@ -680,6 +787,7 @@ static keel_status prune(builder *b) {
   bool *drop = keel_sys_calloc((size_t)n0 + 1, sizeof(bool));
   if (!drop) return oom();
   for (int32_t k = 0; !st && k < b->grad->n_out; k++) st = ns_add(&need, b->grad->out_names[k]);
+  for (int32_t k = 0; !st && k < b->keep.n; k++) st = ns_add(&need, b->keep.v[k]);
   for (int32_t i = b->n - 1; !st && i >= 0; i--) {
     keel_node *n = &b->nodes[i];
     bool used = n->n_subs > 0;
@@ -715,6 +823,7 @@ static keel_status graph_pass(keel_model *m, keel_graph *g) {
     if (!st) st = keel_graph_replace_node(m->arena, g, i, b.nodes, b.n);
     keel_sys_free(b.nodes, (size_t)b.cap * sizeof(keel_node));
     ad_names_free(&b.tapes);
+    ad_names_free(&b.keep);
     char lb[256];
     if (st) return keel_err_prefix(st, "graph '%s': node %s", g->path, keel_node_label(n, lb, sizeof lb));
     i += b.n - 1;

@@ -95,27 +95,67 @@ static keel_status reads_of(const keel_graph *bwd, const keel_graph *fwd, ad_nam
 
 /* ==================================================================== If */
 
+/* Whether a branch's backward reaches capture i: always (when the If's
+ * gradients exist), never (zeros), or as a bool value of the branch says. */
+enum { REACH_ALWAYS, REACH_NEVER, REACH_VALUE };
+
 typedef struct branch {
   keel_graph *fwd, *bwd;
   ad_builder *sb;              /* emits into bwd                          */
   ad_names need;               /* values of fwd that bwd reads            */
+  const char **grads;          /* per capture: its gradient in bwd        */
+  const char **reach;          /* per capture: REACH_VALUE's bool in bwd  */
+  uint8_t *how;                /* per capture: REACH_*                    */
 } branch;
 
-/* bwd: the gradients of the captures w given gy at the If's outputs. */
+/* bwd's nodes: the gradients of the captures w given gy at the If's
+ * outputs (its inputs and outputs are set by branch_finish). */
 static keel_status branch_backward(ad_builder *b, const keel_node *n, const char *attr,
                                    const char *const *gy, const ad_names *w, branch *br) {
   KEEL_TRY(ad_new_graph(b, node_tag(n), attr, &br->bwd));
   ad_graph_share_inits(br->bwd, br->fwd);
   KEEL_TRY(ad_sub_open(b, br->bwd, &br->sb));
   const char **seeds = names_alloc(b, n->n_out), **sg = names_alloc(b, n->n_out);
-  const char **grads = names_alloc(b, w->n);
-  if (!seeds || !sg || !grads) return oom();
+  br->grads = names_alloc(b, w->n);
+  br->reach = names_alloc(b, w->n);
+  br->how = keel_arena_alloc(ad_arena(b), (size_t)w->n + 1, 1);
+  if (!seeds || !sg || !br->grads || !br->reach || !br->how) return oom();
   for (int32_t k = 0; k < n->n_out; k++) seeds[k] = br->fwd->out_names[k], sg[k] = gy[k];
-  KEEL_TRY(ad_sub_backward(br->sb, br->fwd, w->v, w->n, seeds, sg, n->n_out, grads));
-  for (int32_t i = 0; i < w->n; i++)
-    if (!grads[i]) KEEL_TRY(zeros_like(br->sb, w->v[i], &grads[i]));
+  KEEL_TRY(ad_sub_backward(br->sb, br->fwd, w->v, w->n, seeds, sg, n->n_out, br->grads, br->reach));
+  for (int32_t i = 0; i < w->n; i++) {
+    br->how[i] = !br->grads[i] ? REACH_NEVER : br->reach[i] ? REACH_VALUE : REACH_ALWAYS;
+    if (!br->grads[i]) KEEL_TRY(zeros_like(br->sb, w->v[i], &br->grads[i]));
+  }
+  return KEEL_OK;
+}
+
+/* A bool constant in the graph sb emits into (Cast of an int64 Constant). */
+static keel_status bool_const(ad_builder *sb, bool v, const char **out) {
+  keel_node *c;
+  const char *i64 = ad_fresh(sb, "reach");
+  if (!i64) return oom();
+  KEEL_TRY(ad_emit(sb, "Constant", "", 0, NULL, 1, &i64, &c));
+  KEEL_TRY(ad_attr_i(sb, c, "value_int", v ? 1 : 0));
+  KEEL_TRY(ad_op(sb, "Cast", "", i64, NULL, out, &c));
+  return ad_attr_i(sb, c, "to", KEEL_BOOL);
+}
+
+/* bwd's outputs: the gradients, then for each capture flagged in `general`
+ * a bool saying whether this branch reached it; and the values of fwd it
+ * reads. */
+static keel_status branch_finish(ad_builder *b, const ad_names *w, const uint8_t *general,
+                                 int32_t n_general, branch *br) {
+  const char **outs = names_alloc(b, w->n + n_general);
+  if (!outs) return oom();
+  int32_t k = w->n;
+  for (int32_t i = 0; i < w->n; i++) {
+    outs[i] = br->grads[i];
+    if (!general[i]) continue;
+    if (br->how[i] == REACH_VALUE) outs[k++] = br->reach[i];
+    else KEEL_TRY(bool_const(br->sb, br->how[i] == REACH_ALWAYS, &outs[k++]));
+  }
   KEEL_TRY(ad_sub_install(br->sb, false));
-  KEEL_TRY(ad_graph_set_io(br->sb, br->bwd, 0, NULL, w->n, grads));
+  KEEL_TRY(ad_graph_set_io(br->sb, br->bwd, 0, NULL, w->n + n_general, outs));
   return reads_of(br->bwd, br->fwd, &br->need);
 }
 
@@ -153,21 +193,43 @@ static keel_status export_reads(ad_builder *b, keel_node *n, branch *br, keel_gr
   return ad_sub_install(br->sb, true);
 }
 
+/* The backward If. A capture's gradient exists (autodiff.c, gmap) when
+ * the branch taken reaches it: always when both do, `cond` when only the
+ * then branch does, Not(cond) when only the else branch does; otherwise
+ * (a branch reaches it through an If of its own) each branch outputs a
+ * bool more, and so does the backward If. */
 static keel_status if_backward(ad_builder *b, keel_node *n, const char *const *gy,
                                const ad_names *w, branch *bt, branch *be) {
   KEEL_TRY(branch_backward(b, n, "then_grad", gy, w, bt));
   KEEL_TRY(branch_backward(b, n, "else_grad", gy, w, be));
+  uint8_t *general = keel_arena_alloc(ad_arena(b), (size_t)w->n + 1, 1);
+  const char **reach = names_alloc(b, w->n);
+  if (!general || !reach) return oom();
+  const char *cond = n->in_names[0];
+  int32_t n_general = 0;
+  for (int32_t i = 0; i < w->n; i++) {
+    int t = bt->how[i], e = be->how[i];
+    general[i] = 0;
+    if (t == REACH_ALWAYS && e == REACH_ALWAYS) reach[i] = NULL;
+    else if (t == REACH_ALWAYS && e == REACH_NEVER) reach[i] = cond;
+    else if (t == REACH_NEVER && e == REACH_ALWAYS) KEEL_TRY(ad_op(b, "Not", "", cond, NULL, &reach[i], NULL));
+    else general[i] = 1, n_general++;
+  }
+  KEEL_TRY(branch_finish(b, w, general, n_general, bt));
+  KEEL_TRY(branch_finish(b, w, general, n_general, be));
   KEEL_TRY(export_reads(b, n, bt, be->fwd));
   KEEL_TRY(export_reads(b, n, be, bt->fwd));
-  const char **outs = names_alloc(b, w->n);
+  const char **outs = names_alloc(b, w->n + n_general);
   if (!outs) return oom();
-  for (int32_t i = 0; i < w->n; i++)
+  for (int32_t i = 0, k = w->n; i < w->n; i++) {
     if (!(outs[i] = ad_fresh(b, w->v[i]))) return oom();
+    if (general[i] && !(reach[i] = outs[k++] = ad_fresh(b, "reached"))) return oom();
+  }
   keel_node *bi;
-  KEEL_TRY(ad_emit(b, "If", "", 1, (const char *const *)n->in_names, w->n, outs, &bi));
+  KEEL_TRY(ad_emit(b, "If", "", 1, (const char *const *)n->in_names, w->n + n_general, outs, &bi));
   KEEL_TRY(ad_attr_graph(b, bi, "then_branch", bt->bwd));
   KEEL_TRY(ad_attr_graph(b, bi, "else_branch", be->bwd));
-  for (int32_t i = 0; i < w->n; i++) KEEL_TRY(ad_grad_add(b, w->v[i], outs[i]));
+  for (int32_t i = 0; i < w->n; i++) KEEL_TRY(ad_grad_add_reach(b, w->v[i], outs[i], reach[i]));
   return KEEL_OK;
 }
 
@@ -408,7 +470,7 @@ static keel_status rs_body(ad_builder *sb, rscan *r) {
   r->acc = names_alloc(sb, r->w.n);
   if (!seeds || !sg || !r->acc || !grads) return oom();
   KEEL_TRY(rs_seeds(sb, r, seeds, sg, &ns));
-  KEEL_TRY(ad_sub_backward(sb, r->B, vars, nv, seeds, sg, ns, grads));
+  KEEL_TRY(ad_sub_backward(sb, r->B, vars, nv, seeds, sg, ns, grads, NULL));
   KEEL_TRY(rs_results(sb, r, grads, nv));
   return ad_sub_install(sb, false);
 }

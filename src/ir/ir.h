@@ -197,7 +197,16 @@ typedef struct keel_train_spec {
   int32_t loss_output;         /* out: index of the loss in main outputs   */
   int32_t first_grad_output;   /* out: outputs [first, first+n) are the
                                   gradients, in parameter order            */
+  int32_t *reach_output;       /* out (ir/autodiff.c): NULL when every
+                                  gradient exists at every step; else per
+                                  parameter -1 (it does) or the index of a
+                                  bool main output that says whether this
+                                  step's backward reached the parameter
+                                  (an If's branch not taken does not)      */
 } keel_train_spec;
+
+/* The name of the Gradient node the training pass adds. */
+#define KEEL_TRAIN_GRADIENT_NODE "keel.train/Gradient"
 
 typedef struct keel_model {
   keel_arena *arena;

@@ -249,7 +249,7 @@ static keel_status add_gradient(keel_model *m, keel_train_spec *sp) {
   keel_graph *g = m->main;
   keel_arena *a = m->arena;
   int32_t np = sp->n_params, no = g->n_out + np;
-  keel_node gn = {.name = "keel.train/Gradient", .op_type = "Gradient", .domain = AD_TRAINING,
+  keel_node gn = {.name = KEEL_TRAIN_GRADIENT_NODE, .op_type = "Gradient", .domain = AD_TRAINING,
                   .opset = 1, .graph = g, .n_in = np, .n_out = np, .n_attr = 2};
   gn.in_names = keel_arena_array(a, (size_t)np, sizeof(char *));
   gn.out_names = keel_arena_array(a, (size_t)np, sizeof(char *));

@@ -3,10 +3,15 @@
  * the parameters N + M steps give.
  *
  * The file (little-endian):
- *   "KEELCKPT" u32 version=1  u32 optimizer  u32 n_state  u32 n_params
+ *   "KEELCKPT" u32 version=2  u32 optimizer  u32 n_state  u32 n_params
  *   i64 steps  f64 lr, momentum, beta1, beta2, eps, weight_decay
+ *   u32 zero_grad (a record, like the hyperparameters)
  *   per parameter: u32 name length, name bytes, u32 rank, i64 dims[rank],
+ *                  i64 its own steps, u32 flags (1: it had a gradient),
  *                  the parameter's floats, then each state buffer's floats.
+ * Version 1 (keel before per-parameter steps) had neither zero_grad nor
+ * the two per-parameter fields: it loads with every parameter's steps the
+ * trainer's, and "had a gradient" after its first step.
  * Loading checks everything against the trainer first (optimizer, buffer
  * count, parameter names and shapes, the file's length) and changes
  * nothing unless all of it fits. The hyperparameters in the file are a
@@ -20,7 +25,7 @@
 #include "train.h"
 
 #define CKPT_MAGIC "KEELCKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 #define CKPT_FILE "trainer.ckpt"
 
 /* ============================================================== write */
@@ -59,6 +64,7 @@ static void put_header(wbuf *b, const keel_trainer_t *t) {
   put_i64(b, t->steps);
   double hp[6] = {o->lr, o->momentum, o->beta1, o->beta2, o->eps, o->weight_decay};
   for (int i = 0; i < 6; i++) put_f64(b, hp[i]);
+  put_u32(b, (uint32_t)o->zero_grad);
 }
 
 static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p) {
@@ -67,6 +73,8 @@ static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p) {
   put(b, p->name, strlen(p->name));
   put_u32(b, (uint32_t)keel_value_rank(v));
   for (int d = 0; d < keel_value_rank(v); d++) put_i64(b, keel_value_shape(v)[d]);
+  put_i64(b, p->steps);
+  put_u32(b, p->had_grad ? 1u : 0u);
   size_t nb = sizeof(float) * (size_t)p->numel;
   put(b, p->w, nb);
   for (int k = 0; k < keel_optim_n_state(&t->o); k++) put(b, p->st[k], nb);
@@ -102,7 +110,7 @@ static keel_status get(rbuf *r, void *dst, size_t n) {
 }
 
 /* The header, checked against the trainer. */
-static keel_status check_header(rbuf *r, const keel_trainer_t *t, int64_t *steps) {
+static keel_status check_header(rbuf *r, const keel_trainer_t *t, int64_t *steps, uint32_t *version) {
   char magic[8];
   uint32_t ver, opt, nst, np;
   KEEL_TRY(get(r, magic, 8));
@@ -114,8 +122,11 @@ static keel_status check_header(rbuf *r, const keel_trainer_t *t, int64_t *steps
   KEEL_TRY(get(r, &np, 4));
   KEEL_TRY(get(r, steps, 8));
   KEEL_TRY(get(r, NULL, 6 * 8));
-  if (ver != CKPT_VERSION)
-    return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: version %u, this keel reads %u", r->path, ver, CKPT_VERSION);
+  if (ver != 1 && ver != CKPT_VERSION)
+    return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: version %u, this keel reads 1 to %u", r->path, ver,
+                    CKPT_VERSION);
+  if (ver >= 2) KEEL_TRY(get(r, NULL, 4));
+  *version = ver;
   if (opt != (uint32_t)t->o.optimizer || nst != (uint32_t)keel_optim_n_state(&t->o))
     return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: written for optimizer %u with %u state buffer(s), "
                     "this trainer uses optimizer %d with %d", r->path, opt, nst, (int)t->o.optimizer,
@@ -127,7 +138,14 @@ static keel_status check_header(rbuf *r, const keel_trainer_t *t, int64_t *steps
 
 /* One parameter's record: name and shape checked; *data points at its
  * floats (parameter, then state buffers) in the file. */
-static keel_status check_param(rbuf *r, const train_param *p, int n_state, const uint8_t **data) {
+typedef struct ckpt_param {
+  const uint8_t *data;         /* the parameter's floats, then the state's */
+  int64_t steps;
+  uint32_t flags;
+} ckpt_param;
+
+static keel_status check_param(rbuf *r, const train_param *p, int n_state, uint32_t version,
+                               int64_t steps, ckpt_param *out) {
   uint32_t len, rank;
   KEEL_TRY(get(r, &len, 4));
   const uint8_t *name = r->p;
@@ -146,23 +164,36 @@ static keel_status check_param(rbuf *r, const train_param *p, int n_state, const
       return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' dimension %u is %lld, the model's %lld",
                       r->path, p->name, d, (long long)dim, (long long)keel_value_shape(p->value)[d]);
   }
-  *data = r->p;
+  out->steps = steps;
+  out->flags = steps > 0;
+  if (version >= 2) {
+    KEEL_TRY(get(r, &out->steps, 8));
+    KEEL_TRY(get(r, &out->flags, 4));
+    if (out->steps < 0 || out->steps > steps || out->flags > 1)
+      return keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: parameter '%s' has %lld steps of %lld (flags %u)",
+                      r->path, p->name, (long long)out->steps, (long long)steps, out->flags);
+  }
+  out->data = r->p;
   return get(r, NULL, sizeof(float) * (size_t)p->numel * (size_t)(1 + n_state));
 }
 
 static keel_status load(rbuf *r, keel_trainer_t *t) {
   int64_t steps;
-  KEEL_TRY(check_header(r, t, &steps));
+  uint32_t version;
+  KEEL_TRY(check_header(r, t, &steps, &version));
   int n_state = keel_optim_n_state(&t->o);
-  const uint8_t **data = calloc((size_t)t->n_params + 1, sizeof *data);
+  ckpt_param *data = calloc((size_t)t->n_params + 1, sizeof *data);
   if (!data) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "reading a checkpoint");
   keel_status st = KEEL_OK;
-  for (int32_t i = 0; !st && i < t->n_params; i++) st = check_param(r, &t->p[i], n_state, &data[i]);
+  for (int32_t i = 0; !st && i < t->n_params; i++)
+    st = check_param(r, &t->p[i], n_state, version, steps, &data[i]);
   if (!st && r->p != r->end) st = keel_err(KEEL_ERR_INVALID_ARG, "checkpoint %s: bytes after the last parameter", r->path);
   for (int32_t i = 0; !st && i < t->n_params; i++) {
     size_t nb = sizeof(float) * (size_t)t->p[i].numel;
-    memcpy(t->p[i].w, data[i], nb);
-    for (int k = 0; k < n_state; k++) memcpy(t->p[i].st[k], data[i] + nb * (size_t)(k + 1), nb);
+    memcpy(t->p[i].w, data[i].data, nb);
+    for (int k = 0; k < n_state; k++) memcpy(t->p[i].st[k], data[i].data + nb * (size_t)(k + 1), nb);
+    t->p[i].steps = data[i].steps;
+    t->p[i].had_grad = data[i].flags & 1u;
   }
   if (!st) t->steps = steps;
   free(data);

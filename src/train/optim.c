@@ -35,6 +35,8 @@ static bool bad(double v, double lo, double hi) { return !(v >= lo && v <= hi); 
 keel_status keel_optim_check(const keel_train_options *o) {
   if (o->optimizer < KEEL_OPTIM_SGD || o->optimizer > KEEL_OPTIM_ADAMW)
     return keel_err(KEEL_ERR_INVALID_ARG, "training: unknown optimizer %d", (int)o->optimizer);
+  if (o->zero_grad != KEEL_ZERO_GRAD_NONE && o->zero_grad != KEEL_ZERO_GRAD_ZEROS)
+    return keel_err(KEEL_ERR_INVALID_ARG, "training: unknown zero-grad mode %d", (int)o->zero_grad);
   if (bad(o->lr, 0, 1e6)) return keel_err(KEEL_ERR_INVALID_ARG, "training: learning rate %g is not in [0, 1e6]", o->lr);
   if (bad(o->weight_decay, 0, 1e6))
     return keel_err(KEEL_ERR_INVALID_ARG, "training: weight decay %g is negative or not a number", o->weight_decay);
@@ -84,6 +86,10 @@ static void adam(const keel_train_options *o, int64_t step, float *w, const floa
   }
 }
 
+bool keel_optim_applies(keel_zero_grad zg, bool reached, bool had_grad) {
+  return reached || (zg == KEEL_ZERO_GRAD_ZEROS && had_grad);
+}
+
 void keel_optim_update(const keel_train_options *o, int64_t step, float *w, const float *g,
                        float *s0, float *s1, int64_t n) {
   if (o->optimizer <= KEEL_OPTIM_MOMENTUM) sgd(o, step, w, g, keel_optim_n_state(o) ? s0 : NULL, n);
@@ -113,4 +119,10 @@ keel_status keel_optimizer_parse(const char *name, keel_optimizer *out) {
       return KEEL_OK;
     }
   return keel_err(KEEL_ERR_INVALID_ARG, "unknown optimizer '%s' (sgd, momentum, adam, adamw)", name ? name : "(null)");
+}
+
+keel_status keel_zero_grad_parse(const char *name, keel_zero_grad *out) {
+  if (name && out && !strcmp(name, "none")) return *out = KEEL_ZERO_GRAD_NONE, KEEL_OK;
+  if (name && out && !strcmp(name, "zeros")) return *out = KEEL_ZERO_GRAD_ZEROS, KEEL_OK;
+  return keel_err(KEEL_ERR_INVALID_ARG, "unknown zero-grad mode '%s' (none, zeros)", name ? name : "(null)");
 }

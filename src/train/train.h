@@ -23,6 +23,10 @@ typedef struct train_param {
   keel_value_t *state[KEEL_OPTIM_MAX_STATE]; /* optimizer buffers, or NULL */
   float *st[KEEL_OPTIM_MAX_STATE];
   uint32_t grad_site;
+  int64_t steps;               /* updates applied (torch's state['step'])  */
+  bool had_grad;               /* a step's backward reached it once (with
+                                  KEEL_ZERO_GRAD_ZEROS it is updated from
+                                  then on, with zeros when not reached)    */
 } train_param;
 
 struct keel_trainer_s {
@@ -31,6 +35,7 @@ struct keel_trainer_s {
   const keel_train_spec *spec; /* in the model's arena                     */
   int32_t n_params;
   train_param *p;
+  bool *reached;               /* per parameter, this step                 */
   int32_t n_data;
   int32_t *data_inputs;        /* main-graph input index of each data input */
   size_t n_run;                /* data inputs + parameters                 */
@@ -53,7 +58,12 @@ KEEL_INTERNAL const char *keel_optim_state_name(const keel_train_options *o, int
 /* Checks the hyperparameters; KEEL_ERR_INVALID_ARG naming the bad one. */
 KEEL_INTERNAL keel_status keel_optim_check(const keel_train_options *o);
 /* One update of w (n floats) with gradient g at step `step` (1 for the
- * first), state buffers s0, s1 as keel_optim_n_state says (zero at first). */
+ * parameter's first update), state buffers s0, s1 as keel_optim_n_state
+ * says (zero at first). */
+/* Whether a parameter gets an update this step, as torch.optim decides
+ * after zero_grad in mode `zg`: when its gradient exists (`reached`), or,
+ * with zeros, once it has had one (`had_grad`: a zero tensor then). */
+KEEL_INTERNAL bool keel_optim_applies(keel_zero_grad zg, bool reached, bool had_grad);
 KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, float *w,
                                      const float *g, float *s0, float *s1, int64_t n);
 

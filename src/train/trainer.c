@@ -151,7 +151,8 @@ static keel_status setup(keel_trainer_t *t) {
   KEEL_TRY(check_loss_type(t));
   KEEL_TRY(check_gradients(t));
   t->p = keel_sys_calloc((size_t)t->n_params + 1, sizeof *t->p);
-  if (!t->p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "trainer");
+  t->reached = keel_sys_calloc((size_t)t->n_params + 1, sizeof *t->reached);
+  if (!t->p || !t->reached) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "trainer");
   for (int32_t i = 0; i < t->n_params; i++) KEEL_TRY(make_param(t, i));
   return make_io(t);
 }
@@ -214,6 +215,7 @@ void keel_trainer_destroy(keel_trainer_t *t) {
     for (int k = 0; k < KEEL_OPTIM_MAX_STATE; k++) keel_value_release(t->p[i].state[k]);
   }
   keel_sys_free(t->p, ((size_t)t->n_params + 1) * sizeof *t->p);
+  keel_sys_free(t->reached, ((size_t)t->n_params + 1) * sizeof *t->reached);
   keel_sys_free(t->data_inputs, ((size_t)(t->spec ? t->spec->first_param_input : 0) + 1) * sizeof(int32_t));
   keel_sys_free(t->run_names, (t->n_run + 1) * sizeof(char *));
   keel_sys_free(t->run_in, (t->n_run + 1) * sizeof(keel_value_t *));
@@ -282,6 +284,21 @@ static keel_status check_inputs(const keel_trainer_t *t, keel_value_t *const *in
   return KEEL_OK;
 }
 
+/* Which parameters this step's backward reached: all, except those whose
+ * gradient exists only on some steps (behind an If) and did not now. */
+static keel_status read_reach(keel_trainer_t *t) {
+  for (int32_t i = 0; i < t->n_params; i++) {
+    int32_t o = t->spec->reach_output ? t->spec->reach_output[i] : -1;
+    t->reached[i] = true;
+    if (o < 0) continue;
+    const keel_value_t *v = t->out[o];
+    if (keel_value_kind_of(v) != KEEL_KIND_TENSOR || keel_value_dtype(v) != KEEL_BOOL || keel_value_numel(v) != 1)
+      return keel_err(KEEL_ERR_INTERNAL, "training: the reach flag of '%s' is not one bool", t->p[i].name);
+    t->reached[i] = *(const uint8_t *)keel_value_data(v) != 0;
+  }
+  return KEEL_OK;
+}
+
 /* Reads the run's outputs: the loss and every gradient, or an error. */
 static keel_status take_outputs(keel_trainer_t *t, float *loss) {
   KEEL_TRY(read_loss(t, t->out[t->spec->loss_output], loss));
@@ -302,12 +319,15 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
   keel_status st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step);
   float l = NAN;
   if (!st) st = take_outputs(t, &l);
+  if (!st) st = read_reach(t);
   if (!st) {
     t->steps++;
     for (int32_t i = 0; i < t->n_params; i++) {
       train_param *p = &t->p[i];
+      p->had_grad |= t->reached[i];
+      if (!keel_optim_applies(t->o.zero_grad, t->reached[i], p->had_grad)) continue;
       const float *g = keel_value_data(t->out[t->spec->first_grad_output + i]);
-      keel_optim_update(&t->o, t->steps, p->w, g, p->st[0], p->st[1], p->numel);
+      keel_optim_update(&t->o, ++p->steps, p->w, g, p->st[0], p->st[1], p->numel);
     }
   }
   keel_stats ks = {.size = sizeof ks};
@@ -332,6 +352,7 @@ keel_status keel_trainer_input(const keel_trainer_t *t, size_t i, keel_io_info *
 }
 
 int64_t keel_trainer_steps(const keel_trainer_t *t) { return t ? t->steps : 0; }
+
 size_t keel_trainer_param_count(const keel_trainer_t *t) { return t ? (size_t)t->n_params : 0; }
 const char *keel_trainer_param_name(const keel_trainer_t *t, size_t i) {
   return t && i < (size_t)t->n_params ? t->p[i].name : NULL;
@@ -341,6 +362,11 @@ static const train_param *find_param(const keel_trainer_t *t, const char *name) 
   for (int32_t i = 0; t && name && i < t->n_params; i++)
     if (!strcmp(t->p[i].name, name)) return &t->p[i];
   return NULL;
+}
+
+int64_t keel_trainer_param_steps(const keel_trainer_t *t, const char *name) {
+  const train_param *p = find_param(t, name);
+  return p ? p->steps : -1;
 }
 
 keel_status keel_trainer_param(const keel_trainer_t *t, const char *name, const keel_value_t **out) {

@@ -299,19 +299,6 @@ MODELS = {
 }
 
 
-def dense_grads(module):
-    """Gives every parameter a gradient: a zero tensor where the step's
-    forward did not use it (the untaken branch of an If). A graph trainer's
-    backward yields exactly that (the backward If returns zeros for the
-    other branch's parameters), so every parameter is updated every step:
-    momentum decays, Adam's moments decay and its step count is the global
-    one, weight decay applies. PyTorch with .grad None would skip such a
-    parameter instead."""
-    for p in module.parameters():
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-
-
 def make_optimizer(name, hyper, params):
     """PyTorch's optimizer for keel's --optimizer NAME and flags."""
     if name == "sgd":
