@@ -181,6 +181,14 @@ KEEL_API keel_status keel_debug_plant_leak(keel_session_t *s, const char *value)
  * sessions: segments, bookkeeping, model mappings excluded. Zero when nothing
  * keel made is alive; tests assert that at exit. */
 KEEL_API uint64_t keel_process_bytes(void);
+/* The same for GPU memory: bytes keel holds from cuMemAlloc, over all
+ * devices (device heaps' segments). Zero when nothing keel made is alive. */
+KEEL_API uint64_t keel_process_device_bytes(void);
+
+/* NVIDIA GPUs keel can use (the driver's libcuda.so.1, opened at run time:
+ * keel needs no CUDA at build time). 0 when there is none, with the reason
+ * in `why` (may be NULL): no driver library, no device, an old driver. */
+KEEL_API int keel_gpu_count(char *why, size_t why_len);
 
 #ifdef __cplusplus
 }

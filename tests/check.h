@@ -97,6 +97,12 @@ static inline int check_report(void) {
             (unsigned long long)left);
     check_failures++;
   }
+  uint64_t dev = keel_process_device_bytes();
+  if (dev) {
+    fprintf(stderr, "keel still holds %llu bytes of GPU memory at the end of the test\n",
+            (unsigned long long)dev);
+    check_failures++;
+  }
   fprintf(stderr, "%d of %d checks passed\n", check_total - check_failures, check_total);
   return check_failures ? 1 : 0;
 }

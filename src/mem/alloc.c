@@ -71,6 +71,7 @@ typedef struct chunk {
 struct keel_heap {
   keel_mutex lock;
   _Atomic int refs;
+  keel_mem_provider prov;        /* where segments come from               */
   pool pools[NPOOLS];
   keel_block *live;              /* live blocks, newest first              */
   keel_block *spare_desc;        /* free block descriptors                 */
@@ -221,8 +222,8 @@ static void segment_release(keel_heap *h, keel_segment *s) {
   if (s->prev) s->prev->next = s->next;
   else p->segments = s->next;
   if (s->next) s->next->prev = s->prev;
-  UNPOISON(s->base, s->size);
-  keel_sys_pages_free(s->base, s->size);
+  if (h->prov.host_visible) UNPOISON(s->base, s->size);
+  h->prov.pages_free(h->prov.ctx, s->base, s->size);
   h->reserved -= s->size;
   h->n_seg_free++;
   h->n_segments--;
@@ -274,14 +275,14 @@ static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
   }
   keel_segment *s = keel_sys_alloc(sizeof *s);
   keel_block *b = s ? desc_get(h) : NULL;
-  uint8_t *base = b ? keel_sys_pages(size) : NULL;
+  uint8_t *base = b ? h->prov.pages(h->prov.ctx, size) : NULL;
   if (!base) {
     if (b) desc_put(h, b);
     keel_sys_free(s, sizeof *s);
     h->last_oom.by_cap = false;
     return NULL;
   }
-  POISON(base, size);
+  if (h->prov.host_visible) POISON(base, size);
   h->meta_bytes += sizeof *s;
   *s = (keel_segment){.base = base, .size = size, .first = b, .pool = pi};
   s->next = h->pools[pi].segments;
@@ -300,9 +301,26 @@ static keel_block *segment_grow(keel_heap *h, int pi, size_t n) {
 
 /* ----------------------------------------------------------------- heap */
 
-keel_heap *keel_heap_create(size_t mem_limit) {
+/* The system's pages (sysmem.c: counted in keel_process_bytes). */
+static void *host_pages(void *ctx, size_t size) {
+  (void)ctx;
+  return keel_sys_pages(size);
+}
+static void host_pages_free(void *ctx, void *p, size_t size) {
+  (void)ctx;
+  keel_sys_pages_free(p, size);
+}
+
+keel_heap *keel_heap_create(size_t mem_limit) { return keel_heap_create_on(mem_limit, NULL); }
+
+const char *keel_heap_device(const keel_heap *h) { return h->prov.name; }
+
+keel_heap *keel_heap_create_on(size_t mem_limit, const keel_mem_provider *prov) {
   keel_heap *h = keel_sys_calloc(1, sizeof *h);
   if (!h) return NULL;
+  h->prov = prov ? *prov
+                 : (keel_mem_provider){.name = "cpu", .pages = host_pages,
+                                       .pages_free = host_pages_free, .host_visible = true};
   keel_mutex_init(&h->lock);
   atomic_init(&h->refs, 1);
   atomic_init(&h->allocated, 0);
@@ -321,8 +339,8 @@ void keel_heap_release(keel_heap *h) {
     keel_segment *s = h->pools[pi].segments;
     while (s) {
       keel_segment *n = s->next;
-      UNPOISON(s->base, s->size);
-      keel_sys_pages_free(s->base, s->size);
+      if (h->prov.host_visible) UNPOISON(s->base, s->size);
+      h->prov.pages_free(h->prov.ctx, s->base, s->size);
       keel_sys_free(s, sizeof *s);
       s = n;
     }
@@ -401,6 +419,7 @@ static keel_block *heap_alloc(keel_heap *h, size_t n, keel_owner owner, bool kep
   h->bytes_total += b->size;
   if (h->hook) h->hook(h->hook_ud, b, true, a);
   keel_mutex_unlock(&h->lock);
+  if (!h->prov.host_visible) return b;
   UNPOISON(b->ptr, n); /* the tail past `n` stays poisoned: overflow guard */
 #if KEEL_DEBUG >= 2
   memset(b->ptr, 0xCD, n); /* uninitialized reads show as 0xCDCD... */
@@ -419,10 +438,12 @@ static void merge_next(keel_heap *h, pool *p, keel_block *b, keel_block *nb) {
 
 void keel_heap_free(keel_heap *h, keel_block *b) {
   if (!b) return;
+  if (h->prov.host_visible) {
 #if KEEL_DEBUG >= 2
-  memset(b->ptr, 0xDD, b->req); /* use-after-free reads show as 0xDDDD... */
+    memset(b->ptr, 0xDD, b->req); /* use-after-free reads show as 0xDDDD... */
 #endif
-  POISON(b->ptr, b->size);
+    POISON(b->ptr, b->size);
+  }
   keel_mutex_lock(&h->lock);
   keel_assert(!b->is_free);
   keel_assert(b->ptr >= b->seg->base && b->ptr + b->size <= b->seg->base + b->seg->size);

@@ -89,7 +89,26 @@ typedef struct keel_trim_policy {
   unsigned margin_pct;
 } keel_trim_policy;
 
+/* Where a heap's segments come from: the system's pages (the default), or
+ * a device's memory (src/device/: cuMemAlloc). The allocator's policy
+ * (bins, pools, trim, cap, owner tags) is the same for every provider; it
+ * only never touches the bytes of a provider that is not host-visible (no
+ * debug fill, no ASan poisoning). `pages` returns NULL when the provider
+ * refuses (out of device memory): the heap then counts an OOM as for the
+ * system's pages. The provider outlives every heap made on it. */
+typedef struct keel_mem_provider {
+  const char *name;                 /* "cpu", "cuda:0": for messages      */
+  void *(*pages)(void *ctx, size_t size);
+  void (*pages_free)(void *ctx, void *p, size_t size);
+  void *ctx;
+  bool host_visible;
+} keel_mem_provider;
+
 KEEL_INTERNAL keel_heap *keel_heap_create(size_t mem_limit);
+/* A heap whose segments come from `prov` (copied; NULL: the system's). */
+KEEL_INTERNAL keel_heap *keel_heap_create_on(size_t mem_limit, const keel_mem_provider *prov);
+/* The provider's name ("cpu" for the system's pages). */
+KEEL_INTERNAL const char *keel_heap_device(const keel_heap *h);
 KEEL_INTERNAL void keel_heap_set_trim(keel_heap *h, keel_trim_policy p);
 /* A run ended: records its high-water mark and applies the trim policy. */
 KEEL_INTERNAL void keel_heap_run_end(keel_heap *h);

@@ -1,0 +1,105 @@
+/* ew.cu: element-wise float32 kernels (src/device/cuda.h's codes).
+ * Compiled to PTX by clang at build time (cmake/ptx.cmake). */
+#include "prelude.h"
+
+#define MAX_RANK 8
+
+/* Broadcast geometry, passed by value: y's dims and each operand's element
+ * strides (0 on a broadcast axis). */
+struct bcast {
+  i64 dims[MAX_RANK];
+  i64 sa[MAX_RANK], sb[MAX_RANK];
+  int rank;
+};
+
+static __device__ __forceinline__ float binop(int op, float a, float b) {
+  switch (op) {
+    case 0: return a + b;
+    case 1: return a - b;
+    case 2: return a * b;
+    case 3: return f_div(a, b);
+    case 4: return a != a || b != b ? a + b : f_max(a, b); /* NaN wins, as std::max in ONNX Runtime */
+    case 5: return a != a || b != b ? a + b : f_min(a, b);
+    default: return f_pow(a, b);
+  }
+}
+
+/* Same shapes (or a scalar operand): no index arithmetic. */
+extern "C" __global__ void keel_ew_binary_flat(int op, i64 n, const float *a, int a_scalar,
+                                               const float *b, int b_scalar, float *y) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+    y[i] = binop(op, a[a_scalar ? 0 : i], b[b_scalar ? 0 : i]);
+}
+
+extern "C" __global__ void keel_ew_binary_bcast(int op, i64 n, struct bcast g, const float *a,
+                                                const float *b, float *y) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    i64 r = i, ia = 0, ib = 0;
+    for (int d = g.rank - 1; d >= 0; d--) {
+      i64 c = r % g.dims[d];
+      r /= g.dims[d];
+      ia += c * g.sa[d];
+      ib += c * g.sb[d];
+    }
+    y[i] = binop(op, a[ia], b[ib]);
+  }
+}
+
+static __device__ __forceinline__ float unop(int op, float x) {
+  switch (op) {
+    case 0: return x > 0.0f ? x : (x != x ? x : 0.0f);
+    case 1: return -x;
+    case 2: return f_abs(x);
+    case 3: return f_sqrt(x);
+    case 4: return f_exp(x);
+    case 5: return x >= 0 ? f_div(1.0f, 1.0f + f_exp(-x)) : f_div(f_exp(x), 1.0f + f_exp(x));
+    case 6: return f_tanh(x);
+    default: return f_log(x);
+  }
+}
+
+extern "C" __global__ void keel_ew_unary(int op, i64 n, const float *x, float *y) {
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+    y[i] = unop(op, x[i]);
+}
+
+/* Softmax over rows of `cols`: one block of 256 threads per row; max and
+ * sum by warp shuffles, then across the block's 8 warps in shared memory. */
+static __device__ float block_reduce(float v, int is_max, float *sh) {
+  for (int m = 16; m > 0; m >>= 1) {
+    float o = shfl_xor(v, m);
+    v = is_max ? f_max(v, o) : v + o;
+  }
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) sh[warp] = v;
+  sync_threads();
+  if (threadIdx.x == 0) {
+    float r = sh[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = is_max ? f_max(r, sh[w]) : r + sh[w];
+    sh[32] = r;
+  }
+  sync_threads();
+  float r = sh[32];
+  sync_threads();
+  return r;
+}
+
+extern "C" __global__ void keel_softmax_rows(i64 rows, i64 cols, const float *x, float *y) {
+  __shared__ float sh[33];
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const float *xr = x + row * cols;
+    float *yr = y + row * cols;
+    float m = -__builtin_inff();
+    for (i64 c = threadIdx.x; c < cols; c += blockDim.x) m = f_max(m, xr[c]);
+    m = block_reduce(m, 1, sh);
+    float s = 0.0f;
+    for (i64 c = threadIdx.x; c < cols; c += blockDim.x) {
+      float e = f_exp(xr[c] - m);
+      yr[c] = e;
+      s += e;
+    }
+    s = block_reduce(s, 0, sh);
+    float inv = f_div(1.0f, s);
+    for (i64 c = threadIdx.x; c < cols; c += blockDim.x) yr[c] *= inv;
+  }
+}
