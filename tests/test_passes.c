@@ -223,7 +223,69 @@ static void gelu_case(int form) {
   CHECK(worst < 1e-6);
 }
 
+/* Conv -> BatchNormalization -> Relu as paddle2onnx (opset 9, every
+ * parameter a Constant node) and tf2onnx (initializers) write it: one Conv
+ * after the passes (fold-batchnorm, then fuse-activation), outputs within
+ * float rounding of the model as written. `conv_bias`: the Conv has a
+ * bias of its own; `shared`: the Conv output is also a graph output, which
+ * must stop the fold. */
+static void bn_case(int opset, bool constant_nodes, bool conv_bias, bool shared) {
+  static float sc[M], be[M], mu[M], va[M];
+  for (int i = 0; i < M; i++)
+    sc[i] = 0.8f + 0.1f * (float)i, be[i] = 0.05f * (float)i - 0.1f, mu[i] = 0.02f * (float)i - 0.03f,
+    va[i] = 0.5f + 0.25f * (float)i;
+  const char *pn[4] = {"bn_s", "bn_b", "bn_m", "bn_v"};
+  const float *pv[4] = {sc, be, mu, va};
+  mb_graph *gs[2];
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = gs[k] = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
+    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
+    if (conv_bias) mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    for (int p = 0; p < 4; p++) {
+      if (constant_nodes) mb_attr_t(mb_add(g, "Constant", "", pn[p]), "value", KEEL_FLOAT, 1, (int64_t[]){M}, pv[p]);
+      else mb_init(g, pn[p], KEEL_FLOAT, 1, (int64_t[]){M}, pv[p]);
+    }
+    mb_node *c = mb_add(g, "Conv", conv_bias ? "x,w,b" : "x,w", "c");
+    mb_attr_ints(c, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    mb_node *bn = mb_add(g, "BatchNormalization", "c,bn_s,bn_b,bn_m,bn_v", "n");
+    mb_attr_f(bn, "epsilon", 1e-3f);
+    mb_add(g, "Relu", "n", "y");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (shared) mb_output(g, "c", KEEL_FLOAT, -1, NULL);
+  }
+  size_t n = 2 * M * H * H;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_options nchw = {.size = sizeof nchw, .flags = KEEL_OPT_NO_ONEDNN};
+  keel_session_t *s0 = mb_session_opts(gs[0], opset, &plain), *s1 = mb_session_opts(gs[1], opset, &nchw);
+  CHECK(s0 && s1);
+  if (s0 && s1) {
+    float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
+    run(s0, false, y0, n);
+    run(s1, false, y1, n);
+    double worst = 0, big = 1;
+    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(y0[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / big);
+    int want = shared ? 3 : 1, got = node_count(s1);
+    if (worst > 1e-5 || got != want)
+      fprintf(stderr, "BatchNormalization opset %d (%s%s%s): worst difference %g of the largest output, %d nodes\n", opset,
+              constant_nodes ? "Constant nodes" : "initializers", conv_bias ? ", conv bias" : "",
+              shared ? ", shared" : "", worst, got);
+    CHECK(worst <= 1e-5);
+    CHECK(got == want);
+    free(y0), free(y1);
+  }
+  keel_session_destroy(s0);
+  keel_session_destroy(s1);
+}
+
 int main(void) {
+  fill();
+  bn_case(9, true, false, false);  /* paddle2onnx: Constant nodes, no conv bias */
+  bn_case(11, true, true, false);
+  bn_case(13, false, true, false); /* initializers */
+  bn_case(15, false, false, false);
+  bn_case(13, false, true, true);  /* the conv output is read twice: not folded */
   gelu_case(0);
   gelu_case(1);
   ln_case(13, false);
