@@ -200,6 +200,7 @@ static void configure_memory(keel_session_t *s) {
                     : o->trim_margin_pct == 0 ? KEEL_DEFAULT_TRIM_MARGIN_PCT
                                               : 0};
   keel_heap_set_trim(s->heap, p);
+  s->lib.heap = s->heap; /* the per-shape caches follow the trim policy */
   s->pool_cap = o->run_pool_cap ? o->run_pool_cap : KEEL_DEFAULT_RUN_POOL_CAP;
 }
 

@@ -500,6 +500,14 @@ void keel_heap_set_trim(keel_heap *h, keel_trim_policy p) {
   keel_mutex_unlock(&h->lock);
 }
 
+uint64_t keel_heap_clock(keel_heap *h, unsigned *window) {
+  keel_mutex_lock(&h->lock);
+  uint64_t e = h->epoch;
+  *window = h->trim.enabled ? h->window : 0;
+  keel_mutex_unlock(&h->lock);
+  return e;
+}
+
 /* The highest run peak of the last `window` run ends. */
 static uint64_t window_high(const keel_heap *h) {
   uint64_t n = KEEL_MIN((uint64_t)h->window, h->epoch), hw = 0;

@@ -112,6 +112,10 @@ KEEL_INTERNAL const char *keel_heap_device(const keel_heap *h);
 KEEL_INTERNAL void keel_heap_set_trim(keel_heap *h, keel_trim_policy p);
 /* A run ended: records its high-water mark and applies the trim policy. */
 KEEL_INTERNAL void keel_heap_run_end(keel_heap *h);
+/* The run ends seen so far and the trim window now (0 when there is no
+ * automatic trim): for caches outside the heap that follow its policy
+ * (the per-shape caches of oneDNN kernels). */
+KEEL_INTERNAL uint64_t keel_heap_clock(keel_heap *h, unsigned *window);
 KEEL_INTERNAL void keel_heap_retain(keel_heap *h);
 /* Drops a reference; the last one frees every segment. */
 KEEL_INTERNAL void keel_heap_release(keel_heap *h);

@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if KEEL_HAVE_DNNL && defined(__GLIBC__)
+#include <malloc.h> /* malloc_trim */
+#endif
 
 /* ------------------------------------------------- per-shape caches */
 
@@ -32,21 +35,53 @@ static void drop_setup_code(void) {
 #endif
 }
 
+/* Drops the idle entries, other than `keep`, that no run used in the
+ * heap's trim window (under the cache's lock); true when one went. */
+static bool cache_age(keel_dnnl_cache *c, uint64_t now, unsigned window,
+                      const keel_dnnl_entry *keep) {
+  bool any = false;
+  for (int i = 0; window && i < c->n;) {
+    keel_dnnl_entry *e = c->e[i];
+    if (e != keep && !e->refs && e->run + window < now) {
+      c->drop(c->ctx, e);
+      c->e[i] = c->e[--c->n];
+      atomic_fetch_add(&c->fig->shape_evictions, 1);
+      any = true;
+    } else {
+      i++;
+    }
+  }
+  return any;
+}
+
+/* What the dropped primitives held in malloc's arenas goes back to the
+ * system (glibc keeps freed pages otherwise). */
+static void give_back_malloc(void) {
+#if KEEL_HAVE_DNNL && defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const void *arg,
                                 keel_dnnl_entry **out, bool *tmp) {
   *tmp = false;
+  unsigned window = 0;
+  uint64_t now = c->fig->heap ? keel_heap_clock(c->fig->heap, &window) : 0;
   keel_mutex_lock(&c->lock);
   for (int i = 0; i < c->n; i++) {
     keel_dnnl_entry *e = c->e[i];
     if (!memcmp(e->key, key, sizeof e->key)) {
-      e->refs++, e->used = ++c->tick;
+      e->refs++, e->used = ++c->tick, e->run = now;
+      bool aged = cache_age(c, now, window, e);
       keel_mutex_unlock(&c->lock);
+      if (aged) give_back_malloc();
       atomic_fetch_add(&c->fig->shape_hits, 1);
       *out = e;
       return KEEL_OK;
     }
   }
   atomic_fetch_add(&c->fig->shape_misses, 1);
+  bool aged = cache_age(c, now, window, NULL);
   /* made under the lock: other runs of the node wait for it rather than
    * make it twice */
   keel_dnnl_entry *e;
@@ -54,6 +89,7 @@ keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const vo
   drop_setup_code();
   if (st) {
     keel_mutex_unlock(&c->lock);
+    if (aged) give_back_malloc();
     return st;
   }
   memcpy(e->key, key, sizeof e->key);
@@ -71,8 +107,9 @@ keel_status keel_dnnl_cache_get(keel_dnnl_cache *c, const int64_t *key, const vo
     }
     c->e[slot] = e;
   }
-  e->refs = 1, e->used = ++c->tick;
+  e->refs = 1, e->used = ++c->tick, e->run = now;
   keel_mutex_unlock(&c->lock);
+  if (aged) give_back_malloc();
   *out = e;
   return KEEL_OK;
 }

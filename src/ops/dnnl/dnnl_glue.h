@@ -57,6 +57,9 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t streamed;   /* live conv nodes on keel's streamed kernel */
   _Atomic uint64_t winograd;   /* ... on keel's Winograd kernel            */
   struct keel_dnnl_shared *shared; /* under the glue's lock                */
+  struct keel_heap *heap;      /* the session's: its run clock and trim
+                                  window age the per-shape caches (NULL:
+                                  they only evict)                        */
 } keel_dnnl_figures;
 
 
@@ -67,7 +70,15 @@ typedef struct keel_dnnl_figures {
  * by concurrent runs (a reference count), the least recently used idle one
  * evicted for a new key; when every entry is in use, the run gets a
  * private one freed after it. Hits, misses and evictions go to the
- * session's figures. */
+ * session's figures.
+ *
+ * An entry follows the allocator's trim policy: one that no run used in
+ * the heap's trim window (8 runs, longer after regrets; never with the
+ * automatic trim off) is dropped on the node's next lookup, and malloc's
+ * free pages go back to the system. A burst of wide inputs leaves
+ * primitives of its shape behind (oneDNN's brgconv held 0.6-1.4 MB of
+ * malloc each at W = 3200 on a text recogniser: 10 MB), which would stay
+ * until eight other shapes came. */
 #define KEEL_DNNL_SHAPES 8
 #define KEEL_DNNL_KEY 4
 
@@ -75,6 +86,7 @@ typedef struct keel_dnnl_entry {
   int64_t key[KEEL_DNNL_KEY];
   int refs;
   uint64_t used;
+  uint64_t run;                /* the heap's clock when last used         */
 } keel_dnnl_entry;
 
 /* make: builds the entry for `key` (its first member a keel_dnnl_entry);
