@@ -23,14 +23,6 @@
 #include "mb.h"
 #include "mem/alloc.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
-
 #define H 48
 #define HID 48  /* LSTM hidden units */
 #define CLS 97  /* classes of the head */
@@ -196,7 +188,7 @@ int main(void) {
           (unsigned long long)after.n_auto_release, (unsigned long long)after.bytes_auto_release);
   CHECK(big.reserved > 2 * small.reserved); /* the burst really took more */
   CHECK(after.reserved * 5 <= small.reserved * 6);
-#if !defined(TEST_ASAN) && !(defined(KEEL_DEBUG) && KEEL_DEBUG >= 2)
+#if !KEEL_TEST_SANITIZED && !(defined(KEEL_DEBUG) && KEEL_DEBUG >= 2)
   /* the RSS of the small-only session was measured while it was alive, in
    * a process that had not yet run the burst */
   CHECK(rss_after * 5 <= rss_small * 6);
