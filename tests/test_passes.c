@@ -279,8 +279,73 @@ static void bn_case(int opset, bool constant_nodes, bool conv_bias, bool shared)
   keel_session_destroy(s1);
 }
 
+/* HardSwish and HardSigmoid spelled out after a Conv, in the exporters'
+ * forms (canon-activation, then fuse-activation): `form` 0 paddle2onnx
+ * (opset 9, Constant-node scalars, Clip attributes, Mul by x then Div by
+ * 6), 1 PyTorch opset 11 (Add(3, x), Clip inputs, Div then Mul), 2 a Mul
+ * by 1/6 and Mul(., x), 3 HardSigmoid (no product), 4 the Clip output
+ * also a graph output (left as written). */
+static void hswish_case(int form) {
+  int opset = form == 0 ? 9 : 11;
+  float three = 3, zero = 0, six = 6, sixth = 1.0f / 6.0f;
+  mb_graph *gs[2];
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = gs[k] = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
+    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
+    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    const char *names[4] = {"three", "zero", "six", "sixth"};
+    const float *vals[4] = {&three, &zero, &six, &sixth};
+    for (int i = 0; i < 4; i++) {
+      if (form == 0) mb_attr_t(mb_add(g, "Constant", "", names[i]), "value", KEEL_FLOAT, 0, NULL, vals[i]);
+      else mb_init(g, names[i], KEEL_FLOAT, 0, NULL, vals[i]);
+    }
+    mb_attr_ints(mb_add(g, "Conv", "x,w,b", "c"), "pads", 4, (int64_t[]){1, 1, 1, 1});
+    mb_add(g, "Add", form == 1 ? "three,c" : "c,three", "a");
+    mb_node *cl = mb_add(g, "Clip", form == 0 ? "a" : "a,zero,six", "r");
+    if (form == 0) mb_attr_f(cl, "min", 0), mb_attr_f(cl, "max", 6);
+    if (form == 0 || form == 4) {
+      mb_add(g, "Mul", "c,r", "m");
+      mb_add(g, "Div", "m,six", "y");
+    } else if (form == 1) {
+      mb_add(g, "Div", "r,six", "d");
+      mb_add(g, "Mul", "c,d", "y");
+    } else if (form == 2) {
+      mb_add(g, "Mul", "sixth,r", "d");
+      mb_add(g, "Mul", "d,c", "y");
+    } else {
+      mb_add(g, "Div", "r,six", "y");
+    }
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (form == 4) mb_output(g, "r", KEEL_FLOAT, -1, NULL);
+  }
+  size_t n = 2 * M * H * H;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_options nchw = {.size = sizeof nchw, .flags = KEEL_OPT_NO_ONEDNN};
+  keel_session_t *s0 = mb_session_opts(gs[0], opset, &plain), *s1 = mb_session_opts(gs[1], opset, &nchw);
+  CHECK(s0 && s1);
+  if (s0 && s1) {
+    float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
+    run(s0, false, y0, n);
+    run(s1, false, y1, n);
+    double worst = 0, big = 1;
+    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(y0[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / big);
+    int want = form == 4 ? 5 : 1, got = node_count(s1);
+    if (worst > 1e-6 || got != want)
+      fprintf(stderr, "hardswish form %d: worst difference %g of the largest output, %d nodes (want %d)\n", form,
+              worst, got, want);
+    CHECK(worst <= 1e-6);
+    CHECK(got == want);
+    free(y0), free(y1);
+  }
+  keel_session_destroy(s0);
+  keel_session_destroy(s1);
+}
+
 int main(void) {
   fill();
+  for (int form = 0; form <= 4; form++) hswish_case(form);
   bn_case(9, true, false, false);  /* paddle2onnx: Constant nodes, no conv bias */
   bn_case(11, true, true, false);
   bn_case(13, false, true, false); /* initializers */

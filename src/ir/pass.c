@@ -11,6 +11,7 @@ static const keel_pass g_passes[] = {
     {"shard", keel_pass_shard, false}, /* a no-op unless m->shard is set */
     {"fold-identity", keel_pass_fold_identity, true},
     {"fold-batchnorm", keel_pass_fold_batchnorm, true},
+    {"canon-activation", keel_pass_canon_activation, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},
