@@ -13,6 +13,7 @@
  * float16/bfloat16 pool in float on staged copies; MaxPool also takes int8
  * and uint8 (opset 12).
  */
+#include "../base/pool.h"
 #include "bcast.h"
 #include "conv_util.h"
 
@@ -214,6 +215,106 @@ static pool_fn pool_pick(int kind, int dt) {
   }
 }
 
+/* ================================================ 2-D float planes */
+
+/* The fast path for the common case, float MaxPool (without Indices) and
+ * AveragePool over 2-D planes: the window's valid tap range per output row
+ * and column is computed once (row: per task; column: a table), and the
+ * taps are read straight from the plane, row after row, instead of
+ * through win_taps' offset list for every plane (which strides through
+ * every (n, c) plane per output position). A 3x3/2 MaxPool of
+ * [1, 16, 112, 112] on one thread (AMD EPYC, `keel bench`): 1.56 ms before,
+ * 0.28 ms now (the max without a branch per tap; whole 3-wide rows
+ * unrolled). The same taps in the same order as the reference
+ * reducers above, so the results are identical (test_ops_pool's random
+ * geometries run through here for 2-D float). Tasks are (plane, output
+ * row) on the session's pool. */
+typedef struct span2 {
+  int32_t lo, hi;              /* valid taps [lo, hi) along the dim       */
+  int32_t inside;              /* taps inside the padded extent           */
+  int64_t start;               /* input coordinate of tap 0               */
+} span2;
+
+static span2 span_of(const keel_win *w, int d, int64_t o) {
+  int64_t s0 = o * w->s[d] - w->pb[d], dl = w->d[d];
+  int64_t lo = KEEL_MAX(0, cdiv(-s0, dl)), hi = KEEL_MIN(w->k[d], cdiv(w->in[d] - s0, dl));
+  int64_t plo = KEEL_MAX(0, cdiv(-w->pb[d] - s0, dl));
+  int64_t phi = KEEL_MIN(w->k[d], cdiv(w->in[d] + w->pe[d] - s0, dl));
+  return (span2){(int32_t)lo, (int32_t)KEEL_MAX(lo, hi), (int32_t)KEEL_MAX(0, phi - plo), s0};
+}
+
+typedef struct plane_job {
+  const pool_args *a;
+  const float *x;
+  float *y;
+  const span2 *cols;
+} plane_job;
+
+static keel_status plane_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
+  (void)worker;
+  const plane_job *j = ctx;
+  const keel_win *w = j->a->w;
+  int64_t oh = w->out[0], ow = w->out[1], iw = w->in[1], d1 = w->d[1];
+  bool is_max = j->a->kind == POOL_MAX, inc = j->a->include_pad;
+  for (int64_t t = lo; t < hi; t++) {
+    int64_t plane = t / oh, oy = t % oh;
+    span2 r = span_of(w, 0, oy);
+    const float *xp = j->x + plane * w->in_size;
+    float *yr = j->y + plane * w->out_size + oy * ow;
+    for (int64_t ox = 0; ox < ow; ox++) {
+      const span2 c = j->cols[ox];
+      int64_t n = (int64_t)(r.hi - r.lo) * (c.hi - c.lo);
+      if (is_max) {
+        /* the reference's rule without a branch per tap (random data
+         * mispredicts half of them): the largest non-NaN tap, the first
+         * of equal ones (strict >: maxss), NaN only when every tap is */
+        float best = -INFINITY;
+        int seen = n == 0;
+        if (c.lo == 0 && c.hi == 3 && d1 == 1) { /* a whole 3-wide row: unrolled */
+          for (int32_t ky = r.lo; ky < r.hi; ky++) {
+            const float *row = xp + (r.start + ky * w->d[0]) * iw + c.start;
+            float v0 = row[0], v1 = row[1], v2 = row[2];
+            best = v0 > best ? v0 : best;
+            best = v1 > best ? v1 : best;
+            best = v2 > best ? v2 : best;
+            seen |= (v0 == v0) | (v1 == v1) | (v2 == v2);
+          }
+        } else {
+          for (int32_t ky = r.lo; ky < r.hi; ky++) {
+            const float *row = xp + (r.start + ky * w->d[0]) * iw + c.start;
+            for (int32_t kx = c.lo; kx < c.hi; kx++) {
+              float v = row[kx * d1];
+              best = v > best ? v : best;
+              seen |= v == v;
+            }
+          }
+        }
+        yr[ox] = seen ? best : NAN;
+      } else {
+        float acc = 0;
+        for (int32_t ky = r.lo; ky < r.hi; ky++) {
+          const float *row = xp + (r.start + ky * w->d[0]) * iw + c.start;
+          for (int32_t kx = c.lo; kx < c.hi; kx++) acc += row[kx * d1];
+        }
+        int64_t div = inc ? (int64_t)r.inside * c.inside : n;
+        yr[ox] = div ? acc / (float)div : 0.0f;
+      }
+    }
+  }
+  return KEEL_OK;
+}
+
+static keel_status pool_planes_2d(keel_kctx *k, const pool_args *a, const keel_tensor *x, keel_tensor *y) {
+  const keel_win *w = a->w;
+  void *cols;
+  KEEL_TRY(keel_k_scratch_n(k, w->out[1], sizeof(span2), &cols));
+  for (int64_t ox = 0; ox < w->out[1]; ox++) ((span2 *)cols)[ox] = span_of(w, 1, ox);
+  plane_job j = {a, x->data, y->data, cols};
+  /* a row costs about OW * taps; a task gets at least ~16K of those */
+  int64_t row = KEEL_MAX(1, w->out[1] * w->k_size);
+  return keel_pool_for(k->pool, a->planes * w->out[0], KEEL_MAX(1, 16384 / row), plane_rows, &j);
+}
+
 /* ======================================================== pool ops */
 
 /* Runs fn on x into y (and ind), staging float16/bfloat16 through float. */
@@ -256,6 +357,9 @@ static keel_status pool_op(keel_kctx *k, int kind) {
   if (kind == POOL_MAX && keel_k_has_out(k, 1))
     KEEL_TRY(keel_k_out(k, 1, KEEL_INT64, x->rank, shape, &ind));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
+  if (w.nd == 2 && x->dtype == KEEL_FLOAT && kind != POOL_LP && !ind && w.in[0] <= INT32_MAX &&
+      w.in[1] <= INT32_MAX)
+    return pool_planes_2d(k, &a, x, y);
   KEEL_TRY(taps_scratch(k, &w, &a.taps));
   return pool_dispatch(k, &a, x, y, ind ? ind->data : NULL);
 }
