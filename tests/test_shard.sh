@@ -3,7 +3,9 @@
 # exported from PyTorch, 4 blocks, 8 heads, hidden 256, vocab 256), plain and
 # in a greedy-decoding Loop that runs the whole decoder per new token.
 # Weights are written first from their seeded generator (tools/gpt_weights.py,
-# numpy only). Then, at TP = 2 and 4 under mpirun:
+# numpy only). The same GPT with its causal mask computed from the input
+# length (dynmask, dynmask_loop) is sharded at TP 2 and 4 too. Then, at
+# TP = 2 and 4 under mpirun:
 #  - keel test DIR passes against PyTorch's outputs (tokens exactly);
 #  - rank 0's logits match the one-process run within atol 1e-4, and the
 #    generated tokens are identical;
@@ -42,12 +44,12 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-for m in plain loop; do
+for m in plain loop dynmask dynmask_loop; do
   cp -r "$here/gpt/$m" "$work/$m"
   "$py" "$tools/gpt_weights.py" "$work/$m/weights.txt" "$work/$m/weights.bin" || fail "$m: weights"
 done
-out=$("$keel" test "$work/plain" "$work/loop" 2>&1)
-grep -q "2 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
+out=$("$keel" test "$work/plain" "$work/loop" "$work/dynmask" "$work/dynmask_loop" 2>&1)
+grep -q "4 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
 
 # the bound: blocks' weights (torch names blocks.*) / N + everything else, x 1.05
 block_bytes() {
@@ -94,6 +96,30 @@ for r in d['ranks']:
     assert len(r['collectives']) == $ncoll, r['collectives']
     assert sum(c['op'] == 'AllGather' for c in r['collectives']) == $nag
 " || fail "$m tp$run: per-rank parameter bytes or collectives"
+  done
+done
+
+# The same GPT with its causal mask computed from the input length
+# (torch.triu(torch.full((T, T), -inf), 1): Shape, ConstantOfShape, Trilu),
+# plain and in the greedy loop (issue 24): the mask's rank shows that it
+# broadcasts over the heads. TP 2 and 4 against PyTorch and one process
+# (TP 8 by hand: the same commands with -np 8).
+for m in dynmask dynmask_loop; do
+  ds=$work/$m/test_data_set_0
+  "$keel" run "$work/$m/model.onnx" --data "$ds" --out "$work/$m/one" >/dev/null || fail "$m: one-process run"
+  for n in 2 4; do
+    dir=$work/$m-tp$n
+    out=$("$keel" shard "$work/$m/model.onnx" --tp $n --out "$dir" 2>&1) || { fail "$m tp$n: shard: $out"; continue; }
+    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$n: blocks found: $out"
+    cp -r "$ds" "$dir/"
+    out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
+    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$n: keel test against PyTorch: $out"
+    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$n-out" >/dev/null 2>&1 ||
+      fail "$m tp$n: mpirun keel run"
+    for f in "$work/$m/one"/output_*.pb; do
+      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$n-out/$(basename "$f")" 1e-4 ||
+        fail "$m tp$n: $(basename "$f") differs from one process"
+    done
   done
 done
 

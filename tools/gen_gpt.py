@@ -38,6 +38,7 @@ class Attention(torch.nn.Module):
         self.v = torch.nn.Linear(HIDDEN, HIDDEN)
         self.proj = torch.nn.Linear(HIDDEN, HIDDEN)
         self.nh = HEADS
+        self.dynamic_mask = False  # True for the dynmask/ models
         self.register_buffer("mask", torch.tril(torch.ones(MAXPOS, MAXPOS)).view(1, 1, MAXPOS, MAXPOS))
 
     def forward(self, x):
@@ -46,7 +47,12 @@ class Attention(torch.nn.Module):
         k = self.k(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
         v = self.v(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / float(C // self.nh) ** 0.5)
-        att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
+        if self.dynamic_mask:
+            # the mask from the input length, as most GPT code writes it:
+            # Shape -> ConstantOfShape [T, T] -> Trilu in the export
+            att = att + torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+        else:
+            att = att.masked_fill(self.mask[:, :, :T, :T] == 0, float("-inf"))
         att = torch.softmax(att, dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         return self.proj(y)
@@ -181,6 +187,13 @@ def main():
     export("plain", gpt, (tokens,), ["tokens"], ["logits"], False)
     out = export("loop", Greedy(gpt), (tokens[:, :5], 8), ["tokens", "n"], ["generated", "logits"], True)
     print("generated", out[0].tolist())
+    # the same weights with the causal mask computed from the length
+    # (issue 24): dynmask/ (traced, T dynamic) and dynmask_loop/ (scripted)
+    for b in gpt.blocks:
+        b.attn.dynamic_mask = True
+    export("dynmask", gpt, (tokens,), ["tokens"], ["logits"], False)
+    out = export("dynmask_loop", Greedy(gpt), (tokens[:, :5], 8), ["tokens", "n"], ["generated", "logits"], True)
+    print("generated (dynamic mask)", out[0].tolist())
 
 
 if __name__ == "__main__":

@@ -247,6 +247,59 @@ static bool side_shape(const sharder *S, const char *name, int depth, int32_t *r
     memcpy(dims, ix->shape, sizeof(int64_t) * (size_t)ix->rank);
     return true;
   }
+  /* A mask made from the input's length, as PyTorch exports
+   * torch.triu(torch.full((T, T), ...)): Trilu(ConstantOfShape(Concat(
+   * Unsqueeze(Gather(Shape(x), i)), ...))). Its dims are not known, but
+   * its rank is, and a rank-2 operand of [B, H, T, T] scores cannot vary
+   * along the heads (plan_side): -1 marks each unknown dim. */
+  if (!strcmp(n->op_type, "Trilu") && n->n_in >= 1) return side_shape(S, n->in_names[0], depth + 1, rank, dims);
+  if (!strcmp(n->op_type, "ConstantOfShape") && n->n_in == 1) {
+    int32_t r;
+    int64_t d[KEEL_MAX_RANK];
+    if (!side_shape(S, n->in_names[0], depth + 1, &r, d) || r != 1 || d[0] < 0 || d[0] > KEEL_MAX_RANK)
+      return false;
+    *rank = (int32_t)d[0];
+    for (int32_t j = 0; j < *rank; j++) dims[j] = -1;
+    return true;
+  }
+  if (!strcmp(n->op_type, "Unsqueeze") && n->n_in >= 1) {
+    const keel_attr *aa = keel_node_attr(n, "axes");
+    const keel_tensor *ax = n->n_in > 1 ? const_vals(S, n->in_names[1]) : NULL;
+    int32_t na = ax && ax->dtype == KEEL_INT64 ? (int32_t)keel_tensor_numel(ax) : aa ? aa->n : -1;
+    const int64_t *av = ax && ax->dtype == KEEL_INT64 ? ax->data : aa ? aa->ints : NULL;
+    int32_t r;
+    int64_t d[KEEL_MAX_RANK];
+    if (na < 0 || !side_shape(S, n->in_names[0], depth + 1, &r, d) || r + na > KEEL_MAX_RANK) return false;
+    *rank = r + na;
+    bool one[KEEL_MAX_RANK] = {0};
+    for (int32_t i = 0; i < na; i++) {
+      int64_t a = av[i] < 0 ? av[i] + *rank : av[i];
+      if (a < 0 || a >= *rank || one[a]) return false;
+      one[a] = true;
+    }
+    for (int32_t j = 0, k = 0; j < *rank; j++) dims[j] = one[j] ? 1 : d[k++];
+    return true;
+  }
+  if (!strcmp(n->op_type, "Concat") && n->n_in >= 1) {
+    const keel_attr *axa = keel_node_attr(n, "axis");
+    int64_t axis = axa ? axa->i : 0;
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int32_t r;
+      int64_t d[KEEL_MAX_RANK];
+      if (!side_shape(S, n->in_names[k], depth + 1, &r, d)) return false;
+      if (k == 0) {
+        *rank = r;
+        memcpy(dims, d, sizeof(int64_t) * (size_t)r);
+        if (axis < 0) axis += r;
+        if (axis < 0 || axis >= r) return false;
+        continue;
+      }
+      if (r != *rank) return false;
+      for (int32_t j = 0; j < r; j++)
+        dims[j] = j == axis ? (dims[j] < 0 || d[j] < 0 ? -1 : dims[j] + d[j]) : dims[j] == d[j] ? d[j] : -1;
+    }
+    return true;
+  }
   bool ew = !strcmp(n->op_type, "Equal") || !strcmp(n->op_type, "Not") ||
             !strcmp(n->op_type, "Less") || !strcmp(n->op_type, "Greater") || is_elementwise(n);
   if (!ew || n->n_out != 1) return false;
