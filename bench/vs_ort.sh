@@ -78,6 +78,7 @@ for m in $MODELS; do
   if [[ ! -f $MODELS_DIR/$m/model.onnx ]]; then
     echo "== generating the model set in $MODELS_DIR"
     /usr/bin/python3 "$ROOT/bench/models/gen.py" "$MODELS_DIR" 2>/dev/null
+    /usr/bin/python3 "$ROOT/bench/models/gen_paddle.py" "$MODELS_DIR" >/dev/null
     break
   fi
 done
