@@ -267,7 +267,8 @@ static keel_status plane_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
       if (is_max) {
         /* the reference's rule without a branch per tap (random data
          * mispredicts half of them): the largest non-NaN tap, the first
-         * of equal ones (strict >: maxss), NaN only when every tap is */
+         * of equal ones (strict >: maxss), NaN only when every tap is
+         * (then the last tap's, bit for bit) */
         float best = -INFINITY;
         int seen = n == 0;
         if (c.lo == 0 && c.hi == 3 && d1 == 1) { /* a whole 3-wide row: unrolled */
@@ -289,7 +290,9 @@ static keel_status plane_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
             }
           }
         }
-        yr[ox] = seen ? best : NAN;
+        if (!seen) /* every tap is NaN: the reference keeps the last one, payload and sign */
+          best = xp[(r.start + (r.hi - 1) * w->d[0]) * iw + c.start + (c.hi - 1) * d1];
+        yr[ox] = best;
       } else {
         float acc = 0;
         for (int32_t ky = r.lo; ky < r.hi; ky++) {
