@@ -22,6 +22,7 @@
 #include "keel_stats.h"
 #include "mb.h"
 #include "mem/alloc.h"
+#include "svc_model.h" /* svc_rss */
 
 #define H 48
 #define HID 48  /* LSTM hidden units */
@@ -120,14 +121,7 @@ static keel_status crnn_run(keel_session_t *s, int64_t w) {
   return st;
 }
 
-static unsigned long long rss(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  unsigned long long pages = 0, res = 0;
-  if (!f) return 0;
-  if (fscanf(f, "%llu %llu", &pages, &res) != 2) res = 0;
-  fclose(f);
-  return res * 4096ull;
-}
+static unsigned long long rss(void) { return svc_rss(); }
 
 static keel_stats stats(keel_session_t *s) {
   keel_stats st = {.size = sizeof st};

@@ -223,6 +223,34 @@ static void gelu_case(int form) {
   CHECK(worst < 1e-6);
 }
 
+/* The model as written (gs[0], KEEL_OPT_NO_GRAPH_PASSES) against the
+ * passes (gs[1], NCHW: the layout pass off), both [2, M, H, H] out: outputs
+ * within `tol` of the largest one, `want` nodes left after the passes. */
+static void passes_agree(mb_graph *gs[2], int opset, double tol, int want, const char *label) {
+  size_t n = 2 * M * H * H;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_options nchw = {.size = sizeof nchw, .flags = KEEL_OPT_NO_ONEDNN};
+  keel_session_t *s0 = mb_session_opts(gs[0], opset, &plain), *s1 = mb_session_opts(gs[1], opset, &nchw);
+  CHECK(s0 && s1);
+  if (s0 && s1) {
+    float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
+    run(s0, false, y0, n);
+    run(s1, false, y1, n);
+    double worst = 0, big = 1;
+    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(y0[i]));
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / big);
+    int got = node_count(s1);
+    if (worst > tol || got != want)
+      fprintf(stderr, "%s: worst difference %g of the largest output, %d nodes (want %d)\n", label, worst, got,
+              want);
+    CHECK(worst <= tol);
+    CHECK(got == want);
+    free(y0), free(y1);
+  }
+  keel_session_destroy(s0);
+  keel_session_destroy(s1);
+}
+
 /* Conv -> BatchNormalization -> Relu as paddle2onnx (opset 9, every
  * parameter a Constant node) and tf2onnx (initializers) write it: one Conv
  * after the passes (fold-batchnorm, then fuse-activation), outputs within
@@ -254,29 +282,11 @@ static void bn_case(int opset, bool constant_nodes, bool conv_bias, bool shared)
     mb_output(g, "y", KEEL_FLOAT, -1, NULL);
     if (shared) mb_output(g, "c", KEEL_FLOAT, -1, NULL);
   }
-  size_t n = 2 * M * H * H;
-  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
-  keel_options nchw = {.size = sizeof nchw, .flags = KEEL_OPT_NO_ONEDNN};
-  keel_session_t *s0 = mb_session_opts(gs[0], opset, &plain), *s1 = mb_session_opts(gs[1], opset, &nchw);
-  CHECK(s0 && s1);
-  if (s0 && s1) {
-    float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
-    run(s0, false, y0, n);
-    run(s1, false, y1, n);
-    double worst = 0, big = 1;
-    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(y0[i]));
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / big);
-    int want = shared ? 3 : 1, got = node_count(s1);
-    if (worst > 1e-5 || got != want)
-      fprintf(stderr, "BatchNormalization opset %d (%s%s%s): worst difference %g of the largest output, %d nodes\n", opset,
-              constant_nodes ? "Constant nodes" : "initializers", conv_bias ? ", conv bias" : "",
-              shared ? ", shared" : "", worst, got);
-    CHECK(worst <= 1e-5);
-    CHECK(got == want);
-    free(y0), free(y1);
-  }
-  keel_session_destroy(s0);
-  keel_session_destroy(s1);
+  char label[128];
+  snprintf(label, sizeof label, "BatchNormalization opset %d (%s%s%s)", opset,
+           constant_nodes ? "Constant nodes" : "initializers", conv_bias ? ", conv bias" : "",
+           shared ? ", shared" : "");
+  passes_agree(gs, opset, 1e-5, shared ? 3 : 1, label);
 }
 
 /* HardSwish and HardSigmoid spelled out after a Conv, in the exporters'
@@ -319,28 +329,9 @@ static void hswish_case(int form) {
     mb_output(g, "y", KEEL_FLOAT, -1, NULL);
     if (form == 4) mb_output(g, "r", KEEL_FLOAT, -1, NULL);
   }
-  size_t n = 2 * M * H * H;
-  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
-  keel_options nchw = {.size = sizeof nchw, .flags = KEEL_OPT_NO_ONEDNN};
-  keel_session_t *s0 = mb_session_opts(gs[0], opset, &plain), *s1 = mb_session_opts(gs[1], opset, &nchw);
-  CHECK(s0 && s1);
-  if (s0 && s1) {
-    float *y0 = calloc(n, sizeof(float)), *y1 = calloc(n, sizeof(float));
-    run(s0, false, y0, n);
-    run(s1, false, y1, n);
-    double worst = 0, big = 1;
-    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(y0[i]));
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(y0[i] - y1[i]) / big);
-    int want = form == 4 ? 5 : 1, got = node_count(s1);
-    if (worst > 1e-6 || got != want)
-      fprintf(stderr, "hardswish form %d: worst difference %g of the largest output, %d nodes (want %d)\n", form,
-              worst, got, want);
-    CHECK(worst <= 1e-6);
-    CHECK(got == want);
-    free(y0), free(y1);
-  }
-  keel_session_destroy(s0);
-  keel_session_destroy(s1);
+  char label[64];
+  snprintf(label, sizeof label, "hardswish form %d", form);
+  passes_agree(gs, opset, 1e-6, form == 4 ? 5 : 1, label);
 }
 
 int main(void) {

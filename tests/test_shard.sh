@@ -51,6 +51,30 @@ done
 out=$("$keel" test "$work/plain" "$work/loop" "$work/dynmask" "$work/dynmask_loop" 2>&1)
 grep -q "4 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
 
+# tp_run MODEL RUN N [shard options]: shards $work/MODEL into $work/MODEL-tpRUN
+# (the shard command's output in $shard_out: 8 blocks found), runs it under
+# mpirun with N ranks against PyTorch (keel test) and against one process
+# ($work/MODEL/one, atol 1e-4). Returns 1 when the shard itself failed.
+tp_run() {
+  local m=$1 run=$2 n=$3
+  shift 3
+  local dir=$work/$m-tp$run ds=$work/$m/test_data_set_0
+  shard_out=$("$keel" shard "$work/$m/model.onnx" --tp "$n" "$@" --out "$dir" 2>&1) ||
+    { fail "$m tp$run: shard: $shard_out"; return 1; }
+  grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$shard_out" || fail "$m tp$run: blocks found: $shard_out"
+  cp -r "$ds" "$dir/"
+  local out
+  out=$(timeout 120 "${mpi[@]}" -np "$n" "$keel" test "$dir" 2>&1)
+  grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$run: keel test against PyTorch: $out"
+  timeout 120 "${mpi[@]}" -np "$n" "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$run-out" >/dev/null 2>&1 ||
+    fail "$m tp$run: mpirun keel run"
+  for f in "$work/$m/one"/output_*.pb; do
+    "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$run-out/$(basename "$f")" 1e-4 ||
+      fail "$m tp$run: $(basename "$f") differs from one process"
+  done
+  return 0
+}
+
 # the bound: blocks' weights (torch names blocks.*) / N + everything else, x 1.05
 block_bytes() {
   awk '$2 ~ /blocks\./ { n = 4; for (i = 4; i <= NF; i++) n *= $i; s += n } END { print s }' "$1"
@@ -67,22 +91,12 @@ for m in plain loop; do
     sv=(); ncoll=8; nag=0
     [[ $run == *v ]] && { sv=(--split-vocab); ncoll=10; nag=1; }
     dir=$work/$m-tp$run
-    out=$("$keel" shard "$work/$m/model.onnx" --tp $n "${sv[@]}" --out "$dir" 2>&1) || { fail "$m tp$run: shard: $out"; continue; }
-    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$run: blocks found: $out"
+    tp_run "$m" "$run" "$n" "${sv[@]}" || continue
     if [[ $run == *v ]]; then
-      grep -q "left whole" <<<"$out" && fail "$m tp$run: a projection left whole: $out"
+      grep -q "left whole" <<<"$shard_out" && fail "$m tp$run: a projection left whole: $shard_out"
     else
-      grep -q "in no recognised block): 1 projection" <<<"$out" || fail "$m tp$run: the LM head: $out"
+      grep -q "in no recognised block): 1 projection" <<<"$shard_out" || fail "$m tp$run: the LM head: $shard_out"
     fi
-    cp -r "$ds" "$dir/"
-    out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
-    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$run: keel test against PyTorch: $out"
-    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$run-out" >/dev/null 2>&1 ||
-      fail "$m tp$run: mpirun keel run"
-    for f in "$work/$m/one"/output_*.pb; do
-      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$run-out/$(basename "$f")" 1e-4 ||
-        fail "$m tp$run: $(basename "$f") differs from one process"
-    done
     "$keel" info "$dir" --json | "$py" -c "
 import json, sys
 d = json.load(sys.stdin); n = $n; blocks = $blocks; total = $total
@@ -105,22 +119,9 @@ done
 # broadcasts over the heads. TP 2 and 4 against PyTorch and one process
 # (TP 8 by hand: the same commands with -np 8).
 for m in dynmask dynmask_loop; do
-  ds=$work/$m/test_data_set_0
-  "$keel" run "$work/$m/model.onnx" --data "$ds" --out "$work/$m/one" >/dev/null || fail "$m: one-process run"
-  for n in 2 4; do
-    dir=$work/$m-tp$n
-    out=$("$keel" shard "$work/$m/model.onnx" --tp $n --out "$dir" 2>&1) || { fail "$m tp$n: shard: $out"; continue; }
-    grep -q "8 block(s) (4 attention, 4 MLP)" <<<"$out" || fail "$m tp$n: blocks found: $out"
-    cp -r "$ds" "$dir/"
-    out=$(timeout 120 "${mpi[@]}" -np $n "$keel" test "$dir" 2>&1)
-    grep -q "1 passed, 0 failed" <<<"$out" || fail "$m tp$n: keel test against PyTorch: $out"
-    timeout 120 "${mpi[@]}" -np $n "$keel" run "$dir" --data "$ds" --out "$work/$m-tp$n-out" >/dev/null 2>&1 ||
-      fail "$m tp$n: mpirun keel run"
-    for f in "$work/$m/one"/output_*.pb; do
-      "$py" "$tools/pb_compare.py" "$f" "$work/$m-tp$n-out/$(basename "$f")" 1e-4 ||
-        fail "$m tp$n: $(basename "$f") differs from one process"
-    done
-  done
+  "$keel" run "$work/$m/model.onnx" --data "$work/$m/test_data_set_0" --out "$work/$m/one" >/dev/null ||
+    fail "$m: one-process run"
+  for n in 2 4; do tp_run "$m" "$n" "$n"; done
 done
 
 # the generation loop at TP = 4: allocated bytes steady over 20 runs, every rank
