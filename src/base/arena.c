@@ -1,8 +1,8 @@
 /* arena.c: chunked bump allocation (see arena.h). Requests larger than a
  * quarter chunk get a chunk of their own so big constants waste nothing. */
-#include "arena.h"
+#include "base/arena.h"
 
-#include "../mem/sysmem.h"
+#include "mem/sysmem.h"
 
 #define CHUNK_SIZE (64u * 1024u)
 

@@ -4,7 +4,7 @@
 #ifndef KEEL_ARENA_H
 #define KEEL_ARENA_H
 
-#include "common.h"
+#include "base/common.h"
 
 typedef struct keel_arena keel_arena;
 

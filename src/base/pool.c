@@ -9,14 +9,14 @@
  * the range itself, so the pool never queues and never deadlocks on a
  * nested call.
  */
-#include "pool.h"
+#include "base/pool.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "../mem/sysmem.h"
-#include "prim.h"
-#include "status.h"
+#include "mem/sysmem.h"
+#include "base/prim.h"
+#include "base/status.h"
 
 typedef struct worker {
   keel_thread th;

@@ -24,7 +24,7 @@
 #ifndef KEEL_POOL_H
 #define KEEL_POOL_H
 
-#include "common.h"
+#include "base/common.h"
 
 typedef struct keel_pool keel_pool;
 

@@ -3,7 +3,7 @@
 #ifndef KEEL_PRIM_H
 #define KEEL_PRIM_H
 
-#include "common.h"
+#include "base/common.h"
 
 /* A read-only mapping of a whole file. An empty file maps to addr == NULL,
  * size == 0. Returns KEEL_ERR_IO with the path and the OS reason. */

@@ -1,6 +1,6 @@
 /* prim_posix.c: prim.h for POSIX systems (Linux, macOS). */
 #define _GNU_SOURCE
-#include "prim.h"
+#include "base/prim.h"
 
 #include <errno.h>
 #include <link.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "status.h"
+#include "base/status.h"
 
 _Static_assert(sizeof(pthread_mutex_t) <= sizeof(((keel_mutex *)0)->opaque),
                "keel_mutex too small for pthread_mutex_t");

@@ -1,5 +1,5 @@
 /* status.c: status text, the per-thread error message, and assert failure. */
-#include "status.h"
+#include "base/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>

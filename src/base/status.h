@@ -7,7 +7,7 @@
 
 #include <stdarg.h>
 
-#include "common.h"
+#include "base/common.h"
 
 #define KEEL_ERRMSG_MAX 1024
 

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 typedef struct bench_args {
   const char *model, *data, *json;

@@ -3,8 +3,8 @@
  * parameters kept, their bytes, and where the collectives are. */
 #include <string.h>
 
-#include "../onnx/onnx.h"
-#include "cli.h"
+#include "onnx/onnx.h"
+#include "cli/cli.h"
 
 typedef struct rank_figures {
   unsigned long long bytes, params, tensors;

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 /* "float32, float64, ..." for a type mask; named groups where whole. */
 static void types_text(uint64_t m, char *buf, size_t cap) {

@@ -3,7 +3,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 typedef struct run_args {
   const char *model, *data, *out_dir, *trace;

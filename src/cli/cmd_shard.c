@@ -16,12 +16,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../base/status.h"
-#include "../ir/pass.h"
-#include "../ir/shard.h"
-#include "../onnx/onnx.h"
-#include "../onnx/write.h"
-#include "cli.h"
+#include "base/status.h"
+#include "ir/pass.h"
+#include "ir/shard.h"
+#include "onnx/onnx.h"
+#include "onnx/write.h"
+#include "cli/cli.h"
 
 typedef struct rank_info {
   uint64_t bytes, params, tensors, sharded_bytes;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "keel_dist.h"
 
 static bool g_on;

@@ -1,7 +1,7 @@
 /* main.c: the `keel` command: run, test, info, memcheck, ops, bench, shard, train. */
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 static const char *g_usage[][2] = {
     {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"

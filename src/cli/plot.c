@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 /* A "nice" tick step (1, 2 or 5 times a power of ten) for about 5 ticks. */
 static double nice_step(double span) {

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 void cli_progress_start(cli_progress *p, const char *what, long total) {
   memset(p, 0, sizeof *p);

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "../onnx/onnx.h"
-#include "../onnx/write.h"
-#include "cli.h"
+#include "base/status.h"
+#include "onnx/onnx.h"
+#include "onnx/write.h"
+#include "cli/cli.h"
 
 static keel_status write_loaded(keel_model *m, keel_bytes *b) {
   keel_status st = keel_onnx_write(m, NULL, b);

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 
 void *cli_read_file(const char *path, size_t *len, const char **err) {
   FILE *f = fopen(path, "rb");

@@ -6,15 +6,15 @@
  * driver has several: cuMemAlloc_v2 and so on). Errors carry the driver's
  * own name and text for the code (cuGetErrorName / cuGetErrorString).
  */
-#include "cuda.h"
+#include "device/cuda.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
 #include "keel.h"
 
 typedef int CUresult;

@@ -22,8 +22,8 @@
 #ifndef KEEL_DEVICE_CUDA_H
 #define KEEL_DEVICE_CUDA_H
 
-#include "../base/common.h"
-#include "../mem/alloc.h"
+#include "base/common.h"
+#include "mem/alloc.h"
 
 typedef struct keel_cuda_dev keel_cuda_dev;
 

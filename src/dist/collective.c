@@ -20,10 +20,10 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "../ops/kernel.h"
-#include "../tensor/dtype.h"
-#include "../tensor/tensor.h"
-#include "comm.h"
+#include "ops/kernel.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
+#include "dist/comm.h"
 
 #ifdef KEEL_HAVE_MPI
 

@@ -6,7 +6,7 @@
  *
  * Built without MPI (KEEL_MPI=OFF), the same public functions report a
  * world of one process and collectives fail as unsupported. */
-#include "comm.h"
+#include "dist/comm.h"
 
 #include <pthread.h>
 #include <stdio.h>

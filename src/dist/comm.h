@@ -5,7 +5,7 @@
 #ifndef KEEL_DIST_COMM_H
 #define KEEL_DIST_COMM_H
 
-#include "../exec/exec.h"
+#include "exec/exec.h"
 
 /* True when the node runs one of the collectives (collective.c). */
 KEEL_INTERNAL bool keel_dist_is_collective(const keel_node *n);

@@ -30,7 +30,7 @@
  * The values in flight live in the frame's `ctl` array (sized at run
  * creation), so control flow itself allocates no bookkeeping per iteration.
  */
-#include "exec.h"
+#include "exec/exec.h"
 
 /* ================================================================ helpers */
 

@@ -16,11 +16,11 @@
 #ifndef KEEL_EXEC_H
 #define KEEL_EXEC_H
 
-#include "../ops/dnnl/dnnl_glue.h"
+#include "ops/dnnl/dnnl_glue.h"
 
 #include <stdatomic.h>
 
-#include "../ops/kernel.h"
+#include "ops/kernel.h"
 #include "keel_stats.h"
 
 struct keel_profile;

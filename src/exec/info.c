@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "exec.h"
+#include "exec/exec.h"
 
 typedef struct sbuf {
   char *p;

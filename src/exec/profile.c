@@ -11,16 +11,16 @@
  * Everything here is off the run path unless profiling was started: the
  * executor tests one pointer per node.
  */
-#include "profile.h"
+#include "exec/profile.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../dist/comm.h"
-#include "../mem/sysmem.h"
+#include "dist/comm.h"
+#include "mem/sysmem.h"
 #include "keel_dist.h"
-#include "session.h"
+#include "exec/session.h"
 
 #define MAX_DEPTH 64
 #define MAX_EVENTS (4u << 20)

@@ -6,7 +6,7 @@
 #ifndef KEEL_PROFILE_H
 #define KEEL_PROFILE_H
 
-#include "exec.h"
+#include "exec/exec.h"
 
 typedef struct keel_profile keel_profile;
 

@@ -7,14 +7,14 @@
  * frees the kernel's scratch and drops the node's release list. No names,
  * no hashing, no allocation of its own.
  */
-#include "exec.h"
+#include "exec/exec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../base/prim.h"
-#include "../mem/sysmem.h"
-#include "profile.h"
+#include "base/prim.h"
+#include "mem/sysmem.h"
+#include "exec/profile.h"
 
 /* ============================================================== pool */
 

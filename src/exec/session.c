@@ -10,17 +10,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../base/pool.h"
-#include "../dist/comm.h"
-#include "../ir/pass.h"
-#include "../base/prim.h"
-#include "../ir/scope.h"
-#include "../ops/conv_util.h"
-#include "../mem/sysmem.h"
-#include "../onnx/onnx.h"
-#include "exec.h"
-#include "profile.h"
-#include "session.h"
+#include "base/pool.h"
+#include "dist/comm.h"
+#include "ir/pass.h"
+#include "base/prim.h"
+#include "ir/scope.h"
+#include "ops/conv_util.h"
+#include "mem/sysmem.h"
+#include "onnx/onnx.h"
+#include "exec/exec.h"
+#include "exec/profile.h"
+#include "exec/session.h"
 
 /* ============================================================ binding */
 

@@ -3,7 +3,7 @@
 #ifndef KEEL_SESSION_H
 #define KEEL_SESSION_H
 
-#include "exec.h"
+#include "exec/exec.h"
 
 /* Owner-tag sites: 0 = the session itself, 1 = values made through the
  * public API (run inputs), then one per node output. */

@@ -9,9 +9,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../mem/sysmem.h"
-#include "../onnx/tensorproto.h"
-#include "session.h"
+#include "mem/sysmem.h"
+#include "onnx/tensorproto.h"
+#include "exec/session.h"
 
 struct keel_value_s {
   _Atomic int32_t refs;

@@ -12,7 +12,7 @@
 #ifndef KEEL_AD_DRIVER_H
 #define KEEL_AD_DRIVER_H
 
-#include "autodiff.h"
+#include "ir/autodiff.h"
 
 /* A set of value names (insertion order, no duplicates). */
 typedef struct ad_names {

@@ -6,9 +6,9 @@
  * Everything lives in the model's arena, on names, before resolution. */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "ad_driver.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/ad_driver.h"
 
 static keel_status oom(void) { return ad_oom(); }
 

@@ -22,10 +22,10 @@
  */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "ad_driver.h"
-#include "scope.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/ad_driver.h"
+#include "ir/scope.h"
 
 /* ============================================================ builder */
 

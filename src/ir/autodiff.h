@@ -13,7 +13,7 @@
 #ifndef KEEL_AUTODIFF_H
 #define KEEL_AUTODIFF_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 #define AD_INTERNAL "ai.keel.internal"
 #define AD_TRAINING "ai.onnx.preview.training"

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "autodiff.h"
+#include "base/status.h"
+#include "ir/autodiff.h"
 
 static keel_status r_add(ad_builder *b, const keel_node *n, const char *const *gy, const char **gx) {
   for (int32_t i = 0; i < n->n_in; i++)

@@ -43,9 +43,9 @@
  */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "ad_driver.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/ad_driver.h"
 
 #define MAX_IO 256
 

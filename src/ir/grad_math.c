@@ -16,8 +16,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../base/status.h"
-#include "autodiff.h"
+#include "base/status.h"
+#include "ir/autodiff.h"
 
 /* ============================================================ helpers */
 

@@ -3,7 +3,7 @@
  * here (declared in autodiff.h). */
 #include <string.h>
 
-#include "ad_driver.h"
+#include "ir/ad_driver.h"
 
 static const ad_rule *const g_tables[] = {
     ad_rules_basic,

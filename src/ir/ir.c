@@ -3,8 +3,8 @@
  * replacing a node with others (function inlining, Gradient). */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "ir.h"
+#include "base/status.h"
+#include "ir/ir.h"
 
 int64_t keel_model_opset(const keel_model *m, const char *domain) {
   for (int32_t i = 0; i < m->n_opsets; i++)

@@ -15,9 +15,9 @@
 #ifndef KEEL_IR_H
 #define KEEL_IR_H
 
-#include "../base/arena.h"
-#include "../base/prim.h"
-#include "../tensor/tensor.h"
+#include "base/arena.h"
+#include "base/prim.h"
+#include "tensor/tensor.h"
 
 /* ------------------------------------------------------------- refs */
 

@@ -1,9 +1,9 @@
 /* pass.c: the pass pipeline (pass.h): the list, in order, and its runner. */
-#include "pass.h"
+#include "ir/pass.h"
 
-#include "../base/status.h"
-#include "scope.h"
-#include "shard.h"
+#include "base/status.h"
+#include "ir/scope.h"
+#include "ir/shard.h"
 
 static const keel_pass g_passes[] = {
     {"train", keel_pass_train, false},

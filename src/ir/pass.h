@@ -18,7 +18,7 @@
 #ifndef KEEL_PASS_H
 #define KEEL_PASS_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 typedef struct keel_pass {
   const char *name;

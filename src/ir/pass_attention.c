@@ -41,9 +41,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "pass.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/pass.h"
 
 #define ATT_DOMAIN "ai.keel.internal"
 /* layout bits: the operand is read (Y written) as [B, S, H, D], its

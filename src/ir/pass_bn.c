@@ -22,8 +22,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "pass.h"
+#include "base/status.h"
+#include "ir/pass.h"
 
 /* A float32 constant of n elements, as seen from g, or NULL. */
 static const float *const_vec(const keel_model *m, const keel_graph *g, const char *name, int64_t n) {

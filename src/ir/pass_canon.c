@@ -21,8 +21,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "pass.h"
+#include "base/status.h"
+#include "ir/pass.h"
 
 static bool is_op(const keel_node *n, const char *op, int n_in) {
   return !strcmp(n->op_type, op) && !n->domain[0] && n->n_in >= n_in && n->n_out == 1 && !n->n_subs;

@@ -18,9 +18,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../ops/activation.h"
-#include "pass.h"
+#include "base/status.h"
+#include "ops/activation.h"
+#include "ir/pass.h"
 
 /* The activation's parameters as the kernels read them; false when the
  * node cannot be folded. */

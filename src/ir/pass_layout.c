@@ -27,11 +27,11 @@
  */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "../ops/conv_nhwc.h"
-#include "../ops/dnnl/dnnl_glue.h"
-#include "pass.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ops/conv_nhwc.h"
+#include "ops/dnnl/dnnl_glue.h"
+#include "ir/pass.h"
 
 #define LAYOUT_PREFIX "keel.layout/"
 

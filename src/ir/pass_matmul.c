@@ -22,10 +22,10 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "../ops/activation.h"
-#include "pass.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ops/activation.h"
+#include "ir/pass.h"
 
 #define FMM_DOMAIN "ai.keel.internal"
 

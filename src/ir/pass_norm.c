@@ -23,9 +23,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "pass.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/pass.h"
 
 /* ===================================================== fold-identity */
 

@@ -23,9 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../base/status.h"
-#include "pass.h"
-#include "shard.h"
+#include "base/status.h"
+#include "ir/pass.h"
+#include "ir/shard.h"
 
 #define MAX_BLOCK 512
 

@@ -21,10 +21,10 @@
  */
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "autodiff.h"
-#include "pass.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/autodiff.h"
+#include "ir/pass.h"
 
 static keel_status oom(void) { return keel_err(KEEL_ERR_OUT_OF_MEMORY, "building the training graph"); }
 

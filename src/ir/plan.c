@@ -8,10 +8,10 @@
  * released by a node: they move out of the frame when the graph returns.
  * An output nobody reads is dropped right after its producer.
  */
-#include "scope.h"
+#include "ir/scope.h"
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
 
 typedef struct planner {
   keel_arena *a;

@@ -10,12 +10,12 @@
  *
  * Names live in hash maps only while this pass runs.
  */
-#include "scope.h"
+#include "ir/scope.h"
 
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
 
 /* ========================================================= name maps */
 

@@ -3,7 +3,7 @@
 #ifndef KEEL_SCOPE_H
 #define KEEL_SCOPE_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 /* Replaces every Gradient node (ai.onnx.preview.training) with the nodes
  * of its reverse-mode derivative (autodiff.c). Runs on names, before

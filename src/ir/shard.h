@@ -25,7 +25,7 @@
 #ifndef KEEL_SHARD_H
 #define KEEL_SHARD_H
 
-#include "ir.h"
+#include "ir/ir.h"
 
 #define KEEL_SHARD_MAX_COLL 256
 

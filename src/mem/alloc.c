@@ -7,11 +7,11 @@
  * reports). Block descriptors live outside the segment's bytes, so freed
  * memory can be poisoned whole and ASan can watch it.
  */
-#include "alloc.h"
+#include "mem/alloc.h"
 
-#include "../base/prim.h"
-#include "../base/status.h"
-#include "sysmem.h"
+#include "base/prim.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KEEL_ASAN 1

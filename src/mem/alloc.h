@@ -33,7 +33,7 @@
 
 #include <stdatomic.h>
 
-#include "../base/common.h"
+#include "base/common.h"
 #include "keel_stats.h"
 
 #define KEEL_ALIGN 64 /* every block starts on a cache line */

@@ -1,11 +1,11 @@
 /* sysmem.c: the system memory hook, its process-wide byte count, and the
  * fault-injection countdown used by tests. */
-#include "sysmem.h"
+#include "mem/sysmem.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "../base/prim.h"
+#include "base/prim.h"
 #include "keel_stats.h"
 
 static _Atomic uint64_t g_bytes;

@@ -9,7 +9,7 @@
 #ifndef KEEL_SYSMEM_H
 #define KEEL_SYSMEM_H
 
-#include "../base/common.h"
+#include "base/common.h"
 
 /* new_size == 0 frees `p` (returns NULL). Returns NULL on failure, leaving
  * `p` untouched. */

@@ -13,13 +13,13 @@
  * refs. Constant nodes are folded into model constants here: their value is
  * data in the file, like an initializer.
  */
-#include "onnx.h"
+#include "onnx/onnx.h"
 
 #include <stdio.h>
 
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "tensorproto.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "onnx/tensorproto.h"
 
 typedef struct keel_ext_file {
   const char *location;

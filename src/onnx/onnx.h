@@ -3,7 +3,7 @@
 #ifndef KEEL_ONNX_H
 #define KEEL_ONNX_H
 
-#include "../ir/ir.h"
+#include "ir/ir.h"
 
 /* Maps `path` and translates it. Errors name the path and what was read. */
 KEEL_INTERNAL keel_status keel_onnx_load_file(const char *path, keel_model **out);

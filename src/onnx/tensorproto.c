@@ -1,10 +1,10 @@
 /* tensorproto.c: reading and writing ONNX TensorProto, SequenceProto and
  * OptionalProto messages (see tensorproto.h). */
-#include "tensorproto.h"
+#include "onnx/tensorproto.h"
 
 #include <stdlib.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 /* TensorProto field numbers */
 enum {

@@ -10,8 +10,8 @@
 #ifndef KEEL_TENSORPROTO_H
 #define KEEL_TENSORPROTO_H
 
-#include "../tensor/tensor.h"
-#include "wire.h"
+#include "tensor/tensor.h"
+#include "onnx/wire.h"
 
 typedef struct keel_tp {
   int32_t dtype;

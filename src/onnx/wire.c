@@ -1,9 +1,9 @@
 /* wire.c: protobuf wire-format primitives (see wire.h). */
-#include "wire.h"
+#include "onnx/wire.h"
 
 #include <stdlib.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 static keel_status truncated(const keel_pb *r, const char *what) {
   return keel_err(KEEL_ERR_INVALID_MODEL, "truncated %s at byte %zu", what,

@@ -9,7 +9,7 @@
 #ifndef KEEL_WIRE_H
 #define KEEL_WIRE_H
 
-#include "../base/common.h"
+#include "base/common.h"
 
 enum { PB_VARINT = 0, PB_FIXED64 = 1, PB_LEN = 2, PB_FIXED32 = 5 };
 

@@ -5,14 +5,14 @@
  * weight's bytes are copied once into the output, plus one move per level
  * of nesting around it.
  */
-#include "write.h"
+#include "onnx/write.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../base/status.h"
-#include "tensorproto.h"
+#include "base/status.h"
+#include "onnx/tensorproto.h"
 
 typedef struct writer {
   const keel_model *m;

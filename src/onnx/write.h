@@ -22,8 +22,8 @@
 #ifndef KEEL_ONNX_WRITE_H
 #define KEEL_ONNX_WRITE_H
 
-#include "../ir/ir.h"
-#include "wire.h"
+#include "ir/ir.h"
+#include "onnx/wire.h"
 
 /* Appends the ModelProto to *out (which the caller frees with free()). */
 KEEL_INTERNAL keel_status keel_onnx_write(const keel_model *m, const keel_tensor *const *replace,

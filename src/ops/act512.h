@@ -9,7 +9,7 @@
 
 #include <immintrin.h>
 
-#include "activation.h"
+#include "ops/activation.h"
 
 /* True for the kinds keel_act512 computes; the others go through
  * keel_act_apply_fast_f32 on the stored rows. */

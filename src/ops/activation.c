@@ -1,10 +1,10 @@
 /* activation.c: fused activations (activation.h). */
-#include "activation.h"
+#include "ops/activation.h"
 
 #include <math.h>
 
-#include "../tensor/dtype.h"
-#include "vmath.h"
+#include "tensor/dtype.h"
+#include "ops/vmath.h"
 
 static const char *const g_names[] = {"", "Relu", "LeakyRelu", "Clip", "HardSigmoid",
                                       "HardSwish", "Sigmoid", "Tanh", "SiLU",

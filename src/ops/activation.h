@@ -16,7 +16,7 @@
 #ifndef KEEL_ACTIVATION_H
 #define KEEL_ACTIVATION_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 #define KEEL_ACT_ATTR "keel.activation"
 #define KEEL_ACT_PARAMS "keel.activation_params"

@@ -28,7 +28,7 @@
 #ifndef KEEL_ATTENTION_H
 #define KEEL_ATTENTION_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* An operand: data plus element strides of batch, head and row. */
 typedef struct keel_sdpa_t {
@@ -68,6 +68,6 @@ typedef struct keel_sdpa {
 KEEL_INTERNAL keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a);
 
 /* keel_exp_neg_f32: ops/vmath.h */
-#include "vmath.h"
+#include "ops/vmath.h"
 
 #endif /* KEEL_ATTENTION_H */

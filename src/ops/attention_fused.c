@@ -34,10 +34,10 @@
  */
 #include <math.h>
 
-#include "../base/pool.h"
-#include "conv_util.h"
-#include "panel_gemm.h"
-#include "vmath.h"
+#include "base/pool.h"
+#include "ops/conv_util.h"
+#include "ops/panel_gemm.h"
+#include "ops/vmath.h"
 
 #define QB 32 /* query rows per task */
 

@@ -31,9 +31,9 @@
  */
 #include <math.h>
 
-#include "attention.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "ops/attention.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 /* ============================================================ staging */
 

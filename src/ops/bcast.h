@@ -10,7 +10,7 @@
 #ifndef KEEL_BCAST_H
 #define KEEL_BCAST_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* o[i] = f(a[i*sa], b[i*sb]) for i < n; sa, sb are 0 or 1. */
 typedef void (*keel_bin_fn)(const void *a, int64_t sa, const void *b, int64_t sb,

@@ -4,7 +4,7 @@
  * functions, whose attributes may be references filled in per call. A
  * `value` tensor is handed out without a copy (its bytes live as long as
  * the model); scalar and list forms are made into a new tensor. */
-#include "kernel.h"
+#include "ops/kernel.h"
 
 static keel_status scalar_or_list(keel_kctx *k, const keel_attr *a) {
   int64_t n = 1;

@@ -15,9 +15,9 @@
  */
 #include <math.h>
 
-#include "bcast.h"
-#include "conv_util.h"
-#include "norm.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
+#include "ops/norm.h"
 
 #define MS "com.microsoft"
 

@@ -22,8 +22,8 @@
 #include <cblas.h>
 #include <math.h>
 
-#include "bcast.h"
-#include "conv_util.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 #define MS "com.microsoft"
 

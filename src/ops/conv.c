@@ -22,10 +22,10 @@
  */
 #include <limits.h>
 
-#include "../base/pool.h"
-#include "activation.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "base/pool.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 /* Upper bound on one im2col chunk, in bytes. */
 #define COL_BUDGET ((int64_t)4 << 20)

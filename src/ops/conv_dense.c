@@ -19,9 +19,9 @@
  */
 #include <stdatomic.h>
 
-#include "activation.h"
-#include "conv_util.h"
-#include "../base/pool.h"
+#include "ops/activation.h"
+#include "ops/conv_util.h"
+#include "base/pool.h"
 
 #define MR 8                    /* output channels per tile               */
 #define NR 32                   /* pixels per tile: two 16-float vectors  */

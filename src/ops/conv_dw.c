@@ -21,13 +21,13 @@
  * window of stride 1 or 2, dilation 1, no residual, channels-last in and
  * out, on CPUs with AVX-512F.
  */
-#include "activation.h"
-#include "conv_nhwc.h"
+#include "ops/activation.h"
+#include "ops/conv_nhwc.h"
 
-#include "../base/pool.h"
+#include "base/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "act512.h"
+#include "ops/act512.h"
 #define DW_X86 1
 #endif
 

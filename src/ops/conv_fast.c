@@ -19,9 +19,9 @@
  */
 #include <stdatomic.h>
 
-#include "activation.h"
-#include "conv_util.h"
-#include "../base/pool.h"
+#include "ops/activation.h"
+#include "ops/conv_util.h"
+#include "base/pool.h"
 
 /* ========================================================== geometry */
 

@@ -2,11 +2,11 @@
  * shares, the residual's broadcast, and the reference kernel, plain loops
  * over the output (one (image, output row) per pool task), against which
  * tests/test_conv_nhwc.c checks the oneDNN implementation. */
-#include "conv_nhwc.h"
+#include "ops/conv_nhwc.h"
 
-#include "../base/pool.h"
-#include "activation.h"
-#include "bcast.h"
+#include "base/pool.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
 
 keel_status keel_nhwc_geom_of(keel_kctx *k, const keel_tensor *x, const keel_tensor *wt,
                               const keel_tensor *b, keel_nhwc_geom *g) {

@@ -33,8 +33,8 @@
 #ifndef KEEL_CONV_NHWC_H
 #define KEEL_CONV_NHWC_H
 
-#include "activation.h"
-#include "conv_util.h"
+#include "ops/activation.h"
+#include "ops/conv_util.h"
 
 #define KEEL_NHWC_DOMAIN "ai.keel.internal"
 

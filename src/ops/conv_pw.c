@@ -29,14 +29,14 @@
  * C <= PW_MAX_C (PW_MAX_C_Z with Z), one group, a 1x1 window with stride 1
  * and no pads, channels-last in and out, on CPUs with AVX-512F.
  */
-#include "activation.h"
-#include "bcast.h"
-#include "conv_nhwc.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
+#include "ops/conv_nhwc.h"
 
-#include "../base/pool.h"
+#include "base/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "act512.h"
+#include "ops/act512.h"
 #define PW_X86 1
 #endif
 

@@ -27,14 +27,14 @@
  * one group, dilation 1, no residual Z, channels-last output, on CPUs
  * with AVX-512F; the others go on to oneDNN.
  */
-#include "activation.h"
-#include "conv_nhwc.h"
-#include "vmath.h"
+#include "ops/activation.h"
+#include "ops/conv_nhwc.h"
+#include "ops/vmath.h"
 
-#include "../base/pool.h"
+#include "base/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "act512.h"
+#include "ops/act512.h"
 #define ST_X86 1
 #endif
 

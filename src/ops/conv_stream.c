@@ -1,13 +1,13 @@
 /* conv_stream.c: the streamed convolution kernel (conv_stream.h). */
-#include "conv_stream.h"
+#include "ops/conv_stream.h"
 
 #include <string.h>
 
-#include "../base/pool.h"
-#include "tile512.h"
+#include "base/pool.h"
+#include "ops/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "act512.h"
+#include "ops/act512.h"
 #define CS_X86 1
 #endif
 

@@ -25,8 +25,8 @@
 #ifndef KEEL_CONV_STREAM_H
 #define KEEL_CONV_STREAM_H
 
-#include "activation.h"
-#include "conv_nhwc.h"
+#include "ops/activation.h"
+#include "ops/conv_nhwc.h"
 
 /* W packed for the kernel: per block of 64 output channels, per tap, per
  * channel, 64 floats (zeros past M). */

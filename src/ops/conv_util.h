@@ -21,7 +21,7 @@
 
 #include <math.h>
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* ================================================== window geometry */
 

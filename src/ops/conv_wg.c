@@ -1,13 +1,13 @@
 /* conv_wg.c: keel's Winograd F(2x2, 3x3) kernel (conv_wg.h). */
-#include "conv_wg.h"
+#include "ops/conv_wg.h"
 
 #include <string.h>
 
-#include "../base/pool.h"
-#include "tile512.h"
+#include "base/pool.h"
+#include "ops/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "act512.h"
+#include "ops/act512.h"
 #define WG_X86 1
 #endif
 

@@ -28,7 +28,7 @@
 #ifndef KEEL_CONV_WG_H
 #define KEEL_CONV_WG_H
 
-#include "conv_nhwc.h"
+#include "ops/conv_nhwc.h"
 
 /* W packed for the kernel: [C][kh kw][M]. */
 typedef struct keel_wg_w {

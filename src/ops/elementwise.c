@@ -11,7 +11,7 @@
  */
 #include <math.h>
 
-#include "bcast.h"
+#include "ops/bcast.h"
 
 /* ================================================= broadcast driver */
 

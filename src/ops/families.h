@@ -3,7 +3,7 @@
 #ifndef KEEL_FAMILIES_H
 #define KEEL_FAMILIES_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 #define KEEL_FAMILIES(X) \
   X(elementwise)         \

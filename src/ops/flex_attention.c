@@ -19,9 +19,9 @@
  */
 #include <math.h>
 
-#include "../exec/exec.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "exec/exec.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 typedef struct flex {
   int64_t B, Hq, Hkv, L, S, E, Dv;

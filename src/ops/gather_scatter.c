@@ -17,8 +17,8 @@
  */
 #include <stdio.h>
 
-#include "bcast.h"
-#include "families.h"
+#include "ops/bcast.h"
+#include "ops/families.h"
 
 /* ================================================== shared helpers */
 

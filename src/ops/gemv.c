@@ -1,7 +1,7 @@
 /* gemv.c: a few rows by a constant matrix (gemv.h): plain C and AVX-512
  * intrinsics, the one picked at run time; chunks of columns on the pool.
  */
-#include "gemv.h"
+#include "ops/gemv.h"
 
 #include <string.h>
 

@@ -18,8 +18,8 @@
 #ifndef KEEL_GEMV_H
 #define KEEL_GEMV_H
 
-#include "../base/pool.h"
-#include "activation.h"
+#include "base/pool.h"
+#include "ops/activation.h"
 
 typedef struct keel_gemv_args {
   int64_t R, K, N;

@@ -7,7 +7,7 @@
  * They work element by element through double (keel_elem_get/set_f64):
  * correct for every float type, and simple; float32 has direct loops
  * (SumToShape, which every broadcasting rule ends with, row by row). */
-#include "bcast.h"
+#include "ops/bcast.h"
 
 static keel_status float_input(keel_kctx *k, int i, const keel_tensor **t) {
   KEEL_TRY(keel_k_in(k, i, t));

@@ -13,9 +13,9 @@
  * at load (MatMul) or a chain of ten elementwise passes (Gelu, Mish). */
 #include <math.h>
 
-#include "../base/pool.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 #define FLOAT_DOUBLE (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE))
 

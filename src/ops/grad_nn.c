@@ -23,9 +23,9 @@
  */
 #include <math.h>
 
-#include "../base/pool.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 #define COL_BUDGET ((int64_t)4 << 20)
 /* Bound on the per-worker dW partial sums, in bytes: a larger weight has

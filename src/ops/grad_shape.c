@@ -14,8 +14,8 @@
  *                                       elements
  * float32 runs split over the session's threads; float64 (the finite
  * difference tests) and the half types take the same paths element-wise. */
-#include "../base/pool.h"
-#include "kernel.h"
+#include "base/pool.h"
+#include "ops/kernel.h"
 
 /* ============================================================ helpers */
 

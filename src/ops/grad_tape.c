@@ -24,7 +24,7 @@
  * (below), so a loop of T iterations costs O(T) and each popped value is
  * released as soon as its iteration of the backward is done with it.
  */
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* Output 0 = the tape of input 0, ready to change (in place when this node
  * holds its last reference, else a copy of the list). */

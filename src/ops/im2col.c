@@ -14,8 +14,8 @@
  * float, float16 and bfloat16 (staged, rounded once) and in double for
  * double.
  */
-#include "bcast.h"
-#include "conv_util.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 /* ====================================================== shared pieces */
 

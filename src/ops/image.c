@@ -20,7 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "bcast.h"
+#include "ops/bcast.h"
 
 /* ================================================== shared helpers */
 

@@ -38,7 +38,7 @@
 #include <tiffio.h>
 #include <webp/decode.h>
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* 64 Mpixel: 192 MiB of RGB. */
 #define KEEL_IMG_MAX_PIXELS ((int64_t)1 << 26)

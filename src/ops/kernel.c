@@ -1,6 +1,6 @@
 /* kernel.c: the helpers kernels use to read inputs and attributes and to
  * produce outputs (see kernel.h for the contract). */
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* ============================================================ inputs */
 

@@ -25,8 +25,8 @@
 
 #include <stdatomic.h>
 
-#include "../base/status.h"
-#include "../ir/ir.h"
+#include "base/status.h"
+#include "ir/ir.h"
 
 #define KEEL_OPSET_MAX 1000
 #define KEEL_K_MAX_SCRATCH 24

@@ -31,7 +31,7 @@
 #include <limits.h>
 #include <math.h>
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* ========================================================= labels */
 

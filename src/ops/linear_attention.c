@@ -18,7 +18,7 @@
  */
 #include <math.h>
 
-#include "bcast.h"
+#include "ops/bcast.h"
 
 /* t as float: its data, or a staged copy. */
 static keel_status f32_of(keel_kctx *k, const keel_tensor *t, const float **p) {

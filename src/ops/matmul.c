@@ -17,10 +17,10 @@
 #include <stdatomic.h>
 #include <limits.h>
 
-#include "bcast.h"
-#include "conv_util.h"
-#include "../base/pool.h"
-#include "dnnl/dnnl_glue.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
+#include "base/pool.h"
+#include "ops/dnnl/dnnl_glue.h"
 
 /* ======================================================= GEMM layer */
 

@@ -1,11 +1,11 @@
 /* matmul_fused.c: FusedMatMul (matmul_fused.h): geometry, the residual's
  * broadcast, and the reference kernel: keel's GEMM (conv_util.h) into Y,
  * then bias, Z and the activation in one more pass. */
-#include "matmul_fused.h"
+#include "ops/matmul_fused.h"
 
-#include "activation.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 keel_status keel_fmm_geom_of(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
                              const keel_tensor *bias, keel_fmm_geom *g) {

@@ -19,7 +19,7 @@
 #ifndef KEEL_MATMUL_FUSED_H
 #define KEEL_MATMUL_FUSED_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 typedef struct keel_fmm_geom {
   int64_t M, K, N;             /* A as M x K rows                         */

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "ml_common.h"
+#include "ops/ml_common.h"
 
 static keel_status tensor_reals(keel_kctx *k, const keel_attr *a, const char *name,
                                 double **v, int64_t *n) {

@@ -7,7 +7,7 @@
 #ifndef KEEL_ML_COMMON_H
 #define KEEL_ML_COMMON_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 #define KEEL_ML "ai.onnx.ml"
 

@@ -11,7 +11,7 @@
  * still the vote winner. Arithmetic is done in double. */
 #include <math.h>
 
-#include "ml_common.h"
+#include "ops/ml_common.h"
 
 /* ==================================================== linear regressor */
 

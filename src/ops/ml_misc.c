@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../mem/sysmem.h"
-#include "ml_common.h"
+#include "mem/sysmem.h"
+#include "ops/ml_common.h"
 
 /* ========================================================= Binarizer */
 

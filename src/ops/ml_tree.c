@@ -23,8 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../mem/sysmem.h"
-#include "ml_common.h"
+#include "mem/sysmem.h"
+#include "ops/ml_common.h"
 
 enum { M_LEQ = 0, M_LT, M_GTE, M_GT, M_EQ, M_NEQ, M_MEMBER, M_LEAF };
 enum { AGG_AVERAGE = 0, AGG_SUM, AGG_MIN, AGG_MAX };

@@ -15,10 +15,10 @@
  */
 #include <math.h>
 
-#include "../base/pool.h"
-#include "bcast.h"
-#include "norm.h"
-#include "vmath.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
+#include "ops/norm.h"
+#include "ops/vmath.h"
 
 /* ======================================================== group walk */
 

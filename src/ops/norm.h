@@ -4,7 +4,7 @@
 #ifndef KEEL_NORM_H
 #define KEEL_NORM_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 typedef struct keel_ln_args {
   const char *op;              /* for messages                              */

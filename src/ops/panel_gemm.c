@@ -2,7 +2,7 @@
  * (panel_gemm.h): plain C, AVX2+FMA and AVX-512 intrinsics, one picked at
  * run time.
  */
-#include "panel_gemm.h"
+#include "ops/panel_gemm.h"
 
 #include <stdatomic.h>
 #include <string.h>

@@ -16,7 +16,7 @@
 #ifndef KEEL_PANEL_GEMM_H
 #define KEEL_PANEL_GEMM_H
 
-#include "../base/common.h"
+#include "base/common.h"
 
 /* Columns per panel. */
 #define KEEL_PANEL_NP 128

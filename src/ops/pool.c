@@ -13,9 +13,9 @@
  * float16/bfloat16 pool in float on staged copies; MaxPool also takes int8
  * and uint8 (opset 12).
  */
-#include "../base/pool.h"
-#include "bcast.h"
-#include "conv_util.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 enum { POOL_MAX, POOL_AVG, POOL_LP };
 

@@ -28,8 +28,8 @@
  */
 #include <stdatomic.h>
 
-#include "../base/pool.h"
-#include "conv_util.h"
+#include "base/pool.h"
+#include "ops/conv_util.h"
 
 enum { NH_MAX, NH_AVG };
 

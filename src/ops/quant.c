@@ -16,8 +16,8 @@
  */
 #include <math.h>
 
-#include "bcast.h"
-#include "conv_util.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
 
 /* ============================================= quantization parameters */
 

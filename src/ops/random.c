@@ -7,8 +7,8 @@
  * runner checks these ops by property (shape, support, mean), not value. */
 #include <math.h>
 
-#include "bcast.h"
-#include "rng.h"
+#include "ops/bcast.h"
+#include "ops/rng.h"
 
 /* Output dtype from the `dtype` attribute, else `def`; float types only. */
 static keel_status float_dtype(const keel_kctx *k, int def, int *dt) {

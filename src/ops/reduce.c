@@ -15,7 +15,7 @@
  */
 #include <math.h>
 
-#include "bcast.h"
+#include "ops/bcast.h"
 
 /* ==================================================== reduction plan */
 

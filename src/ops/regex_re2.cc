@@ -12,7 +12,7 @@
 #include <cstring>
 #include <new>
 
-#include "regex_re2.h"
+#include "ops/regex_re2.h"
 
 struct keel_re2 {
   RE2 re;

@@ -3,8 +3,8 @@
  *
  * Each family file owns its table (keel_ops_<family>[]) so families grow
  * independently; this file only lists them. */
-#include "../exec/exec.h"
-#include "families.h"
+#include "exec/exec.h"
+#include "ops/families.h"
 
 typedef struct family {
   const char *name;

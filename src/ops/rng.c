@@ -1,9 +1,9 @@
 /* rng.c: MT19937 with numpy-compatible seeding and conversions (rng.h). */
-#include "rng.h"
+#include "ops/rng.h"
 
 #include <math.h>
 
-#include "../base/prim.h"
+#include "base/prim.h"
 
 void keel_rng_seed(keel_rng *r, uint32_t seed) {
   r->s[0] = seed;

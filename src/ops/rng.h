@@ -11,7 +11,7 @@
 #ifndef KEEL_RNG_H
 #define KEEL_RNG_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 typedef struct keel_rng {
   uint32_t s[624];

@@ -38,11 +38,11 @@
 #include <limits.h>
 #include <math.h>
 
-#include "../base/pool.h"
-#include "bcast.h"
-#include "conv_util.h"
-#include "rnn_fast.h"
-#include "vmath.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
+#include "ops/conv_util.h"
+#include "ops/rnn_fast.h"
+#include "ops/vmath.h"
 
 enum { K_RNN = 0, K_GRU = 1, K_LSTM = 2 };
 

@@ -16,11 +16,11 @@
  * (KEEL_OPT_REFERENCE_KERNELS, other types, computed weights) it runs its
  * reference path: keel_gemm_f32 on the weights as given and libm's tanh.
  */
-#include "rnn_fast.h"
+#include "ops/rnn_fast.h"
 
 #include <string.h>
 
-#include "panel_gemm.h"
+#include "ops/panel_gemm.h"
 
 #define NP KEEL_PANEL_NP
 

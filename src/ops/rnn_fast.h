@@ -3,8 +3,8 @@
 #ifndef KEEL_RNN_FAST_H
 #define KEEL_RNN_FAST_H
 
-#include "kernel.h"
-#include "panel_gemm.h"
+#include "ops/kernel.h"
+#include "ops/panel_gemm.h"
 
 /* Built at bind from the constant W and R, gh = gates * hid: per direction
  * d and part q (GRU: the z and r columns, then the h columns; others: all

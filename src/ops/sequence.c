@@ -11,7 +11,7 @@
  * kernel updates it in place: a loop that appends to a carried sequence is
  * then O(1) per iteration instead of a copy of the whole list.
  */
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* ============================================================ helpers */
 

@@ -25,8 +25,8 @@
  */
 #include <math.h>
 
-#include "../base/pool.h"
-#include "bcast.h"
+#include "base/pool.h"
+#include "ops/bcast.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

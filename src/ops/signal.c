@@ -22,7 +22,7 @@
  */
 #include <math.h>
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 /* Non-power-of-two lengths up to this use the direct sum: cheaper than
  * Bluestein's three FFTs of length >= 2n there, and exact in its twiddles. */

@@ -16,8 +16,8 @@
  * table (one entry per edge: parent node + token), once per call, and
  * walks it from each start position as ONNX Runtime's reference does.
  */
-#include "kernel.h"
-#include "regex_re2.h"
+#include "ops/kernel.h"
+#include "ops/regex_re2.h"
 
 /* ============================================================ UTF-8 */
 

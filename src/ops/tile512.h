@@ -7,7 +7,7 @@
 #ifndef KEEL_TILE512_H
 #define KEEL_TILE512_H
 
-#include "kernel.h"
+#include "ops/kernel.h"
 
 #define KEEL_TILE512_PX 7
 

@@ -14,8 +14,8 @@
  */
 #include <math.h>
 
-#include "vmath.h"
-#include "bcast.h"
+#include "ops/vmath.h"
+#include "ops/bcast.h"
 
 /* ============================================================ staging */
 

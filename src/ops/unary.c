@@ -19,9 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bcast.h"
-#include "vmath.h"
-#include "rng.h"
+#include "ops/bcast.h"
+#include "ops/vmath.h"
+#include "ops/rng.h"
 
 /* ================================================ defined conversions */
 

@@ -1,5 +1,5 @@
 /* vmath.c: vectorized float32 math (vmath.h). */
-#include "vmath.h"
+#include "ops/vmath.h"
 
 #include <math.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #ifndef KEEL_VMATH_H
 #define KEEL_VMATH_H
 
-#include "../base/common.h"
+#include "base/common.h"
 
 /* y[i] = erf(x[i]) by a rational approximation (within 3e-7 absolute plus
  * 2 ulp of erf(); NaN stays NaN, +-inf gives +-1). x and y may alias. */

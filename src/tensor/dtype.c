@@ -1,6 +1,6 @@
 /* dtype.c: element type table and half-precision conversions. */
-#include "dtype.h"
-#include "dtype_small.h"
+#include "tensor/dtype.h"
+#include "tensor/dtype_small.h"
 
 #include <math.h>
 

@@ -5,7 +5,7 @@
 #ifndef KEEL_DTYPE_H
 #define KEEL_DTYPE_H
 
-#include "../base/common.h"
+#include "base/common.h"
 
 KEEL_INTERNAL bool keel_dtype_valid(int t);
 static inline bool keel_dtype_is_float(int t) {

@@ -7,7 +7,7 @@
  * binade (the subnormal quantum below the smallest normal), rounding that
  * count once with rint (round half to even) and re-reading the exponent,
  * so a carry into the next binade needs no special case. */
-#include "dtype_small.h"
+#include "tensor/dtype_small.h"
 
 #include <math.h>
 

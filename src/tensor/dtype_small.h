@@ -23,7 +23,7 @@
 #ifndef KEEL_DTYPE_SMALL_H
 #define KEEL_DTYPE_SMALL_H
 
-#include "dtype.h"
+#include "tensor/dtype.h"
 
 enum { KEEL_ROUND_UP = 0, KEEL_ROUND_DOWN = 1, KEEL_ROUND_NEAREST = 2 };
 

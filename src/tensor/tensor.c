@@ -1,10 +1,10 @@
 /* tensor.c: buffers, tensors, sequences and values (see tensor.h for the
  * ownership rules). */
-#include "tensor.h"
+#include "tensor/tensor.h"
 
 #include <stdio.h>
 
-#include "../base/status.h"
+#include "base/status.h"
 
 /* ============================================================== shapes */
 

@@ -17,9 +17,9 @@
 
 #include <stdatomic.h>
 
-#include "../mem/alloc.h"
-#include "dtype.h"
-#include "dtype_small.h"
+#include "mem/alloc.h"
+#include "tensor/dtype.h"
+#include "tensor/dtype_small.h"
 
 typedef enum {
   KEEL_BUF_HEAP = 0,

@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../base/prim.h"
-#include "../base/status.h"
-#include "train.h"
+#include "base/prim.h"
+#include "base/status.h"
+#include "train/train.h"
 
 #define CKPT_MAGIC "KEELCKPT"
 #define CKPT_VERSION 2u

@@ -13,8 +13,8 @@
  */
 #include <math.h>
 
-#include "../base/status.h"
-#include "train.h"
+#include "base/status.h"
+#include "train/train.h"
 
 int keel_optim_n_state(const keel_train_options *o) {
   switch (o->optimizer) {

@@ -5,7 +5,7 @@
 #ifndef KEEL_TRAIN_INTERNAL_H
 #define KEEL_TRAIN_INTERNAL_H
 
-#include "../exec/session.h"
+#include "exec/session.h"
 #include "keel_train.h"
 
 #define KEEL_OPTIM_MAX_STATE 2

@@ -19,13 +19,13 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "../base/prim.h"
-#include "../base/status.h"
-#include "../mem/sysmem.h"
-#include "../ir/autodiff.h"
-#include "../onnx/onnx.h"
-#include "../onnx/write.h"
-#include "train.h"
+#include "base/prim.h"
+#include "base/status.h"
+#include "mem/sysmem.h"
+#include "ir/autodiff.h"
+#include "onnx/onnx.h"
+#include "onnx/write.h"
+#include "train/train.h"
 
 /* ========================================================== creation */
 

@@ -41,19 +41,19 @@
  */
 #include <math.h>
 
-#include "../../base/pool.h"
-#include "../../base/prim.h"
-#include "../../mem/alloc.h"
-#include "../../mem/sysmem.h"
-#include "../../onnx/onnx.h"
-#include "../activation.h"
-#include "../bcast.h"
-#include "../conv_nhwc.h"
-#include "../conv_stream.h"
-#include "../conv_wg.h"
-#include "../gemv.h"
-#include "conv_wino.h"
-#include "dnnl_glue.h"
+#include "base/pool.h"
+#include "base/prim.h"
+#include "mem/alloc.h"
+#include "mem/sysmem.h"
+#include "onnx/onnx.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
+#include "ops/conv_nhwc.h"
+#include "ops/conv_stream.h"
+#include "ops/conv_wg.h"
+#include "ops/gemv.h"
+#include "ops/dnnl/conv_wino.h"
+#include "ops/dnnl/dnnl_glue.h"
 
 #define MAX_BANDS 64            /* bands of one image                       */
 #define PRIMS 4                 /* band geometries (first, middle, last), or

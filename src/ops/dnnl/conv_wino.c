@@ -1,10 +1,10 @@
 /* conv_wino.c: NhwcConv's Winograd path (conv_wino.h). */
-#include "conv_wino.h"
+#include "ops/dnnl/conv_wino.h"
 
 #if KEEL_HAVE_DNNL
 
-#include "../../base/pool.h"
-#include "../../mem/sysmem.h"
+#include "base/pool.h"
+#include "mem/sysmem.h"
 
 /* What W's Winograd transform may take beyond W itself, per node: keel's
  * memory bound allows weights 10 % of slack, and ResNet-50's 128- and

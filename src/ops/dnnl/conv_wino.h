@@ -18,9 +18,9 @@
 #ifndef KEEL_CONV_WINO_H
 #define KEEL_CONV_WINO_H
 
-#include "../activation.h"
-#include "../conv_nhwc.h"
-#include "dnnl_glue.h"
+#include "ops/activation.h"
+#include "ops/conv_nhwc.h"
+#include "ops/dnnl/dnnl_glue.h"
 
 #if KEEL_HAVE_DNNL
 

@@ -1,9 +1,9 @@
 /* dnnl_glue.c: the engine, one-thread execution, measured primitives and
  * errors (dnnl_glue.h). */
-#include "dnnl_glue.h"
+#include "ops/dnnl/dnnl_glue.h"
 
-#include "../activation.h"
-#include "../../mem/sysmem.h"
+#include "ops/activation.h"
+#include "mem/sysmem.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -29,9 +29,9 @@
 
 #include <stdatomic.h>
 
-#include "../../base/prim.h"
-#include "../../base/status.h"
-#include "../kernel.h"
+#include "base/prim.h"
+#include "base/status.h"
+#include "ops/kernel.h"
 
 /* True when keel was built with oneDNN and the CPU has at least AVX2 (the
  * oneDNN kernels keel relies on; below that, keel's own kernels run). The

@@ -22,14 +22,14 @@
  */
 #include <stdatomic.h>
 
-#include "../../base/pool.h"
-#include "../../mem/sysmem.h"
-#include "../../onnx/onnx.h"
-#include "../activation.h"
-#include "../bcast.h"
-#include "../gemv.h"
-#include "../matmul_fused.h"
-#include "dnnl_glue.h"
+#include "base/pool.h"
+#include "mem/sysmem.h"
+#include "onnx/onnx.h"
+#include "ops/activation.h"
+#include "ops/bcast.h"
+#include "ops/gemv.h"
+#include "ops/matmul_fused.h"
+#include "ops/dnnl/dnnl_glue.h"
 
 #define MAX_BANDS 64
 #define PRIMS 8                 /* bands of two heights at most, or parts  */
