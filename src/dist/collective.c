@@ -133,7 +133,7 @@ static keel_status agree(keel_kctx *k, MPI_Comm c, keel_status local, const keel
 /* ====================================================== the kernels */
 
 static MPI_Comm kernel_comm(const keel_kctx *k) {
-  return k->run ? keel_dist_comm(k->run->s) : MPI_COMM_WORLD;
+  return keel_dist_comm(k->svc && k->svc->comm ? k->svc->comm(k) : NULL);
 }
 
 /* Step-1 checks common to every collective: a tensor of a type MPI can

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../include/keel_dist.h"
+#include "keel_dist.h"
 
 /* "rank R:\n" + text + a newline when it lacks one, appended to a buffer. */
 static char *append_part(char *buf, size_t *len, int rank, const char *text, size_t n) {
@@ -74,8 +74,9 @@ keel_status keel_dist_gather_text(const char *mine, char **all) {
   return *all ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "gathering reports");
 }
 
-keel_status keel_dist_bind(keel_session_t *s) {
-  const keel_node *n = first_collective(s->m);
+keel_status keel_dist_bind(const keel_model *m, const void *comm) {
+  (void)comm;
+  const keel_node *n = first_collective(m);
   if (!n) return KEEL_OK;
   char lb[256];
   keel_status st = keel_dist_no_mpi(n);
@@ -200,8 +201,8 @@ keel_status keel_dist_gather_text(const char *mine, char **all) {
   return st;
 }
 
-MPI_Comm keel_dist_comm(const keel_session_t *s) {
-  const MPI_Comm *c = s->opts.comm;
+MPI_Comm keel_dist_comm(const void *comm) {
+  const MPI_Comm *c = comm;
   return c ? *c : MPI_COMM_WORLD;
 }
 
@@ -219,10 +220,10 @@ keel_status keel_dist_check(int rc, MPI_Comm c, const char *call) {
                   call, rank, size, msg, cls);
 }
 
-keel_status keel_dist_bind(keel_session_t *s) {
-  if (!first_collective(s->m)) return KEEL_OK;
+keel_status keel_dist_bind(const keel_model *m, const void *comm) {
+  if (!first_collective(m)) return KEEL_OK;
   KEEL_TRY(keel_dist_init());
-  MPI_Comm c = keel_dist_comm(s);
+  MPI_Comm c = keel_dist_comm(comm);
   if (c == MPI_COMM_NULL)
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_options.comm points at MPI_COMM_NULL");
   keel_dist_lock();

@@ -5,7 +5,8 @@
 #ifndef KEEL_DIST_COMM_H
 #define KEEL_DIST_COMM_H
 
-#include "exec/exec.h"
+#include "base/status.h"
+#include "ir/ir.h"
 
 /* True when the node runs one of the collectives (collective.c). */
 KEEL_INTERNAL bool keel_dist_is_collective(const keel_node *n);
@@ -14,7 +15,7 @@ KEEL_INTERNAL bool keel_dist_is_collective(const keel_node *n);
  * initializes MPI (if needed) and readies the session's communicator
  * (MPI_ERRORS_RETURN). Without MPI: KEEL_ERR_UNSUPPORTED naming the first
  * collective node. No-op for models without collectives. */
-KEEL_INTERNAL keel_status keel_dist_bind(keel_session_t *s);
+KEEL_INTERNAL keel_status keel_dist_bind(const keel_model *m, const void *comm);
 
 /* The error for a collective in a build without MPI. */
 KEEL_INTERNAL keel_status keel_dist_no_mpi(const keel_node *n);
@@ -22,8 +23,9 @@ KEEL_INTERNAL keel_status keel_dist_no_mpi(const keel_node *n);
 #ifdef KEEL_HAVE_MPI
 #include <mpi.h>
 
-/* The session's communicator (keel_options.comm or MPI_COMM_WORLD). */
-KEEL_INTERNAL MPI_Comm keel_dist_comm(const keel_session_t *s);
+/* A session's communicator: *comm (keel_options.comm, a const MPI_Comm *)
+ * or, when NULL, MPI_COMM_WORLD. */
+KEEL_INTERNAL MPI_Comm keel_dist_comm(const void *comm);
 /* rc from an MPI call as a keel_status: KEEL_OK, or an error naming the
  * call, this rank and the communicator size, and MPI's own message. */
 KEEL_INTERNAL keel_status keel_dist_check(int rc, MPI_Comm c, const char *call);

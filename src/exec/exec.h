@@ -21,6 +21,7 @@
 #include <stdatomic.h>
 
 #include "ops/kernel.h"
+#include "ops/registry.h"
 #include "keel_stats.h"
 
 struct keel_profile;
@@ -150,10 +151,5 @@ KEEL_INTERNAL keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx
 KEEL_INTERNAL void keel_run_release(keel_runctx *R);
 KEEL_INTERNAL void keel_run_pool_free(struct keel_session_s *s);
 
-/* Kernel table lookup (ops/registry.c). NULL when nothing matches; then
- * keel_ops_unsupported() formats the error. */
-KEEL_INTERNAL const keel_opdef *keel_ops_find(const char *domain,
-                                              const char *name, int64_t opset);
-KEEL_INTERNAL keel_status keel_ops_unsupported(const keel_node *n);
 
 #endif /* KEEL_EXEC_H */

@@ -230,6 +230,24 @@ static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_n
   return st;
 }
 
+/* ----- what the executor lends kernels (ops/kernel.h, keel_kservices) */
+
+/* Runs graph g of the running node on *in (moved in) into *out, on the
+ * frame's control slots as If/Loop/Scan do. */
+static keel_status svc_subgraph(keel_kctx *k, const keel_graph *g, keel_val *in, keel_val *out) {
+  keel_frame *f = k->frame;
+  if (f->n_ctl < 2) return keel_err(KEEL_ERR_INTERNAL, "no control-flow slots to run a graph");
+  keel_val *io = f->ctl;
+  keel_val_move(&io[0], in);
+  KEEL_TRY(keel_exec_graph(k->run, g, f, &io[0], 1, &io[1], f->iter));
+  keel_val_move(out, &io[1]);
+  return KEEL_OK;
+}
+
+static const void *svc_comm(const keel_kctx *k) { return k->run->s->opts.comm; }
+
+static const keel_kservices g_services = {svc_subgraph, svc_comm};
+
 /* Resolves inputs, calls the kernel, checks its outputs; releases are the
  * caller's. */
 static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n) {
@@ -256,7 +274,7 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   k.node = n, k.in = f->in, k.out = f->out, k.n_in = n->n_in, k.n_out = n->n_out;
   k.heap = R->s->heap, k.pool = R->s->threads, k.prep = n->prep;
   k.owner = (keel_owner){n->site & R->s->owner_mask, f->iter & R->s->owner_mask};
-  k.run = R, k.frame = f, k.n_scratch = 0;
+  k.svc = &g_services, k.run = R, k.frame = f, k.n_scratch = 0;
   st = n->impl && n->impl->fn ? n->impl->fn(&k) : n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);

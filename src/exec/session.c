@@ -220,7 +220,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
   if (!st) st = bind(s);
-  if (!st) st = keel_dist_bind(s);
+  if (!st) st = keel_dist_bind(s->m, s->opts.comm);
   if (!st) st = make_consts(s);
   if (!st) st = build_io(s);
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))

@@ -89,7 +89,7 @@ typedef struct keel_attr {
 
 /* ------------------------------------------------------------- nodes */
 
-struct keel_opdef; /* ops/registry.h */
+struct keel_opdef; /* ops/kernel.h */
 
 typedef struct keel_node {
   const char *name;            /* never NULL; "" when the file has none   */

@@ -52,7 +52,5 @@
 KEEL_FAMILIES(KEEL_FAMILY_DECL)
 #undef KEEL_FAMILY_DECL
 
-/* Every registered row (for docs/operators.md); returns the total. */
-KEEL_INTERNAL size_t keel_ops_list(const keel_opdef **out, size_t cap);
 
 #endif

@@ -19,7 +19,7 @@
  */
 #include <math.h>
 
-#include "exec/exec.h"
+#include "ops/kernel.h"
 #include "ops/bcast.h"
 #include "ops/conv_util.h"
 
@@ -116,14 +116,14 @@ static keel_status run_mod(keel_kctx *k, const char *name, keel_val *v) {
   if (!g || g->n_in != 1 || g->n_out != 1)
     return keel_err(KEEL_ERR_INVALID_MODEL, "%s must be a graph of one input and one output",
                     name);
-  if (k->frame->n_ctl < 2)
-    return keel_err(KEEL_ERR_INTERNAL, "no control-flow slots for %s", name);
-  keel_val *io = k->frame->ctl;
+  if (!k->svc || !k->svc->subgraph)
+    return keel_err(KEEL_ERR_INTERNAL, "%s: no executor to run the graph", name);
   keel_tensor want = v->t;
-  keel_val_move(&io[0], v);
-  keel_status st = keel_exec_graph(k->run, g, k->frame, &io[0], 1, &io[1], k->frame->iter);
+  keel_val in;
+  keel_val_move(&in, v);
+  keel_status st = k->svc->subgraph(k, g, &in, v);
+  keel_val_clear(&in);
   if (st) return keel_err_prefix(st, "%s", name);
-  keel_val_move(v, &io[1]);
   bool ok = v->kind == KEEL_V_TENSOR && v->t.dtype == want.dtype && v->t.rank == want.rank &&
             !memcmp(v->t.shape, want.shape, sizeof(int64_t) * (size_t)want.rank);
   if (!ok) {

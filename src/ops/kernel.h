@@ -37,6 +37,20 @@
 
 struct keel_runctx;
 struct keel_frame;
+struct keel_kctx;
+
+/* What the executor lends a kernel, so that ops/ never includes exec/
+ * (exec/run.c fills it): running a graph attribute of the node on one
+ * value (FlexAttention's score_mod; If/Loop/Scan live in exec/control.c,
+ * beside the executor, and use run/frame directly), and the session's MPI
+ * communicator (the collectives, dist/collective.c). svc is NULL where a
+ * kernel runs outside a session's run (kernel.c's prepared probes). */
+typedef struct keel_kservices {
+  /* runs g (one input, one output) on *in, moved in, into *out */
+  keel_status (*subgraph)(struct keel_kctx *k, const keel_graph *g, keel_val *in, keel_val *out);
+  /* keel_options.comm of the session (a const MPI_Comm *), or NULL */
+  const void *(*comm)(const struct keel_kctx *k);
+} keel_kservices;
 
 typedef struct keel_kctx {
   const keel_node *node;
@@ -50,7 +64,8 @@ typedef struct keel_kctx {
   struct keel_pool *pool;      /* the session's threads (base/pool.h)     */
   const void *prep;            /* the node's prepared state (keel_impl), or
                                   NULL; read-only while runs use it        */
-  struct keel_runctx *run;        /* executor state (control flow only)       */
+  const keel_kservices *svc;   /* the executor's services, or NULL         */
+  struct keel_runctx *run;        /* executor state (exec/control.c only)    */
   struct keel_frame *frame;
   int32_t n_scratch;
   keel_block *scratch[KEEL_K_MAX_SCRATCH];

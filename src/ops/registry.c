@@ -3,7 +3,9 @@
  *
  * Each family file owns its table (keel_ops_<family>[]) so families grow
  * independently; this file only lists them. */
-#include "exec/exec.h"
+#include "ops/registry.h"
+
+#include "base/status.h"
 #include "ops/families.h"
 
 typedef struct family {
