@@ -5,7 +5,7 @@
 
 #include "check.h"
 #include "mem/alloc.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static uint64_t next(void) {

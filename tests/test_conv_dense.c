@@ -1,4 +1,4 @@
-/* test_conv_dense.c: Conv's dense implementation (src/ops/conv_dense.c,
+/* test_conv_dense.c: Conv's dense implementation (src/ops/nn/conv/conv_dense.c,
  * group-1 convs as a blocked W x X product, X itself at 1x1, im2col
  * chunks otherwise) against its reference kernel
  * (KEEL_OPT_REFERENCE_KERNELS: im2col + GEMM): channel counts on and off

@@ -1,4 +1,4 @@
-/* test_conv_fast.c: Conv's faster implementations (src/ops/conv_fast.c)
+/* test_conv_fast.c: Conv's faster implementations (src/ops/nn/conv/conv_fast.c)
  * against its reference kernel (KEEL_OPT_REFERENCE_KERNELS): depthwise
  * convs over odd sizes, strides, dilations, asymmetric and SAME pads,
  * batch > 1, with and without bias, with a fused activation (the gated

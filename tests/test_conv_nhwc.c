@@ -1,4 +1,4 @@
-/* test_conv_nhwc.c: the layout pass (src/ir/pass_layout.c) and NhwcConv's
+/* test_conv_nhwc.c: the layout pass (src/passes/pass_layout.c) and NhwcConv's
  * oneDNN implementation (src/ops/dnnl/conv_dnnl.c), against the model as
  * written run on the reference kernels (KEEL_OPT_NO_GRAPH_PASSES |
  * KEEL_OPT_REFERENCE_KERNELS), and against the pass's graph on NhwcConv's

@@ -1,6 +1,6 @@
 /* test_fastpaths.c: fast paths inside kernels against what the general
  * path computes (and the fast float erf against erf()). Pow of float32 by a scalar 2, 0.5, 3, -1 or 1 (the
- * vectorized loops of ops/elementwise.c) must give pow()'s result
+ * vectorized loops of ops/math/elementwise.c) must give pow()'s result
  * rounded to float, bit for bit (the cube within one ulp), on ordinary
  * values and on -0, +-inf, NaN, negatives, denormals and huge values.
  * The vectorized rows of LayerNormalization and of the fused attention's
@@ -13,7 +13,7 @@
 
 #include "check.h"
 #include "mb.h"
-#include "ops/vmath.h"
+#include "ops/common/vmath.h"
 
 static const float g_vals[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, -3.75f, 1e-40f, -1e-40f,
                                1e30f, -1e30f, 3.4e38f, INFINITY, -INFINITY, NAN,

@@ -1,4 +1,4 @@
-/* test_gemv.c: keel's few-rows product (src/ops/gemv.c) against double
+/* test_gemv.c: keel's few-rows product (src/ops/common/gemv.c) against double
  * math: both weight layouts (N rows of K, K rows of N), 1-6 rows of A
  * (more than one pass of 4), K across the vector tails (1-300), N across
  * the tiles and the pool's chunks, padded row strides, bias, a residual
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ops/gemv.h"
+#include "ops/common/gemv.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint64_t next(void) {

@@ -1,4 +1,4 @@
-/* test_grad_basic.c: the rules of ir/grad_basic.c against finite
+/* test_grad_basic.c: the rules of autodiff/grad_basic.c against finite
  * differences (tests/gradcheck.h), broadcasting included. */
 #include "gradcheck.h"
 

@@ -1,5 +1,5 @@
 /* test_grad_control.c: reverse mode through If, Loop and Scan
- * (ir/grad_control.c) against float64 central differences
+ * (autodiff/grad_control.c) against float64 central differences
  * (tests/gradcheck.h):
  *  - If taken both ways, with the condition an input and computed from
  *    data; branches reading outer values and their own constants;
@@ -22,7 +22,7 @@
  *    gives KEEL_ERR_OUT_OF_MEMORY and leaks nothing.
  */
 #include "gradcheck.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 static const double X3[3] = {0.4, -0.7, 0.9}, W3[3] = {0.8, 1.3, -0.6};
 

@@ -1,4 +1,4 @@
-/* test_grad_math.c: the rules of ir/grad_math.c against finite differences
+/* test_grad_math.c: the rules of autodiff/grad_math.c against finite differences
  * (tests/gradcheck.h) in float64: every rule with its attribute variants
  * (broadcasting, axes as attribute or input, keepdims, negative axes, the
  * opset forms, omitted optional inputs); the documented tie choices; the

@@ -1,5 +1,5 @@
-/* test_grad_nn.c: the rules of ir/grad_nn.c (and the kernels of
- * ops/grad_nn.c) against finite differences in float64 (tests/gradcheck.h):
+/* test_grad_nn.c: the rules of autodiff/grad_nn.c (and the kernels of
+ * ops/training/backward_nn.c) against finite differences in float64 (tests/gradcheck.h):
  * Conv and ConvTranspose with their attributes, the pools, BatchNorm
  * (inference and training, opsets 9/14/15), LayerNorm, InstanceNorm,
  * GroupNorm, Dropout, Resize.

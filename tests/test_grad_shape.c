@@ -1,4 +1,4 @@
-/* test_grad_shape.c: the rules of ir/grad_shape.c (and the view rules of
+/* test_grad_shape.c: the rules of autodiff/grad_shape.c (and the view rules of
  * grad_basic.c) against finite differences (tests/gradcheck.h), each
  * attribute and opset form; the sequence rules through SequenceConstruct,
  * Insert, Erase, At, ConcatFromSequence and SplitToSequence; one chain of

@@ -1,5 +1,5 @@
-/* test_grad_shape_kernels.c: the helper kernels of ops/grad_shape.c (and
- * ZerosLike of a sequence, ops/grad.c) run directly from a model importing
+/* test_grad_shape_kernels.c: the helper kernels of ops/training/backward_shape.c (and
+ * ZerosLike of a sequence, ops/training/backward.c) run directly from a model importing
  * "ai.keel.internal": GatherGrad against a naive scatter-add in float64 and
  * float32 (sizes large enough for the thread pool to split the work),
  * SliceGrad likewise, GradAdd of tensors and of sequences, SequenceAtGrad,

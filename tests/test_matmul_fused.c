@@ -1,4 +1,4 @@
-/* test_matmul_fused.c: the fuse-matmul pass (src/ir/pass_matmul.c) and
+/* test_matmul_fused.c: the fuse-matmul pass (src/passes/pass_matmul.c) and
  * FusedMatMul's oneDNN implementation (src/ops/dnnl/matmul_dnnl.c),
  * against the model as written on the reference kernels
  * (KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS) and against the

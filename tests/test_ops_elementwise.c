@@ -4,7 +4,7 @@
 
 #include "check.h"
 #include "mb.h"
-#include "ops/bcast.h"
+#include "ops/common/bcast.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next(void) {

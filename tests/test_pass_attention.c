@@ -1,5 +1,5 @@
-/* test_pass_attention.c: the fuse-attention pass (src/ir/pass_attention.c)
- * and its kernel (src/ops/attention_fused.c). Attention is built as
+/* test_pass_attention.c: the fuse-attention pass (src/passes/pass_attention.c)
+ * and its kernel (src/ops/nn/attention/attention_fused.c). Attention is built as
  * PyTorch exports it: Reshape/Transpose of q, k and v, MatMul, a scale,
  * an additive mask (Add, either operand order) or a causal one
  * (Where(Cast(Not(Trilu(ones))), -inf, s)) or a constant one with gaps

@@ -1,4 +1,4 @@
-/* test_pool_nhwc.c: the channels-last pools of src/ops/pool_nhwc.c
+/* test_pool_nhwc.c: the channels-last pools of src/ops/nn/pool/pool_nhwc.c
  * (NhwcMaxPool, NhwcAveragePool, NhwcGlobalMaxPool, NhwcGlobalAveragePool,
  * domain ai.keel.internal) against the NCHW ops of pool.c. Each case runs
  * two models on the same X (N, C, H, W):

@@ -1,5 +1,5 @@
 /* test_rnn_fast.c: the prepared ("packed") implementation of RNN, GRU and
- * LSTM (src/ops/rnn_fast.c) against the reference kernel of src/ops/rnn.c
+ * LSTM (src/ops/nn/rnn/rnn_fast.c) against the reference kernel of src/ops/nn/rnn/rnn.c
  * (KEEL_OPT_REFERENCE_KERNELS), both through real sessions whose W, R, B
  * and P are initializers. Random cases cover the three ops, every
  * direction, both layouts, batch 1 and more (the product's row tails),
@@ -16,8 +16,8 @@
 
 #include "check.h"
 #include "mb.h"
-#include "ops/rnn_fast.h"
-#include "ops/vmath.h"
+#include "ops/nn/rnn/rnn_fast.h"
+#include "ops/common/vmath.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static uint64_t next(void) {

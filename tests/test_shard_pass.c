@@ -1,4 +1,4 @@
-/* test_shard_pass.c: the shard pass (src/ir/pass_shard.c) without MPI.
+/* test_shard_pass.c: the shard pass (src/passes/pass_shard.c) without MPI.
  *
  * Each rank's model is made by the pass, its AllReduce nodes turned into
  * Identity (so one process runs it alone: its output is that rank's
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "ir/pass.h"
-#include "ir/shard.h"
+#include "passes/pass.h"
+#include "passes/shard.h"
 #include "mb.h"
 #include "onnx/onnx.h"
 #include "onnx/write.h"

@@ -2,7 +2,7 @@
  * quarter chunk get a chunk of their own so big constants waste nothing. */
 #include "base/arena.h"
 
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 #define CHUNK_SIZE (64u * 1024u)
 

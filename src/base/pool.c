@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "base/prim.h"
 #include "base/status.h"
 

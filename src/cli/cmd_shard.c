@@ -1,6 +1,6 @@
 /* cmd_shard.c: `keel shard MODEL --tp N --out DIR [--split-vocab]`.
  *
- * For each rank R the model is loaded, the shard pass (ir/pass_shard.c)
+ * For each rank R the model is loaded, the shard pass (passes/pass_shard.c)
  * rewrites it into R's part of the N-way tensor-parallel split, and the
  * ONNX writer (onnx/write.c) writes DIR/rank_R.onnx (weights inline, or in
  * DIR/rank_R.data with --external-data, or when a rank's weights pass
@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
-#include "ir/pass.h"
-#include "ir/shard.h"
+#include "passes/pass.h"
+#include "passes/shard.h"
 #include "onnx/onnx.h"
 #include "onnx/write.h"
 #include "cli/cli.h"

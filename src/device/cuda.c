@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "keel.h"
 
 typedef int CUresult;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "dist/comm.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "keel_dist.h"
 #include "exec/session.h"
 

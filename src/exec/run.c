@@ -13,7 +13,7 @@
 #include <stdlib.h>
 
 #include "base/prim.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "exec/profile.h"
 
 /* ============================================================== pool */

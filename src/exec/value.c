@@ -9,7 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "onnx/tensorproto.h"
 #include "exec/session.h"
 

@@ -179,7 +179,7 @@ typedef struct keel_opset {
   int64_t version;
 } keel_opset;
 
-/* What the training pass (ir/pass_train.c) needs, set on a loaded model by
+/* What the training pass (passes/pass_train.c) needs, set on a loaded model by
  * the trainer (src/train/) before the passes run; NULL for inference. The
  * pass fills the `out` fields (arena memory). */
 typedef struct keel_train_spec {
@@ -197,7 +197,7 @@ typedef struct keel_train_spec {
   int32_t loss_output;         /* out: index of the loss in main outputs   */
   int32_t first_grad_output;   /* out: outputs [first, first+n) are the
                                   gradients, in parameter order            */
-  int32_t *reach_output;       /* out (ir/autodiff.c): NULL when every
+  int32_t *reach_output;       /* out (autodiff/autodiff.c): NULL when every
                                   gradient exists at every step; else per
                                   parameter -1 (it does) or the index of a
                                   bool main output that says whether this
@@ -231,7 +231,7 @@ typedef struct keel_model {
   const char **const_names;
   uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
-  struct keel_shard_cfg *shard; /* set only by `keel shard` (ir/shard.h)  */
+  struct keel_shard_cfg *shard; /* set only by `keel shard` (passes/shard.h)  */
   bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)
                                   before the passes: no layout pass        */
 } keel_model;

@@ -11,7 +11,7 @@
 #include "ir/scope.h"
 
 #include "base/status.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 typedef struct planner {
   keel_arena *a;

@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 /* ========================================================= name maps */
 

@@ -11,7 +11,7 @@
 
 #include "base/prim.h"
 #include "base/status.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define KEEL_ASAN 1

@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "onnx/tensorproto.h"
 
 typedef struct keel_ext_file {

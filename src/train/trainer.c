@@ -2,7 +2,7 @@
  * training spec, the parameters as mutable buffers, and the step.
  *
  * Creation loads the model, sets m->train so that the first pass
- * (ir/pass_train.c) turns the trainable initializers into graph inputs and
+ * (passes/pass_train.c) turns the trainable initializers into graph inputs and
  * adds the Gradient node the autodiff pass expands, then creates the
  * session on it. Each parameter is then copied once out of the mapped file
  * into a block of the session's allocator tagged "param 'name'", and the
@@ -21,8 +21,8 @@
 
 #include "base/prim.h"
 #include "base/status.h"
-#include "mem/sysmem.h"
-#include "ir/autodiff.h"
+#include "base/sysmem.h"
+#include "autodiff/autodiff.h"
 #include "onnx/onnx.h"
 #include "onnx/write.h"
 #include "train/train.h"

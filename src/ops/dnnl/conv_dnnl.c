@@ -1,4 +1,4 @@
-/* conv_dnnl.c: NhwcConv (ops/conv_nhwc.h) on oneDNN's convolutions, the
+/* conv_dnnl.c: NhwcConv (ops/nn/conv/conv_nhwc.h) on oneDNN's convolutions, the
  * implementation "onednn".
  *
  * Prepared once per node: W reordered into the layout oneDNN's kernel asks
@@ -14,7 +14,7 @@
  * primitive whose kernel wants W in another layout gets its own reordered
  * copy (counted like the first).
  *
- * Fused: the activation (ops/activation.h) as oneDNN post-ops where
+ * Fused: the activation (ops/common/activation.h) as oneDNN post-ops where
  * oneDNN has the same function (else keel applies it to each band while
  * it is hot), and the residual Z as a sum post-op: the band of Y starts as
  * Z's (Y takes Z's buffer when Z dies here). A Z that broadcasts is
@@ -44,14 +44,14 @@
 #include "base/pool.h"
 #include "base/prim.h"
 #include "mem/alloc.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "onnx/onnx.h"
-#include "ops/activation.h"
-#include "ops/bcast.h"
-#include "ops/conv_nhwc.h"
-#include "ops/conv_stream.h"
-#include "ops/conv_wg.h"
-#include "ops/gemv.h"
+#include "ops/common/activation.h"
+#include "ops/common/bcast.h"
+#include "ops/nn/conv/conv_nhwc.h"
+#include "ops/nn/conv/conv_stream.h"
+#include "ops/nn/conv/conv_wg.h"
+#include "ops/common/gemv.h"
 #include "ops/dnnl/conv_wino.h"
 #include "ops/dnnl/dnnl_glue.h"
 

@@ -4,7 +4,7 @@
 #if KEEL_HAVE_DNNL
 
 #include "base/pool.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 
 /* What W's Winograd transform may take beyond W itself, per node: keel's
  * memory bound allows weights 10 % of slack, and ResNet-50's 128- and

@@ -18,8 +18,8 @@
 #ifndef KEEL_CONV_WINO_H
 #define KEEL_CONV_WINO_H
 
-#include "ops/activation.h"
-#include "ops/conv_nhwc.h"
+#include "ops/common/activation.h"
+#include "ops/nn/conv/conv_nhwc.h"
 #include "ops/dnnl/dnnl_glue.h"
 
 #if KEEL_HAVE_DNNL

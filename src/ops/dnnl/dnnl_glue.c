@@ -2,8 +2,8 @@
  * errors (dnnl_glue.h). */
 #include "ops/dnnl/dnnl_glue.h"
 
-#include "ops/activation.h"
-#include "mem/sysmem.h"
+#include "ops/common/activation.h"
+#include "base/sysmem.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -196,7 +196,7 @@ KEEL_INTERNAL keel_status keel_dnnl_reorder_prim(const dnnl_memory_desc_t *from,
 /* Scratchpad bytes a primitive descriptor asks for (user mode). */
 KEEL_INTERNAL size_t keel_dnnl_scratch_bytes(const_dnnl_primitive_desc_t pd);
 
-/* Appends the fused activation (ops/activation.h) as eltwise post-ops;
+/* Appends the fused activation (ops/common/activation.h) as eltwise post-ops;
  * false when oneDNN has no equivalent as exact (the kernel applies it
  * itself with keel_act_apply_fast_f32, on each part while it is in cache). */
 struct keel_act;

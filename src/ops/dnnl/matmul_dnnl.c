@@ -1,4 +1,4 @@
-/* matmul_dnnl.c: FusedMatMul (ops/matmul_fused.h) on oneDNN's matmul, the
+/* matmul_dnnl.c: FusedMatMul (ops/math/matmul/matmul_fused.h) on oneDNN's matmul, the
  * implementation "onednn".
  *
  * Prepared once per node: B packed into the layout oneDNN's kernel asks
@@ -23,12 +23,12 @@
 #include <stdatomic.h>
 
 #include "base/pool.h"
-#include "mem/sysmem.h"
+#include "base/sysmem.h"
 #include "onnx/onnx.h"
-#include "ops/activation.h"
-#include "ops/bcast.h"
-#include "ops/gemv.h"
-#include "ops/matmul_fused.h"
+#include "ops/common/activation.h"
+#include "ops/common/bcast.h"
+#include "ops/common/gemv.h"
+#include "ops/math/matmul/matmul_fused.h"
 #include "ops/dnnl/dnnl_glue.h"
 
 #define MAX_BANDS 64

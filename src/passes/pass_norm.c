@@ -1,0 +1,279 @@
+/* pass_norm.c: two passes that undo what exporters decompose.
+ *
+ * fold-identity: Identity of a constant (PyTorch writes one per shared
+ * weight: "ln.weight = Identity(blocks.0.ln1.weight)") is dropped and its
+ * readers read the constant itself, so later patterns see constants.
+ *
+ * fuse-layernorm: LayerNormalization as exporters before opset 17 write
+ * it,
+ *     mean = ReduceMean(x, axes=[-1]); d = Sub(x, mean); p = Pow(d, 2)
+ *     var = ReduceMean(p, axes=[-1]); s = Sqrt(Add(var, eps)); n = Div(d, s)
+ *     y = Add(Mul(n, gamma), beta)        (gamma, beta constants)
+ * becomes one LayerNormalization(x, gamma, beta, axis=-1, epsilon=eps)
+ * node (opset 17's op, whatever the model's opset): one pass over the rows
+ * instead of nine kernels and eight intermediate tensors. The node keeps
+ * the final Add's name and lists the other eight in `fused`.
+ *
+ * fuse-gelu: the erf GELU as PyTorch writes it,
+ *     y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5)
+ * (or Mul(Mul(x, 0.5), Add(...)), Div by sqrt 2 or Mul by 1/sqrt 2, the
+ * operands of each Add and Mul in either order) becomes one Gelu (opset
+ * 20's op).
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "base/status.h"
+#include "base/sysmem.h"
+#include "passes/pass.h"
+
+/* ===================================================== fold-identity */
+
+/* Renames every read of `from` in g's own nodes (not sub-graphs). */
+static void rename_reads(keel_graph *g, const char *from, const char *to) {
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_in; k++)
+      if (!strcmp(g->nodes[i].in_names[k], from)) g->nodes[i].in_names[k] = to;
+}
+
+/* Reads of `name` by g's own nodes. */
+static int32_t direct_reads(const keel_graph *g, const char *name) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_in; k++) n += !strcmp(g->nodes[i].in_names[k], name);
+  return n;
+}
+
+static keel_status fold_identity_graph(keel_model *m, keel_graph *g) {
+  bool *drop = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(bool));
+  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fold-identity");
+  int32_t n_drop = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    if (strcmp(n->op_type, "Identity") || n->domain[0] || n->n_in != 1 || n->n_out != 1) continue;
+    const char *out = n->out_names[0];
+    /* only when every reader is a plain node of this graph (no graph
+     * output, no sub-graph capture by name) */
+    if (!out[0] || keel_ir_const_of(m, g, n->in_names[0]) < 0 ||
+        keel_ir_uses(g, out) != direct_reads(g, out))
+      continue;
+    rename_reads(g, out, n->in_names[0]);
+    drop[i] = true;
+    n_drop++;
+  }
+  keel_status st = n_drop ? keel_graph_remove_nodes(m->arena, g, drop) : KEEL_OK;
+  keel_sys_free(drop, ((size_t)g->n_nodes + n_drop + 1) * sizeof(bool));
+  return st;
+}
+
+keel_status keel_pass_fold_identity(keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fold_identity_graph(m, m->graphs[i]));
+  return KEEL_OK;
+}
+
+/* ==================================================== fuse-layernorm */
+
+/* A matched decomposition: its nodes, the last of which becomes the one
+ * node `op` (of `opset`) reading `ins` with `attrs`, the others dropped
+ * and named in its `fused` list. Shared by fuse-layernorm and fuse-gelu. */
+#define PAT_MAX 9
+typedef struct pattern {
+  int32_t nodes[PAT_MAX];
+  int n;
+  const char *op;
+  int64_t opset;
+  const char *ins[3];
+  int n_in;
+  keel_attr attrs[2];
+  int n_attr;
+} pattern;
+typedef bool (*pattern_fn)(const keel_model *m, const keel_graph *g, int32_t i, pattern *t);
+
+static bool is_op(const keel_node *n, const char *op) {
+  return !strcmp(n->op_type, op) && !n->domain[0] && n->n_out == 1;
+}
+
+/* The other input of a two-input node, given one of them; NULL when
+ * `one` is not an input. */
+static const char *other_in(const keel_node *n, const char *one) {
+  if (n->n_in != 2) return NULL;
+  if (!strcmp(n->in_names[0], one)) return n->in_names[1];
+  if (!strcmp(n->in_names[1], one)) return n->in_names[0];
+  return NULL;
+}
+
+/* ReduceMean over the last axis only, keeping it (attribute before opset
+ * 18, a constant input after). */
+static bool mean_last(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  if (!is_op(n, "ReduceMean")) return false;
+  const keel_attr *kd = keel_node_attr(n, "keepdims");
+  if (kd && kd->i != 1) return false;
+  const keel_attr *ax = keel_node_attr(n, "axes");
+  if (ax) return n->n_in == 1 && ax->n == 1 && ax->ints[0] == -1;
+  if (n->n_in != 2) return false;
+  int32_t c = keel_ir_const_of(m, g, n->in_names[1]);
+  if (c < 0) return false;
+  const keel_tensor *t = &m->consts[c];
+  return t->dtype == KEEL_INT64 && keel_tensor_numel(t) == 1 && *(const int64_t *)t->data == -1;
+}
+
+/* A 1-D float constant. */
+static bool const_vec(const keel_model *m, const keel_graph *g, const char *name) {
+  int32_t c = keel_ir_const_of(m, g, name);
+  return c >= 0 && m->consts[c].dtype == KEEL_FLOAT && m->consts[c].rank == 1;
+}
+
+/* Walks up from the Div node i; fills t and returns true on a match. */
+static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern *t) {
+  float eps;
+  const keel_node *div = &g->nodes[i];
+  if (!is_op(div, "Div") || div->n_in != 2) return false;
+  int32_t sub = keel_ir_producer(g, div->in_names[0]), sq = keel_ir_producer(g, div->in_names[1]);
+  if (sub < 0 || sq < 0 || !is_op(&g->nodes[sub], "Sub") || !is_op(&g->nodes[sq], "Sqrt")) return false;
+  const char *d = div->in_names[0];
+  int32_t add = keel_ir_producer(g, g->nodes[sq].in_names[0]);
+  if (add < 0 || !is_op(&g->nodes[add], "Add")) return false;
+  const keel_node *an = &g->nodes[add];
+  int32_t var = -1;
+  for (int k = 0; k < 2 && var < 0; k++) {
+    int32_t p = keel_ir_producer(g, an->in_names[k]);
+    if (p >= 0 && mean_last(m, g, &g->nodes[p]) &&
+        keel_ir_const_f32(m, g, an->in_names[1 - k], &eps))
+      var = p;
+  }
+  if (var < 0) return false;
+  int32_t pw = keel_ir_producer(g, g->nodes[var].in_names[0]);
+  float two;
+  if (pw < 0 || !is_op(&g->nodes[pw], "Pow") || strcmp(g->nodes[pw].in_names[0], d) ||
+      !keel_ir_const_f32(m, g, g->nodes[pw].in_names[1], &two) || two != 2.0f)
+    return false;
+  const keel_node *sn = &g->nodes[sub];
+  int32_t mean = keel_ir_producer(g, sn->in_names[1]);
+  if (mean < 0 || !mean_last(m, g, &g->nodes[mean]) ||
+      strcmp(g->nodes[mean].in_names[0], sn->in_names[0]))
+    return false;
+  /* the affine tail: Mul by gamma, Add of beta */
+  int32_t mul = keel_ir_only_reader(g, div->out_names[0]);
+  if (mul < 0 || !is_op(&g->nodes[mul], "Mul")) return false;
+  const char *gamma = other_in(&g->nodes[mul], div->out_names[0]);
+  int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
+  if (!gamma || !const_vec(m, g, gamma) || out < 0 || !is_op(&g->nodes[out], "Add")) return false;
+  const char *beta = other_in(&g->nodes[out], g->nodes[mul].out_names[0]);
+  if (!beta || !const_vec(m, g, beta)) return false;
+  /* every intermediate is read only inside the pattern (d by Pow and Div) */
+  if (keel_ir_uses(g, d) != 2 || keel_ir_only_reader(g, g->nodes[mean].out_names[0]) != sub ||
+      keel_ir_only_reader(g, g->nodes[pw].out_names[0]) != var ||
+      keel_ir_only_reader(g, g->nodes[var].out_names[0]) != add ||
+      keel_ir_only_reader(g, an->out_names[0]) != sq ||
+      keel_ir_only_reader(g, g->nodes[sq].out_names[0]) != i)
+    return false;
+  *t = (pattern){{mean, sub, pw, var, add, sq, i, mul, out}, 9, "LayerNormalization", 17,
+                 {sn->in_names[0], gamma, beta}, 3,
+                 {{.name = "axis", .type = KEEL_ATTR_INT, .i = -1},
+                  {.name = "epsilon", .type = KEEL_ATTR_FLOAT, .f = eps}}, 2};
+  return true;
+}
+
+static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool *drop) {
+  keel_arena *a = m->arena;
+  keel_node *n = &g->nodes[t->nodes[t->n - 1]];
+  const char **ins = keel_arena_array(a, (size_t)t->n_in, sizeof(char *));
+  keel_attr *attrs = t->n_attr ? keel_arena_array(a, (size_t)t->n_attr, sizeof(keel_attr)) : NULL;
+  const char **fused = keel_arena_array(a, (size_t)t->n - 1, sizeof(char *));
+  if (!ins || (t->n_attr && !attrs) || !fused)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
+  for (int k = 0; k < t->n - 1; k++) {
+    char lb[256];
+    if (!(fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb))))
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
+    drop[t->nodes[k]] = true;
+  }
+  memcpy(ins, t->ins, (size_t)t->n_in * sizeof(char *));
+  if (t->n_attr) memcpy(attrs, t->attrs, (size_t)t->n_attr * sizeof(keel_attr));
+  n->op_type = t->op;
+  n->opset = t->opset;
+  n->n_in = t->n_in, n->in_names = ins, n->in = NULL;
+  n->n_attr = t->n_attr, n->attrs = attrs;
+  n->n_fused = t->n - 1, n->fused = fused;
+  return KEEL_OK;
+}
+
+/* Every non-overlapping match of `find` in g, rewritten. */
+static keel_status fuse_patterns(keel_model *m, keel_graph *g, pattern_fn find) {
+  size_t cap = (size_t)g->n_nodes + 1;
+  bool *drop = keel_sys_calloc(cap, sizeof(bool));
+  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
+  keel_status st = KEEL_OK;
+  int32_t found = 0;
+  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
+    pattern t;
+    if (drop[i] || !find(m, g, i, &t)) continue;
+    bool taken = false;
+    for (int k = 0; k < t.n; k++) taken |= drop[t.nodes[k]];
+    if (taken) continue;
+    st = rewrite(m, g, &t, drop);
+    found++;
+  }
+  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
+  keel_sys_free(drop, cap * sizeof(bool));
+  return st;
+}
+
+keel_status keel_pass_fuse_layernorm(keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], ln_find));
+  return KEEL_OK;
+}
+
+/* ========================================================= fuse-gelu */
+
+static bool near(float v, double want) { return fabs((double)v - want) <= 1e-6 * fabs(want); }
+
+/* n multiplies `name` by the constant `c`: the other operand. */
+static bool mul_by(const keel_model *m, const keel_graph *g, const keel_node *n, const char *name,
+                   double c) {
+  float v;
+  const char *o = is_op(n, "Mul") ? other_in(n, name) : NULL;
+  return o && keel_ir_const_f32(m, g, o, &v) && near(v, c);
+}
+
+
+/* From the Erf node e: the whole pattern, or false. */
+static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, pattern *t) {
+  const keel_node *erf = &g->nodes[e];
+  if (!is_op(erf, "Erf") || erf->n_in != 1) return false;
+  int32_t sc = keel_ir_producer(g, erf->in_names[0]);
+  if (sc < 0 || keel_ir_only_reader(g, erf->in_names[0]) != e) return false;
+  const keel_node *s = &g->nodes[sc];
+  float v;
+  const char *x = NULL;
+  if (is_op(s, "Div") && s->n_in == 2 && keel_ir_const_f32(m, g, s->in_names[1], &v) &&
+      near(v, 1.41421356237309504880))
+    x = s->in_names[0];
+  else if (is_op(s, "Mul") && s->n_in == 2)
+    for (int k = 0; k < 2 && !x; k++)
+      if (keel_ir_const_f32(m, g, s->in_names[1 - k], &v) && near(v, 0.70710678118654752440))
+        x = s->in_names[k];
+  if (!x) return false;
+  int32_t add = keel_ir_only_reader(g, erf->out_names[0]);
+  const char *one = add >= 0 && is_op(&g->nodes[add], "Add") ? other_in(&g->nodes[add], erf->out_names[0]) : NULL;
+  if (!one || !keel_ir_const_f32(m, g, one, &v) || v != 1.0f) return false;
+  int32_t mul = keel_ir_only_reader(g, g->nodes[add].out_names[0]);
+  if (mul < 0 || !is_op(&g->nodes[mul], "Mul")) return false;
+  const char *p = other_in(&g->nodes[mul], g->nodes[add].out_names[0]);
+  if (!p) return false;
+  if (!strcmp(p, x)) { /* x * (1 + erf) then * 0.5 */
+    int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
+    if (out < 0 || !mul_by(m, g, &g->nodes[out], g->nodes[mul].out_names[0], 0.5)) return false;
+    *t = (pattern){{sc, e, add, mul, out}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
+    return true;
+  }
+  int32_t h = keel_ir_producer(g, p); /* (x * 0.5) * (1 + erf) */
+  if (h < 0 || !mul_by(m, g, &g->nodes[h], x, 0.5) || keel_ir_only_reader(g, p) != mul) return false;
+  *t = (pattern){{sc, e, add, h, mul}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
+  return true;
+}
+
+keel_status keel_pass_fuse_gelu(keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], gelu_find));
+  return KEEL_OK;
+}
