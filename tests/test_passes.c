@@ -1,4 +1,4 @@
-/* test_passes.c: the graph passes (src/ir/pass*.c). Each fused pattern is
+/* test_passes.c: the graph passes (src/passes/). Each fused pattern is
  * run with the passes on and with KEEL_OPT_NO_GRAPH_PASSES (the model as
  * written, every node its own kernel): outputs must be identical, the
  * fused model must have fewer nodes, and an activation that cannot be

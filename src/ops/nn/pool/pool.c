@@ -259,7 +259,8 @@ static keel_status plane_rows(void *ctx, int64_t lo, int64_t hi, int worker) {
   for (int64_t t = lo; t < hi; t++) {
     int64_t plane = t / oh, oy = t % oh;
     span2 r = span_of(w, 0, oy);
-    const float *xp = j->x + plane * w->in_size;
+    /* an empty input has no data: every window lies in the padding */
+    const float *xp = j->x ? j->x + plane * w->in_size : j->x;
     float *yr = j->y + plane * w->out_size + oy * ow;
     for (int64_t ox = 0; ox < ow; ox++) {
       const span2 c = j->cols[ox];
