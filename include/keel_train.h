@@ -86,6 +86,24 @@ typedef struct keel_train_options {
    *     its first gradient; after that it is updated with zeros.
    * Steps are counted per parameter (keel_trainer_param_steps). */
   keel_zero_grad zero_grad;
+  /* Data-parallel training over MPI (keel_dist.h; mpirun -np N). Every
+   * rank of the communicator creates its trainer with the same model and
+   * options and steps on its own batches, the same number of steps. At
+   * creation rank 0's parameters are broadcast and the ranks compare the
+   * parameter set, the optimizer's settings and a checksum of the weights.
+   * At every step the ranks exchange their status (a rank whose step
+   * failed makes the step fail on every rank, naming it), then sum their
+   * gradients in buckets (non-blocking all-reduces, started in the
+   * backward's order: last parameters first) and divide by N, so N ranks
+   * with equal batches b1..bN step as one process on their concatenation
+   * when the loss is a mean over the batch. The loss a step returns is
+   * the mean of the ranks' losses. A parameter is updated when any rank's
+   * backward reached it. BatchNormalization in training mode keeps
+   * per-rank statistics (as DDP without SyncBatchNorm). Gradients are
+   * all-reduced after the backward, not yet during it. */
+  int data_parallel;         /* 1: on; 0: one process (default)               */
+  const void *comm;          /* a const MPI_Comm *, or NULL: MPI_COMM_WORLD   */
+  double bucket_mb;          /* gradient bucket size in MB (2^20 B); 0: 25    */
 } keel_train_options;
 
 /* The defaults of torch.optim for `opt` with learning rate lr; loss NULL. */
@@ -178,6 +196,11 @@ typedef struct keel_train_stats {
   uint64_t copy_dropped;     /* bytes of the loader's aligned copies of the
                                 parameters given back at creation            */
   double last_loss;
+  /* data-parallel training (1 and 0 in one process) */
+  int dp_rank, dp_size;
+  int dp_buckets;            /* gradient buckets per step                       */
+  uint64_t allreduce_ns;     /* summed over steps: the status exchange and the
+                                gradient buckets' all-reduces                 */
 } keel_train_stats;
 KEEL_API keel_status keel_trainer_stats(const keel_trainer_t *t, keel_train_stats *st);
 

@@ -11,6 +11,13 @@
  * they are not, the blocks allocated since step 2 that survive are named
  * by owner (graph path, node, value) as `keel memcheck` names them, and
  * the exit status is 1.
+ *
+ * --data-parallel (under mpirun -np N): rank r takes folders r, r + N,
+ * r + 2N ... of the --data list; gradients are averaged over the ranks
+ * (keel_train_options.data_parallel), the printed loss is the ranks' mean.
+ * Rank 0 prints the steps and writes --log, --save and --checkpoint; each
+ * rank prints its own memory verdict (other ranks' --log: FILE.rank<R>).
+ * A rank that fails ends every rank of the job.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,6 +40,8 @@ typedef struct train_args {
   keel_options so;
   bool has_opt, has_lr, has_momentum, has_wd;
   bool leak_subgraphs;         /* test-only: If/Loop results kept alive */
+  bool data_parallel;
+  int rank, size;              /* data-parallel: this rank, the ranks      */
   double momentum, wd;
 } train_args;
 
@@ -84,6 +93,7 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
   else if (!strcmp(opt, "--checkpoint")) a->checkpoint = v;
   else if (!strcmp(opt, "--resume")) a->resume = v;
   else if (!strcmp(opt, "--log")) a->log = v;
+  else if (!strcmp(opt, "--bucket-mb") && num && d > 0) a->o.bucket_mb = d;
   else if (!strcmp(opt, "--debug-plant-leak")) a->plant = v; /* test-only */
   else if (!strcmp(opt, "--mem-limit")) {
     if (!cli_parse_size(v, &a->so.mem_limit)) return cli_usage("train", "bad --mem-limit");
@@ -95,11 +105,13 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
 
 static int parse(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
+  a->size = 1;
   keel_train_options_init(&a->o, KEEL_OPTIM_SGD, 0);
   a->so.size = sizeof a->so;
   for (int i = 0; i < argc; i++) {
     const char *s = argv[i];
     if (!strcmp(s, "--debug-leak-subgraphs")) a->leak_subgraphs = true; /* test-only */
+    else if (!strcmp(s, "--data-parallel")) a->data_parallel = true;
     else if (s[0] == '-' && s[1]) {
       if (i + 1 >= argc) return cli_usage("train", "an option lacks its value");
       int rc = parse_value(a, s, argv[++i]);
@@ -116,6 +128,8 @@ static int parse(int argc, char **argv, train_args *a) {
   keel_train_options_init(&a->o, o.optimizer, o.lr);
   a->o.beta1 = o.beta1, a->o.beta2 = o.beta2, a->o.eps = o.eps;
   a->o.zero_grad = o.zero_grad;
+  a->o.bucket_mb = o.bucket_mb;
+  a->o.data_parallel = a->data_parallel;
   if (a->has_momentum) a->o.momentum = a->momentum;
   if (a->has_wd) a->o.weight_decay = a->wd;
   a->o.loss = a->loss;
@@ -126,7 +140,7 @@ static int parse(int argc, char **argv, train_args *a) {
 }
 
 static int fail(const char *what, keel_status st) {
-  fprintf(stderr, "keel: %s: %s: %s\n", what, keel_status_str(st), keel_last_error());
+  fprintf(stderr, "keel: %s%s: %s: %s\n", cli_dist_tag(), what, keel_status_str(st), keel_last_error());
   return 1;
 }
 
@@ -143,9 +157,10 @@ static keel_status load_batch(keel_trainer_t *t, const char *dir, cli_inputs *in
   return KEEL_OK;
 }
 
-static void print_step(FILE *log, int64_t k, int64_t total, float loss, const keel_train_stats *st) {
+static void print_step(FILE *log, bool show, int64_t k, int64_t total, float loss, const keel_train_stats *st) {
   char a[32], r[32], p[32];
-  printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
+  if (show)
+    printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
          (long long)total, (double)loss, cli_bytes(st->allocated, a, sizeof a),
          cli_bytes(st->reserved, r, sizeof r), cli_bytes(st->peak, p, sizeof p));
   char l[32] = "null"; /* JSON has no NaN or infinity */
@@ -187,7 +202,9 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
   m->second = first + 1;
   for (int64_t k = first; k <= total; k++) {
     cli_inputs in;
-    keel_status st = load_batch(t, a->data[(k - 1) % a->n_data], &in);
+    /* data-parallel: this rank's folders are r, r + N, r + 2N ... */
+    int mine = (a->n_data - a->rank + a->size - 1) / a->size;
+    keel_status st = load_batch(t, a->data[a->rank + (int)((k - 1) % mine) * a->size], &in);
     float loss = 0;
     keel_session_t *s = keel_trainer_session(t);
     bool last = k == total; /* profiled: the memory bound below */
@@ -199,7 +216,7 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
     if (st) return st;
     keel_train_stats ts = {.size = sizeof ts};
     keel_trainer_stats(t, &ts);
-    print_step(log, k, total, loss, &ts);
+    print_step(log, a->rank == 0, k, total, loss, &ts);
     if (k == m->second) m->alloc2 = ts.allocated, m->mark = keel_mem_mark(keel_trainer_session(t));
     else if (k > m->second && ts.allocated != m->alloc2 && !m->grew_at) m->grew_at = k;
     m->last = ts.allocated;
@@ -213,7 +230,14 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
   char b1[32], b2[32], b3[32];
   keel_train_stats ts = {.size = sizeof ts};
   keel_trainer_stats(t, &ts);
-  printf("memory parameters %s, optimizer state %s; peak during a step at most %s\n",
+  if (ts.dp_size > 1) {
+    char b4[32];
+    printf("%sdata-parallel: %d ranks, %d gradient bucket(s) of at most %s; status exchange and all-reduce "
+           "%.3f ms per step (after the backward, not overlapped)\n", cli_dist_tag(), ts.dp_size,
+           ts.dp_buckets, cli_bytes((uint64_t)((a->o.bucket_mb > 0 ? a->o.bucket_mb : 25) * 1048576), b4, sizeof b4),
+           ts.steps ? (double)ts.allreduce_ns / 1e6 / (double)a->steps : 0.0);
+  }
+  printf("%smemory parameters %s, optimizer state %s; peak during a step at most %s\n", cli_dist_tag(),
          cli_bytes(ts.param_bytes, b1, sizeof b1), cli_bytes(ts.state_bytes, b2, sizeof b2),
          cli_bytes(m->max_peak, b3, sizeof b3));
   /* The issue's bound: a step's peak against what it must hold at once:
@@ -232,12 +256,12 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
            cli_bytes(ts.param_bytes, b5, sizeof b5), cli_bytes(ts.state_bytes, b3, sizeof b3));
   }
   if (a->steps < 3) {
-    printf("verdict: steady: too few steps to compare (allocated %s)\n", cli_bytes(m->last, b1, sizeof b1));
+    printf("%sverdict: steady: too few steps to compare (allocated %s)\n", cli_dist_tag(), cli_bytes(m->last, b1, sizeof b1));
     return 0;
   }
   if (m->last == m->alloc2 && !m->grew_at) {
-    printf("verdict: steady: allocated %s after step %lld and after every step to the last\n",
-           cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second);
+    printf("%sverdict: steady: allocated %s after step %lld and after every step to the last\n",
+           cli_dist_tag(), cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second);
     return 0;
   }
   char why[256], since[64];
@@ -261,6 +285,9 @@ static void print_header(keel_trainer_t *t, const train_args *a) {
   printf("train  %s: loss '%s', %zu parameter(s) (%zu floats, %s), optimizer %s, lr %g\n", a->model,
          a->loss, keel_trainer_param_count(t), floats, cli_bytes(floats * 4, b, sizeof b),
          names[a->o.optimizer], a->o.lr);
+  if (a->size > 1)
+    printf("data-parallel over %d ranks: rank r trains on --data folders r, r+%d, ...; the loss printed is "
+           "the ranks' mean\n", a->size, a->size);
   if (a->resume) printf("resume %s: from step %lld\n", a->resume, (long long)keel_trainer_steps(t));
 }
 
@@ -273,25 +300,48 @@ static int finish(keel_trainer_t *t, const train_args *a) {
   return 0;
 }
 
+/* --data-parallel: MPI up, this rank and the ranks; every rank keeps its
+ * stdout (its verdict), rank 0 alone prints the steps. */
+static int start_ranks(train_args *a) {
+  if (!a->data_parallel) return 0;
+  cli_dist_keep_stdout();
+  if (cli_dist_start()) return 1;
+  a->rank = keel_dist_rank(), a->size = keel_dist_size();
+  if (a->n_data < a->size) {
+    fprintf(stderr, "keel: %s--data-parallel over %d ranks needs at least %d --data folders (one per rank), "
+            "%d given\n", cli_dist_tag(), a->size, a->size, a->n_data);
+    return 2;
+  }
+  return 0;
+}
+
+/* --log FILE: rank 0 writes FILE, rank R > 0 FILE.rank<R>. */
+static FILE *open_log(const train_args *a) {
+  char path[4200];
+  if (a->rank == 0) snprintf(path, sizeof path, "%s", a->log);
+  else snprintf(path, sizeof path, "%s.rank%d", a->log, a->rank);
+  FILE *f = fopen(path, "w");
+  if (!f) fprintf(stderr, "keel: %scannot write %s\n", cli_dist_tag(), path);
+  return f;
+}
+
 static int train(train_args *a) {
+  int rc = start_ranks(a);
+  if (rc) return rc;
   keel_trainer_t *t;
   keel_status st = keel_trainer_create(a->model, &a->o, &t);
   if (st) return fail(a->model, st);
-  int rc = 0;
   if (a->resume && (st = keel_trainer_checkpoint_load(t, a->resume))) rc = fail("resume", st);
   if (!rc && a->plant && (st = keel_debug_plant_leak(keel_trainer_session(t), a->plant)))
     rc = fail("--debug-plant-leak", st);
   keel_debug_leak_subgraph_results(keel_trainer_session(t), a->leak_subgraphs);
   FILE *log = NULL;
-  if (!rc && a->log && !(log = fopen(a->log, "w"))) {
-    fprintf(stderr, "keel: cannot write %s\n", a->log);
-    rc = 1;
-  }
+  if (!rc && a->log && !(log = open_log(a))) rc = 1;
   steady m = {0};
-  if (!rc) print_header(t, a);
+  if (!rc && a->rank == 0) print_header(t, a);
   if (!rc && (st = steps(t, a, log, &m))) rc = fail("train", st);
   if (log) fclose(log);
-  if (!rc) rc = finish(t, a);
+  if (!rc && a->rank == 0) rc = finish(t, a);
   if (!rc) rc = verdict(t, a, &m);
   keel_debug_plant_leak(keel_trainer_session(t), NULL);
   keel_trainer_destroy(t);
@@ -303,5 +353,5 @@ int cmd_train(int argc, char **argv) {
   int rc = parse(argc, argv, &a);
   if (!rc) rc = train(&a);
   free(a.freeze_buf);
-  return rc;
+  return a.data_parallel ? cli_dist_end(rc) : rc;
 }

@@ -47,6 +47,7 @@ struct keel_trainer_s {
   uint64_t peak, param_bytes, state_bytes, mapped_dropped;
   uint64_t copy_dropped;        /* of the loader's aligned copies           */
   double last_loss;
+  struct train_dp *dp;          /* data-parallel state, or NULL             */
 };
 
 /* ------------------------------------------------------------ optim.c */
@@ -66,5 +67,24 @@ KEEL_INTERNAL keel_status keel_optim_check(const keel_train_options *o);
 KEEL_INTERNAL bool keel_optim_applies(keel_zero_grad zg, bool reached, bool had_grad);
 KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, float *w,
                                      const float *g, float *s0, float *s1, int64_t n);
+
+/* ---------------------------------------------------- data_parallel.c */
+
+/* With o.data_parallel: the world, the checks across ranks and the
+ * parameters broadcast from rank 0, the gradient buckets laid out. */
+KEEL_INTERNAL keel_status keel_train_dp_setup(keel_trainer_t *t);
+/* After a step's run, on every rank whatever `st` is: the ranks' status
+ * and input signatures compared, the reach flags OR-ed into t->reached,
+ * the gradients summed over the ranks in buckets and divided by N, the
+ * loss averaged. On KEEL_OK, *grads[i] points at parameter i's averaged
+ * gradient (valid until keel_train_dp_release). */
+KEEL_INTERNAL keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig,
+                                                 uint32_t step, float *loss, const float ***grads);
+/* Frees the step's buckets. */
+KEEL_INTERNAL void keel_train_dp_release(keel_trainer_t *t);
+KEEL_INTERNAL void keel_train_dp_free(keel_trainer_t *t);
+/* rank, size, buckets and the all-reduce time, for keel_train_stats. */
+KEEL_INTERNAL void keel_train_dp_stats(const keel_trainer_t *t, int *rank, int *size, int *buckets,
+                                       uint64_t *ns);
 
 #endif

@@ -179,6 +179,7 @@ static keel_status create(keel_model *m, const keel_train_options *o, keel_train
   t->o.loss = NULL, t->o.freeze = NULL, t->o.n_freeze = 0, t->o.session = NULL;
   st = keel_session_create_model(m, o->session, &t->s);
   if (!st) st = setup(t);
+  if (!st && t->o.data_parallel) st = keel_train_dp_setup(t);
   if (st) {
     keel_trainer_destroy(t);
     return st;
@@ -210,6 +211,7 @@ keel_status keel_trainer_create_from_memory(const void *bytes, size_t len, const
 
 void keel_trainer_destroy(keel_trainer_t *t) {
   if (!t) return;
+  keel_train_dp_free(t);
   for (int32_t i = 0; t->p && i < t->n_params; i++) {
     keel_value_release(t->p[i].value);
     for (int k = 0; k < KEEL_OPTIM_MAX_STATE; k++) keel_value_release(t->p[i].state[k]);
@@ -307,31 +309,49 @@ static keel_status take_outputs(keel_trainer_t *t, float *loss) {
   return KEEL_OK;
 }
 
+/* The data inputs' count, element types and ranks, as a hash (the ranks
+ * of a data-parallel job compare it: batch sizes may differ, not these). */
+static uint64_t input_signature(keel_value_t *const *in, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  for (size_t i = 0; i < n; i++) {
+    int32_t k[3] = {(int32_t)keel_value_kind_of(in[i]), (int32_t)keel_value_dtype(in[i]),
+                    (int32_t)keel_value_rank(in[i])};
+    for (size_t j = 0; j < sizeof k; j++) h = (h ^ ((const uint8_t *)k)[j]) * 0x100000001b3ull;
+  }
+  return h;
+}
+
 keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, size_t n, float *loss) {
   if (!t) return keel_err(KEEL_ERR_INVALID_ARG, "keel_trainer_step: NULL trainer");
   keel_err_clear();
-  KEEL_TRY(check_inputs(t, inputs, n));
-  for (size_t i = 0; i < n; i++) t->run_in[i] = inputs[i];
-  for (int32_t i = 0; i < t->n_params; i++) t->run_in[n + (size_t)i] = t->p[i].value;
-  keel_stats_reset_peaks(t->s);
   /* main-graph blocks carry the step number (from 1) as their iteration */
   uint32_t step = (uint32_t)KEEL_MIN(t->steps + 1, (int64_t)UINT32_MAX);
-  keel_status st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step);
+  keel_status st = check_inputs(t, inputs, n);
+  uint64_t sig = st ? 0 : input_signature(inputs, n);
+  if (!st) {
+    for (size_t i = 0; i < n; i++) t->run_in[i] = inputs[i];
+    for (int32_t i = 0; i < t->n_params; i++) t->run_in[n + (size_t)i] = t->p[i].value;
+    keel_stats_reset_peaks(t->s);
+    st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step);
+  }
   float l = NAN;
   if (!st) st = take_outputs(t, &l);
   if (!st) st = read_reach(t);
+  const float **avg = NULL; /* data-parallel: the gradients averaged over the ranks */
+  if (t->dp) st = keel_train_dp_exchange(t, st, sig, step, &l, &avg);
   if (!st) {
     t->steps++;
     for (int32_t i = 0; i < t->n_params; i++) {
       train_param *p = &t->p[i];
       p->had_grad |= t->reached[i];
       if (!keel_optim_applies(t->o.zero_grad, t->reached[i], p->had_grad)) continue;
-      const float *g = keel_value_data(t->out[t->spec->first_grad_output + i]);
+      const float *g = avg ? avg[i] : keel_value_data(t->out[t->spec->first_grad_output + i]);
       keel_optim_update(&t->o, ++p->steps, p->w, g, p->st[0], p->st[1], p->numel);
     }
   }
   keel_stats ks = {.size = sizeof ks};
   keel_stats_get(t->s, &ks);
+  keel_train_dp_release(t);
   for (size_t i = 0; i < t->n_out; i++) keel_value_release(t->out[i]), t->out[i] = NULL;
   if (st) return keel_err_prefix(st, "training step %lld", (long long)t->steps + 1);
   t->peak = ks.allocated_peak;
@@ -396,6 +416,7 @@ keel_status keel_trainer_stats(const keel_trainer_t *t, keel_train_stats *st) {
                            .state_bytes = t->state_bytes, .mapped_dropped = t->mapped_dropped,
                            .copy_dropped = t->copy_dropped,
                            .last_loss = t->last_loss};
+  keel_train_dp_stats(t, &full.dp_rank, &full.dp_size, &full.dp_buckets, &full.allreduce_ns);
   size_t n = KEEL_MIN(st->size, sizeof full);
   memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
   return KEEL_OK;

@@ -1,0 +1,113 @@
+/* dp.c: the MPI calls of data-parallel training (dp.h). Each call takes
+ * keel's MPI lock (comm.c: MPI_THREAD_SERIALIZED) and turns MPI's error
+ * codes into messages naming the rank. Counts above INT_MAX go in pieces. */
+#include "dist/dp.h"
+
+#include <limits.h>
+
+#include "dist/comm.h"
+#include "keel_dist.h"
+
+#ifndef KEEL_HAVE_MPI
+
+static keel_status no_mpi(const char *what) {
+  return keel_err(KEEL_ERR_UNSUPPORTED, "data-parallel training (%s): keel was built without MPI "
+                  "(cmake -DKEEL_MPI=ON with libopenmpi-dev or libmpich-dev)", what);
+}
+keel_status keel_dp_world(const void *comm, int *rank, int *size) {
+  (void)comm, (void)rank, (void)size;
+  return no_mpi("world");
+}
+keel_status keel_dp_agree(const void *comm, uint64_t v, const char *what) {
+  (void)comm, (void)v;
+  return no_mpi(what);
+}
+keel_status keel_dp_bcast(const void *comm, void *data, size_t bytes, int root) {
+  (void)comm, (void)data, (void)bytes, (void)root;
+  return no_mpi("broadcast");
+}
+keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n) {
+  (void)comm, (void)v, (void)n;
+  return no_mpi("status exchange");
+}
+keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k) {
+  (void)comm, (void)bufs, (void)n, (void)k;
+  return no_mpi("gradient sum");
+}
+
+#else
+
+#include <stdlib.h>
+
+keel_status keel_dp_world(const void *comm, int *rank, int *size) {
+  KEEL_TRY(keel_dist_init());
+  MPI_Comm c = keel_dist_comm(comm);
+  if (c == MPI_COMM_NULL) return keel_err(KEEL_ERR_INVALID_ARG, "keel_train_options.comm points at MPI_COMM_NULL");
+  keel_dist_lock();
+  int rc = MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(c, rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(c, size);
+  keel_dist_unlock();
+  return keel_dist_check(rc, c, "data-parallel setup (MPI_Comm_rank/size)");
+}
+
+/* max(v) and max(~v) over the ranks: all equal iff both are this rank's. */
+keel_status keel_dp_agree(const void *comm, uint64_t v, const char *what) {
+  MPI_Comm c = keel_dist_comm(comm);
+  uint64_t mine[2] = {v, ~v}, all[2] = {0, 0};
+  keel_dist_lock();
+  int rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_MAX, c);
+  keel_dist_unlock();
+  KEEL_TRY(keel_dist_check(rc, c, "MPI_Allreduce (agreement)"));
+  if (all[0] == v && all[1] == ~v) return KEEL_OK;
+  int rank = -1;
+  keel_dist_lock();
+  MPI_Comm_rank(c, &rank);
+  keel_dist_unlock();
+  return keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: ranks disagree on %s (rank %d: %016llx, "
+                  "the largest over the ranks: %016llx)", what, rank, (unsigned long long)v,
+                  (unsigned long long)all[0]);
+}
+
+keel_status keel_dp_bcast(const void *comm, void *data, size_t bytes, int root) {
+  MPI_Comm c = keel_dist_comm(comm);
+  for (size_t off = 0; off < bytes;) {
+    int n = (int)(bytes - off > (size_t)INT_MAX ? (size_t)INT_MAX : bytes - off);
+    keel_dist_lock();
+    int rc = MPI_Bcast((char *)data + off, n, MPI_BYTE, root, c);
+    keel_dist_unlock();
+    KEEL_TRY(keel_dist_check(rc, c, "MPI_Bcast (parameters)"));
+    off += (size_t)n;
+  }
+  return KEEL_OK;
+}
+
+keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n) {
+  MPI_Comm c = keel_dist_comm(comm);
+  keel_dist_lock();
+  int rc = MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT32_T, MPI_MAX, c);
+  keel_dist_unlock();
+  return keel_dist_check(rc, c, "MPI_Allreduce (step status)");
+}
+
+keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k) {
+  MPI_Comm c = keel_dist_comm(comm);
+  int pieces = 0;
+  for (int i = 0; i < k; i++) pieces += (int)((n[i] + INT_MAX - 1) / INT_MAX);
+  MPI_Request *req = calloc((size_t)pieces + 1, sizeof *req);
+  if (!req) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gradient requests");
+  int rc = MPI_SUCCESS, r = 0;
+  keel_dist_lock();
+  for (int i = 0; i < k && rc == MPI_SUCCESS; i++)
+    for (int64_t off = 0; off < n[i] && rc == MPI_SUCCESS; off += INT_MAX) {
+      int m = (int)(n[i] - off > INT_MAX ? INT_MAX : n[i] - off);
+      rc = MPI_Iallreduce(MPI_IN_PLACE, bufs[i] + off, m, MPI_FLOAT, MPI_SUM, c, &req[r++]);
+    }
+  int rc2 = r ? MPI_Waitall(r, req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+  keel_dist_unlock();
+  free(req);
+  KEEL_TRY(keel_dist_check(rc, c, "MPI_Iallreduce (gradients)"));
+  return keel_dist_check(rc2, c, "MPI_Waitall (gradients)");
+}
+
+#endif

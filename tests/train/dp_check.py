@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Data-parallel `keel train` against one process (issue 26).
+
+For each model, each of the first K batches of tests/train/NAME is cut to
+a multiple of N along its batch axis and split into N equal parts. One
+process trains on the whole batches; `mpirun -np N keel train
+--data-parallel` trains on the parts (rank r gets part r of every batch:
+the --data list interleaves them). With a loss that is a mean over the
+batch, both must give the same losses at every step (rtol 1e-4; the ranks'
+mean against the whole batch's) and the same trained parameters
+(atol 1e-5 + rtol 1e-4 for all but 1 in 10^4 elements, within twice that
+for every one: see the note on Adam in check()).
+
+Only models whose graph does not branch on a batch statistic can agree:
+mlp_if and cnn_branch pick their If branch from x.mean() and x.std() of
+the batch, which differ between a part and the whole (as BatchNorm's
+statistics differ per rank under DDP without SyncBatchNorm), so they are
+not in the parity list; `--models` takes any.
+
+    tests/train/dp_check.py --keel build/keel [--ranks 2] [--steps 12]
+Exit 0 pass, 1 fail, 77 skip (no mpirun, no onnx, keel without MPI).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+# model -> the batch axis of every data input
+MODELS = {"mlp_plain": 0, "transformer_lm": 0, "rnn_loop": 1}
+
+
+def skip(why):
+    print(f"SKIP: {why}")
+    sys.exit(77)
+
+
+def read_args(name, steps):
+    with open(os.path.join(ROOT, "tests", "train", name, "args")) as f:
+        args = f.read().split()
+    out, i = [], 0
+    while i < len(args):
+        if args[i] == "--data":
+            i += 2
+            continue
+        if args[i] == "--steps":
+            args[i + 1] = str(steps)
+        out += args[i:i + 2]
+        i += 2
+    return out
+
+
+def make_batches(name, axis, ranks, k, tmp, onnx, numpy_helper):
+    """tmp/whole/b_i and tmp/part/b_i_r; returns the two --data lists."""
+    whole, parts = [], []
+    for b in range(k):
+        src = os.path.join(ROOT, "tests", "train", name, f"data_{b}")
+        files = sorted(f for f in os.listdir(src) if f.startswith("input_"))
+        arrays = []
+        for f in files:
+            t = onnx.TensorProto()
+            with open(os.path.join(src, f), "rb") as fh:
+                t.ParseFromString(fh.read())
+            arrays.append(numpy_helper.to_array(t))
+        n = arrays[0].shape[axis] // ranks * ranks
+        if n == 0:
+            continue
+        dirs = [os.path.join(tmp, "whole", f"b{b}")] + [os.path.join(tmp, "part", f"b{b}_{r}") for r in range(ranks)]
+        for d in dirs:
+            os.makedirs(d)
+        for f, a in zip(files, arrays):
+            a = a.take(range(n), axis=axis)
+            with open(os.path.join(dirs[0], f), "wb") as fh:
+                fh.write(numpy_helper.from_array(a).SerializeToString())
+            for r, piece in enumerate(__import__("numpy").split(a, ranks, axis=axis)):
+                with open(os.path.join(dirs[1 + r], f), "wb") as fh:
+                    fh.write(numpy_helper.from_array(piece).SerializeToString())
+        whole.append(dirs[0])
+        parts += dirs[1:]
+    return whole, parts
+
+
+def losses(log):
+    with open(log) as f:
+        return [json.loads(line)["loss"] for line in f if line.strip()]
+
+
+def params(path, onnx, numpy_helper):
+    m = onnx.load(path)
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def run(cmd):
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if p.returncode:
+        print(" ".join(cmd))
+        print(p.stdout[-3000:])
+    return p.returncode, p.stdout
+
+
+def check(name, axis, a, launcher, onnx, numpy_helper, np):
+    tmp = tempfile.mkdtemp(prefix=f"keel-dp-{name}-")
+    try:
+        whole, parts = make_batches(name, axis, a.ranks, a.batches, tmp, onnx, numpy_helper)
+        model = os.path.join(ROOT, "tests", "train", name, "model.onnx")
+        base = [a.keel, "train", model] + read_args(name, a.steps) + ["--threads", "1"]
+        one = base + sum((["--data", d] for d in whole), []) + [
+            "--log", os.path.join(tmp, "one.jsonl"), "--save", os.path.join(tmp, "one.onnx")]
+        dp = launcher + ["-np", str(a.ranks)] + base + sum((["--data", d] for d in parts), []) + [
+            "--data-parallel", "--bucket-mb", str(a.bucket_mb),
+            "--log", os.path.join(tmp, "dp.jsonl"), "--save", os.path.join(tmp, "dp.onnx")]
+        rc1, _ = run(one)
+        rc2, out = run(dp)
+        if rc2 and "built without MPI" in out:
+            skip("keel was built without MPI (cmake -DKEEL_MPI=OFF)")
+        if rc1 or rc2:
+            print(f"FAIL {name}: exit {rc1} (one process), {rc2} ({a.ranks} ranks)")
+            return False
+        l1, l2 = np.array(losses(os.path.join(tmp, "one.jsonl"))), np.array(losses(os.path.join(tmp, "dp.jsonl")))
+        p1, p2 = params(os.path.join(tmp, "one.onnx"), onnx, numpy_helper), params(os.path.join(tmp, "dp.onnx"), onnx, numpy_helper)
+        ok = len(l1) == len(l2) == a.steps and np.allclose(l2, l1, rtol=1e-4, atol=0)
+        if p1.keys() != p2.keys():
+            print(f"FAIL {name}: the saved models' initializers differ")
+            return False
+        over = sum(int(np.sum(np.abs(p2[k] - p1[k]) > 1e-5 + 1e-4 * np.abs(p1[k]))) for k in p1)
+        total = sum(p1[k].size for k in p1)
+        worst, worst_name = max((float(np.max(np.abs(p2[k] - p1[k]) / (1e-5 + 1e-4 * np.abs(p1[k])))), k)
+                                for k in p1 if p1[k].dtype == np.float32)
+        # Adam divides by sqrt(v) + eps: where a gradient is near eps (1e-8)
+        # the sum's order (two halves, or one batch) moves its update by up
+        # to lr / eps times the difference. One element of the transformer's
+        # 30080 lands at 1.16x the bar in the clang -O0 build (0.2x in
+        # release): at most 1 in 10^4 elements may exceed it, none 2x.
+        ok = ok and worst <= 2.0 and over <= total // 10000
+        dl = float(np.max(np.abs(l2 - l1) / np.abs(l1))) if len(l1) == len(l2) else float("nan")
+        ranks_steady = out.count("verdict: steady") == a.ranks
+        ok = ok and ranks_steady
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {a.ranks} ranks on {len(parts)} parts against one process on "
+              f"{len(whole)} batches, {a.steps} steps: loss rel. diff at most {dl:.2e} (rtol 1e-4), parameters "
+              f"at most {worst:.3f} of atol 1e-5 + rtol 1e-4 ({worst_name}; {over} of {total} elements over it); every rank's memory steady: {ranks_steady}")
+        return ok
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_bad_batch(a, launcher, onnx, numpy_helper, np):
+    """Rank 1's second batch is float64: every rank stops at that step,
+    non-zero, and the message names rank 1; nothing hangs (timeout)."""
+    tmp = tempfile.mkdtemp(prefix="keel-dp-bad-")
+    try:
+        _, parts = make_batches("mlp_plain", 0, 2, 2, tmp, onnx, numpy_helper)
+        bad = os.path.join(parts[3], "input_0.pb")  # batch 1, rank 1
+        t = onnx.TensorProto()
+        with open(bad, "rb") as fh:
+            t.ParseFromString(fh.read())
+        with open(bad, "wb") as fh:
+            fh.write(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64)).SerializeToString())
+        model = os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx")
+        cmd = launcher + ["-np", "2", a.keel, "train", model] + read_args("mlp_plain", 4) + \
+            sum((["--data", d] for d in parts), []) + ["--data-parallel", "--threads", "1"]
+        p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        named = "rank 1" in p.stdout and "step 2" in p.stdout
+        ok = p.returncode != 0 and named and "step 1/4" in p.stdout
+        print(f"{'ok  ' if ok else 'FAIL'} a float64 batch on rank 1 at step 2: exit {p.returncode}, "
+              f"the error names rank 1 and step 2: {named}")
+        if not ok:
+            print(p.stdout[-3000:])
+        return ok
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rank_pids(marker, rank):
+    """Pids of processes whose command line holds `marker` and whose
+    environment says MPI rank `rank` (Open MPI's or MPICH's variable)."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env or f"PMI_RANK={rank}".encode() in env:
+            pids.append(int(pid))
+    return pids
+
+
+def check_kill(a, launcher):
+    """kill -9 of rank 1 in the middle of a run: the job ends, non-zero,
+    within 10 s; rank 0 does not wait for it forever."""
+    import signal
+    import time
+    tmp = tempfile.mkdtemp(prefix="keel-dp-kill-")
+    try:
+        model = os.path.join(tmp, "victim.onnx")  # a path only this job's command lines hold
+        shutil.copy(os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx"), model)
+        data = sum((["--data", os.path.join(ROOT, "tests", "train", "mlp_plain", f"data_{i}")] for i in range(4)), [])
+        log = os.path.join(tmp, "steps.jsonl")
+        cmd = launcher + ["-np", "2", a.keel, "train", model] + read_args("mlp_plain", 10 ** 8) + data + \
+            ["--data-parallel", "--threads", "1", "--log", log]
+        p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        victims, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < 60 and p.poll() is None:
+            if os.path.exists(log) and os.path.getsize(log) > 0:
+                victims = rank_pids(model, 1)
+                if victims:
+                    break
+            time.sleep(0.1)
+        if not victims:
+            p.kill()
+            p.wait()
+            print("FAIL kill -9: rank 1's process was not found running")
+            return False
+        for v in victims:
+            os.kill(v, signal.SIGKILL)
+        killed = time.monotonic()
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
+        took = time.monotonic() - killed
+        left = rank_pids(model, 0)
+        for v in left:
+            os.kill(v, signal.SIGKILL)
+        ok = rc not in (None, 0) and took <= 10 and not left
+        print(f"{'ok  ' if ok else 'FAIL'} kill -9 of rank 1: the job ended {took:.1f} s later with exit {rc}, "
+              f"rank 0 left running: {bool(left)}")
+        return ok
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keel", default=os.path.join(ROOT, "build", "keel"))
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--bucket-mb", type=float, default=0.05)  # several buckets even on these models
+    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    a = ap.parse_args()
+    try:
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        skip("python3-onnx and numpy are needed")
+    launcher = os.environ.get("KEEL_MPIRUN", "mpirun").split()
+    if not shutil.which(launcher[0]):
+        skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
+    version = subprocess.run(launcher + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "Open MPI" in version.stdout:
+        launcher += ["--oversubscribe", "--allow-run-as-root"]
+    probe = subprocess.run([a.keel, "train"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if "--data-parallel" not in probe.stdout:
+        print("FAIL: keel train's usage does not name --data-parallel")
+        return 1
+    ok = all([check(m, MODELS.get(m, 0), a, launcher, onnx, numpy_helper, np) for m in a.models] +
+             [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher)])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
