@@ -249,9 +249,9 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
   if (m->seed_live >= held) {
     uint64_t kept = m->seed_live - held, need = kept + 2 * ts.param_bytes + ts.state_bytes;
     char b4[32], b5[32];
-    printf("memory peak of the last step %s = %.3f x (activations kept for the backward %s + "
+    printf("%smemory peak of the last step %s = %.3f x (activations kept for the backward %s + "
            "parameters %s + gradients %s + optimizer state %s)\n",
-           cli_bytes(m->last_peak, b1, sizeof b1), need ? (double)m->last_peak / (double)need : 0.0,
+           cli_dist_tag(), cli_bytes(m->last_peak, b1, sizeof b1), need ? (double)m->last_peak / (double)need : 0.0,
            cli_bytes(kept, b4, sizeof b4), cli_bytes(ts.param_bytes, b2, sizeof b2),
            cli_bytes(ts.param_bytes, b5, sizeof b5), cli_bytes(ts.state_bytes, b3, sizeof b3));
   }
