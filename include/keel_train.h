@@ -104,6 +104,14 @@ typedef struct keel_train_options {
   int data_parallel;         /* 1: on; 0: one process (default)               */
   const void *comm;          /* a const MPI_Comm *, or NULL: MPI_COMM_WORLD   */
   double bucket_mb;          /* gradient bucket size in MB (2^20 B); 0: 25    */
+  /* With data_parallel (ZeRO stage 1): each rank keeps the optimizer state
+   * of about 1/N of the parameters (by size, largest first to the least
+   * loaded rank), updates those, and the updated parameters are gathered
+   * by every rank (one MPI_Allgatherv a step). Results are the same as
+   * without. keel_trainer_checkpoint_save is then collective (every rank
+   * calls it, rank 0 writes the whole state), so a checkpoint resumes at
+   * any number of ranks, sharded or not. */
+  int shard_optimizer;
 } keel_train_options;
 
 /* The defaults of torch.optim for `opt` with learning rate lr; loss NULL. */
@@ -174,7 +182,10 @@ KEEL_API int64_t keel_trainer_param_steps(const keel_trainer_t *t, const char *n
  * model-local functions inlined. */
 KEEL_API keel_status keel_trainer_save(const keel_trainer_t *t, const char *path);
 
-/* Writes (creating the folder) / reads a checkpoint: parameters, optimizer
+/* In a data-parallel job (keel_train_options.data_parallel) every rank
+ * calls checkpoint_save (rank 0 writes the file, the others send it the
+ * optimizer state they hold) and checkpoint_load (each reads the file).
+ * Writes (creating the folder) / reads a checkpoint: parameters, optimizer
  * state and hyperparameters, the step count and each parameter's own
  * (format version 2; version 1 files, which had no per-parameter counts,
  * load as if every step had reached every parameter). A trainer made from the same

@@ -38,7 +38,7 @@ for opt in adam momentum adamw; do
   [[ $n -eq 40 ]] || fail "$opt: $n well-formed step lines, expected 40"
   expect_out "verdict: steady" "$opt verdict"
   expect_out "^memory parameters 384 B, optimizer state [0-9]* B; peak during a step at most" "$opt memory line"
-  n=$(grep -cE '^\{"step": [0-9]+, "loss": [-0-9.e]+, "allocated": [0-9]+, "reserved": [0-9]+, "peak": [0-9]+\}$' "$tmp/$opt.jsonl")
+  n=$(grep -cE '^\{"step": [0-9]+, "loss": [-0-9.e]+, "allocated": [0-9]+, "reserved": [0-9]+, "peak": [0-9]+, "param_bytes": [0-9]+, "state_bytes": [0-9]+, "allreduce_ns": [0-9]+\}$' "$tmp/$opt.jsonl")
   [[ $n -eq 40 ]] || fail "$opt: $n JSON log lines, expected 40"
   # allocated identical from step 2 on
   n=$(sed -n '2,$p' "$tmp/$opt.jsonl" | grep -o '"allocated": [0-9]*' | sort -u | wc -l)

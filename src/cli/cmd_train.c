@@ -112,6 +112,7 @@ static int parse(int argc, char **argv, train_args *a) {
     const char *s = argv[i];
     if (!strcmp(s, "--debug-leak-subgraphs")) a->leak_subgraphs = true; /* test-only */
     else if (!strcmp(s, "--data-parallel")) a->data_parallel = true;
+    else if (!strcmp(s, "--shard-optimizer")) a->o.shard_optimizer = 1;
     else if (s[0] == '-' && s[1]) {
       if (i + 1 >= argc) return cli_usage("train", "an option lacks its value");
       int rc = parse_value(a, s, argv[++i]);
@@ -130,6 +131,8 @@ static int parse(int argc, char **argv, train_args *a) {
   a->o.zero_grad = o.zero_grad;
   a->o.bucket_mb = o.bucket_mb;
   a->o.data_parallel = a->data_parallel;
+  a->o.shard_optimizer = o.shard_optimizer;
+  if (a->o.shard_optimizer && !a->data_parallel) return cli_usage("train", "--shard-optimizer needs --data-parallel");
   if (a->has_momentum) a->o.momentum = a->momentum;
   if (a->has_wd) a->o.weight_decay = a->wd;
   a->o.loss = a->loss;
@@ -166,9 +169,11 @@ static void print_step(FILE *log, bool show, int64_t k, int64_t total, float los
   char l[32] = "null"; /* JSON has no NaN or infinity */
   if (isfinite(loss)) snprintf(l, sizeof l, "%.9g", (double)loss);
   if (log)
-    fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu}\n",
+    fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu, "
+            "\"param_bytes\": %llu, \"state_bytes\": %llu, \"allreduce_ns\": %llu}\n",
             (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
-            (unsigned long long)st->peak);
+            (unsigned long long)st->peak, (unsigned long long)st->param_bytes, (unsigned long long)st->state_bytes,
+            (unsigned long long)st->allreduce_ns);
   if (log) fflush(log); /* whole lines, for whoever follows the run */
   fflush(stdout);
 }
@@ -294,6 +299,7 @@ static void print_header(keel_trainer_t *t, const train_args *a) {
 static int finish(keel_trainer_t *t, const train_args *a) {
   keel_status st;
   if (a->checkpoint && (st = keel_trainer_checkpoint_save(t, a->checkpoint))) return fail("checkpoint", st);
+  if (a->rank != 0) return 0;
   if (a->checkpoint) printf("checkpoint %s: step %lld\n", a->checkpoint, (long long)keel_trainer_steps(t));
   if (a->save && (st = keel_trainer_save(t, a->save))) return fail("save", st);
   if (a->save) printf("saved  %s\n", a->save);
@@ -341,7 +347,7 @@ static int train(train_args *a) {
   if (!rc && a->rank == 0) print_header(t, a);
   if (!rc && (st = steps(t, a, log, &m))) rc = fail("train", st);
   if (log) fclose(log);
-  if (!rc && a->rank == 0) rc = finish(t, a);
+  if (!rc) rc = finish(t, a); /* every rank: a checkpoint gathers sharded state */
   if (!rc) rc = verdict(t, a, &m);
   keel_debug_plant_leak(keel_trainer_session(t), NULL);
   keel_trainer_destroy(t);

@@ -60,7 +60,7 @@ static const char *g_usage[][2] = {
     {"train", "keel train MODEL --loss NAME --data DIR [--data DIR ...] --steps N\n"
               "           --optimizer sgd|momentum|adam|adamw --lr X [--momentum M] [--beta1 B] [--beta2 B] [--eps E]\n"
               "           [--weight-decay W] [--zero-grad none|zeros] [--freeze NAME,...] [--save OUT.onnx] [--checkpoint DIR] [--resume DIR]\n"
-              "           [--log FILE.jsonl] [--mem-limit SIZE] [--threads N] [--data-parallel [--bucket-mb MB]]\n"
+              "           [--log FILE.jsonl] [--mem-limit SIZE] [--threads N] [--data-parallel [--bucket-mb MB] [--shard-optimizer]]\n"
               "  Trains the float initializers the output NAME (a float scalar loss) depends on,\n"
               "  minus --freeze, as torch.optim does. Step k uses the data folders in turn\n"
               "  (input_K.pb: the data inputs in graph-input order) and prints loss and memory;\n"
@@ -71,7 +71,8 @@ static const char *g_usage[][2] = {
               "  (for main-graph blocks the iteration is the training step).\n"
               "  --data-parallel (mpirun -np N): rank r trains on folders r, r+N, ...; gradients\n"
               "  are averaged over the ranks in buckets of --bucket-mb (default 25); rank 0\n"
-              "  prints the steps (the ranks' mean loss) and writes --save and --checkpoint."},
+              "  prints the steps (the ranks' mean loss) and writes --save and --checkpoint;\n"
+              "  --shard-optimizer keeps each parameter's optimizer state on one rank (ZeRO-1)."},
 };
 
 int cli_usage(const char *cmd, const char *problem) {

@@ -35,6 +35,12 @@ keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t 
   return no_mpi("gradient sum");
 }
 
+keel_status keel_dp_allgather_f32(const void *comm, float *buf, const int64_t *counts, const int64_t *displs,
+                                  int size) {
+  (void)comm, (void)buf, (void)counts, (void)displs, (void)size;
+  return no_mpi("parameter gather");
+}
+
 #else
 
 #include <stdlib.h>
@@ -108,6 +114,27 @@ keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t 
   free(req);
   KEEL_TRY(keel_dist_check(rc, c, "MPI_Iallreduce (gradients)"));
   return keel_dist_check(rc2, c, "MPI_Waitall (gradients)");
+}
+
+keel_status keel_dp_allgather_f32(const void *comm, float *buf, const int64_t *counts, const int64_t *displs,
+                                  int size) {
+  MPI_Comm c = keel_dist_comm(comm);
+  int *cnt = calloc((size_t)size * 2 + 1, sizeof(int));
+  if (!cnt) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gather counts");
+  int *dis = cnt + size;
+  for (int r = 0; r < size; r++) {
+    if (counts[r] > INT_MAX || displs[r] > INT_MAX) {
+      free(cnt);
+      return keel_err(KEEL_ERR_UNSUPPORTED, "data-parallel: --shard-optimizer gathers at most %d floats per "
+                      "rank, rank %d holds %lld", INT_MAX, r, (long long)counts[r]);
+    }
+    cnt[r] = (int)counts[r], dis[r] = (int)displs[r];
+  }
+  keel_dist_lock();
+  int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cnt, dis, MPI_FLOAT, c);
+  keel_dist_unlock();
+  free(cnt);
+  return keel_dist_check(rc, c, "MPI_Allgatherv (updated parameters)");
 }
 
 #endif

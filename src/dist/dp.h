@@ -28,4 +28,9 @@ KEEL_INTERNAL keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n);
  * started (non-blocking) in the order given, then all are awaited. */
 KEEL_INTERNAL keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k);
 
+/* Rank r's counts[r] floats at buf + displs[r] to every rank (in place:
+ * each rank has written its own part). */
+KEEL_INTERNAL keel_status keel_dp_allgather_f32(const void *comm, float *buf, const int64_t *counts,
+                                                const int64_t *displs, int size);
+
 #endif /* KEEL_DIST_DP_H */

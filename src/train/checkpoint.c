@@ -22,6 +22,7 @@
 
 #include "base/prim.h"
 #include "base/status.h"
+#include "base/sysmem.h"
 #include "train/train.h"
 
 #define CKPT_MAGIC "KEELCKPT"
@@ -67,7 +68,7 @@ static void put_header(wbuf *b, const keel_trainer_t *t) {
   put_u32(b, (uint32_t)o->zero_grad);
 }
 
-static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p) {
+static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p, float *const *state) {
   const keel_value_t *v = p->value;
   put_u32(b, (uint32_t)strlen(p->name));
   put(b, p->name, strlen(p->name));
@@ -77,18 +78,36 @@ static void put_param(wbuf *b, const keel_trainer_t *t, const train_param *p) {
   put_u32(b, p->had_grad ? 1u : 0u);
   size_t nb = sizeof(float) * (size_t)p->numel;
   put(b, p->w, nb);
-  for (int k = 0; k < keel_optim_n_state(&t->o); k++) put(b, p->st[k], nb);
+  for (int k = 0; k < keel_optim_n_state(&t->o); k++) put(b, state[k], nb);
 }
 
 keel_status keel_trainer_checkpoint_save(const keel_trainer_t *t, const char *dir) {
   if (!t || !dir) return keel_err(KEEL_ERR_INVALID_ARG, "keel_trainer_checkpoint_save: NULL argument");
-  KEEL_TRY(keel_prim_mkdir(dir));
+  /* data-parallel: every rank takes part (a sharded optimizer's state
+   * comes from its owners), rank 0 writes */
+  bool writer = keel_train_dp_rank(t) == 0;
   wbuf b = {0};
   put_header(&b, t);
-  for (int32_t i = 0; i < t->n_params; i++) put_param(&b, t, &t->p[i]);
+  int n_state = keel_optim_n_state(&t->o);
+  keel_status st = KEEL_OK;
+  for (int32_t i = 0; !st && i < t->n_params; i++) {
+    float *tmp, *state[KEEL_OPTIM_MAX_STATE] = {0};
+    st = keel_train_dp_state(t, i, n_state, &tmp, state);
+    if (!st && writer) put_param(&b, t, &t->p[i], state);
+    if (tmp) keel_sys_free(tmp, ((size_t)n_state * (size_t)t->p[i].numel + 1) * sizeof(float));
+  }
+  if (st || !writer) {
+    free(b.p);
+    return st;
+  }
+  st = keel_prim_mkdir(dir);
+  if (st) {
+    free(b.p);
+    return st;
+  }
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, CKPT_FILE);
-  keel_status st = b.failed ? keel_err(KEEL_ERR_OUT_OF_MEMORY, "checkpoint %s", path)
+  st = b.failed ? keel_err(KEEL_ERR_OUT_OF_MEMORY, "checkpoint %s", path)
                             : keel_prim_write_file(path, b.p, b.n);
   free(b.p);
   return st;
@@ -191,7 +210,8 @@ static keel_status load(rbuf *r, keel_trainer_t *t) {
   for (int32_t i = 0; !st && i < t->n_params; i++) {
     size_t nb = sizeof(float) * (size_t)t->p[i].numel;
     memcpy(t->p[i].w, data[i].data, nb);
-    for (int k = 0; k < n_state; k++) memcpy(t->p[i].st[k], data[i].data + nb * (size_t)(k + 1), nb);
+    for (int k = 0; k < n_state; k++) /* a sharded optimizer holds some parameters' state only */
+      if (t->p[i].st[k]) memcpy(t->p[i].st[k], data[i].data + nb * (size_t)(k + 1), nb);
     t->p[i].steps = data[i].steps;
     t->p[i].had_grad = data[i].flags & 1u;
   }

@@ -44,6 +44,11 @@ typedef struct train_dp {
   const float **grads;       /* per parameter: its averaged gradient        */
   int32_t *vec;              /* the status exchange                         */
   int n_vec;
+  /* --shard-optimizer */
+  bool shard;
+  int32_t *owner;            /* per parameter: the rank that updates it     */
+  int64_t *counts, *displs;  /* per rank: floats it owns, their place       */
+  uint32_t gather_site;
   uint64_t ns;
 } train_dp;
 
@@ -109,8 +114,97 @@ static uint64_t param_signature(const keel_trainer_t *t) {
 
 static uint64_t optim_signature(const keel_train_options *o) {
   double f[] = {o->lr, o->momentum, o->beta1, o->beta2, o->eps, o->weight_decay, o->bucket_mb};
-  int32_t k[] = {(int32_t)o->optimizer, (int32_t)o->zero_grad};
+  int32_t k[] = {(int32_t)o->optimizer, (int32_t)o->zero_grad, o->shard_optimizer};
   return fnv(fnv(FNV0, f, sizeof f), k, sizeof k);
+}
+
+/* ZeRO stage 1: owners by size, largest first to the least loaded rank
+ * (ties: the lower rank); the others' optimizer buffers are released. */
+static keel_status shard(keel_trainer_t *t, train_dp *d) {
+  int32_t n = t->n_params;
+  d->shard = true;
+  d->owner = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
+  d->counts = keel_sys_calloc((size_t)d->size * 2 + 1, sizeof(int64_t));
+  if (!d->owner || !d->counts) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: optimizer shards");
+  d->displs = d->counts + d->size;
+  for (int32_t left = n; left > 0; left--) {
+    int32_t big = -1; /* the largest parameter not yet placed */
+    for (int32_t i = 0; i < n; i++)
+      if (d->owner[i] == 0 && (big < 0 || t->p[i].numel > t->p[big].numel)) big = i;
+    int least = 0;
+    for (int r = 1; r < d->size; r++)
+      if (d->counts[r] < d->counts[least]) least = r;
+    d->owner[big] = least + 1; /* 0 = not placed yet */
+    d->counts[least] += t->p[big].numel;
+  }
+  for (int r = 1; r < d->size; r++) d->displs[r] = d->displs[r - 1] + d->counts[r - 1];
+  for (int32_t i = 0; i < n; i++) {
+    train_param *p = &t->p[i];
+    if (--d->owner[i] == d->rank) continue;
+    for (int k = 0; k < KEEL_OPTIM_MAX_STATE; k++) {
+      if (!p->state[k]) continue;
+      const keel_val *v = keel_value_val(p->state[k]);
+      if (v->t.buf) t->state_bytes -= v->t.buf->block->size;
+      keel_value_release(p->state[k]);
+      p->state[k] = NULL, p->st[k] = NULL;
+    }
+  }
+  return keel_session_label_site(t->s, "updated parameters gathered", &d->gather_site);
+}
+
+bool keel_train_dp_owns(const keel_trainer_t *t, int32_t i) {
+  return !t->dp || !t->dp->shard || t->dp->owner[i] == t->dp->rank;
+}
+
+int keel_train_dp_rank(const keel_trainer_t *t) { return t->dp ? t->dp->rank : 0; }
+
+/* Every rank's updated parameters to every rank: each packs its own at
+ * its place in one block, one MPI_Allgatherv, each unpacks the others'. */
+keel_status keel_train_dp_gather(keel_trainer_t *t, uint32_t step) {
+  train_dp *d = t->dp;
+  if (!d || !d->shard) return KEEL_OK;
+  uint64_t t0 = keel_prim_now_ns();
+  keel_session_t *s = t->s;
+  int64_t total = d->displs[d->size - 1] + d->counts[d->size - 1];
+  keel_val v = {.kind = KEEL_V_TENSOR};
+  KEEL_TRY(keel_tensor_alloc(s->heap, KEEL_FLOAT, 1, (int64_t[]){total},
+                             (keel_owner){d->gather_site & s->owner_mask, step}, &v.t));
+  float *buf = v.t.data;
+  int64_t *at = keel_sys_calloc((size_t)d->size + 1, sizeof(int64_t));
+  keel_status st = at ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gather");
+  for (int r = 0; !st && r < d->size; r++) at[r] = d->displs[r];
+  for (int32_t i = 0; !st && i < t->n_params; i++) { /* each rank's parameters in index order */
+    int r = d->owner[i];
+    if (r == d->rank) memcpy(buf + at[r], t->p[i].w, sizeof(float) * (size_t)t->p[i].numel);
+    at[r] += t->p[i].numel;
+  }
+  if (!st) st = keel_dp_allgather_f32(t->o.comm, buf, d->counts, d->displs, d->size);
+  for (int r = 0; !st && r < d->size; r++) at[r] = d->displs[r];
+  for (int32_t i = 0; !st && i < t->n_params; i++) {
+    int r = d->owner[i];
+    if (r != d->rank) memcpy(t->p[i].w, buf + at[r], sizeof(float) * (size_t)t->p[i].numel);
+    at[r] += t->p[i].numel;
+  }
+  keel_sys_free(at, ((size_t)d->size + 1) * sizeof(int64_t));
+  keel_val_clear(&v);
+  d->ns += keel_prim_now_ns() - t0;
+  return st;
+}
+
+keel_status keel_train_dp_state(const keel_trainer_t *t, int32_t i, int n_state, float **tmp, float **st) {
+  const train_param *p = &t->p[i];
+  const train_dp *d = t->dp;
+  for (int k = 0; k < n_state; k++) st[k] = p->st[k];
+  *tmp = NULL;
+  if (!d || !d->shard) return KEEL_OK;
+  size_t nb = sizeof(float) * (size_t)p->numel;
+  if (d->owner[i] != d->rank) {
+    *tmp = keel_sys_calloc((size_t)n_state * (size_t)p->numel + 1, sizeof(float));
+    if (!*tmp) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "checkpoint: the state of '%s'", p->name);
+    for (int k = 0; k < n_state; k++) st[k] = *tmp + (size_t)k * (size_t)p->numel;
+  }
+  for (int k = 0; k < n_state; k++) KEEL_TRY(keel_dp_bcast(t->o.comm, st[k], nb, d->owner[i]));
+  return KEEL_OK;
 }
 
 keel_status keel_train_dp_setup(keel_trainer_t *t) {
@@ -126,7 +220,8 @@ keel_status keel_train_dp_setup(keel_trainer_t *t) {
     KEEL_TRY(keel_dp_bcast(t->o.comm, t->p[i].w, sizeof(float) * (size_t)t->p[i].numel, 0));
     sum = fnv(sum, t->p[i].w, sizeof(float) * (size_t)t->p[i].numel);
   }
-  return keel_dp_agree(t->o.comm, sum, "the parameters' checksum after rank 0's broadcast");
+  KEEL_TRY(keel_dp_agree(t->o.comm, sum, "the parameters' checksum after rank 0's broadcast"));
+  return t->o.shard_optimizer ? shard(t, d) : KEEL_OK;
 }
 
 /* v as four 31-bit words and their complements: equal on every rank iff
@@ -216,6 +311,8 @@ void keel_train_dp_free(keel_trainer_t *t) {
   keel_sys_free(d->vals, n * sizeof(keel_val));
   keel_sys_free(d->data, n * sizeof(float *));
   keel_sys_free(d->vec, (size_t)d->n_vec * sizeof(int32_t));
+  keel_sys_free(d->owner, ((size_t)t->n_params + 1) * sizeof(int32_t));
+  keel_sys_free(d->counts, ((size_t)d->size * 2 + 1) * sizeof(int64_t));
   keel_sys_free(d, sizeof *d);
   t->dp = NULL;
 }

@@ -80,6 +80,20 @@ KEEL_INTERNAL keel_status keel_train_dp_setup(keel_trainer_t *t);
  * gradient (valid until keel_train_dp_release). */
 KEEL_INTERNAL keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig,
                                                  uint32_t step, float *loss, const float ***grads);
+/* Whether this rank updates parameter i (always, unless the optimizer
+ * state is sharded and another rank holds its state). */
+KEEL_INTERNAL bool keel_train_dp_owns(const keel_trainer_t *t, int32_t i);
+/* This rank (0 outside a data-parallel job). */
+KEEL_INTERNAL int keel_train_dp_rank(const keel_trainer_t *t);
+/* With a sharded optimizer, after the updates: every rank gets every
+ * updated parameter (a no-op otherwise). */
+KEEL_INTERNAL keel_status keel_train_dp_gather(keel_trainer_t *t, uint32_t step);
+/* For a checkpoint: st[k] points at parameter i's state buffers. With a
+ * sharded optimizer this is collective (every rank, every parameter, in
+ * order): the owner sends them, the others receive them into *tmp (free
+ * with keel_sys_free, n_state * numel + 1 floats), else *tmp is NULL. */
+KEEL_INTERNAL keel_status keel_train_dp_state(const keel_trainer_t *t, int32_t i, int n_state, float **tmp,
+                                              float **st);
 /* Frees the step's buckets. */
 KEEL_INTERNAL void keel_train_dp_release(keel_trainer_t *t);
 KEEL_INTERNAL void keel_train_dp_free(keel_trainer_t *t);

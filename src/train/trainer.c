@@ -345,9 +345,12 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
       train_param *p = &t->p[i];
       p->had_grad |= t->reached[i];
       if (!keel_optim_applies(t->o.zero_grad, t->reached[i], p->had_grad)) continue;
+      int64_t k = ++p->steps; /* counted on every rank, also where another rank updates it */
+      if (!keel_train_dp_owns(t, i)) continue;
       const float *g = avg ? avg[i] : keel_value_data(t->out[t->spec->first_grad_output + i]);
-      keel_optim_update(&t->o, ++p->steps, p->w, g, p->st[0], p->st[1], p->numel);
+      keel_optim_update(&t->o, k, p->w, g, p->st[0], p->st[1], p->numel);
     }
+    st = keel_train_dp_gather(t, step);
   }
   keel_stats ks = {.size = sizeof ks};
   keel_stats_get(t->s, &ks);

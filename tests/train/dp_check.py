@@ -53,8 +53,9 @@ def read_args(name, steps):
     return out
 
 
-def make_batches(name, axis, ranks, k, tmp, onnx, numpy_helper):
-    """tmp/whole/b_i and tmp/part/b_i_r; returns the two --data lists."""
+def make_batches(name, axis, ranks, k, tmp, onnx, numpy_helper, trim=None, tag="part"):
+    """tmp/whole/b_i and tmp/<tag>/b_i_r; returns the two --data lists.
+    Batches are cut to a multiple of `trim` (default: ranks)."""
     whole, parts = [], []
     for b in range(k):
         src = os.path.join(ROOT, "tests", "train", name, f"data_{b}")
@@ -65,12 +66,12 @@ def make_batches(name, axis, ranks, k, tmp, onnx, numpy_helper):
             with open(os.path.join(src, f), "rb") as fh:
                 t.ParseFromString(fh.read())
             arrays.append(numpy_helper.to_array(t))
-        n = arrays[0].shape[axis] // ranks * ranks
+        n = arrays[0].shape[axis] // (trim or ranks) * (trim or ranks)
         if n == 0:
             continue
-        dirs = [os.path.join(tmp, "whole", f"b{b}")] + [os.path.join(tmp, "part", f"b{b}_{r}") for r in range(ranks)]
+        dirs = [os.path.join(tmp, "whole", f"b{b}")] + [os.path.join(tmp, tag, f"b{b}_{r}") for r in range(ranks)]
         for d in dirs:
-            os.makedirs(d)
+            os.makedirs(d, exist_ok=True)
         for f, a in zip(files, arrays):
             a = a.take(range(n), axis=axis)
             with open(os.path.join(dirs[0], f), "wb") as fh:
@@ -173,6 +174,65 @@ def check_bad_batch(a, launcher, onnx, numpy_helper, np):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_shard_and_resume(a, launcher, onnx, numpy_helper, np):
+    """transformer_lm (AdamW) at 4 ranks with --shard-optimizer against 4
+    ranks without: the same losses and parameters, bit for bit, and each
+    rank's optimizer state at most 1.1 x a quarter of the whole. Then a
+    checkpoint written by the sharded job after 5 steps, resumed at 2
+    ranks (each step the same batches, cut in 2 instead of 4) for 10 more
+    steps, against the 4-rank job's 15 steps."""
+    tmp = tempfile.mkdtemp(prefix="keel-dp-zero-")
+    try:
+        name = "transformer_lm"
+        _, p4 = make_batches(name, 0, 4, 4, tmp, onnx, numpy_helper, trim=4, tag="p4")
+        _, p2 = make_batches(name, 0, 2, 4, tmp, onnx, numpy_helper, trim=4, tag="p2")
+        model = os.path.join(ROOT, "tests", "train", name, "model.onnx")
+
+        def job(ranks, parts, steps, tag, extra):
+            cmd = launcher + ["-np", str(ranks), a.keel, "train", model] + read_args(name, steps) + \
+                sum((["--data", d] for d in parts), []) + ["--data-parallel", "--threads", "1", "--bucket-mb", "0.05",
+                                                          "--log", os.path.join(tmp, tag + ".jsonl"),
+                                                          "--save", os.path.join(tmp, tag + ".onnx")] + extra
+            rc, _ = run(cmd)
+            return rc
+
+        ck = os.path.join(tmp, "ck")
+        rcs = [job(4, p4, 15, "full", []), job(4, p4, 15, "zero", ["--shard-optimizer"]),
+               job(4, p4, 5, "first", ["--shard-optimizer", "--checkpoint", ck]),
+               job(2, p2, 10, "resumed", ["--resume", ck])]
+        if any(rcs):
+            print(f"FAIL --shard-optimizer / resume: exits {rcs}")
+            return False
+        full, zero = [json.loads(x) for x in open(os.path.join(tmp, "full.jsonl"))], \
+            [json.loads(x) for x in open(os.path.join(tmp, "zero.jsonl"))]
+        shards = [zero[-1]["state_bytes"]] + [json.loads(open(os.path.join(tmp, f"zero.jsonl.rank{r}")).readlines()[-1])["state_bytes"]
+                                               for r in range(1, 4)]
+        whole = full[-1]["state_bytes"]
+        same_loss = [x["loss"] for x in full] == [x["loss"] for x in zero]
+        pf, pz = params(os.path.join(tmp, "full.onnx"), onnx, numpy_helper), params(os.path.join(tmp, "zero.onnx"), onnx, numpy_helper)
+        same_params = pf.keys() == pz.keys() and all(np.array_equal(pf[k], pz[k]) for k in pf)
+        ratio = max(shards) / (whole / 4)
+        ok1 = same_loss and same_params and ratio <= 1.1
+        print(f"{'ok  ' if ok1 else 'FAIL'} --shard-optimizer at 4 ranks: losses identical {same_loss}, parameters "
+              f"identical {same_params}; optimizer state per rank {shards} B against {whole} B unsharded: "
+              f"at most {ratio:.3f} x a quarter (bar 1.1)")
+        pr = params(os.path.join(tmp, "resumed.onnx"), onnx, numpy_helper)
+        lf = np.array([x["loss"] for x in full][5:])
+        lr = np.array([json.loads(x)["loss"] for x in open(os.path.join(tmp, "resumed.jsonl"))])
+        steps_ok = [json.loads(x)["step"] for x in open(os.path.join(tmp, "resumed.jsonl"))] == list(range(6, 16))
+        dl = float(np.max(np.abs(lr - lf) / np.abs(lf))) if len(lr) == len(lf) else float("inf")
+        over = sum(int(np.sum(np.abs(pr[k] - pf[k]) > 1e-5 + 1e-4 * np.abs(pf[k]))) for k in pf)
+        worst = max(float(np.max(np.abs(pr[k] - pf[k]) / (1e-5 + 1e-4 * np.abs(pf[k])))) for k in pf)
+        total = sum(pf[k].size for k in pf)
+        ok2 = steps_ok and dl <= 1e-4 and worst <= 2.0 and over <= total // 10000
+        print(f"{'ok  ' if ok2 else 'FAIL'} checkpoint of the sharded 4-rank job after step 5, resumed at 2 ranks for "
+              f"steps 6-15: losses within {dl:.2e} of the 4-rank job's (rtol 1e-4), parameters at most {worst:.3f} "
+              f"of atol 1e-5 + rtol 1e-4 ({over} of {total} elements over it)")
+        return ok1 and ok2
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def rank_pids(marker, rank):
     """Pids of processes whose command line holds `marker` and whose
     environment says MPI rank `rank` (Open MPI's or MPICH's variable)."""
@@ -264,7 +324,8 @@ def main():
         print("FAIL: keel train's usage does not name --data-parallel")
         return 1
     ok = all([check(m, MODELS.get(m, 0), a, launcher, onnx, numpy_helper, np) for m in a.models] +
-             [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher)])
+             [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher),
+              check_shard_and_resume(a, launcher, onnx, numpy_helper, np)])
     return 0 if ok else 1
 
 
