@@ -38,7 +38,7 @@ for opt in adam momentum adamw; do
   [[ $n -eq 40 ]] || fail "$opt: $n well-formed step lines, expected 40"
   expect_out "verdict: steady" "$opt verdict"
   expect_out "^memory parameters 384 B, optimizer state [0-9]* B; peak during a step at most" "$opt memory line"
-  n=$(grep -cE '^\{"step": [0-9]+, "loss": [-0-9.e]+, "allocated": [0-9]+, "reserved": [0-9]+, "peak": [0-9]+, "param_bytes": [0-9]+, "state_bytes": [0-9]+, "allreduce_ns": [0-9]+\}$' "$tmp/$opt.jsonl")
+  n=$(grep -cE '^\{"step": [0-9]+, "loss": [-0-9.e]+, "allocated": [0-9]+, "reserved": [0-9]+, "peak": [0-9]+, "param_bytes": [0-9]+, "state_bytes": [0-9]+, "allreduce_ns": [0-9]+, "step_ms": [0-9.]+\}$' "$tmp/$opt.jsonl")
   [[ $n -eq 40 ]] || fail "$opt: $n JSON log lines, expected 40"
   # allocated identical from step 2 on
   n=$(sed -n '2,$p' "$tmp/$opt.jsonl" | grep -o '"allocated": [0-9]*' | sort -u | wc -l)
@@ -57,8 +57,8 @@ expect_out "checkpoint $tmp/ck: step 20" "checkpoint line"
 expect_rc 0 "resume, 20 more steps" train --steps 20 --optimizer adam --lr 0.01 --resume "$tmp/ck" --log "$tmp/b.jsonl" --save "$tmp/resumed.onnx"
 expect_out "resume $tmp/ck: from step 20" "resume line"
 expect_out "^step 40/40: " "resumed steps are numbered on"
-cat "$tmp/a.jsonl" "$tmp/b.jsonl" | sed 's/, "peak": [0-9]*//; s/, "reserved": [0-9]*//' > "$tmp/ab"
-sed 's/, "peak": [0-9]*//; s/, "reserved": [0-9]*//' "$tmp/full.jsonl" > "$tmp/f"
+cat "$tmp/a.jsonl" "$tmp/b.jsonl" | sed 's/, "peak": [0-9]*//; s/, "reserved": [0-9]*//; s/, "step_ms": [0-9.]*//' > "$tmp/ab"
+sed 's/, "peak": [0-9]*//; s/, "reserved": [0-9]*//; s/, "step_ms": [0-9.]*//' "$tmp/full.jsonl" > "$tmp/f"
 cmp -s "$tmp/ab" "$tmp/f" || { diff "$tmp/ab" "$tmp/f" > "$tmp/out"; fail "20 + resume + 20 logs differ from 40 steps"; }
 cmp -s "$tmp/full.onnx" "$tmp/resumed.onnx" || { echo > "$tmp/out"; fail "20 + resume + 20 saved model differs from 40 steps"; }
 expect_rc 1 "resume with another optimizer" train --steps 1 --optimizer sgd --lr 0.1 --resume "$tmp/ck"

@@ -160,7 +160,8 @@ static keel_status load_batch(keel_trainer_t *t, const char *dir, cli_inputs *in
   return KEEL_OK;
 }
 
-static void print_step(FILE *log, bool show, int64_t k, int64_t total, float loss, const keel_train_stats *st) {
+static void print_step(FILE *log, bool show, int64_t k, int64_t total, float loss, double took,
+                       const keel_train_stats *st) {
   char a[32], r[32], p[32];
   if (show)
     printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
@@ -170,10 +171,10 @@ static void print_step(FILE *log, bool show, int64_t k, int64_t total, float los
   if (isfinite(loss)) snprintf(l, sizeof l, "%.9g", (double)loss);
   if (log)
     fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu, "
-            "\"param_bytes\": %llu, \"state_bytes\": %llu, \"allreduce_ns\": %llu}\n",
+            "\"param_bytes\": %llu, \"state_bytes\": %llu, \"allreduce_ns\": %llu, \"step_ms\": %.4f}\n",
             (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
             (unsigned long long)st->peak, (unsigned long long)st->param_bytes, (unsigned long long)st->state_bytes,
-            (unsigned long long)st->allreduce_ns);
+            (unsigned long long)st->allreduce_ns, took * 1e3);
   if (log) fflush(log); /* whole lines, for whoever follows the run */
   fflush(stdout);
 }
@@ -214,14 +215,16 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
     keel_session_t *s = keel_trainer_session(t);
     bool last = k == total; /* profiled: the memory bound below */
     if (!st && last) st = keel_profile_start(s, KEEL_PROFILE_MEMORY);
+    double t0 = cli_now();
     if (!st) st = keel_trainer_step(t, in.values, in.n, &loss);
+    double took = cli_now() - t0;
     if (!st && last) m->seed_live = backward_start(s);
     if (last) keel_profile_stop(s);
     cli_inputs_free(&in);
     if (st) return st;
     keel_train_stats ts = {.size = sizeof ts};
     keel_trainer_stats(t, &ts);
-    print_step(log, a->rank == 0, k, total, loss, &ts);
+    print_step(log, a->rank == 0, k, total, loss, took, &ts);
     if (k == m->second) m->alloc2 = ts.allocated, m->mark = keel_mem_mark(keel_trainer_session(t));
     else if (k > m->second && ts.allocated != m->alloc2 && !m->grew_at) m->grew_at = k;
     m->last = ts.allocated;
