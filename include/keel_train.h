@@ -94,13 +94,13 @@ typedef struct keel_train_options {
    * At every step the ranks exchange their status (a rank whose step
    * failed makes the step fail on every rank, naming it), then sum their
    * gradients in buckets (non-blocking all-reduces, started in the
-   * backward's order: last parameters first) and divide by N, so N ranks
+   * backward's order: last parameters first, each as soon as the backward
+   * has produced it) and divide by N, so N ranks
    * with equal batches b1..bN step as one process on their concatenation
    * when the loss is a mean over the batch. The loss a step returns is
    * the mean of the ranks' losses. A parameter is updated when any rank's
    * backward reached it. BatchNormalization in training mode keeps
-   * per-rank statistics (as DDP without SyncBatchNorm). Gradients are
-   * all-reduced after the backward, not yet during it. */
+   * per-rank statistics (as DDP without SyncBatchNorm). */
   int data_parallel;         /* 1: on; 0: one process (default)               */
   const void *comm;          /* a const MPI_Comm *, or NULL: MPI_COMM_WORLD   */
   double bucket_mb;          /* gradient bucket size in MB (2^20 B); 0: 25    */
@@ -210,8 +210,11 @@ typedef struct keel_train_stats {
   /* data-parallel training (1 and 0 in one process) */
   int dp_rank, dp_size;
   int dp_buckets;            /* gradient buckets per step                       */
-  uint64_t allreduce_ns;     /* summed over steps: the status exchange and the
-                                gradient buckets' all-reduces                 */
+  uint64_t allreduce_ns;     /* summed over steps: the time a step spent after
+                                its run waiting for the gradient sums, in the
+                                status exchange and (sharded) the gather      */
+  uint64_t buckets_overlapped; /* summed over steps: buckets whose sum started
+                                while the run (the backward) went on          */
 } keel_train_stats;
 KEEL_API keel_status keel_trainer_stats(const keel_trainer_t *t, keel_train_stats *st);
 

@@ -240,10 +240,12 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
   keel_trainer_stats(t, &ts);
   if (ts.dp_size > 1) {
     char b4[32];
-    printf("%sdata-parallel: %d ranks, %d gradient bucket(s) of at most %s; status exchange and all-reduce "
-           "%.3f ms per step (after the backward, not overlapped)\n", cli_dist_tag(), ts.dp_size,
-           ts.dp_buckets, cli_bytes((uint64_t)((a->o.bucket_mb > 0 ? a->o.bucket_mb : 25) * 1048576), b4, sizeof b4),
-           ts.steps ? (double)ts.allreduce_ns / 1e6 / (double)a->steps : 0.0);
+    printf("%sdata-parallel: %d ranks, %d gradient bucket(s) of at most %s, %.2f of them a step started "
+           "during the backward; after it, %.3f ms a step waiting for the sums and the status exchange\n",
+           cli_dist_tag(), ts.dp_size, ts.dp_buckets,
+           cli_bytes((uint64_t)((a->o.bucket_mb > 0 ? a->o.bucket_mb : 25) * 1048576), b4, sizeof b4),
+           a->steps ? (double)ts.buckets_overlapped / (double)a->steps : 0.0,
+           a->steps ? (double)ts.allreduce_ns / 1e6 / (double)a->steps : 0.0);
   }
   printf("%smemory parameters %s, optimizer state %s; peak during a step at most %s\n", cli_dist_tag(),
          cli_bytes(ts.param_bytes, b1, sizeof b1), cli_bytes(ts.state_bytes, b2, sizeof b2),

@@ -30,8 +30,18 @@ keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n) {
   (void)comm, (void)v, (void)n;
   return no_mpi("status exchange");
 }
-keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k) {
-  (void)comm, (void)bufs, (void)n, (void)k;
+keel_status keel_dp_reqs_new(int cap, keel_dp_reqs **out) {
+  (void)cap, (void)out;
+  return no_mpi("gradient sums");
+}
+void keel_dp_reqs_free(keel_dp_reqs *q) { (void)q; }
+keel_status keel_dp_sum_start(const void *comm, keel_dp_reqs *q, float *buf, int64_t n) {
+  (void)comm, (void)q, (void)buf, (void)n;
+  return no_mpi("gradient sum");
+}
+void keel_dp_progress(keel_dp_reqs *q) { (void)q; }
+keel_status keel_dp_wait(const void *comm, keel_dp_reqs *q) {
+  (void)comm, (void)q;
   return no_mpi("gradient sum");
 }
 
@@ -96,24 +106,59 @@ keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n) {
   return keel_dist_check(rc, c, "MPI_Allreduce (step status)");
 }
 
-keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k) {
+struct keel_dp_reqs {
+  int n, cap;
+  MPI_Request *r;
+};
+
+keel_status keel_dp_reqs_new(int cap, keel_dp_reqs **out) {
+  keel_dp_reqs *q = calloc(1, sizeof *q);
+  if (q) q->r = calloc((size_t)cap + 1, sizeof(MPI_Request));
+  if (!q || !q->r) {
+    free(q);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gradient requests");
+  }
+  q->cap = cap;
+  *out = q;
+  return KEEL_OK;
+}
+
+void keel_dp_reqs_free(keel_dp_reqs *q) {
+  if (!q) return;
+  free(q->r);
+  free(q);
+}
+
+keel_status keel_dp_sum_start(const void *comm, keel_dp_reqs *q, float *buf, int64_t n) {
   MPI_Comm c = keel_dist_comm(comm);
-  int pieces = 0;
-  for (int i = 0; i < k; i++) pieces += (int)((n[i] + INT_MAX - 1) / INT_MAX);
-  MPI_Request *req = calloc((size_t)pieces + 1, sizeof *req);
-  if (!req) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gradient requests");
-  int rc = MPI_SUCCESS, r = 0;
+  int rc = MPI_SUCCESS;
   keel_dist_lock();
-  for (int i = 0; i < k && rc == MPI_SUCCESS; i++)
-    for (int64_t off = 0; off < n[i] && rc == MPI_SUCCESS; off += INT_MAX) {
-      int m = (int)(n[i] - off > INT_MAX ? INT_MAX : n[i] - off);
-      rc = MPI_Iallreduce(MPI_IN_PLACE, bufs[i] + off, m, MPI_FLOAT, MPI_SUM, c, &req[r++]);
+  for (int64_t off = 0; off < n && rc == MPI_SUCCESS; off += INT_MAX) {
+    if (q->n == q->cap) {
+      keel_dist_unlock();
+      return keel_err(KEEL_ERR_INTERNAL, "data-parallel: more than %d pending gradient sums", q->cap);
     }
-  int rc2 = r ? MPI_Waitall(r, req, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+    int m = (int)(n - off > INT_MAX ? INT_MAX : n - off);
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, m, MPI_FLOAT, MPI_SUM, c, &q->r[q->n++]);
+  }
   keel_dist_unlock();
-  free(req);
-  KEEL_TRY(keel_dist_check(rc, c, "MPI_Iallreduce (gradients)"));
-  return keel_dist_check(rc2, c, "MPI_Waitall (gradients)");
+  return keel_dist_check(rc, c, "MPI_Iallreduce (gradients)");
+}
+
+void keel_dp_progress(keel_dp_reqs *q) {
+  int done = 0;
+  keel_dist_lock();
+  if (q->n) MPI_Testall(q->n, q->r, &done, MPI_STATUSES_IGNORE);
+  keel_dist_unlock();
+}
+
+keel_status keel_dp_wait(const void *comm, keel_dp_reqs *q) {
+  MPI_Comm c = keel_dist_comm(comm);
+  keel_dist_lock();
+  int rc = q->n ? MPI_Waitall(q->n, q->r, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+  q->n = 0;
+  keel_dist_unlock();
+  return keel_dist_check(rc, c, "MPI_Waitall (gradients)");
 }
 
 keel_status keel_dp_allgather_f32(const void *comm, float *buf, const int64_t *counts, const int64_t *displs,

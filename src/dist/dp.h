@@ -24,9 +24,18 @@ KEEL_INTERNAL keel_status keel_dp_agree(const void *comm, uint64_t v, const char
 KEEL_INTERNAL keel_status keel_dp_bcast(const void *comm, void *data, size_t bytes, int root);
 /* v[i] = the maximum of v[i] over the ranks, in place. */
 KEEL_INTERNAL keel_status keel_dp_max_i32(const void *comm, int32_t *v, int n);
-/* Sums k float buffers over the ranks in place: each buffer's reduction is
- * started (non-blocking) in the order given, then all are awaited. */
-KEEL_INTERNAL keel_status keel_dp_sum_f32(const void *comm, float *const *bufs, const int64_t *n, int k);
+/* Non-blocking sums: up to `cap` pending reductions (a buffer of more than
+ * INT_MAX floats takes several). Every rank must start the same buffers'
+ * sums in the same order. */
+typedef struct keel_dp_reqs keel_dp_reqs;
+KEEL_INTERNAL keel_status keel_dp_reqs_new(int cap, keel_dp_reqs **out);
+KEEL_INTERNAL void keel_dp_reqs_free(keel_dp_reqs *q);
+/* Starts the sum of n floats at buf over the ranks, in place. */
+KEEL_INTERNAL keel_status keel_dp_sum_start(const void *comm, keel_dp_reqs *q, float *buf, int64_t n);
+/* Lets MPI move the pending sums on (MPI_Testall). */
+KEEL_INTERNAL void keel_dp_progress(keel_dp_reqs *q);
+/* Waits for every pending sum; the set is empty afterwards. */
+KEEL_INTERNAL keel_status keel_dp_wait(const void *comm, keel_dp_reqs *q);
 
 /* Rank r's counts[r] floats at buf + displs[r] to every rank (in place:
  * each rank has written its own part). */

@@ -46,8 +46,19 @@ typedef struct keel_frame {
   int32_t n_ctl;
 } keel_frame;
 
+/* Told after each node of the main graph has run, on the run's thread:
+ * the graph outputs that node produced are final then (read them with
+ * keel_exec_main_output). The data-parallel trainer starts a gradient
+ * bucket's all-reduce as soon as the backward has produced its last
+ * gradient. */
+typedef struct keel_main_watch {
+  void (*node_done)(void *ctx, struct keel_runctx *R, int32_t node);
+  void *ctx;
+} keel_main_watch;
+
 typedef struct keel_runctx {
   struct keel_session_s *s;
+  const keel_main_watch *watch; /* set by keel_run_tagged, or NULL        */
   keel_frame *frames;           /* indexed by graph id                     */
   struct keel_runctx *next;        /* pool link                               */
   size_t bytes;                 /* bookkeeping bytes, for freeing           */
@@ -111,6 +122,10 @@ KEEL_INTERNAL keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g,
                                           keel_frame *parent, keel_val *inputs,
                                           int32_t n_inputs, keel_val *outputs,
                                           uint32_t iter);
+/* Main-graph output `out` as it stands in the running main frame (for a
+ * keel_main_watch, once the output's producer has run); NULL when it is
+ * not there (yet). */
+KEEL_INTERNAL const keel_val *keel_exec_main_output(keel_runctx *R, int32_t out);
 
 /* True when every slot of f is EMPTY. */
 KEEL_INTERNAL bool keel_frame_is_empty(const keel_frame *f);

@@ -398,6 +398,8 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
     st = keel_exec_check(R, n);
     if (KEEL_UNLIKELY(st)) break;
     st = KEEL_LIKELY(!observed) ? run_node(R, f, n) : run_node_observed(R, f, n, prof);
+    if (KEEL_UNLIKELY(R->watch != NULL) && !st && g == R->s->m->main)
+      R->watch->node_done(R->watch->ctx, R, g->order[p]);
   }
   if (!st) st = collect_outputs(R, f, outputs);
   if (st) {
@@ -409,6 +411,15 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   if (!st && !keel_frame_is_empty(f)) frame_clear(f);
   frame_exit(f);
   return st;
+}
+
+const keel_val *keel_exec_main_output(keel_runctx *R, int32_t out) {
+  const keel_graph *g = R->s->m->main;
+  keel_frame *f = &R->frames[g->id];
+  if (!f->active || out < 0 || out >= g->n_out) return NULL;
+  keel_status st = KEEL_OK;
+  const keel_val *v = resolve(R, f, g->out[out], &st);
+  return v && v->kind != KEEL_V_EMPTY ? v : NULL;
 }
 
 /* ====================================================== hooks */

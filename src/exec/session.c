@@ -453,12 +453,13 @@ static void report_guard(const keel_session_t *s, keel_status st) {
 keel_status keel_run_ex(keel_session_t *s, const char *const *names,
                         keel_value_t *const *inputs, size_t n_inputs,
                         keel_value_t **outputs, const keel_run_opts *opts) {
-  return keel_run_tagged(s, names, inputs, n_inputs, outputs, opts, 0);
+  return keel_run_tagged(s, names, inputs, n_inputs, outputs, opts, 0, NULL);
 }
 
 keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
                             keel_value_t *const *inputs, size_t n_inputs,
-                            keel_value_t **outputs, const keel_run_opts *opts, uint32_t iter) {
+                            keel_value_t **outputs, const keel_run_opts *opts, uint32_t iter,
+                            const keel_main_watch *watch) {
   if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
   if (opts && opts->size && opts->size < sizeof(size_t))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_run_ex: keel_run_opts.size too small");
@@ -472,7 +473,9 @@ keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
   keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
   if (!st) st = keel_run_acquire(s, &R);
   if (!st) set_stops(R, opts);
+  if (R) R->watch = watch;
   if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, iter);
+  if (R) R->watch = NULL;
   report_guard(s, st);
   if (R) keel_run_release(R);
   for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);

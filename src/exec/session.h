@@ -24,11 +24,12 @@ KEEL_INTERNAL keel_status keel_session_create_model(keel_model *m, const keel_op
                                                     keel_session_t **out);
 /* keel_run_ex whose main-graph blocks carry `iter` as their owner tag's
  * iteration (the trainer passes the step number, so that a report names
- * the step a surviving block was made in). */
+ * the step a surviving block was made in), and, when `watch` is not NULL,
+ * that is told after each main-graph node (exec.h, keel_main_watch). */
 KEEL_INTERNAL keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
                                           keel_value_t *const *inputs, size_t n_inputs,
                                           keel_value_t **outputs, const keel_run_opts *opts,
-                                          uint32_t iter);
+                                          uint32_t iter, const keel_main_watch *watch);
 /* A new owner-tag site that reports as `label` (copied), for blocks that
  * belong to no node: parameters and optimizer state. Before any run (the
  * site table is not locked). */

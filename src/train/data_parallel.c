@@ -5,23 +5,27 @@
  * on the optimizer's settings, rank 0's parameters are broadcast, and the
  * ranks compare a checksum of the weights. The gradients are laid out in
  * buckets of at most o.bucket_mb (one parameter larger than that gets a
- * bucket of its own), from the last parameter to the first: the order in
- * which the backward produces them, so a later version can start a
- * bucket's all-reduce while the backward still runs.
+ * bucket of its own), from the last parameter to the first, the order in
+ * which the backward produces them; bucket 0 also carries the loss.
  *
- * A step: every rank, whether its run succeeded or not, takes part in one
- * small all-reduce (MAX) of [failed rank + 1, the inputs' signature in
- * four 31-bit halves and their complements, one reach flag per
- * parameter]. A failure anywhere fails the step everywhere, naming the
- * rank; a signature that differs (a batch of another dtype or rank) stops
- * every rank with that message; otherwise the reach flags come back OR-ed
- * (a parameter any rank reached is updated on all). Then each bucket, a
- * block of the session's allocator tagged "allreduce bucket B" with the
- * step as its iteration, is filled (zeros for a parameter this rank did
- * not reach), the buckets' non-blocking all-reduces are started and
- * awaited, and the sums are scaled by 1/N; bucket 0 carries the loss too.
- * The optimizer reads the averaged gradients from the buckets, which are
- * freed before the step returns.
+ * A step. Before the run, each bucket gets a block of the session's
+ * allocator tagged "allreduce bucket B" (the step as its iteration). The
+ * run tells us after each main-graph node (exec.h, keel_main_watch); the
+ * loss and the gradients that node produced are copied into their
+ * buckets, and once a bucket is complete its non-blocking all-reduce
+ * starts, in bucket order (every rank starts the same sums in the same
+ * order), while the backward goes on. After the run whatever was not yet
+ * copied is (outputs that no node produces), the remaining sums start and
+ * all are awaited: also on a rank whose run failed, so that no rank waits
+ * for a sum another never starts. Then one small all-reduce (MAX) of
+ * [failed rank + 1, the inputs' signature in four 31-bit words and their
+ * complements, one reach flag per parameter]: a failure anywhere fails the
+ * step everywhere, naming the rank; a signature that differs (a batch of
+ * another dtype or rank) stops every rank; otherwise the reach flags come
+ * back OR-ed (a parameter any rank reached is updated on all; a gradient
+ * the backward did not reach is zeros, as autodiff makes it). The sums are
+ * scaled by 1/N, the optimizer reads the averaged gradients from the
+ * buckets, and the buckets are freed before the step returns.
  */
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +33,7 @@
 #include "base/prim.h"
 #include "base/sysmem.h"
 #include "dist/dp.h"
+#include "keel_dist.h"
 #include "train/train.h"
 
 typedef struct train_dp {
@@ -41,6 +46,22 @@ typedef struct train_dp {
   bool *local;               /* this step: reached by this rank's backward  */
   keel_val *vals;            /* this step's bucket blocks                   */
   float **data;
+  bool *spare;               /* per bucket: data is system memory (the
+                                allocator refused; the sums must go on)     */
+  /* the loss (item n_params) and the gradients (items 0..n_params-1) as
+   * the backward produces them */
+  int32_t *node_start;       /* per main-graph node: its items, CSR         */
+  int32_t *node_items;
+  int32_t *item_out;         /* per item: its main-graph output             */
+  bool *copied;              /* per item, this step                         */
+  int32_t *members;          /* per bucket: its items                       */
+  int32_t *remaining;        /* per bucket, this step: items not yet copied */
+  int started;               /* buckets whose sum has started               */
+  int early;                 /* of those, started while the run went on     */
+  keel_status watch_err;     /* a sum that failed to start, in node_done    */
+  keel_dp_reqs *reqs;
+  keel_main_watch watch;
+  int64_t early_sum;         /* buckets started during the run, all steps    */
   const float **grads;       /* per parameter: its averaged gradient        */
   int32_t *vec;              /* the status exchange                         */
   int n_vec;
@@ -76,13 +97,17 @@ static keel_status lay_out(keel_trainer_t *t, train_dp *d) {
   d->bucket_site = keel_sys_calloc((size_t)n + 1, sizeof(uint32_t));
   d->vals = keel_sys_calloc((size_t)n + 1, sizeof(keel_val));
   d->data = keel_sys_calloc((size_t)n + 1, sizeof(float *));
+  d->spare = keel_sys_calloc((size_t)n + 1, sizeof(bool));
+  d->members = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
+  d->remaining = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
   d->n_vec = 1 + SIG_WORDS + n;
   d->vec = keel_sys_calloc((size_t)d->n_vec, sizeof(int32_t));
-  if (!d->param_bucket || !d->param_off || !d->grads || !d->local ||
-      !d->bucket_floats || !d->bucket_site || !d->vals || !d->data || !d->vec)
+  if (!d->param_bucket || !d->param_off || !d->grads || !d->local || !d->bucket_floats || !d->bucket_site ||
+      !d->vals || !d->data || !d->vec || !d->spare || !d->members || !d->remaining)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel buckets");
   int b = 0;
-  d->bucket_floats[0] = 1; /* the loss */
+  d->bucket_floats[0] = 1; /* the loss: item n, bucket 0, offset 0 */
+  d->members[0] = 1;
   for (int32_t i = n - 1; i >= 0; i--) {
     int64_t k = t->p[i].numel;
     if (d->bucket_floats[b] > (b == 0) && d->bucket_floats[b] + k > cap) {
@@ -92,14 +117,48 @@ static keel_status lay_out(keel_trainer_t *t, train_dp *d) {
     d->param_bucket[i] = b;
     d->param_off[i] = d->bucket_floats[b];
     d->bucket_floats[b] += k;
+    d->members[b]++;
   }
   d->n_buckets = b + 1;
+  int pieces = 0; /* pending sums: a bucket over INT_MAX floats takes several */
+  for (b = 0; b < d->n_buckets; b++) pieces += (int)(d->bucket_floats[b] / 2147483647 + 1);
+  KEEL_TRY(keel_dp_reqs_new(pieces, &d->reqs));
   for (b = 0; b < d->n_buckets; b++) {
     char label[64];
     snprintf(label, sizeof label, "allreduce bucket %d", b);
     KEEL_TRY(keel_session_label_site(t->s, label, &d->bucket_site[b]));
   }
   return KEEL_OK;
+}
+
+/* Which main-graph node produces each item (the loss: item n_params; the
+ * gradients), as lists per node; items no node produces (an output that
+ * is an input or a constant) are copied after the run. */
+static keel_status map_items(keel_trainer_t *t, train_dp *d) {
+  const keel_graph *g = t->s->m->main;
+  int32_t n = t->n_params, nn = g->n_nodes;
+  d->node_start = keel_sys_calloc((size_t)nn + 2, sizeof(int32_t));
+  d->node_items = keel_sys_calloc((size_t)n + 2, sizeof(int32_t));
+  d->item_out = keel_sys_calloc((size_t)n + 2, sizeof(int32_t));
+  d->copied = keel_sys_calloc((size_t)n + 2, sizeof(bool));
+  int32_t *prod = keel_sys_calloc((size_t)n + 2, sizeof(int32_t));
+  int32_t *cursor = keel_sys_calloc((size_t)nn + 2, sizeof(int32_t));
+  keel_status st = KEEL_OK;
+  if (!d->node_start || !d->node_items || !d->item_out || !d->copied || !prod || !cursor)
+    st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gradient producers");
+  for (int32_t j = 0; !st && j <= n; j++) {
+    d->item_out[j] = j < n ? t->spec->first_grad_output + j : t->spec->loss_output;
+    prod[j] = keel_ir_producer(g, g->out_names[d->item_out[j]]);
+    if (prod[j] >= 0) d->node_start[prod[j] + 1]++;
+  }
+  for (int32_t k = 0; !st && k < nn; k++) d->node_start[k + 1] += d->node_start[k];
+  for (int32_t k = 0; !st && k < nn; k++) cursor[k] = d->node_start[k];
+  for (int32_t j = 0; !st && j <= n; j++)
+    if (prod[j] >= 0) d->node_items[cursor[prod[j]]++] = j;
+  keel_sys_free(prod, ((size_t)n + 2) * sizeof(int32_t));
+  keel_sys_free(cursor, ((size_t)nn + 2) * sizeof(int32_t));
+  d->watch.ctx = t;
+  return st;
 }
 
 /* The parameter set and the optimizer's settings, as hashes the ranks compare. */
@@ -213,6 +272,7 @@ keel_status keel_train_dp_setup(keel_trainer_t *t) {
   t->dp = d;
   KEEL_TRY(keel_dp_world(t->o.comm, &d->rank, &d->size));
   KEEL_TRY(lay_out(t, d));
+  KEEL_TRY(map_items(t, d));
   KEEL_TRY(keel_dp_agree(t->o.comm, param_signature(t), "the trainable parameters (names and sizes)"));
   KEEL_TRY(keel_dp_agree(t->o.comm, optim_signature(&t->o), "the optimizer and its settings"));
   uint64_t sum = FNV0;
@@ -240,35 +300,91 @@ static bool same_sig(const int32_t *all, const int32_t *mine) {
   return true;
 }
 
-static keel_status fill_and_sum(keel_trainer_t *t, train_dp *d, uint32_t step, float *loss) {
+/* Item j (a gradient, or the loss: j == n_params) into its bucket: v's
+ * floats, or zeros when v is not what it should be (take_outputs then
+ * fails the step on this rank, and the exchange on every rank). */
+static void copy_item(const keel_trainer_t *t, train_dp *d, int32_t j, const keel_val *v) {
+  int32_t b = d->param_bucket[j];
+  int64_t want = j < t->n_params ? t->p[j].numel : 1;
+  float *dst = d->data[b] + d->param_off[j];
+  if (v && v->kind == KEEL_V_TENSOR && v->t.dtype == KEEL_FLOAT && keel_tensor_numel(&v->t) == want && v->t.data)
+    memcpy(dst, v->t.data, sizeof(float) * (size_t)want);
+  else if (want)
+    memset(dst, 0, sizeof(float) * (size_t)want);
+  d->copied[j] = true;
+  d->remaining[b]--;
+}
+
+/* Starts the sums of the complete buckets, in bucket order. */
+static void start_ready(const keel_trainer_t *t, train_dp *d, bool during_run) {
+  int before = d->started;
+  while (d->started < d->n_buckets && d->remaining[d->started] == 0 && !d->watch_err) {
+    d->watch_err = keel_dp_sum_start(t->o.comm, d->reqs, d->data[d->started], d->bucket_floats[d->started]);
+    d->started++;
+    d->early += during_run;
+  }
+  if (d->started != before) keel_dp_progress(d->reqs);
+}
+
+static void node_done(void *ctx, keel_runctx *R, int32_t node) {
+  keel_trainer_t *t = ctx;
+  train_dp *d = t->dp;
+  int32_t a = d->node_start[node], z = d->node_start[node + 1];
+  if (a == z) return;
+  for (int32_t k = a; k < z; k++) {
+    int32_t j = d->node_items[k];
+    if (!d->copied[j]) copy_item(t, d, j, keel_exec_main_output(R, d->item_out[j]));
+  }
+  start_ready(t, d, true);
+}
+
+keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_main_watch **watch) {
+  train_dp *d = t->dp;
   keel_session_t *s = t->s;
+  keel_status st = KEEL_OK;
   for (int b = 0; b < d->n_buckets; b++) {
     int64_t shape[1] = {d->bucket_floats[b]};
     d->vals[b] = (keel_val){.kind = KEEL_V_TENSOR};
-    KEEL_TRY(keel_tensor_alloc(s->heap, KEEL_FLOAT, 1, shape, (keel_owner){d->bucket_site[b] & s->owner_mask, step},
-                               &d->vals[b].t));
-    d->data[b] = d->vals[b].t.data;
+    keel_status bs = keel_tensor_alloc(s->heap, KEEL_FLOAT, 1, shape,
+                                       (keel_owner){d->bucket_site[b] & s->owner_mask, step}, &d->vals[b].t);
+    d->spare[b] = bs != KEEL_OK;
+    if (!bs) {
+      d->data[b] = d->vals[b].t.data;
+      continue;
+    }
+    /* the allocator refused (a cap): the step fails, but this rank's sums
+     * must still match its peers' */
+    if (!st) st = bs;
+    d->vals[b] = (keel_val){0};
+    d->data[b] = keel_sys_calloc((size_t)d->bucket_floats[b] + 1, sizeof(float));
+    if (!d->data[b]) {
+      fprintf(stderr, "keel: data-parallel rank %d: no memory for gradient bucket %d; ending the job\n", d->rank, b);
+      keel_dist_abort(1);
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel: gradient bucket %d", b);
+    }
   }
-  for (int32_t i = 0; i < t->n_params; i++) {
-    float *dst = d->data[d->param_bucket[i]] + d->param_off[i];
-    size_t bytes = sizeof(float) * (size_t)t->p[i].numel;
-    if (d->local[i]) memcpy(dst, keel_value_data(t->out[t->spec->first_grad_output + i]), bytes);
-    else memset(dst, 0, bytes);
-  }
-  d->data[0][0] = *loss;
-  KEEL_TRY(keel_dp_sum_f32(t->o.comm, d->data, d->bucket_floats, d->n_buckets));
-  float inv = 1.0f / (float)d->size;
-  for (int b = 0; b < d->n_buckets; b++)
-    for (int64_t j = 0; j < d->bucket_floats[b]; j++) d->data[b][j] *= inv;
-  *loss = d->data[0][0];
-  for (int32_t i = 0; i < t->n_params; i++) d->grads[i] = d->data[d->param_bucket[i]] + d->param_off[i];
-  return KEEL_OK;
+  memset(d->copied, 0, ((size_t)t->n_params + 1) * sizeof(bool));
+  memcpy(d->remaining, d->members, (size_t)d->n_buckets * sizeof(int32_t));
+  d->started = d->early = 0;
+  d->watch_err = KEEL_OK;
+  d->watch.node_done = node_done;
+  *watch = &d->watch;
+  return st;
 }
 
-keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig, uint32_t step,
-                                   float *loss, const float ***grads) {
+keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig, float *loss,
+                                   const float ***grads) {
   train_dp *d = t->dp;
   uint64_t t0 = keel_prim_now_ns();
+  /* what no node produced, or every item when the run failed (zeros) */
+  for (int32_t j = 0; j <= t->n_params; j++) {
+    if (d->copied[j]) continue;
+    const keel_value_t *o = st ? NULL : t->out[d->item_out[j]];
+    copy_item(t, d, j, o ? keel_value_val(o) : NULL);
+  }
+  start_ready(t, d, false);
+  keel_status ws = keel_dp_wait(t->o.comm, d->reqs);
+  if (d->watch_err || ws) return d->watch_err ? d->watch_err : ws;
   int32_t mine[SIG_WORDS];
   put_sig(mine, in_sig);
   d->vec[0] = st ? d->rank + 1 : 0;
@@ -285,16 +401,24 @@ keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t i
   if (st) xs = keel_err_prefix(st, "rank %d of %d", d->rank, d->size);
   if (!xs) {
     for (int32_t i = 0; i < t->n_params; i++) t->reached[i] = d->vec[1 + SIG_WORDS + i] != 0;
-    xs = fill_and_sum(t, d, step, loss);
+    float inv = 1.0f / (float)d->size;
+    for (int b = 0; b < d->n_buckets; b++)
+      for (int64_t k = 0; k < d->bucket_floats[b]; k++) d->data[b][k] *= inv;
+    *loss = d->data[0][0];
+    for (int32_t i = 0; i < t->n_params; i++) d->grads[i] = d->data[d->param_bucket[i]] + d->param_off[i];
+    *grads = d->grads;
   }
   d->ns += keel_prim_now_ns() - t0;
-  if (!xs) *grads = d->grads;
+  d->early_sum += d->early;
   return xs;
 }
 
 void keel_train_dp_release(keel_trainer_t *t) {
   train_dp *d = t->dp;
-  for (int b = 0; d && b < d->n_buckets; b++) keel_val_clear(&d->vals[b]), d->data[b] = NULL;
+  for (int b = 0; d && b < d->n_buckets; b++) {
+    if (d->spare[b] && d->data[b]) keel_sys_free(d->data[b], ((size_t)d->bucket_floats[b] + 1) * sizeof(float));
+    keel_val_clear(&d->vals[b]), d->data[b] = NULL, d->spare[b] = false;
+  }
 }
 
 void keel_train_dp_free(keel_trainer_t *t) {
@@ -311,14 +435,23 @@ void keel_train_dp_free(keel_trainer_t *t) {
   keel_sys_free(d->vals, n * sizeof(keel_val));
   keel_sys_free(d->data, n * sizeof(float *));
   keel_sys_free(d->vec, (size_t)d->n_vec * sizeof(int32_t));
+  keel_sys_free(d->spare, n * sizeof(bool));
+  keel_sys_free(d->members, n * sizeof(int32_t));
+  keel_sys_free(d->remaining, n * sizeof(int32_t));
+  keel_sys_free(d->node_start, ((size_t)t->s->m->main->n_nodes + 2) * sizeof(int32_t));
+  keel_sys_free(d->node_items, (n + 1) * sizeof(int32_t));
+  keel_sys_free(d->item_out, (n + 1) * sizeof(int32_t));
+  keel_sys_free(d->copied, (n + 1) * sizeof(bool));
+  keel_dp_reqs_free(d->reqs);
   keel_sys_free(d->owner, ((size_t)t->n_params + 1) * sizeof(int32_t));
   keel_sys_free(d->counts, ((size_t)d->size * 2 + 1) * sizeof(int64_t));
   keel_sys_free(d, sizeof *d);
   t->dp = NULL;
 }
 
-void keel_train_dp_stats(const keel_trainer_t *t, int *rank, int *size, int *buckets, uint64_t *ns) {
+void keel_train_dp_stats(const keel_trainer_t *t, keel_train_stats *st) {
   const train_dp *d = t->dp;
-  *rank = d ? d->rank : 0, *size = d ? d->size : 1;
-  *buckets = d ? d->n_buckets : 0, *ns = d ? d->ns : 0;
+  st->dp_rank = d ? d->rank : 0, st->dp_size = d ? d->size : 1;
+  st->dp_buckets = d ? d->n_buckets : 0, st->allreduce_ns = d ? d->ns : 0;
+  st->buckets_overlapped = d ? (uint64_t)d->early_sum : 0;
 }

@@ -73,13 +73,18 @@ KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, 
 /* With o.data_parallel: the world, the checks across ranks and the
  * parameters broadcast from rank 0, the gradient buckets laid out. */
 KEEL_INTERNAL keel_status keel_train_dp_setup(keel_trainer_t *t);
-/* After a step's run, on every rank whatever `st` is: the ranks' status
- * and input signatures compared, the reach flags OR-ed into t->reached,
- * the gradients summed over the ranks in buckets and divided by N, the
- * loss averaged. On KEEL_OK, *grads[i] points at parameter i's averaged
- * gradient (valid until keel_train_dp_release). */
+/* Before a step's run: the buckets allocated, and the watch to pass to
+ * keel_run_tagged (each bucket's sum starts once the run has produced it).
+ * An error (the allocator's cap) fails the step, but the run and
+ * keel_train_dp_exchange must still follow, as on every rank. */
+KEEL_INTERNAL keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_main_watch **watch);
+/* After the run, on every rank whatever `st` is: the remaining sums
+ * started and all awaited, the ranks' status and input signatures
+ * compared, the reach flags OR-ed into t->reached, the sums divided by N,
+ * the loss averaged. On KEEL_OK, *grads[i] points at parameter i's
+ * averaged gradient (valid until keel_train_dp_release). */
 KEEL_INTERNAL keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig,
-                                                 uint32_t step, float *loss, const float ***grads);
+                                                 float *loss, const float ***grads);
 /* Whether this rank updates parameter i (always, unless the optimizer
  * state is sharded and another rank holds its state). */
 KEEL_INTERNAL bool keel_train_dp_owns(const keel_trainer_t *t, int32_t i);
@@ -97,8 +102,7 @@ KEEL_INTERNAL keel_status keel_train_dp_state(const keel_trainer_t *t, int32_t i
 /* Frees the step's buckets. */
 KEEL_INTERNAL void keel_train_dp_release(keel_trainer_t *t);
 KEEL_INTERNAL void keel_train_dp_free(keel_trainer_t *t);
-/* rank, size, buckets and the all-reduce time, for keel_train_stats. */
-KEEL_INTERNAL void keel_train_dp_stats(const keel_trainer_t *t, int *rank, int *size, int *buckets,
-                                       uint64_t *ns);
+/* The data-parallel fields of keel_train_stats. */
+KEEL_INTERNAL void keel_train_dp_stats(const keel_trainer_t *t, keel_train_stats *st);
 
 #endif

@@ -328,17 +328,22 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
   uint32_t step = (uint32_t)KEEL_MIN(t->steps + 1, (int64_t)UINT32_MAX);
   keel_status st = check_inputs(t, inputs, n);
   uint64_t sig = st ? 0 : input_signature(inputs, n);
+  const keel_main_watch *watch = NULL; /* data-parallel: gradient sums start during the backward */
+  if (t->dp) {
+    keel_status bs = keel_train_dp_begin(t, step, &watch);
+    if (!st) st = bs;
+  }
   if (!st) {
     for (size_t i = 0; i < n; i++) t->run_in[i] = inputs[i];
     for (int32_t i = 0; i < t->n_params; i++) t->run_in[n + (size_t)i] = t->p[i].value;
     keel_stats_reset_peaks(t->s);
-    st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step);
+    st = keel_run_tagged(t->s, t->run_names, t->run_in, t->n_run, t->out, NULL, step, watch);
   }
   float l = NAN;
   if (!st) st = take_outputs(t, &l);
   if (!st) st = read_reach(t);
   const float **avg = NULL; /* data-parallel: the gradients averaged over the ranks */
-  if (t->dp) st = keel_train_dp_exchange(t, st, sig, step, &l, &avg);
+  if (t->dp) st = keel_train_dp_exchange(t, st, sig, &l, &avg);
   if (!st) {
     t->steps++;
     for (int32_t i = 0; i < t->n_params; i++) {
@@ -419,7 +424,7 @@ keel_status keel_trainer_stats(const keel_trainer_t *t, keel_train_stats *st) {
                            .state_bytes = t->state_bytes, .mapped_dropped = t->mapped_dropped,
                            .copy_dropped = t->copy_dropped,
                            .last_loss = t->last_loss};
-  keel_train_dp_stats(t, &full.dp_rank, &full.dp_size, &full.dp_buckets, &full.allreduce_ns);
+  keel_train_dp_stats(t, &full);
   size_t n = KEEL_MIN(st->size, sizeof full);
   memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
   return KEEL_OK;
