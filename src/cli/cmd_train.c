@@ -42,6 +42,7 @@ typedef struct train_args {
   bool leak_subgraphs;         /* test-only: If/Loop results kept alive */
   bool data_parallel;
   int rank, size;              /* data-parallel: this rank, the ranks      */
+  int plant_rank;              /* --debug-plant-rank, or -1: every rank    */
   double momentum, wd;
 } train_args;
 
@@ -95,6 +96,7 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
   else if (!strcmp(opt, "--log")) a->log = v;
   else if (!strcmp(opt, "--bucket-mb") && num && d > 0) a->o.bucket_mb = d;
   else if (!strcmp(opt, "--debug-plant-leak")) a->plant = v; /* test-only */
+  else if (!strcmp(opt, "--debug-plant-rank") && num) a->plant_rank = (int)d; /* test-only: that rank alone */
   else if (!strcmp(opt, "--mem-limit")) {
     if (!cli_parse_size(v, &a->so.mem_limit)) return cli_usage("train", "bad --mem-limit");
   } else if (!strcmp(opt, "--threads")) {
@@ -106,6 +108,7 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
 static int parse(int argc, char **argv, train_args *a) {
   memset(a, 0, sizeof *a);
   a->size = 1;
+  a->plant_rank = -1;
   keel_train_options_init(&a->o, KEEL_OPTIM_SGD, 0);
   a->so.size = sizeof a->so;
   for (int i = 0; i < argc; i++) {
@@ -343,7 +346,8 @@ static int train(train_args *a) {
   keel_status st = keel_trainer_create(a->model, &a->o, &t);
   if (st) return fail(a->model, st);
   if (a->resume && (st = keel_trainer_checkpoint_load(t, a->resume))) rc = fail("resume", st);
-  if (!rc && a->plant && (st = keel_debug_plant_leak(keel_trainer_session(t), a->plant)))
+  bool plant = a->plant && (a->plant_rank < 0 || a->plant_rank == a->rank);
+  if (!rc && plant && (st = keel_debug_plant_leak(keel_trainer_session(t), a->plant)))
     rc = fail("--debug-plant-leak", st);
   keel_debug_leak_subgraph_results(keel_trainer_session(t), a->leak_subgraphs);
   FILE *log = NULL;

@@ -345,7 +345,7 @@ int cli_leak_report(keel_session_t *s, uint64_t mark, const char *why, const cha
   char *rep = NULL, b[32];
   uint64_t bytes = 0;
   keel_mem_live_report(s, &f, 0, &rep, &bytes);
-  printf("verdict: LEAK: %s; %s allocated since %s is still alive:\n%s", why,
+  printf("%sverdict: LEAK: %s; %s allocated since %s is still alive:\n%s", cli_dist_tag(), why,
          cli_bytes(bytes, b, sizeof b), since, rep ? rep : "");
   keel_free(rep);
   return 1;

@@ -138,6 +138,12 @@ def check(name, axis, a, launcher, onnx, numpy_helper, np):
         ok = ok and worst <= 2.0 and over <= total // 10000
         dl = float(np.max(np.abs(l2 - l1) / np.abs(l1))) if len(l1) == len(l2) else float("nan")
         ranks_steady = out.count("verdict: steady") == a.ranks
+        import re
+        early = [float(x) for x in re.findall(r"([0-9.]+) of them a step started during the backward", out)]
+        overlapped = len(early) == a.ranks and all(x > 0 for x in early)
+        if not overlapped:
+            print(f"FAIL {name}: no gradient bucket's sum started during the backward ({early})")
+            return False
         ok = ok and ranks_steady
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {a.ranks} ranks on {len(parts)} parts against one process on "
               f"{len(whole)} batches, {a.steps} steps: loss rel. diff at most {dl:.2e} (rtol 1e-4), parameters "
@@ -233,6 +239,24 @@ def check_shard_and_resume(a, launcher, onnx, numpy_helper, np):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_planted_leak(a, launcher):
+    """A reference kept alive on rank 1 only (--debug-plant-leak): rank 1's
+    verdict names the value, rank 0's is steady, the job exits non-zero."""
+    data = sum((["--data", os.path.join(ROOT, "tests", "train", "mlp_plain", f"data_{i}")] for i in range(4)), [])
+    cmd = launcher + ["-np", "2", a.keel, "train", os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx")] + \
+        read_args("mlp_plain", 6) + data + ["--data-parallel", "--threads", "1",
+                                            "--debug-plant-leak", "/Tanh_output_0", "--debug-plant-rank", "1"]
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    named = "rank 1: verdict: LEAK" in p.stdout and "'/Tanh_output_0'" in p.stdout
+    steady0 = "rank 0: verdict: steady" in p.stdout
+    ok = p.returncode != 0 and named and steady0
+    print(f"{'ok  ' if ok else 'FAIL'} a leak planted on rank 1: exit {p.returncode}, rank 1's verdict names the "
+          f"value: {named}, rank 0's is steady: {steady0}")
+    if not ok:
+        print(p.stdout[-3000:])
+    return ok
+
+
 def rank_pids(marker, rank):
     """Pids of processes whose command line holds `marker` and whose
     environment says MPI rank `rank` (Open MPI's or MPICH's variable)."""
@@ -325,7 +349,7 @@ def main():
         return 1
     ok = all([check(m, MODELS.get(m, 0), a, launcher, onnx, numpy_helper, np) for m in a.models] +
              [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher),
-              check_shard_and_resume(a, launcher, onnx, numpy_helper, np)])
+              check_shard_and_resume(a, launcher, onnx, numpy_helper, np), check_planted_leak(a, launcher)])
     return 0 if ok else 1
 
 
