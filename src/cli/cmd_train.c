@@ -13,7 +13,7 @@
  * the exit status is 1.
  *
  * --data-parallel (under mpirun -np N): rank r takes folders r, r + N,
- * r + 2N ... of the --data list; gradients are averaged over the ranks
+ * r + 2N ... of the --data list (or its own, --rank-data r:DIR); gradients are averaged over the ranks
  * (keel_train_options.data_parallel), the printed loss is the ranks' mean.
  * Rank 0 prints the steps and writes --log, --save and --checkpoint; each
  * rank prints its own memory verdict (other ranks' --log: FILE.rank<R>).
@@ -33,6 +33,10 @@ typedef struct train_args {
   const char *model, *loss, *save, *checkpoint, *resume, *log, *plant;
   const char *data[MAX_DATA];
   int n_data;
+  const char *rank_data[MAX_DATA]; /* --rank-data R:DIR, as given           */
+  int n_rank_data;
+  const char *mine[MAX_DATA];  /* the folders this process trains on      */
+  int n_mine;
   long steps;
   keel_train_options o;
   char *freeze_buf;
@@ -73,6 +77,13 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
     if (a->n_data == MAX_DATA) return cli_usage("train", "too many --data folders");
     if (!cli_is_dir(v)) return cli_usage("train", "--data is not a folder");
     a->data[a->n_data++] = v;
+  } else if (!strcmp(opt, "--rank-data")) {
+    char *end;
+    long r = strtol(v, &end, 10);
+    if (end == v || *end != ':' || r < 0 || !cli_is_dir(end + 1))
+      return cli_usage("train", "--rank-data takes RANK:FOLDER (an existing folder)");
+    if (a->n_rank_data == MAX_DATA) return cli_usage("train", "too many --rank-data folders");
+    a->rank_data[a->n_rank_data++] = v;
   } else if (!strcmp(opt, "--steps")) {
     char *end;
     a->steps = strtol(v, &end, 10);
@@ -124,7 +135,9 @@ static int parse(int argc, char **argv, train_args *a) {
     else return cli_usage("train", "more than one model given");
   }
   if (!a->model || !cli_is_file(a->model)) return cli_usage("train", "no model file given");
-  if (!a->loss || !a->n_data || !a->steps || !a->has_opt || !a->has_lr)
+  if (a->n_rank_data && !a->data_parallel) return cli_usage("train", "--rank-data needs --data-parallel");
+  if (a->n_rank_data && a->n_data) return cli_usage("train", "give --data or --rank-data, not both");
+  if (!a->loss || !(a->n_data || a->n_rank_data) || !a->steps || !a->has_opt || !a->has_lr)
     return cli_usage("train", "--loss, --data, --steps, --optimizer and --lr are required");
   if (a->resume && !cli_is_dir(a->resume)) return cli_usage("train", "--resume is not a folder");
   /* the optimizer's defaults, then what was given */
@@ -211,9 +224,7 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
   m->second = first + 1;
   for (int64_t k = first; k <= total; k++) {
     cli_inputs in;
-    /* data-parallel: this rank's folders are r, r + N, r + 2N ... */
-    int mine = (a->n_data - a->rank + a->size - 1) / a->size;
-    keel_status st = load_batch(t, a->data[a->rank + (int)((k - 1) % mine) * a->size], &in);
+    keel_status st = load_batch(t, a->mine[(k - 1) % a->n_mine], &in);
     float loss = 0;
     keel_session_t *s = keel_trainer_session(t);
     bool last = k == total; /* profiled: the memory bound below */
@@ -314,19 +325,32 @@ static int finish(keel_trainer_t *t, const train_args *a) {
   return 0;
 }
 
+/* The folders this process trains on: every --data folder in one
+ * process; with --data-parallel rank r's are folders r, r + N, r + 2N ...
+ * of --data, or the --rank-data folders given for r. */
+static int pick_data(train_args *a) {
+  for (int i = 0; i < a->n_data; i++)
+    if (i % a->size == a->rank) a->mine[a->n_mine++] = a->data[i];
+  for (int i = 0; i < a->n_rank_data; i++)
+    if (strtol(a->rank_data[i], NULL, 10) == a->rank) a->mine[a->n_mine++] = strchr(a->rank_data[i], ':') + 1;
+  if (a->n_mine) return 0;
+  if (a->n_rank_data)
+    fprintf(stderr, "keel: %s--rank-data names no folder for rank %d (of %d)\n", cli_dist_tag(), a->rank, a->size);
+  else
+    fprintf(stderr, "keel: %s--data-parallel over %d ranks needs at least %d --data folders (one per rank), "
+            "%d given\n", cli_dist_tag(), a->size, a->size, a->n_data);
+  return 2;
+}
+
 /* --data-parallel: MPI up, this rank and the ranks; every rank keeps its
  * stdout (its verdict), rank 0 alone prints the steps. */
 static int start_ranks(train_args *a) {
-  if (!a->data_parallel) return 0;
-  cli_dist_keep_stdout();
-  if (cli_dist_start()) return 1;
-  a->rank = keel_dist_rank(), a->size = keel_dist_size();
-  if (a->n_data < a->size) {
-    fprintf(stderr, "keel: %s--data-parallel over %d ranks needs at least %d --data folders (one per rank), "
-            "%d given\n", cli_dist_tag(), a->size, a->size, a->n_data);
-    return 2;
+  if (a->data_parallel) {
+    cli_dist_keep_stdout();
+    if (cli_dist_start()) return 1;
+    a->rank = keel_dist_rank(), a->size = keel_dist_size();
   }
-  return 0;
+  return pick_data(a);
 }
 
 /* --log FILE: rank 0 writes FILE, rank R > 0 FILE.rank<R>. */

@@ -145,6 +145,13 @@ def check(name, axis, a, launcher, onnx, numpy_helper, np):
             print(f"FAIL {name}: no gradient bucket's sum started during the backward ({early})")
             return False
         ok = ok and ranks_steady
+        if name == "mlp_plain":  # the same parts named per rank (--rank-data R:DIR): the same run
+            rd = launcher + ["-np", str(a.ranks)] + base + sum((["--rank-data", f"{i % a.ranks}:{d}"] for i, d in enumerate(parts)), []) + [
+                "--data-parallel", "--bucket-mb", str(a.bucket_mb), "--log", os.path.join(tmp, "rd.jsonl")]
+            rc3, _ = run(rd)
+            same = rc3 == 0 and [x["loss"] for x in map(json.loads, open(os.path.join(tmp, "rd.jsonl")))] == list(l2)
+            print(f"{'ok  ' if same else 'FAIL'} {name}: --rank-data R:DIR gives the losses of the interleaved --data list")
+            ok = ok and same
         print(f"{'ok  ' if ok else 'FAIL'} {name}: {a.ranks} ranks on {len(parts)} parts against one process on "
               f"{len(whole)} batches, {a.steps} steps: loss rel. diff at most {dl:.2e} (rtol 1e-4), parameters "
               f"at most {worst:.3f} of atol 1e-5 + rtol 1e-4 ({worst_name}; {over} of {total} elements over it); every rank's memory steady: {ranks_steady}")
