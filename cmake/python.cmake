@@ -25,7 +25,8 @@ set(KEEL_PYTHON_EXECUTABLE ${Python3_EXECUTABLE} CACHE INTERNAL "the interpreter
 set(KEEL_PY_DIR ${CMAKE_BINARY_DIR}/python/keel)
 Python3_add_library(keel_python MODULE WITH_SOABI
                     ${CMAKE_SOURCE_DIR}/python/keel/_keel.c
-                    ${CMAKE_SOURCE_DIR}/python/keel/_keel_mem.c)
+                    ${CMAKE_SOURCE_DIR}/python/keel/_keel_mem.c
+                    ${CMAKE_SOURCE_DIR}/python/keel/_keel_train.c)
 set_target_properties(keel_python PROPERTIES OUTPUT_NAME _keel
                       LIBRARY_OUTPUT_DIRECTORY ${KEEL_PY_DIR}
                       BUILD_RPATH "$ORIGIN/../.." C_VISIBILITY_PRESET hidden)

@@ -63,7 +63,7 @@ setup(
                 "with ONNX Runtime's Python API",
     packages=["keel"],
     ext_modules=[Extension(
-        "keel._keel", sources=["keel/_keel.c", "keel/_keel_mem.c"],
+        "keel._keel", sources=["keel/_keel.c", "keel/_keel_mem.c", "keel/_keel_train.c"],
         include_dirs=[os.path.join(ROOT, "include"), numpy.get_include()],
         libraries=["keel"], runtime_library_dirs=["$ORIGIN"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])],

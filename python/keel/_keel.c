@@ -21,6 +21,7 @@
 #ifndef NPY_NO_DEPRECATED_API
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #endif
+#define PY_ARRAY_UNIQUE_SYMBOL keel_ARRAY_API /* shared with _keel_train.c */
 #include "_keel.h"
 
 #include <numpy/arrayobject.h>
@@ -207,7 +208,7 @@ static int check_shape(const keel_io_info *io, PyArrayObject *a) {
 }
 
 /* A STRING tensor: every element (str or bytes) copied into keel. */
-static keel_status string_tensor(SessionObject *S, PyArrayObject *a, keel_value_t **out) {
+static keel_status string_tensor(keel_session_t *s, PyArrayObject *a, keel_value_t **out) {
   npy_intp n = PyArray_SIZE(a);
   PyObject *flat = PyArray_Ravel(a, NPY_CORDER);
   keel_string *e = flat ? PyMem_Calloc((size_t)n + 1, sizeof *e) : NULL;
@@ -226,7 +227,7 @@ static keel_status string_tensor(SessionObject *S, PyArrayObject *a, keel_value_
   if (keep && i == n) {
     int64_t shape[NPY_MAXDIMS];
     for (int k = 0; k < PyArray_NDIM(a); k++) shape[k] = PyArray_DIMS(a)[k];
-    st = keel_tensor_create(S->s, KEEL_STRING, PyArray_NDIM(a), shape, e, out);
+    st = keel_tensor_create(s, KEEL_STRING, PyArray_NDIM(a), shape, e, out);
   }
   for (npy_intp k = 0; keep && k < i; k++) Py_DECREF(keep[k]);
   PyMem_Free(keep), PyMem_Free(e);
@@ -236,7 +237,7 @@ static keel_status string_tensor(SessionObject *S, PyArrayObject *a, keel_value_
 
 /* One tensor input: checks dtype and shape, then wraps the array's memory
  * (a copy only when the layout or byte order asks for one). */
-static int feed_tensor(SessionObject *S, const keel_io_info *io, keel_dtype dt, PyObject *obj,
+static int feed_tensor(keel_session_t *s, const keel_io_info *io, keel_dtype dt, PyObject *obj,
                        keel_value_t **out) {
   if (dt == KEEL_BFLOAT16) {
     PyErr_Format(Unsupported, "input '%s': tensor(bfloat16) inputs have no numpy dtype", io->name);
@@ -266,7 +267,7 @@ static int feed_tensor(SessionObject *S, const keel_io_info *io, keel_dtype dt, 
   }
   if (check_shape(io, a)) goto fail;
   if (dt == KEEL_STRING) {
-    keel_status st = string_tensor(S, a, out);
+    keel_status st = string_tensor(s, a, out);
     Py_DECREF(a);
     if (st && !PyErr_Occurred()) keelpy_raise(st, io->name);
     return st ? -1 : 0;
@@ -280,7 +281,7 @@ static int feed_tensor(SessionObject *S, const keel_io_info *io, keel_dtype dt, 
   int64_t shape[NPY_MAXDIMS];
   for (int k = 0; k < PyArray_NDIM(a); k++) shape[k] = PyArray_DIMS(a)[k];
   /* the value holds the reference to `a` from here; release_array drops it */
-  keel_status st = keel_tensor_wrap(S->s, dt, PyArray_NDIM(a), shape, PyArray_DATA(a),
+  keel_status st = keel_tensor_wrap(s, dt, PyArray_NDIM(a), shape, PyArray_DATA(a),
                                     release_array, a, out);
   if (!st) return 0;
   keelpy_raise(st, io->name);
@@ -290,10 +291,10 @@ fail:
 }
 
 /* One input of any kind: tensor, sequence (a list of arrays), optional. */
-static int feed_value(SessionObject *S, const keel_io_info *io, PyObject *obj, keel_value_t **out) {
+int keelpy_feed(keel_session_t *s, const keel_io_info *io, PyObject *obj, keel_value_t **out) {
   if (obj == Py_None) {
     if (io->optional) {
-      keel_status st = keel_none_create(S->s, out);
+      keel_status st = keel_none_create(s, out);
       return st ? (keelpy_raise(st, io->name), -1) : 0;
     }
     PyObject *t = type_string(io);
@@ -301,7 +302,7 @@ static int feed_value(SessionObject *S, const keel_io_info *io, PyObject *obj, k
     Py_XDECREF(t);
     return -1;
   }
-  if (io->kind != KEEL_KIND_SEQUENCE) return feed_tensor(S, io, io->dtype, obj, out);
+  if (io->kind != KEEL_KIND_SEQUENCE) return feed_tensor(s, io, io->dtype, obj, out);
   if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
     keelpy_invalid("input '%s': got %s, expected a list of tensor(%s) arrays (seq)", io->name,
                    Py_TYPE(obj)->tp_name, onnx_elem_name(io->dtype));
@@ -314,9 +315,9 @@ static int feed_value(SessionObject *S, const keel_io_info *io, PyObject *obj, k
   elem.kind = KEEL_KIND_TENSOR, elem.rank = -1, elem.optional = 0;
   int rc = 0;
   Py_ssize_t i = 0;
-  for (; i < n && !rc; i++) rc = feed_tensor(S, &elem, io->dtype, PySequence_Fast_GET_ITEM(obj, i), &items[i]);
+  for (; i < n && !rc; i++) rc = feed_tensor(s, &elem, io->dtype, PySequence_Fast_GET_ITEM(obj, i), &items[i]);
   if (!rc) {
-    keel_status st = keel_sequence_create(S->s, io->dtype, items, (size_t)n, out);
+    keel_status st = keel_sequence_create(s, io->dtype, items, (size_t)n, out);
     if (st) rc = -1, keelpy_raise(st, io->name);
   }
   for (Py_ssize_t k = 0; k < n; k++) keel_value_release(items[k]);
@@ -666,7 +667,7 @@ static int convert_feed(SessionObject *S, PyObject *feed, run_args *a) {
     if (a->n >= S->nin) return keelpy_invalid("too many inputs"), -1;
     a->fed[i] = 1;
     a->names[a->n] = S->in[i].name;
-    if (feed_value(S, &S->in[i], v, &a->vals[a->n])) return -1;
+    if (keelpy_feed(S->s, &S->in[i], v, &a->vals[a->n])) return -1;
     a->n++;
   }
   return check_missing(S, a, feed);
@@ -845,7 +846,9 @@ static int join_methods(void) {
 PyMODINIT_FUNC PyInit__keel(void); /* the only exported name */
 PyMODINIT_FUNC PyInit__keel(void) {
   import_array();
-  if (join_methods() || PyType_Ready(&KeelSession_Type) || PyType_Ready(&Buffer_Type)) return NULL;
+  if (join_methods() || PyType_Ready(&KeelSession_Type) || PyType_Ready(&Buffer_Type) ||
+      PyType_Ready(&KeelTrainer_Type))
+    return NULL;
   PyObject *m = PyModule_Create(&keel_module);
   if (!m) return NULL;
   char version[32];
@@ -853,6 +856,7 @@ PyMODINIT_FUNC PyInit__keel(void) {
            KEEL_VERSION_PATCH);
   if (add_errors(m) || PyModule_AddObjectRef(m, "Session", (PyObject *)&KeelSession_Type) ||
       PyModule_AddObjectRef(m, "Buffer", (PyObject *)&Buffer_Type) ||
+      PyModule_AddObjectRef(m, "Trainer", (PyObject *)&KeelTrainer_Type) ||
       PyModule_AddStringConstant(m, "__version__", version)) {
     Py_DECREF(m);
     return NULL;

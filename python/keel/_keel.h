@@ -1,8 +1,9 @@
 /* _keel.h: what the two C files of keel's Python extension share: the
  * session object, the error mapping and the value conversions.
  *
- * _keel.c     the module, errors, sessions, inputs and outputs, run
- * _keel_mem.c memory statistics, live-block reports, profiling
+ * _keel.c       the module, errors, sessions, inputs and outputs, run
+ * _keel_mem.c   memory statistics, live-block reports, profiling
+ * _keel_train.c the trainer (keel_train.h), data-parallel included
  *
  * Everything goes through libkeel's public API (keel.h, keel_stats.h).
  */
@@ -14,6 +15,7 @@
 
 #include <keel.h>
 #include <keel_stats.h>
+#include <keel_train.h>
 
 typedef struct {
   PyObject_HEAD
@@ -33,6 +35,14 @@ extern PyTypeObject KeelSession_Type;
 PyObject *keelpy_raise(keel_status st, const char *what);
 /* Raises keel.InvalidArgument with a formatted message; returns NULL. */
 PyObject *keelpy_invalid(const char *fmt, ...);
+
+/* One input value from a Python object (an array, a list for a
+ * sequence, None for an optional) for input `io` of session s: 0, or -1
+ * with a Python exception set. */
+int keelpy_feed(keel_session_t *s, const keel_io_info *io, PyObject *obj, keel_value_t **out);
+
+/* keel._keel.Trainer (_keel_train.c). */
+extern PyTypeObject KeelTrainer_Type;
 
 /* Methods of keel._keel.Session defined in _keel_mem.c (NULL-terminated). */
 extern PyMethodDef keelpy_mem_methods[];
