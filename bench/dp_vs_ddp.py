@@ -141,10 +141,9 @@ def main():
     import onnx
     from onnx import numpy_helper
     import dp_check
-    launcher = os.environ.get("KEEL_MPIRUN", "mpirun").split()
-    v = subprocess.run(launcher + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if "Open MPI" in v.stdout:
-        launcher += ["--oversubscribe", "--allow-run-as-root"]
+    launcher = dp_check.mpi_launcher()
+    if not launcher:
+        sys.exit("mpirun not found")
     tmp = tempfile.mkdtemp(prefix="keel-ddp-")
     try:
         _, parts = dp_check.make_batches(NAME, 0, a.ranks, a.batches, tmp, onnx, numpy_helper)

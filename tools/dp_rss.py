@@ -46,15 +46,12 @@ def main():
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=1000)
     a = ap.parse_args()
-    launcher = os.environ.get("KEEL_MPIRUN", "mpirun").split()
-    v = subprocess.run(launcher + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if "Open MPI" in v.stdout:
-        launcher += ["--oversubscribe", "--allow-run-as-root"]
+    launcher = dp_check.mpi_launcher()
+    if not launcher:
+        sys.exit("mpirun not found")
     tmp = tempfile.mkdtemp(prefix="keel-dp-rss-")
     try:
-        model = os.path.join(tmp, "model.onnx")  # a path only this job's command lines hold
-        shutil.copy(os.path.join(ROOT, "tests", "train", "transformer_lm", "model.onnx"), model)
-        data = sum((["--data", os.path.join(ROOT, "tests", "train", "transformer_lm", f"data_{i}")] for i in range(32)), [])
+        model, data = dp_check.private_job(tmp, "transformer_lm", 32, "model")
         log = os.path.join(tmp, "log.jsonl")
         cmd = launcher + ["-np", str(a.ranks), a.keel, "train", model] + dp_check.read_args("transformer_lm", a.steps) + \
             data + ["--data-parallel", "--threads", "1", "--log", log]

@@ -92,6 +92,25 @@ def make_batches(name, axis, ranks, k, tmp, onnx, numpy_helper, trim=None, tag="
     return whole, parts
 
 
+def mpi_launcher():
+    """mpirun (or $KEEL_MPIRUN) as a list, with Open MPI's flags for a
+    root user on a machine with fewer cores than ranks; None if missing."""
+    launcher = os.environ.get("KEEL_MPIRUN", "mpirun").split()
+    if not shutil.which(launcher[0]):
+        return None
+    v = subprocess.run(launcher + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return launcher + (["--oversubscribe", "--allow-run-as-root"] if "Open MPI" in v.stdout else [])
+
+
+def private_job(tmp, name, n, stem):
+    """The model of tests/train/NAME copied to tmp/STEM.onnx (a path only
+    this job's command lines hold, to find its processes) and --data flags
+    for its first n folders."""
+    model = os.path.join(tmp, stem + ".onnx")
+    shutil.copy(os.path.join(ROOT, "tests", "train", name, "model.onnx"), model)
+    return model, sum((["--data", os.path.join(ROOT, "tests", "train", name, f"data_{i}")] for i in range(n)), [])
+
+
 def losses(log):
     with open(log) as f:
         return [json.loads(line)["loss"] for line in f if line.strip()]
@@ -297,9 +316,7 @@ def check_kill(a, launcher):
     import time
     tmp = tempfile.mkdtemp(prefix="keel-dp-kill-")
     try:
-        model = os.path.join(tmp, "victim.onnx")  # a path only this job's command lines hold
-        shutil.copy(os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx"), model)
-        data = sum((["--data", os.path.join(ROOT, "tests", "train", "mlp_plain", f"data_{i}")] for i in range(4)), [])
+        model, data = private_job(tmp, "mlp_plain", 4, "victim")
         log = os.path.join(tmp, "steps.jsonl")
         cmd = launcher + ["-np", "2", a.keel, "train", model] + read_args("mlp_plain", 10 ** 8) + data + \
             ["--data-parallel", "--threads", "1", "--log", log]
@@ -352,12 +369,9 @@ def main():
         from onnx import numpy_helper
     except ImportError:
         skip("python3-onnx and numpy are needed")
-    launcher = os.environ.get("KEEL_MPIRUN", "mpirun").split()
-    if not shutil.which(launcher[0]):
+    launcher = mpi_launcher()
+    if not launcher:
         skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev)")
-    version = subprocess.run(launcher + ["--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if "Open MPI" in version.stdout:
-        launcher += ["--oversubscribe", "--allow-run-as-root"]
     probe = subprocess.run([a.keel, "train"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if "--data-parallel" not in probe.stdout:
         print("FAIL: keel train's usage does not name --data-parallel")
