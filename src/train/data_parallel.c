@@ -59,6 +59,9 @@ typedef struct train_dp {
   int started;               /* buckets whose sum has started               */
   int early;                 /* of those, started while the run went on     */
   keel_status watch_err;     /* a sum that failed to start, in node_done    */
+  bool ready;                /* set up: the ranks step in lockstep          */
+  bool broken;               /* a rank left, or MPI failed: no more
+                                collectives (they could never complete)     */
   keel_dp_reqs *reqs;
   keel_main_watch watch;
   int64_t early_sum;         /* buckets started during the run, all steps    */
@@ -74,6 +77,8 @@ typedef struct train_dp {
 } train_dp;
 
 #define SIG_WORDS 8 /* a 64-bit value in 4 words of at most 31 bits, and their complements */
+/* the status exchange: [failed rank + 1, left rank + 1, signature, reach flags] */
+enum { VEC_FAILED = 0, VEC_LEFT = 1, VEC_SIG = 2, VEC_REACH = 2 + SIG_WORDS };
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   const uint8_t *b = p;
@@ -100,7 +105,7 @@ static keel_status lay_out(keel_trainer_t *t, train_dp *d) {
   d->spare = keel_sys_calloc((size_t)n + 1, sizeof(bool));
   d->members = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
   d->remaining = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
-  d->n_vec = 1 + SIG_WORDS + n;
+  d->n_vec = VEC_REACH + n;
   d->vec = keel_sys_calloc((size_t)d->n_vec, sizeof(int32_t));
   if (!d->param_bucket || !d->param_off || !d->grads || !d->local || !d->bucket_floats || !d->bucket_site ||
       !d->vals || !d->data || !d->vec || !d->spare || !d->members || !d->remaining)
@@ -281,7 +286,9 @@ keel_status keel_train_dp_setup(keel_trainer_t *t) {
     sum = fnv(sum, t->p[i].w, sizeof(float) * (size_t)t->p[i].numel);
   }
   KEEL_TRY(keel_dp_agree(t->o.comm, sum, "the parameters' checksum after rank 0's broadcast"));
-  return t->o.shard_optimizer ? shard(t, d) : KEEL_OK;
+  if (t->o.shard_optimizer) KEEL_TRY(shard(t, d));
+  d->ready = true;
+  return KEEL_OK;
 }
 
 /* v as four 31-bit words and their complements: equal on every rank iff
@@ -372,35 +379,49 @@ keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_mai
   return st;
 }
 
-keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig, float *loss,
-                                   const float ***grads) {
+/* After a step's run (or, leaving, instead of one): the sums, then the
+ * status exchange. */
+static keel_status settle(keel_trainer_t *t, keel_status st, uint64_t in_sig, bool leaving, float *loss,
+                          const float ***grads) {
   train_dp *d = t->dp;
   uint64_t t0 = keel_prim_now_ns();
   /* what no node produced, or every item when the run failed (zeros) */
   for (int32_t j = 0; j <= t->n_params; j++) {
     if (d->copied[j]) continue;
-    const keel_value_t *o = st ? NULL : t->out[d->item_out[j]];
+    const keel_value_t *o = st || leaving ? NULL : t->out[d->item_out[j]];
     copy_item(t, d, j, o ? keel_value_val(o) : NULL);
   }
   start_ready(t, d, false);
   keel_status ws = keel_dp_wait(t->o.comm, d->reqs);
-  if (d->watch_err || ws) return d->watch_err ? d->watch_err : ws;
+  if (d->watch_err || ws) {
+    d->broken = true;
+    return d->watch_err ? d->watch_err : ws;
+  }
   int32_t mine[SIG_WORDS];
   put_sig(mine, in_sig);
-  d->vec[0] = st ? d->rank + 1 : 0;
-  memcpy(d->vec + 1, mine, sizeof mine);
+  d->vec[VEC_FAILED] = st ? d->rank + 1 : 0;
+  d->vec[VEC_LEFT] = leaving ? d->rank + 1 : 0;
+  memcpy(d->vec + VEC_SIG, mine, sizeof mine);
   for (int32_t i = 0; i < t->n_params; i++)
-    d->local[i] = !st && t->reached[i], d->vec[1 + SIG_WORDS + i] = d->local[i];
+    d->local[i] = !st && !leaving && t->reached[i], d->vec[VEC_REACH + i] = d->local[i];
   keel_status xs = keel_dp_max_i32(t->o.comm, d->vec, d->n_vec);
-  if (!xs && !st && d->vec[0])
+  if (xs) d->broken = true;
+  if (leaving || xs) return xs;
+  if (d->vec[VEC_LEFT]) {
+    d->broken = true; /* that rank makes no more collective calls */
+    xs = keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: rank %d of %d stopped training (its trainer was "
+                  "destroyed) while this rank went on to step %lld; every rank stops", d->vec[VEC_LEFT] - 1,
+                  d->size, (long long)t->steps + 1);
+  } else if (!st && d->vec[VEC_FAILED]) {
     xs = keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: rank %d of %d failed this step (its error is on its "
-                  "standard error); every rank stops", d->vec[0] - 1, d->size);
-  if (!xs && !st && !same_sig(d->vec + 1, mine))
+                  "standard error); every rank stops", d->vec[VEC_FAILED] - 1, d->size);
+  } else if (!st && !same_sig(d->vec + VEC_SIG, mine)) {
     xs = keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: the ranks' batches differ in the number, element type "
                   "or rank of their inputs (rank %d's signature %016llx)", d->rank, (unsigned long long)in_sig);
+  }
   if (st) xs = keel_err_prefix(st, "rank %d of %d", d->rank, d->size);
   if (!xs) {
-    for (int32_t i = 0; i < t->n_params; i++) t->reached[i] = d->vec[1 + SIG_WORDS + i] != 0;
+    for (int32_t i = 0; i < t->n_params; i++) t->reached[i] = d->vec[VEC_REACH + i] != 0;
     float inv = 1.0f / (float)d->size;
     for (int b = 0; b < d->n_buckets; b++)
       for (int64_t k = 0; k < d->bucket_floats[b]; k++) d->data[b][k] *= inv;
@@ -411,6 +432,29 @@ keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t i
   d->ns += keel_prim_now_ns() - t0;
   d->early_sum += d->early;
   return xs;
+}
+
+keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig, float *loss,
+                                   const float ***grads) {
+  if (t->dp->broken)
+    return keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: a rank stopped training or MPI failed at an earlier "
+                    "step; this trainer can take no more steps");
+  return settle(t, st, in_sig, false, loss, grads);
+}
+
+/* A rank's trainer goes away: it matches, once, the step its peers may be
+ * taking (zeros to the sums, "left" in the exchange), so a peer that steps
+ * on gets an error naming this rank instead of waiting for ever. When
+ * every rank is leaving, they all match each other. */
+static void leave(keel_trainer_t *t) {
+  train_dp *d = t->dp;
+  if (!d->ready || d->broken) return;
+  const keel_main_watch *w;
+  float loss = 0;
+  const float **g = NULL;
+  (void)keel_train_dp_begin(t, 0, &w); /* on a refusal: system memory, the sums must match */
+  (void)settle(t, KEEL_OK, 0, true, &loss, &g);
+  keel_train_dp_release(t);
 }
 
 void keel_train_dp_release(keel_trainer_t *t) {
@@ -425,6 +469,7 @@ void keel_train_dp_free(keel_trainer_t *t) {
   train_dp *d = t->dp;
   if (!d) return;
   keel_train_dp_release(t);
+  leave(t);
   size_t n = (size_t)t->n_params + 1;
   keel_sys_free(d->param_bucket, n * sizeof(int32_t));
   keel_sys_free(d->param_off, n * sizeof(int64_t));

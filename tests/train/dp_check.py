@@ -273,6 +273,27 @@ def check_shard_and_resume(a, launcher, onnx, numpy_helper, np):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_fewer_steps(a, launcher):
+    """Rank 0 trains 3 steps, rank 1 5 (mpirun's MPMD form, A : B): rank 1's
+    step 4 fails naming rank 0 instead of waiting for it for ever."""
+    data = sum((["--data", os.path.join(ROOT, "tests", "train", "mlp_plain", f"data_{i}")] for i in range(4)), [])
+    base = [a.keel, "train", os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx")] + data + \
+        ["--data-parallel", "--threads", "1"]
+    cmd = launcher + ["-np", "1"] + base + read_args("mlp_plain", 3) + [":", "-np", "1"] + base + read_args("mlp_plain", 5)
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        print("FAIL rank 0 stopping after 3 steps of 5: the job hung (60 s)")
+        return False
+    named = "rank 0 of 2 stopped training" in p.stdout and "step 4" in p.stdout
+    ok = p.returncode != 0 and named
+    print(f"{'ok  ' if ok else 'FAIL'} rank 0 stops after 3 steps, rank 1 goes on: exit {p.returncode}, rank 1's "
+          f"step 4 names rank 0: {named}")
+    if not ok:
+        print(p.stdout[-3000:])
+    return ok
+
+
 def check_planted_leak(a, launcher):
     """A reference kept alive on rank 1 only (--debug-plant-leak): rank 1's
     verdict names the value, rank 0's is steady, the job exits non-zero."""
@@ -378,7 +399,8 @@ def main():
         return 1
     ok = all([check(m, MODELS.get(m, 0), a, launcher, onnx, numpy_helper, np) for m in a.models] +
              [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher),
-              check_shard_and_resume(a, launcher, onnx, numpy_helper, np), check_planted_leak(a, launcher)])
+              check_shard_and_resume(a, launcher, onnx, numpy_helper, np), check_planted_leak(a, launcher),
+              check_fewer_steps(a, launcher)])
     return 0 if ok else 1
 
 
