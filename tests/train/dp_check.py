@@ -294,6 +294,36 @@ def check_fewer_steps(a, launcher):
     return ok
 
 
+def check_rank_differs(a, launcher):
+    """MPMD jobs (A : B) whose ranks differ: another model (parameter set)
+    on rank 1 stops both at creation; a 2 MB --mem-limit on rank 1 (the
+    transformer's gradient bucket does not fit) fails step 1 on both ranks,
+    rank 0 naming rank 1. Neither hangs."""
+    def job(name0, name1, extra1):
+        def rank(name, extra):
+            d = os.path.join(ROOT, "tests", "train", name)
+            return [a.keel, "train", os.path.join(d, "model.onnx"), "--data", os.path.join(d, "data_0"), "--data",
+                    os.path.join(d, "data_1"), "--data-parallel", "--threads", "1"] + read_args(name, 3) + extra
+        cmd = launcher + ["-np", "1"] + rank(name0, []) + [":", "-np", "1"] + rank(name1, extra1)
+        try:
+            return subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return None
+    p1 = job("mlp_plain", "mlp_if", [])
+    ok1 = p1 is not None and p1.returncode != 0 and p1.stdout.count("ranks disagree on the trainable parameters") >= 1
+    p2 = job("transformer_lm", "transformer_lm", ["--mem-limit", "2M"])
+    ok2 = p2 is not None and p2.returncode != 0 and "rank 1 of 2 failed this step" in p2.stdout and \
+        "out of memory" in p2.stdout
+    print(f"{'ok  ' if ok1 else 'FAIL'} another model on rank 1: exit {p1 and p1.returncode}, the ranks disagree on the "
+          f"parameters: {ok1}")
+    print(f"{'ok  ' if ok2 else 'FAIL'} a 2 MB cap on rank 1: exit {p2 and p2.returncode}, step 1 fails on both, "
+          f"rank 0 naming rank 1: {ok2}")
+    for p, ok in ((p1, ok1), (p2, ok2)):
+        if not ok:
+            print(p.stdout[-3000:] if p else "the job hung (60 s)")
+    return ok1 and ok2
+
+
 def check_planted_leak(a, launcher):
     """A reference kept alive on rank 1 only (--debug-plant-leak): rank 1's
     verdict names the value, rank 0's is steady, the job exits non-zero."""
@@ -400,7 +430,7 @@ def main():
     ok = all([check(m, MODELS.get(m, 0), a, launcher, onnx, numpy_helper, np) for m in a.models] +
              [check_bad_batch(a, launcher, onnx, numpy_helper, np), check_kill(a, launcher),
               check_shard_and_resume(a, launcher, onnx, numpy_helper, np), check_planted_leak(a, launcher),
-              check_fewer_steps(a, launcher)])
+              check_fewer_steps(a, launcher), check_rank_differs(a, launcher)])
     return 0 if ok else 1
 
 
