@@ -73,8 +73,6 @@ KEEL_INTERNAL keel_status ad_attr_graph(ad_builder *b, keel_node *n, const char 
 
 /* A builder emitting into graph g (a new graph or an existing one). */
 KEEL_INTERNAL keel_status ad_sub_open(ad_builder *parent, keel_graph *g, ad_builder **sub);
-/* Number of nodes emitted so far. */
-KEEL_INTERNAL int32_t ad_sub_count(const ad_builder *sub);
 /* Adds the nodes emitted (after g's nodes; `front`: before them) to g. */
 KEEL_INTERNAL keel_status ad_sub_install(ad_builder *sub, bool front);
 KEEL_INTERNAL void ad_sub_close(ad_builder *sub);

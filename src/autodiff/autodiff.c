@@ -54,7 +54,6 @@ static keel_status oom(void) { return ad_oom(); }
 keel_arena *ad_arena(ad_builder *b) { return b->a; }
 keel_model *ad_model(ad_builder *b) { return b->m; }
 keel_graph *ad_graph(ad_builder *b) { return b->g; }
-int64_t ad_opset(ad_builder *b) { return b->opset; }
 
 const char *ad_fresh(builder *b, const char *hint) {
   char buf[512];
@@ -677,7 +676,6 @@ keel_status ad_sub_open(ad_builder *parent, keel_graph *g, ad_builder **sub) {
   return KEEL_OK;
 }
 
-int32_t ad_sub_count(const ad_builder *sub) { return sub->n; }
 
 keel_status ad_sub_install(ad_builder *sub, bool front) {
   keel_graph *g = sub->g;

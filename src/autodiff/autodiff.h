@@ -81,7 +81,6 @@ KEEL_INTERNAL keel_status ad_sum_to(ad_builder *b, const char *g, const char *x,
 KEEL_INTERNAL keel_arena *ad_arena(ad_builder *b);
 KEEL_INTERNAL keel_model *ad_model(ad_builder *b);
 KEEL_INTERNAL keel_graph *ad_graph(ad_builder *b);   /* where nodes are emitted */
-KEEL_INTERNAL int64_t ad_opset(ad_builder *b);        /* the model's ai.onnx opset */
 KEEL_INTERNAL keel_status ad_oom(void);
 
 /* Rule tables (a {0}-terminated array per family file). */

@@ -100,4 +100,3 @@ char *keel_arena_strdup(keel_arena *a, const char *s) {
   return keel_arena_strndup(a, s, strlen(s));
 }
 
-size_t keel_arena_bytes(const keel_arena *a) { return a->bytes; }

@@ -18,7 +18,5 @@ KEEL_INTERNAL void *keel_arena_array(keel_arena *a, size_t n, size_t size);
 /* NUL-terminated copy of (s, n). */
 KEEL_INTERNAL char *keel_arena_strndup(keel_arena *a, const char *s, size_t n);
 KEEL_INTERNAL char *keel_arena_strdup(keel_arena *a, const char *s);
-/* Bytes held from the system. */
-KEEL_INTERNAL size_t keel_arena_bytes(const keel_arena *a);
 
 #endif

@@ -20,11 +20,6 @@ static const keel_pass g_passes[] = {
     {"fuse-activation", keel_pass_fuse_activation, true},
 };
 
-const keel_pass *keel_ir_pass_list(size_t *n) {
-  *n = KEEL_COUNTOF(g_passes);
-  return g_passes;
-}
-
 keel_status keel_ir_passes(keel_model *m, bool optimize) {
   for (size_t i = 0; i < KEEL_COUNTOF(g_passes); i++) {
     if (g_passes[i].optimizing && !optimize) continue;

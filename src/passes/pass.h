@@ -8,7 +8,7 @@
  * of If/Loop/Scan included (m->graphs), works on value names, and may
  * replace nodes (keel_graph_replace_node) or add constants (keel_ir_add_const,
  * the one helper for that). A node a pass makes out of several keeps their
- * names in fused_from, so reports, traces and errors still name the nodes
+ * names in fused, so reports, traces and errors still name the nodes
  * of the file.
  *
  * Optimizing passes can be switched off per session
@@ -34,9 +34,6 @@ KEEL_INTERNAL keel_status keel_ir_passes(keel_model *m, bool optimize);
  * including `last` (keel shard: autodiff, then shard; no fusion, so the
  * written model stays plain ONNX). */
 KEEL_INTERNAL keel_status keel_ir_passes_through(keel_model *m, const char *last);
-
-/* The pipeline, for listing (keel info, tests). */
-KEEL_INTERNAL const keel_pass *keel_ir_pass_list(size_t *n);
 
 /* Passes (one file each). */
 /* The training graph (pass_train.c): a no-op unless m->train is set. */

@@ -159,27 +159,6 @@ unsigned keel_small_encode(int t, double v, bool saturate, int round_mode) {
   return f ? mf_encode(f, (double)(float)v, saturate) : 0;
 }
 
-/* ================================================================ bulk */
-
-void keel_small_to_f32(int t, const void *src, size_t at, size_t n, float *dst) {
-  if (keel_small_bits(t) == 8) {
-    float lut[256];
-    for (unsigned c = 0; c < 256; c++) lut[c] = (float)keel_small_decode(t, c);
-    const uint8_t *p = (const uint8_t *)src + at;
-    for (size_t i = 0; i < n; i++) dst[i] = lut[p[i]];
-    return;
-  }
-  float lut[16];
-  for (unsigned c = 0; c < 16; c++) lut[c] = (float)keel_small_decode(t, c);
-  for (size_t i = 0; i < n; i++) dst[i] = lut[keel_small_get(t, src, at + i)];
-}
-
-void keel_small_from_f32(int t, const float *src, size_t n, void *dst, size_t at,
-                         bool saturate) {
-  for (size_t i = 0; i < n; i++)
-    keel_small_put(t, dst, at + i, keel_small_encode(t, src[i], saturate, KEEL_ROUND_UP));
-}
-
 /* Elementwise conversion where either side is a narrow type. Integers
  * (and bool) travel as int64, so they wrap exactly; reals as double. The
  * standard side is read and written with keel_elem_* (float to integer

@@ -80,10 +80,6 @@ KEEL_INTERNAL unsigned keel_small_encode_int(int t, int64_t v);
 /* FLOAT8E8M0 from a float32 value, as onnx.numpy_helper.to_float8e8m0. */
 KEEL_INTERNAL unsigned keel_e8m0_encode(float v, bool saturate, int round_mode);
 
-/* Bulk paths: n elements starting at element `at` of small-typed data. */
-KEEL_INTERNAL void keel_small_to_f32(int t, const void *src, size_t at, size_t n, float *dst);
-KEEL_INTERNAL void keel_small_from_f32(int t, const float *src, size_t n, void *dst,
-                                       size_t at, bool saturate);
 
 /* n elements of type `from` at src to type `to` at dst, where either is a
  * narrow type (any numeric type or bool on the other side). `saturate` and

@@ -382,19 +382,3 @@ void keel_val_ref(keel_val *dst, const keel_val *src) {
   else if (src->kind == KEEL_V_MAP) keel_map_retain(dst->map);
 }
 
-static size_t map_nbytes(const keel_map *m) {
-  return keel_tensor_nbytes(&m->keys) + keel_tensor_nbytes(&m->values);
-}
-
-size_t keel_val_nbytes(const keel_val *v) {
-  if (v->kind == KEEL_V_TENSOR) return keel_tensor_nbytes(&v->t);
-  if (v->kind == KEEL_V_MAP) return map_nbytes(v->map);
-  if (v->kind != KEEL_V_SEQUENCE) return 0;
-  size_t n = 0;
-  if (v->seq->of_maps) {
-    for (size_t i = 0; i < v->seq->n; i++) n += map_nbytes(v->seq->maps[i]);
-    return n;
-  }
-  for (size_t i = 0; i < v->seq->n; i++) n += keel_tensor_nbytes(&v->seq->items[i]);
-  return n;
-}

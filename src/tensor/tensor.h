@@ -190,7 +190,5 @@ static inline void keel_val_move(keel_val *dst, keel_val *src) {
 }
 /* *dst = a new reference to src's contents (dst must be EMPTY). */
 KEEL_INTERNAL void keel_val_ref(keel_val *dst, const keel_val *src);
-/* Bytes of element data the value references (for reports). */
-KEEL_INTERNAL size_t keel_val_nbytes(const keel_val *v);
 
 #endif /* KEEL_TENSOR_H */

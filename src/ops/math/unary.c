@@ -101,7 +101,7 @@ typedef void (*un_fn)(const void *x, void *y, int64_t n, const un_params *p);
 
 /* Generators per type class: F (float, double), S (signed), U (unsigned),
  * B (bool); TO maps the input C type to the output C type. Names carry a
- * u_ prefix so a single-TU build (src/all.c) cannot collide with the
+ * u_ prefix so a single-TU build (all sources in one file) cannot collide with the
  * elementwise loops. */
 #define UN_SAME(T) T
 #define UN_BOOL(T) uint8_t

@@ -76,8 +76,6 @@ keel_status ml_post_transform(keel_kctx *k, int *post) {
   return keel_err(KEEL_ERR_INVALID_MODEL, "unknown post_transform '%s'", s);
 }
 
-const char *ml_post_name(int post) { return post >= 0 && post < 5 ? POST_NAMES[post] : "?"; }
-
 double ml_logistic(double x) {
   double v = 1.0 / (1.0 + exp(-fabs(x)));
   return x < 0 ? 1.0 - v : v;

@@ -27,7 +27,6 @@ KEEL_INTERNAL const int64_t *ml_attr_ints(const keel_kctx *k, const char *name,
                                           int64_t *n);
 /* post_transform as a string attribute ("NONE", "SOFTMAX", ...). */
 KEEL_INTERNAL keel_status ml_post_transform(keel_kctx *k, int *post);
-KEEL_INTERNAL const char *ml_post_name(int post);
 
 KEEL_INTERNAL double ml_logistic(double x);
 KEEL_INTERNAL double ml_probit(double x);

@@ -21,7 +21,7 @@
  * dtype works, float16/bfloat16 and bool included. STRING elements own
  * their bytes: they are copied with keel_tensor_set_string, never by
  * memcpy of the keel_string struct. Static helpers carry an sh_ prefix so
- * a single-TU build (src/all.c) cannot collide with other families.
+ * a single-TU build (all sources in one file) cannot collide with other families.
  */
 #include <math.h>
 
