@@ -2,6 +2,7 @@
 #include "passes/pass.h"
 
 #include "base/status.h"
+#include "base/sysmem.h"
 #include "ir/scope.h"
 #include "passes/shard.h"
 
@@ -19,6 +20,33 @@ static const keel_pass g_passes[] = {
     {"layout", keel_pass_layout, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
 };
+
+static keel_status fuse_graph(keel_model *m, keel_graph *g, keel_fuse_fn try_at) {
+  size_t cap = (size_t)g->n_nodes + 1;
+  bool *drop = keel_sys_calloc(cap, sizeof(bool));
+  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
+  keel_status st = KEEL_OK;
+  bool any = false;
+  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
+    bool fused = false;
+    if (!drop[i]) st = try_at(m, g, i, drop, &fused);
+    any |= fused;
+  }
+  if (!st && any) st = keel_graph_remove_nodes(m->arena, g, drop);
+  keel_sys_free(drop, cap * sizeof(bool));
+  return st;
+}
+
+keel_status keel_pass_fuse_all(keel_model *m, keel_fuse_fn try_at) {
+  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_graph(m, m->graphs[i], try_at));
+  return KEEL_OK;
+}
+
+bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n) {
+  for (int k = 0; k < n; k++)
+    if (drop[nodes[k]]) return true;
+  return false;
+}
 
 keel_status keel_ir_passes(keel_model *m, bool optimize) {
   for (size_t i = 0; i < KEEL_COUNTOF(g_passes); i++) {

@@ -35,6 +35,17 @@ KEEL_INTERNAL keel_status keel_ir_passes(keel_model *m, bool optimize);
  * written model stays plain ONNX). */
 KEEL_INTERNAL keel_status keel_ir_passes_through(keel_model *m, const char *last);
 
+/* The driver every fusion pass shares: for each node i of g (in order)
+ * not yet dropped, `try_at` may match a pattern starting there and rewrite
+ * it (the matched nodes but one are marked in drop[]); it says whether it
+ * did in *fused. Then the dropped nodes leave the graph, once. For each
+ * graph of the model (sub-graphs included). */
+typedef keel_status (*keel_fuse_fn)(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused);
+KEEL_INTERNAL keel_status keel_pass_fuse_all(keel_model *m, keel_fuse_fn try_at);
+/* True when one of the n matched nodes is already dropped (another match
+ * took it): a match must not overlap one already rewritten. */
+KEEL_INTERNAL bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n);
+
 /* Passes (one file each). */
 /* The training graph (pass_train.c): a no-op unless m->train is set. */
 KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);

@@ -267,27 +267,11 @@ static keel_status att_rewrite(keel_model *m, keel_graph *g, const att_match *t,
   return KEEL_OK;
 }
 
-static keel_status fuse_graph(keel_model *m, keel_graph *g) {
-  size_t cap = (size_t)g->n_nodes + 1;
-  bool *drop = keel_sys_calloc(cap, sizeof(bool));
-  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
-  keel_status st = KEEL_OK;
-  int32_t found = 0;
-  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
-    att_match t;
-    if (drop[i] || !att_find(m, g, i, &t)) continue;
-    bool taken = false;
-    for (int k = 0; k < t.n; k++) taken |= drop[t.nodes[k]];
-    if (taken) continue;
-    st = att_rewrite(m, g, &t, drop);
-    found++;
-  }
-  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
-  keel_sys_free(drop, cap * sizeof(bool));
-  return st;
+static keel_status fuse_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
+  att_match t;
+  if (!att_find(m, g, i, &t) || keel_pass_overlaps(drop, t.nodes, t.n)) return KEEL_OK;
+  *fused = true;
+  return att_rewrite(m, g, &t, drop);
 }
 
-keel_status keel_pass_fuse_attention(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_graph(m, m->graphs[i]));
-  return KEEL_OK;
-}
+keel_status keel_pass_fuse_attention(keel_model *m) { return keel_pass_fuse_all(m, fuse_at); }

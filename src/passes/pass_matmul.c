@@ -185,28 +185,17 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const fmm *f, bool *dro
   return KEEL_OK;
 }
 
-static keel_status fuse_graph(keel_model *m, keel_graph *g) {
-  size_t cap = (size_t)g->n_nodes + 1;
-  bool *drop = keel_sys_calloc(cap, sizeof(bool));
-  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
-  keel_status st = KEEL_OK;
-  int32_t found = 0;
-  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
-    fmm f;
-    if (drop[i] || !start(m, g, &g->nodes[i], &f)) continue;
-    grow(m, g, &f);
-    st = rewrite(m, g, &f, drop);
-    found++;
-  }
-  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
-  keel_sys_free(drop, cap * sizeof(bool));
-  return st;
+static keel_status fuse_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
+  fmm f;
+  if (!start(m, g, &g->nodes[i], &f)) return KEEL_OK;
+  grow(m, g, &f);
+  *fused = true;
+  return rewrite(m, g, &f, drop);
 }
 
 keel_status keel_pass_fuse_matmul(keel_model *m) {
   /* a training graph's products are by parameters (inputs), and its
    * allocated bytes are exactly parameters and state: left alone */
   if (m->no_library || m->train) return KEEL_OK;
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_graph(m, m->graphs[i]));
-  return KEEL_OK;
+  return keel_pass_fuse_all(m, fuse_at);
 }

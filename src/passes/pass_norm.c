@@ -198,30 +198,20 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool 
   return KEEL_OK;
 }
 
-/* Every non-overlapping match of `find` in g, rewritten. */
-static keel_status fuse_patterns(keel_model *m, keel_graph *g, pattern_fn find) {
-  size_t cap = (size_t)g->n_nodes + 1;
-  bool *drop = keel_sys_calloc(cap, sizeof(bool));
-  if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "graph '%s'", g->path);
-  keel_status st = KEEL_OK;
-  int32_t found = 0;
-  for (int32_t i = 0; i < g->n_nodes && !st; i++) {
-    pattern t;
-    if (drop[i] || !find(m, g, i, &t)) continue;
-    bool taken = false;
-    for (int k = 0; k < t.n; k++) taken |= drop[t.nodes[k]];
-    if (taken) continue;
-    st = rewrite(m, g, &t, drop);
-    found++;
-  }
-  if (!st && found) st = keel_graph_remove_nodes(m->arena, g, drop);
-  keel_sys_free(drop, cap * sizeof(bool));
-  return st;
+/* A match of `find` at node i that overlaps no earlier one, rewritten. */
+static keel_status fuse_with(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused, pattern_fn find) {
+  pattern t;
+  if (!find(m, g, i, &t) || keel_pass_overlaps(drop, t.nodes, t.n)) return KEEL_OK;
+  *fused = true;
+  return rewrite(m, g, &t, drop);
+}
+
+static keel_status ln_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
+  return fuse_with(m, g, i, drop, fused, ln_find);
 }
 
 keel_status keel_pass_fuse_layernorm(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], ln_find));
-  return KEEL_OK;
+  return keel_pass_fuse_all(m, ln_at);
 }
 
 /* ========================================================= fuse-gelu */
@@ -273,7 +263,10 @@ static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, patte
   return true;
 }
 
+static keel_status gelu_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
+  return fuse_with(m, g, i, drop, fused, gelu_find);
+}
+
 keel_status keel_pass_fuse_gelu(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_patterns(m, m->graphs[i], gelu_find));
-  return KEEL_OK;
+  return keel_pass_fuse_all(m, gelu_at);
 }
