@@ -4,6 +4,7 @@
 #   bench/vs_ort.sh [--quick] [--check] [--rounds N] [--seconds S] [--threads "1 2"]
 #                   [--models "detector gpt ..."] [--build DIR] [--out DIR]
 #                   [--label TEXT]   (names keel's build in the table)
+#                   [--ort node|python]  (which ONNX Runtime package times it)
 #
 # On a clean clone it builds keel if build/keel is missing (cmake, Release),
 # installs onnxruntime-node into build/ort/ if NODE_PATH does not already
@@ -14,7 +15,10 @@
 #   keel:  build/keel bench MODEL --data test_data_set_0 --threads N --json
 #          (keel_options.threads = N: the session's pool; no environment)
 #   ORT:   node bench/ort_bench.js MODEL test_data_set_0 --threads N --json
-#          (intraOpNumThreads N, interOpNumThreads 1, optimization 'all')
+#          (intraOpNumThreads N, interOpNumThreads 1, optimization 'all'),
+#          or, with --ort python or where onnxruntime-node is not found but
+#          python3 imports onnxruntime (the accelerator machine: no npm
+#          registry), python3 bench/ort_bench.py with the same arguments
 # Both take the same inputs and the same number of timed runs per round
 # (sized from a first keel run to about S seconds). Medians are over every
 # timed run of every round; peak RSS is the median over rounds of each
@@ -39,6 +43,7 @@ MODELS="mobilenet_v3 resnet50 detector gpt bert lstm"
 OUT=""
 CHECK=0
 LABEL=""
+ORT_RUNNER=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --quick) ROUNDS=2; SECONDS_PER_ROUND=0.5 ;;
@@ -50,6 +55,7 @@ while [[ $# -gt 0 ]]; do
     --build) BUILD=$(cd "$2" && pwd); shift ;;
     --out) OUT=$2; shift ;;
     --label) LABEL=$2; shift ;;
+    --ort) ORT_RUNNER=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "vs_ort.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -66,7 +72,14 @@ if [[ ! -x $KEEL ]]; then
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
   cmake --build "$BUILD" -j"$(nproc)" --target keel_cli fma_peak >/dev/null
 fi
-if ! node -e "require('onnxruntime-node')" 2>/dev/null; then
+if [[ -z $ORT_RUNNER ]]; then
+  ORT_RUNNER=node
+  if ! node -e "require('onnxruntime-node')" 2>/dev/null && [[ ! -d $BUILD/ort/node_modules/onnxruntime-node ]] &&
+     python3 -c "import onnxruntime" 2>/dev/null; then
+    ORT_RUNNER=python
+  fi
+fi
+if [[ $ORT_RUNNER == node ]] && ! node -e "require('onnxruntime-node')" 2>/dev/null; then
   if [[ ! -d $BUILD/ort/node_modules/onnxruntime-node ]]; then
     echo "== installing onnxruntime-node into $BUILD/ort"
     mkdir -p "$BUILD/ort"
@@ -91,7 +104,11 @@ fi
 # ---------------------------------------------------------------- the runs
 cpu_model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|avx512[a-z_0-9]*)$' | tr '\n' ' ')
-ort_version=$(node -e "console.log(require('onnxruntime-node/package.json').version)")
+if [[ $ORT_RUNNER == python ]]; then
+  ort_version="$(python3 -c "import onnxruntime; print(onnxruntime.__version__)") (Python)"
+else
+  ort_version=$(node -e "console.log(require('onnxruntime-node/package.json').version)")
+fi
 keel_version=${LABEL:-$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)}
 
 # Timed runs per round: about SECONDS_PER_ROUND of keel's time, 5..2000.
@@ -110,11 +127,13 @@ run_keel() { # model threads iters json
     --profile-runs 0 --json "$4" >/dev/null
 }
 run_ort() { # model threads iters json
-  node "$ROOT/bench/ort_bench.js" "$MODELS_DIR/$1/model.onnx" "$MODELS_DIR/$1/test_data_set_0" \
+  local runner=(node "$ROOT/bench/ort_bench.js")
+  [[ $ORT_RUNNER == python ]] && runner=(python3 "$ROOT/bench/ort_bench.py")
+  "${runner[@]}" "$MODELS_DIR/$1/model.onnx" "$MODELS_DIR/$1/test_data_set_0" \
     --threads "$2" --iters "$3" --warmup 3 --json "$4" >/dev/null
 }
 
-echo "== keel $keel_version vs onnxruntime-node $ort_version: $ROUNDS round(s) of ~${SECONDS_PER_ROUND}s each"
+echo "== keel $keel_version vs onnxruntime $ort_version ($ORT_RUNNER): $ROUNDS round(s) of ~${SECONDS_PER_ROUND}s each"
 for m in $MODELS; do
   for t in $THREADS; do
     it=$(iters_for "$m" "$t")
@@ -139,7 +158,7 @@ def load(rt, m, t):
             for r in range(1, rounds + 1)]
 mb = lambda b: b / 1048576
 print(f"CPU: {cpu}; flags: {flags.strip()}")
-print(f"keel {kv} vs onnxruntime-node {ov}; {rounds} round(s), alternating; medians over all timed runs;")
+print(f"keel {kv} vs onnxruntime {ov}; {rounds} round(s), alternating; medians over all timed runs;")
 print(f"per-round: the lowest and highest ratio of one round's medians; bound: issue 8's "
       f"1.1 x weights + allocated peak + 16 MB; CPU: median process CPU time per run, every "
       f"thread (ORT's waiting workers spin); load average at the end: {os.getloadavg()[0]:.1f}\n")
