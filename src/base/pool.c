@@ -3,8 +3,13 @@
  * Workers spin briefly, then sleep on a condition variable, between jobs.
  * A job is published under the lock with a new generation number; every
  * participant then takes chunks from one atomic cursor until the range is
- * exhausted or a chunk has failed, and the caller waits (spinning briefly,
- * then sleeping) until every worker has left the job. The
+ * exhausted or a chunk has failed. A worker joins a job through its door
+ * (one atomic word: the job's generation, a closed bit, the number of
+ * workers inside); when the caller has run out of chunks it closes the
+ * door and waits (spinning briefly, then sleeping) only for the workers
+ * inside. A worker that wakes late (descheduled on a busy machine, or
+ * asleep) finds the door closed or another job's, and never touches this
+ * one: the caller does not wait for workers that had nothing to do. The
  * pool is claimed with one atomic flag: a caller that cannot claim it runs
  * the range itself, so the pool never queues and never deadlocks on a
  * nested call.
@@ -36,7 +41,8 @@ struct keel_pool {
   void *ctx;
   int64_t n, chunk;
   _Atomic int64_t cursor;
-  _Atomic int busy_workers;    /* workers not yet done with the job       */
+  _Atomic uint64_t door;       /* (generation << DOOR_SHIFT) | DOOR_CLOSED
+                                  | workers inside the job                 */
   _Atomic uint64_t gen;        /* moves when a job is published           */
   _Atomic bool stop;
   /* first failure */
@@ -44,6 +50,11 @@ struct keel_pool {
   keel_status err;
   char msg[KEEL_ERRMSG_MAX];
 };
+
+#define DOOR_SHIFT 20
+#define DOOR_CLOSED (1ull << 19)
+#define DOOR_INSIDE (DOOR_CLOSED - 1)
+#define DOOR_GEN(g) ((g) & ((1ull << (64 - DOOR_SHIFT)) - 1))
 
 /* ============================================================ chunks */
 
@@ -92,6 +103,17 @@ static uint64_t next_job(keel_pool *p, uint64_t seen) {
   return g;
 }
 
+/* Joins job `g` if its door is still open: true, and the worker is counted
+ * inside until it leaves. */
+static bool enter_job(keel_pool *p, uint64_t g) {
+  uint64_t d = atomic_load_explicit(&p->door, memory_order_acquire);
+  for (;;) {
+    if ((d >> DOOR_SHIFT) != DOOR_GEN(g) || (d & DOOR_CLOSED)) return false;
+    if (atomic_compare_exchange_weak_explicit(&p->door, &d, d + 1, memory_order_acq_rel, memory_order_acquire))
+      return true;
+  }
+}
+
 static void worker_main(void *arg) {
   worker *w = arg;
   keel_pool *p = w->pool;
@@ -100,10 +122,13 @@ static void worker_main(void *arg) {
     uint64_t g = next_job(p, seen);
     if (atomic_load(&p->stop)) break;
     seen = g;
+    if (!enter_job(p, g)) continue; /* closed, or already another job's */
     run_chunks(p, w->id);
-    /* the last one out wakes the caller if it sleeps; under the lock, so
-     * the caller cannot miss it between its check and its wait */
-    if (atomic_fetch_sub(&p->busy_workers, 1) == 1) {
+    /* the last one out of a closed door wakes the caller if it sleeps;
+     * under the lock, so the caller cannot miss it between its check and
+     * its wait */
+    uint64_t d = atomic_fetch_sub_explicit(&p->door, 1, memory_order_acq_rel) - 1;
+    if ((d & DOOR_CLOSED) && !(d & DOOR_INSIDE)) {
       keel_mutex_lock(&p->lock);
       keel_cond_broadcast(&p->done);
       keel_mutex_unlock(&p->lock);
@@ -176,16 +201,19 @@ keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn f
   p->fn = fn, p->ctx = ctx, p->n = n, p->chunk = KEEL_MAX(chunk, grain);
   atomic_store_explicit(&p->cursor, 0, memory_order_relaxed);
   atomic_store_explicit(&p->failed, 0, memory_order_relaxed);
-  atomic_store(&p->busy_workers, p->threads - 1);
-  atomic_fetch_add_explicit(&p->gen, 1, memory_order_release); /* publishes the job */
+  uint64_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+  atomic_store_explicit(&p->door, DOOR_GEN(g) << DOOR_SHIFT, memory_order_release); /* open, empty */
+  atomic_store_explicit(&p->gen, g, memory_order_release); /* publishes the job */
   keel_cond_broadcast(&p->wake);
   keel_mutex_unlock(&p->lock);
   run_chunks(p, 0);
-  for (int i = 0; i < SPINS && atomic_load_explicit(&p->busy_workers, memory_order_acquire); i++)
+  /* no chunk is left to take: close the door, wait for those inside */
+  atomic_fetch_or_explicit(&p->door, DOOR_CLOSED, memory_order_acq_rel);
+  for (int i = 0; i < SPINS && (atomic_load_explicit(&p->door, memory_order_acquire) & DOOR_INSIDE); i++)
     cpu_relax();
-  if (atomic_load(&p->busy_workers)) {
+  if (atomic_load(&p->door) & DOOR_INSIDE) {
     keel_mutex_lock(&p->lock);
-    while (atomic_load(&p->busy_workers) > 0) keel_cond_wait(&p->done, &p->lock);
+    while (atomic_load(&p->door) & DOOR_INSIDE) keel_cond_wait(&p->done, &p->lock);
     keel_mutex_unlock(&p->lock);
   }
   keel_status st = atomic_load(&p->failed) ? keel_err(p->err, "%s", p->msg) : KEEL_OK;
