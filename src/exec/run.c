@@ -393,13 +393,13 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   keel_status st = KEEL_OK;
   struct keel_profile *prof = atomic_load_explicit(&R->s->profile, memory_order_acquire);
   bool observed = prof || R->s->debug_plant_site;
+  const keel_main_watch *watch = g == R->s->m->main ? R->watch : NULL; /* the main graph's only */
   for (int32_t p = 0; p < g->n_nodes && !st; p++) {
     const keel_node *n = &g->nodes[g->order[p]];
     st = keel_exec_check(R, n);
     if (KEEL_UNLIKELY(st)) break;
     st = KEEL_LIKELY(!observed) ? run_node(R, f, n) : run_node_observed(R, f, n, prof);
-    if (KEEL_UNLIKELY(R->watch != NULL) && !st && g == R->s->m->main)
-      R->watch->node_done(R->watch->ctx, R, g->order[p]);
+    if (KEEL_UNLIKELY(watch != NULL) && !st) watch->node_done(watch->ctx, R, g->order[p]);
   }
   if (!st) st = collect_outputs(R, f, outputs);
   if (st) {

@@ -43,7 +43,7 @@ typedef struct train_dp {
   uint32_t *bucket_site;
   int32_t *param_bucket;     /* per parameter                               */
   int64_t *param_off;        /* its offset in its bucket                    */
-  bool *local;               /* this step: reached by this rank's backward  */
+  uint64_t sig;              /* this step's inputs: count, dtypes, ranks    */
   keel_val *vals;            /* this step's bucket blocks                   */
   float **data;
   bool *spare;               /* per bucket: data is system memory (the
@@ -96,7 +96,6 @@ static keel_status lay_out(keel_trainer_t *t, train_dp *d) {
   d->param_bucket = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
   d->param_off = keel_sys_calloc((size_t)n + 1, sizeof(int64_t));
   d->grads = keel_sys_calloc((size_t)n + 1, sizeof(float *));
-  d->local = keel_sys_calloc((size_t)n + 1, sizeof(bool));
   /* at most one bucket per parameter, and one when there is none */
   d->bucket_floats = keel_sys_calloc((size_t)n + 1, sizeof(int64_t));
   d->bucket_site = keel_sys_calloc((size_t)n + 1, sizeof(uint32_t));
@@ -107,7 +106,7 @@ static keel_status lay_out(keel_trainer_t *t, train_dp *d) {
   d->remaining = keel_sys_calloc((size_t)n + 1, sizeof(int32_t));
   d->n_vec = VEC_REACH + n;
   d->vec = keel_sys_calloc((size_t)d->n_vec, sizeof(int32_t));
-  if (!d->param_bucket || !d->param_off || !d->grads || !d->local || !d->bucket_floats || !d->bucket_site ||
+  if (!d->param_bucket || !d->param_off || !d->grads || !d->bucket_floats || !d->bucket_site ||
       !d->vals || !d->data || !d->vec || !d->spare || !d->members || !d->remaining)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "data-parallel buckets");
   int b = 0;
@@ -345,8 +344,22 @@ static void node_done(void *ctx, keel_runctx *R, int32_t node) {
   start_ready(t, d, true);
 }
 
-keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_main_watch **watch) {
+/* The data inputs' count, element types and ranks, as a hash (batch sizes
+ * may differ between the ranks, these may not). */
+static uint64_t input_signature(keel_value_t *const *in, size_t n) {
+  uint64_t h = fnv(FNV0, &n, sizeof n);
+  for (size_t i = 0; in && i < n; i++) {
+    int32_t k[3] = {(int32_t)keel_value_kind_of(in[i]), (int32_t)keel_value_dtype(in[i]),
+                    (int32_t)keel_value_rank(in[i])};
+    h = fnv(h, k, sizeof k);
+  }
+  return in ? h : 0;
+}
+
+keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, keel_value_t *const *inputs, size_t n,
+                                const keel_main_watch **watch) {
   train_dp *d = t->dp;
+  d->sig = input_signature(inputs, n);
   keel_session_t *s = t->s;
   keel_status st = KEEL_OK;
   for (int b = 0; b < d->n_buckets; b++) {
@@ -381,8 +394,7 @@ keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_mai
 
 /* After a step's run (or, leaving, instead of one): the sums, then the
  * status exchange. */
-static keel_status settle(keel_trainer_t *t, keel_status st, uint64_t in_sig, bool leaving, float *loss,
-                          const float ***grads) {
+static keel_status settle(keel_trainer_t *t, keel_status st, bool leaving, float *loss, const float ***grads) {
   train_dp *d = t->dp;
   uint64_t t0 = keel_prim_now_ns();
   /* what no node produced, or every item when the run failed (zeros) */
@@ -398,12 +410,12 @@ static keel_status settle(keel_trainer_t *t, keel_status st, uint64_t in_sig, bo
     return d->watch_err ? d->watch_err : ws;
   }
   int32_t mine[SIG_WORDS];
-  put_sig(mine, in_sig);
+  put_sig(mine, d->sig);
   d->vec[VEC_FAILED] = st ? d->rank + 1 : 0;
   d->vec[VEC_LEFT] = leaving ? d->rank + 1 : 0;
   memcpy(d->vec + VEC_SIG, mine, sizeof mine);
   for (int32_t i = 0; i < t->n_params; i++)
-    d->local[i] = !st && !leaving && t->reached[i], d->vec[VEC_REACH + i] = d->local[i];
+    d->vec[VEC_REACH + i] = !st && !leaving && t->reached[i];
   keel_status xs = keel_dp_max_i32(t->o.comm, d->vec, d->n_vec);
   if (xs) d->broken = true;
   if (leaving || xs) return xs;
@@ -417,7 +429,7 @@ static keel_status settle(keel_trainer_t *t, keel_status st, uint64_t in_sig, bo
                   "standard error); every rank stops", d->vec[VEC_FAILED] - 1, d->size);
   } else if (!st && !same_sig(d->vec + VEC_SIG, mine)) {
     xs = keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: the ranks' batches differ in the number, element type "
-                  "or rank of their inputs (rank %d's signature %016llx)", d->rank, (unsigned long long)in_sig);
+                  "or rank of their inputs (rank %d's signature %016llx)", d->rank, (unsigned long long)d->sig);
   }
   if (st) xs = keel_err_prefix(st, "rank %d of %d", d->rank, d->size);
   if (!xs) {
@@ -434,12 +446,11 @@ static keel_status settle(keel_trainer_t *t, keel_status st, uint64_t in_sig, bo
   return xs;
 }
 
-keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig, float *loss,
-                                   const float ***grads) {
+keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, float *loss, const float ***grads) {
   if (t->dp->broken)
     return keel_err(KEEL_ERR_INVALID_ARG, "data-parallel: a rank stopped training or MPI failed at an earlier "
                     "step; this trainer can take no more steps");
-  return settle(t, st, in_sig, false, loss, grads);
+  return settle(t, st, false, loss, grads);
 }
 
 /* A rank's trainer goes away: it matches, once, the step its peers may be
@@ -452,8 +463,8 @@ static void leave(keel_trainer_t *t) {
   const keel_main_watch *w;
   float loss = 0;
   const float **g = NULL;
-  (void)keel_train_dp_begin(t, 0, &w); /* on a refusal: system memory, the sums must match */
-  (void)settle(t, KEEL_OK, 0, true, &loss, &g);
+  (void)keel_train_dp_begin(t, 0, NULL, 0, &w); /* on a refusal: system memory, the sums must match */
+  (void)settle(t, KEEL_OK, true, &loss, &g);
   keel_train_dp_release(t);
 }
 
@@ -474,7 +485,6 @@ void keel_train_dp_free(keel_trainer_t *t) {
   keel_sys_free(d->param_bucket, n * sizeof(int32_t));
   keel_sys_free(d->param_off, n * sizeof(int64_t));
   keel_sys_free(d->grads, n * sizeof(float *));
-  keel_sys_free(d->local, n * sizeof(bool));
   keel_sys_free(d->bucket_floats, n * sizeof(int64_t));
   keel_sys_free(d->bucket_site, n * sizeof(uint32_t));
   keel_sys_free(d->vals, n * sizeof(keel_val));

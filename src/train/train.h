@@ -73,18 +73,20 @@ KEEL_INTERNAL void keel_optim_update(const keel_train_options *o, int64_t step, 
 /* With o.data_parallel: the world, the checks across ranks and the
  * parameters broadcast from rank 0, the gradient buckets laid out. */
 KEEL_INTERNAL keel_status keel_train_dp_setup(keel_trainer_t *t);
-/* Before a step's run: the buckets allocated, and the watch to pass to
+/* Before a step's run: the step's data inputs' signature noted (NULL
+ * inputs: they were refused), the buckets allocated, and the watch to pass to
  * keel_run_tagged (each bucket's sum starts once the run has produced it).
  * An error (the allocator's cap) fails the step, but the run and
  * keel_train_dp_exchange must still follow, as on every rank. */
-KEEL_INTERNAL keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, const keel_main_watch **watch);
+KEEL_INTERNAL keel_status keel_train_dp_begin(keel_trainer_t *t, uint32_t step, keel_value_t *const *inputs,
+                                              size_t n, const keel_main_watch **watch);
 /* After the run, on every rank whatever `st` is: the remaining sums
  * started and all awaited, the ranks' status and input signatures
  * compared, the reach flags OR-ed into t->reached, the sums divided by N,
  * the loss averaged. On KEEL_OK, *grads[i] points at parameter i's
  * averaged gradient (valid until keel_train_dp_release). */
-KEEL_INTERNAL keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, uint64_t in_sig,
-                                                 float *loss, const float ***grads);
+KEEL_INTERNAL keel_status keel_train_dp_exchange(keel_trainer_t *t, keel_status st, float *loss,
+                                                 const float ***grads);
 /* Whether this rank updates parameter i (always, unless the optimizer
  * state is sharded and another rank holds its state). */
 KEEL_INTERNAL bool keel_train_dp_owns(const keel_trainer_t *t, int32_t i);

@@ -309,28 +309,15 @@ static keel_status take_outputs(keel_trainer_t *t, float *loss) {
   return KEEL_OK;
 }
 
-/* The data inputs' count, element types and ranks, as a hash (the ranks
- * of a data-parallel job compare it: batch sizes may differ, not these). */
-static uint64_t input_signature(keel_value_t *const *in, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ull ^ n;
-  for (size_t i = 0; i < n; i++) {
-    int32_t k[3] = {(int32_t)keel_value_kind_of(in[i]), (int32_t)keel_value_dtype(in[i]),
-                    (int32_t)keel_value_rank(in[i])};
-    for (size_t j = 0; j < sizeof k; j++) h = (h ^ ((const uint8_t *)k)[j]) * 0x100000001b3ull;
-  }
-  return h;
-}
-
 keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, size_t n, float *loss) {
   if (!t) return keel_err(KEEL_ERR_INVALID_ARG, "keel_trainer_step: NULL trainer");
   keel_err_clear();
   /* main-graph blocks carry the step number (from 1) as their iteration */
   uint32_t step = (uint32_t)KEEL_MIN(t->steps + 1, (int64_t)UINT32_MAX);
   keel_status st = check_inputs(t, inputs, n);
-  uint64_t sig = st ? 0 : input_signature(inputs, n);
   const keel_main_watch *watch = NULL; /* data-parallel: gradient sums start during the backward */
   if (t->dp) {
-    keel_status bs = keel_train_dp_begin(t, step, &watch);
+    keel_status bs = keel_train_dp_begin(t, step, st ? NULL : inputs, n, &watch);
     if (!st) st = bs;
   }
   if (!st) {
@@ -343,7 +330,7 @@ keel_status keel_trainer_step(keel_trainer_t *t, keel_value_t *const *inputs, si
   if (!st) st = take_outputs(t, &l);
   if (!st) st = read_reach(t);
   const float **avg = NULL; /* data-parallel: the gradients averaged over the ranks */
-  if (t->dp) st = keel_train_dp_exchange(t, st, sig, &l, &avg);
+  if (t->dp) st = keel_train_dp_exchange(t, st, &l, &avg);
   if (!st) {
     t->steps++;
     for (int32_t i = 0; i < t->n_params; i++) {

@@ -111,6 +111,15 @@ def private_job(tmp, name, n, stem):
     return model, sum((["--data", os.path.join(ROOT, "tests", "train", name, f"data_{i}")] for i in range(n)), [])
 
 
+def report(ok, line, p):
+    """Prints `line` as ok or FAIL, and on a failure the end of the job's
+    output (p: a CompletedProcess, or None when the job hung)."""
+    print(f"{'ok  ' if ok else 'FAIL'} {line}")
+    if not ok:
+        print(p.stdout[-3000:] if p else "the job hung (60 s)")
+    return ok
+
+
 def losses(log):
     with open(log) as f:
         return [json.loads(line)["loss"] for line in f if line.strip()]
@@ -204,12 +213,9 @@ def check_bad_batch(a, launcher, onnx, numpy_helper, np):
             sum((["--data", d] for d in parts), []) + ["--data-parallel", "--threads", "1"]
         p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         named = "rank 1" in p.stdout and "step 2" in p.stdout
-        ok = p.returncode != 0 and named and "step 1/4" in p.stdout
-        print(f"{'ok  ' if ok else 'FAIL'} a float64 batch on rank 1 at step 2: exit {p.returncode}, "
-              f"the error names rank 1 and step 2: {named}")
-        if not ok:
-            print(p.stdout[-3000:])
-        return ok
+        return report(p.returncode != 0 and named and "step 1/4" in p.stdout,
+                      f"a float64 batch on rank 1 at step 2: exit {p.returncode}, the error names rank 1 and "
+                      f"step 2: {named}", p)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -286,12 +292,8 @@ def check_fewer_steps(a, launcher):
         print("FAIL rank 0 stopping after 3 steps of 5: the job hung (60 s)")
         return False
     named = "rank 0 of 2 stopped training" in p.stdout and "step 4" in p.stdout
-    ok = p.returncode != 0 and named
-    print(f"{'ok  ' if ok else 'FAIL'} rank 0 stops after 3 steps, rank 1 goes on: exit {p.returncode}, rank 1's "
-          f"step 4 names rank 0: {named}")
-    if not ok:
-        print(p.stdout[-3000:])
-    return ok
+    return report(p.returncode != 0 and named, f"rank 0 stops after 3 steps, rank 1 goes on: exit {p.returncode}, "
+                  f"rank 1's step 4 names rank 0: {named}", p)
 
 
 def check_rank_differs(a, launcher):
@@ -314,13 +316,10 @@ def check_rank_differs(a, launcher):
     p2 = job("transformer_lm", "transformer_lm", ["--mem-limit", "2M"])
     ok2 = p2 is not None and p2.returncode != 0 and "rank 1 of 2 failed this step" in p2.stdout and \
         "out of memory" in p2.stdout
-    print(f"{'ok  ' if ok1 else 'FAIL'} another model on rank 1: exit {p1 and p1.returncode}, the ranks disagree on the "
-          f"parameters: {ok1}")
-    print(f"{'ok  ' if ok2 else 'FAIL'} a 2 MB cap on rank 1: exit {p2 and p2.returncode}, step 1 fails on both, "
-          f"rank 0 naming rank 1: {ok2}")
-    for p, ok in ((p1, ok1), (p2, ok2)):
-        if not ok:
-            print(p.stdout[-3000:] if p else "the job hung (60 s)")
+    ok1 = report(ok1, f"another model on rank 1: exit {p1 and p1.returncode}, the ranks disagree on the "
+                 f"parameters: {ok1}", p1)
+    ok2 = report(ok2, f"a 2 MB cap on rank 1: exit {p2 and p2.returncode}, step 1 fails on both, rank 0 naming "
+                 f"rank 1: {ok2}", p2)
     return ok1 and ok2
 
 
@@ -334,12 +333,8 @@ def check_planted_leak(a, launcher):
     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     named = "rank 1: verdict: LEAK" in p.stdout and "'/Tanh_output_0'" in p.stdout
     steady0 = "rank 0: verdict: steady" in p.stdout
-    ok = p.returncode != 0 and named and steady0
-    print(f"{'ok  ' if ok else 'FAIL'} a leak planted on rank 1: exit {p.returncode}, rank 1's verdict names the "
-          f"value: {named}, rank 0's is steady: {steady0}")
-    if not ok:
-        print(p.stdout[-3000:])
-    return ok
+    return report(p.returncode != 0 and named and steady0, f"a leak planted on rank 1: exit {p.returncode}, "
+                  f"rank 1's verdict names the value: {named}, rank 0's is steady: {steady0}", p)
 
 
 def rank_pids(marker, rank):
