@@ -145,38 +145,49 @@ keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *dr
   return KEEL_OK;
 }
 
-/* Copies n items of `size` into a new arena array of n + 1 (NULL on OOM). */
-static void *grow_copy(keel_arena *a, const void *old, int32_t n, size_t size) {
-  void *p = keel_arena_array(a, (size_t)n + 1, size);
-  if (p && n) memcpy(p, old, (size_t)n * size);
-  return p;
+keel_status keel_ir_add_consts(keel_model *m, keel_graph *g, int32_t n, const char *const *names,
+                               const keel_tensor *ts, int32_t *first) {
+  keel_arena *a = m->arena;
+  int32_t nc = m->n_consts, ni = g->ld.n_init;
+  keel_tensor *c = keel_arena_array(a, (size_t)(nc + n) + 1, sizeof *c);
+  const char **cn = keel_arena_array(a, (size_t)(nc + n) + 1, sizeof *cn);
+  const char **in = keel_arena_array(a, (size_t)(ni + n) + 1, sizeof *in);
+  int32_t *ic = keel_arena_array(a, (size_t)(ni + n) + 1, sizeof *ic);
+  uint8_t *node = keel_arena_array(a, (size_t)(ni + n) + 1, 1);
+  if (!c || !cn || !in || !ic || !node)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding %d constant(s) to graph '%s'", n, g->path);
+  if (nc) {
+    memcpy(c, m->consts, (size_t)nc * sizeof *c);
+    memcpy(cn, m->const_names, (size_t)nc * sizeof *cn);
+  }
+  if (ni) {
+    memcpy(in, g->ld.init_names, (size_t)ni * sizeof *in);
+    memcpy(ic, g->ld.init_consts, (size_t)ni * sizeof *ic);
+    if (g->ld.init_is_node) memcpy(node, g->ld.init_is_node, (size_t)ni);
+  }
+  for (int32_t k = 0; k < n; k++) {
+    const char *nm = keel_arena_strdup(a, names[k]);
+    if (!nm) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding constant '%s' to graph '%s'", names[k], g->path);
+    c[nc + k] = ts[k];
+    cn[nc + k] = nm;
+    in[ni + k] = nm;
+    ic[ni + k] = nc + k;
+    m->weight_bytes += keel_tensor_nbytes(&ts[k]);
+  }
+  if (first) *first = nc;
+  m->consts = c;
+  m->const_names = cn;
+  m->n_consts = nc + n;
+  g->ld.init_names = in;
+  g->ld.init_consts = ic;
+  g->ld.init_is_node = node;
+  g->ld.n_init = ni + n;
+  return KEEL_OK;
 }
 
 keel_status keel_ir_add_const(keel_model *m, keel_graph *g, const char *name, const keel_tensor *t,
                               int32_t *index) {
-  keel_arena *a = m->arena;
-  keel_tensor *c = grow_copy(a, m->consts, m->n_consts, sizeof *c);
-  const char **cn = grow_copy(a, m->const_names, m->n_consts, sizeof *cn);
-  const char **in = grow_copy(a, g->ld.init_names, g->ld.n_init, sizeof *in);
-  int32_t *ic = grow_copy(a, g->ld.init_consts, g->ld.n_init, sizeof *ic);
-  uint8_t *node = grow_copy(a, g->ld.init_is_node, g->ld.n_init, 1);
-  const char *nm = keel_arena_strdup(a, name);
-  if (!c || !cn || !in || !ic || !node || !nm)
-    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding constant '%s' to graph '%s'", name, g->path);
-  c[m->n_consts] = *t;
-  cn[m->n_consts] = nm;
-  in[g->ld.n_init] = nm;
-  ic[g->ld.n_init] = m->n_consts;
-  if (index) *index = m->n_consts;
-  m->consts = c;
-  m->const_names = cn;
-  m->n_consts++;
-  m->weight_bytes += keel_tensor_nbytes(t);
-  g->ld.init_names = in;
-  g->ld.init_consts = ic;
-  g->ld.init_is_node = node;
-  g->ld.n_init++;
-  return KEEL_OK;
+  return keel_ir_add_consts(m, g, 1, &name, t, index);
 }
 
 void keel_ir_drop_init(keel_graph *g, const char *name) {

@@ -231,6 +231,13 @@ typedef struct keel_model {
   const char **const_names;
   uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
+  struct {                     /* fold-constants and remove-dead (keel info) */
+    int32_t folded;            /* nodes computed at load into constants    */
+    uint64_t folded_bytes;     /* the bytes of the constants they made     */
+    int32_t over_cap;          /* all-constant nodes left to run: outputs
+                                  over the cap (passes/pass_fold.c)       */
+    int32_t dead;              /* nodes removed: nothing read their outputs */
+  } fold;
   struct keel_shard_cfg *shard; /* set only by `keel shard` (passes/shard.h)  */
   bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)
                                   before the passes: no layout pass        */
@@ -288,6 +295,11 @@ KEEL_INTERNAL keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, 
  * when not NULL. */
 KEEL_INTERNAL keel_status keel_ir_add_const(keel_model *m, keel_graph *g, const char *name,
                                             const keel_tensor *t, int32_t *index);
+/* The same for n constants at once (one copy of the arrays, not n): the
+ * first one's index in *first when not NULL. */
+KEEL_INTERNAL keel_status keel_ir_add_consts(keel_model *m, keel_graph *g, int32_t n,
+                                             const char *const *names, const keel_tensor *ts,
+                                             int32_t *first);
 /* Drops g's initializer `name` from its list (the constant itself stays in
  * the model's array, unused). */
 KEEL_INTERNAL void keel_ir_drop_init(keel_graph *g, const char *name);

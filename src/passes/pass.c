@@ -11,6 +11,8 @@ static const keel_pass g_passes[] = {
     {"autodiff", keel_ir_autodiff, false},
     {"shard", keel_pass_shard, false}, /* a no-op unless m->shard is set */
     {"fold-identity", keel_pass_fold_identity, true},
+    {"fold-constants", keel_pass_fold_constants, true},
+    {"remove-dead", keel_pass_remove_dead, true},
     {"fold-batchnorm", keel_pass_fold_batchnorm, true},
     {"canon-activation", keel_pass_canon_activation, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},

@@ -1,8 +1,9 @@
 /* pass.h: the one ordered list of graph passes that run at load, between
  * reading the model (onnx/) and resolving names into slots (ir/scope.c).
  *
- *   inline functions (in the loader) -> train -> autodiff -> [shard] -> constant
- *   folding -> fusion -> layout -> activation fusion -> resolve -> plan
+ *   inline functions (in the loader) -> train -> autodiff -> [shard] -> identity
+ *   and constant folding, dead nodes -> fusion -> layout -> activation fusion
+ *   -> resolve -> plan
  *
  * A pass is a function of the whole model: it sees every graph, sub-graphs
  * of If/Loop/Scan included (m->graphs), works on value names, and may
@@ -51,6 +52,10 @@ KEEL_INTERNAL bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, in
 KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
+/* pass_fold.c: nodes of constants computed at load (under a size cap), and
+ * nodes nothing reads removed; counted in m->fold. */
+KEEL_INTERNAL keel_status keel_pass_fold_constants(keel_model *m);
+KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
 /* pass_bn.c: Conv + inference BatchNormalization with constant
  * parameters -> one Conv with folded weights and bias. */
 KEEL_INTERNAL keel_status keel_pass_fold_batchnorm(keel_model *m);
