@@ -2,7 +2,8 @@
 # vs_ort.sh: keel and ONNX Runtime side by side on the benchmark model set.
 #
 #   bench/vs_ort.sh [--quick] [--check] [--rounds N] [--seconds S] [--threads "1 2"]
-#                   [--models "detector gpt ..."] [--build DIR] [--out DIR]
+#                   [--models "detector gpt ..." | --models held-out | --models all]
+#                   [--build DIR] [--out DIR]
 #                   [--label TEXT]   (names keel's build in the table)
 #                   [--ort node|python]  (which ONNX Runtime package times it)
 #
@@ -29,6 +30,9 @@
 # disturbs less than wall time), and the geometric means of keel/ORT per
 # thread count (wall, and CPU time); writes the table and
 # every JSON file under --out (default build/bench-results/).
+# --models held-out: the exporter-style set of bench/models/gen_exporters.py
+# and gen_paddle.py (paddle2onnx, tf2onnx, PyTorch at opsets 9-17, dynamic
+# axes, onnx.version_converter); --models all: that and the default set.
 # --quick: 2 rounds of ~0.5 s each (default: 5 rounds of ~2 s).
 # --check: first compare keel's outputs with ORT's and PyTorch's
 # (bench/check_outputs.py, 1e-3 relative); stop if one differs.
@@ -61,6 +65,13 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+HELD_OUT="paddle_mobilenet paddle_ocr_rec x_squeezenet_o9 x_shufflenet_o11 x_efficientnet_o13 x_regnet_o17
+x_vit_o14 x_gpt_dyn_o17 x_bert_dyn_o11 x_bert_vc17 x_gru_o9 x_conv1d_o13 x_tf_mobilenet x_paddle_det
+x_paddle_crnn"
+case $MODELS in
+  held-out) MODELS=$(echo $HELD_OUT) ;;
+  all) MODELS="mobilenet_v3 resnet50 detector gpt bert lstm $(echo $HELD_OUT)" ;;
+esac
 OUT=${OUT:-$BUILD/bench-results}
 MODELS_DIR=$BUILD/bench-models
 KEEL=$BUILD/keel
@@ -92,6 +103,7 @@ for m in $MODELS; do
     echo "== generating the model set in $MODELS_DIR"
     /usr/bin/python3 "$ROOT/bench/models/gen.py" "$MODELS_DIR" 2>/dev/null
     /usr/bin/python3 "$ROOT/bench/models/gen_paddle.py" "$MODELS_DIR" >/dev/null
+    /usr/bin/python3 "$ROOT/bench/models/gen_exporters.py" "$MODELS_DIR" >/dev/null 2>&1
     break
   fi
 done

@@ -145,6 +145,16 @@ keel_status keel_graph_remove_nodes(keel_arena *a, keel_graph *g, const bool *dr
   return KEEL_OK;
 }
 
+keel_buffer *keel_ir_static_buffer(keel_arena *a, void *data, size_t nbytes) {
+  keel_buffer *b = keel_arena_alloc(a, sizeof *b, 8);
+  if (!b) return NULL;
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_STATIC;
+  b->nbytes = nbytes;
+  b->data = data;
+  return b;
+}
+
 keel_status keel_ir_add_consts(keel_model *m, keel_graph *g, int32_t n, const char *const *names,
                                const keel_tensor *ts, int32_t *first) {
   keel_arena *a = m->arena;
@@ -169,6 +179,11 @@ keel_status keel_ir_add_consts(keel_model *m, keel_graph *g, int32_t n, const ch
     const char *nm = keel_arena_strdup(a, names[k]);
     if (!nm) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding constant '%s' to graph '%s'", names[k], g->path);
     c[nc + k] = ts[k];
+    /* bytes a pass made: a STATIC buffer like the loader's, so that a
+     * value leaving the session copies them (exec/value.c) */
+    if (!ts[k].buf && ts[k].data &&
+        !(c[nc + k].buf = keel_ir_static_buffer(a, ts[k].data, keel_tensor_nbytes(&ts[k]))))
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "adding constant '%s' to graph '%s'", names[k], g->path);
     cn[nc + k] = nm;
     in[ni + k] = nm;
     ic[ni + k] = nc + k;

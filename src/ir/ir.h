@@ -300,6 +300,10 @@ KEEL_INTERNAL keel_status keel_ir_add_const(keel_model *m, keel_graph *g, const 
 KEEL_INTERNAL keel_status keel_ir_add_consts(keel_model *m, keel_graph *g, int32_t n,
                                              const char *const *names, const keel_tensor *ts,
                                              int32_t *first);
+/* The header of a STATIC buffer over `data` (bytes that live as long as
+ * the model: the mapping or the arena), itself in arena a; NULL on OOM.
+ * Every constant has one when it has bytes. */
+KEEL_INTERNAL keel_buffer *keel_ir_static_buffer(keel_arena *a, void *data, size_t nbytes);
 /* Drops g's initializer `name` from its list (the constant itself stays in
  * the model's array, unused). */
 KEEL_INTERNAL void keel_ir_drop_init(keel_graph *g, const char *name);

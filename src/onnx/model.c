@@ -135,16 +135,8 @@ static keel_status map_external(loader *L, const keel_tp *tp,
   return KEEL_OK;
 }
 
-/* The header of a STATIC buffer over `data` (bytes in the mapping or the
- * arena, alive as long as the model), itself in the arena. */
 static keel_buffer *static_buffer(loader *L, void *data, size_t nbytes) {
-  keel_buffer *b = keel_arena_alloc(L->a, sizeof *b, 8);
-  if (!b) return NULL;
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = nbytes;
-  b->data = data;
-  return b;
+  return keel_ir_static_buffer(L->a, data, nbytes);
 }
 
 /* A STATIC tensor for an initializer or attribute: zero-copy when the bytes
