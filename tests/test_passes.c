@@ -334,7 +334,45 @@ static void hswish_case(int form) {
   passes_agree(gs, opset, 1e-6, form == 4 ? 5 : 1, label);
 }
 
+/* A Pad before a Conv, as tf2onnx (opset 13: pads an initializer, all of
+ * a 'SAME' pad's odd part after) and opset-9 exporters (pads and value as
+ * attributes, added to the Conv's own pads) write it: one Conv after the
+ * passes (fold-pad), the model's outputs within float rounding. Left as
+ * written: a non-zero pad value (form 2), reflect mode (3), the padded
+ * value also a graph output (4). Output [2, M, H, H] in every form. */
+static void pad_case(int form) {
+  int opset = form == 1 ? 9 : 13;
+  int64_t pads13[8] = {0, 0, 1, 1, 0, 0, 1, 1}, pads9[8] = {0, 0, 1, 0, 0, 0, 1, 1};
+  float one = 1.0f;
+  mb_graph *gs[2];
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = gs[k] = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
+    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
+    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    mb_node *p;
+    if (form == 1) {
+      p = mb_add(g, "Pad", "x", "xp");
+      mb_attr_ints(p, "pads", 8, pads9);
+      mb_attr_f(p, "value", 0.0f);
+    } else {
+      mb_init(g, "pads", KEEL_INT64, 1, (int64_t[]){8}, pads13);
+      if (form == 2) mb_init(g, "one", KEEL_FLOAT, 0, NULL, &one);
+      p = mb_add(g, "Pad", form == 2 ? "x,pads,one" : "x,pads", "xp");
+      if (form == 3) mb_attr_s(p, "mode", "reflect");
+    }
+    mb_node *c = mb_add(g, "Conv", "xp,w,b", "y");
+    if (form == 1) mb_attr_ints(c, "pads", 4, (int64_t[]){0, 1, 0, 0});
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (form == 4) mb_output(g, "xp", KEEL_FLOAT, -1, NULL);
+  }
+  char label[64];
+  snprintf(label, sizeof label, "Pad before Conv, form %d", form);
+  passes_agree(gs, opset, 1e-6, form >= 2 ? 2 : 1, label);
+}
+
 int main(void) {
+  for (int form = 0; form <= 4; form++) pad_case(form);
   fill();
   for (int form = 0; form <= 4; form++) hswish_case(form);
   bn_case(9, true, false, false);  /* paddle2onnx: Constant nodes, no conv bias */

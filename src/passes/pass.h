@@ -56,6 +56,9 @@ KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
  * nodes nothing reads removed; counted in m->fold. */
 KEEL_INTERNAL keel_status keel_pass_fold_constants(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
+/* pass_pad.c: a zero Pad of the spatial dims read by one Conv -> the
+ * Conv's own pads. */
+KEEL_INTERNAL keel_status keel_pass_fold_pad(keel_model *m);
 /* pass_bn.c: Conv + inference BatchNormalization with constant
  * parameters -> one Conv with folded weights and bias. */
 KEEL_INTERNAL keel_status keel_pass_fold_batchnorm(keel_model *m);
