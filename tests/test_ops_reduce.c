@@ -629,6 +629,59 @@ static void check_large(void) {
   }
 }
 
+/* Softmax's implementation "vector" (rows over the pool, vectorized exp)
+ * against its reference binding (KEEL_OPT_REFERENCE_KERNELS), on
+ * attention-sized scores [3, 197, 197] at 1 and 3 threads: a causal -inf
+ * mask, one row all -inf (NaN in both), one row with a NaN; within 1e-6 of
+ * each row's largest probability. */
+static void check_softmax_vector(void) {
+  enum { B = 3, T = 197 };
+  static float x[B * T * T];
+  uint32_t r32 = 99; /* its own numbers: the random cases' sequence stays as it was */
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < T; i++)
+      for (int j = 0; j < T; j++)
+        x[(b * T + i) * T + j] = j > i + 5 ? -INFINITY : (float)((int)((r32 = r32 * 1664525u + 1013904223u) >> 8) % 2001 - 1000) / 97.0f;
+  for (int j = 0; j < T; j++) x[(1 * T + 7) * T + j] = -INFINITY;
+  x[(2 * T + 100) * T + 50] = NAN;
+  int64_t dims[3] = {B, T, T};
+  keel_value_t *y[3] = {0};
+  for (int v = 0; v < 3; v++) {
+    keel_options o = {.size = sizeof o, .threads = v == 2 ? 3 : 1,
+                      .flags = v == 0 ? KEEL_OPT_REFERENCE_KERNELS : 0};
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "X", KEEL_FLOAT, 3, dims);
+    mb_output(g, "Y", KEEL_FLOAT, -1, NULL);
+    mb_add(g, "Softmax", "X", "Y");
+    keel_session_t *s = mb_session_opts(g, 13, &o);
+    CHECK(s != NULL);
+    if (!s) return;
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 3, dims, x);
+    CHECK_OK(keel_run(s, (const char *[]){"X"}, &in, 1, &y[v]));
+    keel_value_release(in);
+    keel_session_destroy(s);
+  }
+  double worst = 0;
+  bool nan_ok = true;
+  for (int v = 1; v < 3 && y[0] && y[v]; v++) {
+    const float *a = keel_value_data(y[0]), *b = keel_value_data(y[v]);
+    for (int r = 0; r < B * T; r++) {
+      double big = 0;
+      for (int j = 0; j < T; j++) big = fmax(big, fabs(a[r * T + j]));
+      for (int j = 0; j < T; j++) {
+        float p = a[r * T + j], q = b[r * T + j];
+        if (isnan(p) || isnan(q)) nan_ok &= isnan(p) && isnan(q);
+        else worst = fmax(worst, fabs(p - q) / big);
+      }
+    }
+    nan_ok &= isnan(a[(1 * T + 7) * T]) && isnan(a[(2 * T + 100) * T]) && !isnan(a[(2 * T + 99) * T]);
+  }
+  if (worst > 1e-6 || !nan_ok) fprintf(stderr, "Softmax vector: worst %g, NaN rows %s\n", worst, nan_ok ? "ok" : "wrong");
+  CHECK(worst <= 1e-6);
+  CHECK(nan_ok);
+  for (int v = 0; v < 3; v++) keel_value_release(y[v]);
+}
+
 int main(void) {
   for (int op = 0; op < R_COUNT; op++)
     for (int i = 0; i < 60; i++) random_reduce_case(op);
@@ -645,5 +698,6 @@ int main(void) {
   check_bool();
   check_axes_form();
   check_large();
+  check_softmax_vector();
   return check_report();
 }

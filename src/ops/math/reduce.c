@@ -15,7 +15,9 @@
  */
 #include <math.h>
 
+#include "base/pool.h"
 #include "ops/common/bcast.h"
+#include "ops/common/vmath.h"
 
 /* ==================================================== reduction plan */
 
@@ -552,6 +554,34 @@ static keel_status softmax_split(keel_kctx *k, const keel_tensor *x, int64_t *ou
   return KEEL_OK;
 }
 
+/* The fast path of float Softmax along the last axis: rows [b, e) of n
+ * scores, each copied into y (unless y is x) and done in place by
+ * keel_vm_softmax_row (vectorized exp, sums in float); a row of only -inf
+ * scores, which that leaves alone, goes through the reference row (NaN
+ * there, as ONNX's formula gives). Within 1e-6 relative of the reference
+ * (tests/test_ops_reduce.c). */
+typedef struct softmax_rows {
+  const float *x;
+  float *y;
+  int64_t n;
+} softmax_rows;
+
+static keel_status softmax_rows_fast(void *ctx, int64_t b, int64_t e, int worker) {
+  (void)worker;
+  const softmax_rows *r = ctx;
+  for (int64_t o = b; o < e; o++) {
+    const float *x = r->x + o * r->n;
+    float *y = r->y + o * r->n;
+    if (y != x) memcpy(y, x, sizeof(float) * (size_t)r->n);
+    if (!keel_vm_softmax_row(y, r->n)) softmax_row_f32(x, y, r->n, false);
+  }
+  return KEEL_OK;
+}
+
+/* Rows per task: at least about 16K scores, so that a small Softmax stays
+ * on the calling thread. */
+#define SOFTMAX_GRAIN_SCORES 16384
+
 static keel_status softmax_run(keel_kctx *k, const keel_tensor *x, keel_tensor *y,
                                int64_t outer, int64_t n, int64_t inner, bool log_out) {
   if (keel_tensor_numel(x) == 0) return KEEL_OK;
@@ -601,6 +631,25 @@ static keel_status softmax(keel_kctx *k, bool log_out) {
 }
 
 static keel_status op_softmax(keel_kctx *k) { return softmax(k, false); }
+
+/* The implementation "vector" of Softmax (every node: the shape is known
+ * only at run): float32 along a last axis of contiguous rows, split over
+ * the pool by rows; anything else is the reference's. */
+static keel_status op_softmax_vector(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  int64_t outer, n, inner;
+  if (x->dtype != KEEL_FLOAT || keel_tensor_numel(x) == 0) return op_softmax(k);
+  KEEL_TRY(softmax_split(k, x, &outer, &n, &inner));
+  if (inner != 1) return op_softmax(k);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  softmax_rows r = {x->data, y->data, n};
+  return keel_pool_for(k->pool, outer, KEEL_MAX(1, SOFTMAX_GRAIN_SCORES / KEEL_MAX(n, 1)),
+                       softmax_rows_fast, &r);
+}
+static const keel_impl softmax_vector_impl = {"vector", keel_prep_always, NULL, NULL, op_softmax_vector};
+static const keel_impl *const softmax_impls[] = {&softmax_vector_impl, NULL};
 static keel_status op_log_softmax(keel_kctx *k) { return softmax(k, true); }
 
 /* Hardmax: 1 at the first maximum of each slice, 0 elsewhere. */
@@ -645,7 +694,7 @@ const keel_opdef keel_ops_reduce[] = {
     {"", "ReduceSumSquare", 1, KEEL_OPSET_MAX, op_reduce_sumsq, 0, KEEL_TS_NUM},
     {"", "ArgMax", 1, KEEL_OPSET_MAX, op_argmax, 0, KEEL_TS_NUM},
     {"", "ArgMin", 1, KEEL_OPSET_MAX, op_argmin, 0, KEEL_TS_NUM},
-    {"", "Softmax", 1, KEEL_OPSET_MAX, op_softmax, 0, KEEL_TS_FLOAT},
+    {"", "Softmax", 1, KEEL_OPSET_MAX, op_softmax, 0, KEEL_TS_FLOAT, softmax_impls},
     {"", "LogSoftmax", 1, KEEL_OPSET_MAX, op_log_softmax, 0, KEEL_TS_FLOAT},
     {"", "Hardmax", 1, KEEL_OPSET_MAX, op_hardmax, 0, KEEL_TS_FLOAT},
     {0},
