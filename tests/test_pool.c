@@ -5,6 +5,7 @@
  * instead of deadlocking, and everything is clean under ThreadSanitizer
  * (ctest label "thread"). */
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 
 #include "base/pool.h"
@@ -131,7 +132,35 @@ static void test_concurrent(void) {
   keel_pool_destroy(p);
 }
 
+/* Small jobs on a large pool: a job of n items with grain 1 seats only
+ * n - 1 workers (pool.c), the others stay asleep or are turned away at the
+ * door. Back to back, and with pauses longer than the spin so that the
+ * workers sleep and are woken one by one: every index once, worker ids in
+ * range and never shared. */
+static void test_small_jobs(void) {
+  keel_pool *p;
+  CHECK_OK(keel_pool_create(16, &p));
+  static visit v;
+  static const int64_t sizes[4] = {2, 3, 5, 17};
+  int wrong = 0;
+  for (int r = 0; r < 2000; r++) {
+    int64_t n = sizes[r % 4];
+    memset(&v, 0, sizeof v);
+    v.threads = 16;
+    CHECK_OK(keel_pool_for(p, n, 1, mark, &v));
+    for (int64_t i = 0; i < n; i++) wrong += atomic_load(&v.count[i]) != 1;
+    wrong += atomic_load(&v.bad);
+    if (r % 100 == 99) {
+      struct timespec ts = {0, 300000}; /* 0.3 ms: past the spin */
+      nanosleep(&ts, NULL);
+    }
+  }
+  CHECK(wrong == 0);
+  keel_pool_destroy(p);
+}
+
 int main(void) {
+  test_small_jobs();
   test_cover(1);
   test_cover(2);
   test_cover(5);

@@ -68,6 +68,8 @@ KEEL_INTERNAL void keel_cond_init(keel_cond *c);
 KEEL_INTERNAL void keel_cond_destroy(keel_cond *c);
 KEEL_INTERNAL void keel_cond_wait(keel_cond *c, keel_mutex *m);
 KEEL_INTERNAL void keel_cond_broadcast(keel_cond *c);
+/* Wakes one waiter, if any. */
+KEEL_INTERNAL void keel_cond_signal(keel_cond *c);
 
 /* A joinable thread running fn(arg). The struct must stay in place until
  * keel_thread_join. KEEL_ERR_RUNTIME with the OS reason when it cannot

@@ -308,6 +308,8 @@ void keel_cond_broadcast(keel_cond *c) {
   pthread_cond_broadcast((pthread_cond_t *)(void *)c->opaque);
 }
 
+void keel_cond_signal(keel_cond *c) { pthread_cond_signal((pthread_cond_t *)(void *)c->opaque); }
+
 /* ------------------------------------------------------------- threads */
 
 _Static_assert(sizeof(pthread_t) <= sizeof(uint64_t), "pthread_t does not fit keel_thread");
