@@ -250,8 +250,17 @@ static void random_cases(void) {
 }
 
 /* The lstm bench model's node (bench/models/gen.py SmallLSTM), batch 1 and
- * 3, and a GRU of the same size; plus nodes that keep the reference. */
+ * 3, and a GRU of the same size; plus nodes that keep the reference. The
+ * CRNN's bidirectional LSTM (bench/models/gen_exporters.py, 96 units) at 2
+ * and 3 threads: its two directions run at once (rnn.c dirs_parallel). */
 static void fixed_cases(void) {
+  for (int t = 2; t <= 3; t++) {
+    fcase c = {.kind = LSTM, .opset = 11, .dirs = 2, .seq = 80, .batch = 1, .in = 256, .hid = 96,
+               .has_b = true, .want = {true, true, true}, .threads = t};
+    fill_case(&c);
+    compare_case(&c);
+    free_case(&c);
+  }
   fcase lstm = {.kind = LSTM, .opset = 14, .dirs = 1, .seq = 16, .batch = 1, .in = 64,
                 .hid = 128, .has_b = true, .has_h0 = true, .has_c0 = true,
                 .want = {true, true, true}};
