@@ -129,14 +129,17 @@ void keel_act_apply_f32(const keel_act *p, float *y, int64_t n) {
   }
 }
 
+void keel_act_apply_f64(const keel_act *p, double *y, int64_t n) {
+  if (p->kind == KEEL_ACT_NONE) return;
+  for (int64_t i = 0; i < n; i++) y[i] = act1d(p, y[i]);
+}
+
 keel_status keel_act_apply(const keel_act *p, keel_tensor *y) {
   if (p->kind == KEEL_ACT_NONE) return KEEL_OK;
   int64_t n = keel_tensor_numel(y);
   switch (y->dtype) {
     case KEEL_FLOAT: keel_act_apply_f32(p, y->data, n); return KEEL_OK;
-    case KEEL_DOUBLE:
-      for (int64_t i = 0; i < n; i++) ((double *)y->data)[i] = act1d(p, ((double *)y->data)[i]);
-      return KEEL_OK;
+    case KEEL_DOUBLE: keel_act_apply_f64(p, y->data, n); return KEEL_OK;
     case KEEL_FLOAT16:
     case KEEL_BFLOAT16: /* in float chunks, through the float32 path */
       for (int64_t i = 0; i < n; i += 256) {

@@ -12,6 +12,13 @@
  * The formulas are those of the standalone kernels (ops/math/unary.c), NaN
  * propagation included, so a fused model computes what the unfused one
  * does, bit for bit in float32.
+ *
+ * GELU is written here once, for every op that computes it: the exact form
+ * 0.5 x (1 + erf(x / sqrt 2)) (KEEL_ACT_GELU, float through vmath's
+ * vectorized erf) and the tanh form (KEEL_ACT_GELU_TANH). The Gelu op
+ * (ops/nn/attention/transformer.c), com.microsoft's Gelu, BiasGelu and
+ * FastGelu (ops/contrib/contrib.c), and a Gelu fused after a matrix
+ * product all call keel_act_apply_f32 / _f64 with them.
  */
 #ifndef KEEL_ACTIVATION_H
 #define KEEL_ACTIVATION_H
@@ -48,6 +55,8 @@ KEEL_INTERNAL keel_status keel_act_of(const keel_node *n, keel_act *act);
 KEEL_INTERNAL keel_status keel_act_apply(const keel_act *act, keel_tensor *y);
 /* The same over n floats. */
 KEEL_INTERNAL void keel_act_apply_f32(const keel_act *act, float *y, int64_t n);
+/* The same over n doubles. */
+KEEL_INTERNAL void keel_act_apply_f64(const keel_act *act, double *y, int64_t n);
 /* The same, SiLU by vmath's fast form (keel_vm_silu_fast): what the fused
  * kernels apply to their outputs. */
 KEEL_INTERNAL void keel_act_apply_fast_f32(const keel_act *act, float *y, int64_t n);

@@ -15,6 +15,7 @@
  */
 #include <math.h>
 
+#include "ops/common/activation.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
 #include "ops/nn/norm/norm.h"
@@ -107,23 +108,18 @@ static keel_status check_suffix(const keel_tensor *x, const keel_tensor *s, cons
 
 typedef enum { ACT_GELU, ACT_FAST_GELU, ACT_QUICK_GELU } gelu_kind;
 
-static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
-static inline float gelu_tanh(float x) {
-  const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-  return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-}
-
-/* y = f(x + bias) over rows of h (bias NULL: none). */
+/* y = f(x + bias) over rows of h (bias NULL: none). Gelu is the exact
+ * form and FastGelu the tanh form, both activation.c's (the one copy of
+ * GELU); QuickGelu is x * sigmoid(alpha * x). */
 static void gelu_rows(gelu_kind kind, float alpha, const float *x, const float *bias, float *y,
                       int64_t n, int64_t h) {
-  for (int64_t i = 0; i < n; i++) {
-    float v = x[i] + (bias ? bias[i % h] : 0.0f);
-    switch (kind) {
-      case ACT_GELU: y[i] = gelu_erf(v); break;
-      case ACT_FAST_GELU: y[i] = gelu_tanh(v); break;
-      case ACT_QUICK_GELU: y[i] = v / (1.0f + expf(-alpha * v)); break;
-    }
+  for (int64_t i = 0; i < n; i++) y[i] = x[i] + (bias ? bias[i % h] : 0.0f);
+  if (kind == ACT_QUICK_GELU) {
+    for (int64_t i = 0; i < n; i++) y[i] = y[i] / (1.0f + expf(-alpha * y[i]));
+    return;
   }
+  keel_act a = {kind == ACT_GELU ? KEEL_ACT_GELU : KEEL_ACT_GELU_TANH, 0, 0};
+  keel_act_apply_f32(&a, y, n);
 }
 
 /* One input X (0), an optional last-dim bias (input 1 when bias_in). */

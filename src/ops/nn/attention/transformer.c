@@ -14,8 +14,9 @@
  */
 #include <math.h>
 
-#include "ops/common/vmath.h"
+#include "ops/common/activation.h"
 #include "ops/common/bcast.h"
+#include "ops/common/vmath.h"
 
 /* ============================================================ staging */
 
@@ -65,38 +66,24 @@ static keel_status io_other(keel_kctx *k, const keel_tensor *t, const void **p) 
 
 enum { ACT_GELU, ACT_GELU_TANH, ACT_SWISH, ACT_SWIGLU };
 
-#define DEF_ACT(T, EXP, ERF, TANH)                                                    \
-  static void act_##T(int kind, const T *x, const T *b, T *y, int64_t n, T alpha) {   \
-    const T rs2 = (T)0.70710678118654752440, c = (T)0.79788456080286535588;           \
-    switch (kind) {                                                                   \
-    case ACT_GELU:                                                                    \
-      for (int64_t i = 0; i < n; i++) y[i] = (T)0.5 * x[i] * ((T)1 + ERF(x[i] * rs2)); \
-      break;                                                                          \
-    case ACT_GELU_TANH:                                                               \
-      for (int64_t i = 0; i < n; i++)                                                 \
-        y[i] = (T)0.5 * x[i] *                                                        \
-               ((T)1 + TANH(c * (x[i] + (T)0.044715 * x[i] * x[i] * x[i])));          \
-      break;                                                                          \
-    case ACT_SWISH:                                                                   \
-      for (int64_t i = 0; i < n; i++) y[i] = x[i] / ((T)1 + EXP(-alpha * x[i]));      \
-      break;                                                                          \
-    default:                                                                          \
+/* Swish and SwiGLU (GELU's two forms are activation.c's, the one copy). */
+#define DEF_ACT(T, EXP)                                                                 \
+  static void act_##T(int kind, const T *x, const T *b, T *y, int64_t n, T alpha) {     \
+    if (kind == ACT_SWISH)                                                              \
+      for (int64_t i = 0; i < n; i++) y[i] = x[i] / ((T)1 + EXP(-alpha * x[i]));        \
+    else                                                                                \
       for (int64_t i = 0; i < n; i++) y[i] = x[i] / ((T)1 + EXP(-alpha * x[i])) * b[i]; \
-    }                                                                                 \
   }
-DEF_ACT(float, expf, erff, tanhf)
-DEF_ACT(double, exp, erf, tanh)
+DEF_ACT(float, expf)
+DEF_ACT(double, exp)
 
-/* float GELU through the vectorized erf (ops/common/vmath.c), in chunks so that y
- * may be x's own buffer. */
-static void gelu_float(const float *x, float *y, int64_t n) {
-  float t[256];
-  for (int64_t i = 0; i < n; i += 256) {
-    int64_t m = KEEL_MIN(256, n - i);
-    for (int64_t j = 0; j < m; j++) t[j] = x[i + j] * 0.70710678118654752440f;
-    keel_vm_erf(t, t, m);
-    for (int64_t j = 0; j < m; j++) y[i + j] = 0.5f * x[i + j] * (1.0f + t[j]);
-  }
+/* Gelu in place on y (a copy of x when y is not x's buffer). */
+static void gelu(int kind, bool dbl, const void *x, void *y, int64_t n) {
+  keel_act a = {kind == ACT_GELU ? KEEL_ACT_GELU : KEEL_ACT_GELU_TANH, 0, 0};
+  size_t es = dbl ? sizeof(double) : sizeof(float);
+  if (x != y) memcpy(y, x, (size_t)n * es);
+  if (dbl) keel_act_apply_f64(&a, y, n);
+  else keel_act_apply_f32(&a, y, n);
 }
 
 static keel_status act_run(keel_kctx *k, const char *op, int kind, float alpha) {
@@ -121,9 +108,10 @@ static keel_status act_run(keel_kctx *k, const char *op, int kind, float alpha) 
   if (keel_tensor_numel(x) == 0) return KEEL_OK;
   if (b) KEEL_TRY(io_other(k, b, &bp));
   int64_t n = keel_tensor_numel(x);
-  if (x->dtype == KEEL_DOUBLE) act_double(kind, o.x, bp, o.y, n, alpha);
-  else if (kind == ACT_GELU) gelu_float(o.x, o.y, n);
-  else act_float(kind, o.x, bp, o.y, n, alpha);
+  bool dbl = x->dtype == KEEL_DOUBLE;
+  if (kind == ACT_GELU || kind == ACT_GELU_TANH) gelu(kind, dbl, o.x, o.y, n);
+  else if (dbl) act_double(kind, o.x, bp, o.y, n, alpha);
+  else act_float(kind, o.x, bp, o.y, n, (float)alpha);
   io_end(&o);
   return KEEL_OK;
 }
