@@ -25,6 +25,7 @@
   X(signal)              \
   X(linalg)              \
   X(quant)               \
+  X(optimizer)           \
   X(strings)             \
   X(random)              \
   X(constant)            \

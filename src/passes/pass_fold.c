@@ -288,7 +288,8 @@ static keel_status dead_graph(keel_model *m, keel_graph *g) {
   reads r = {keel_sys_calloc(cap, sizeof(char *)), keel_sys_calloc(cap, sizeof(int32_t)), cap};
   bool *drop = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(bool));
   keel_status st = KEEL_OK;
-  if (!r.name || !r.count || !drop) st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "remove-dead in graph '%s'", g->path);
+  if (!r.name || !r.count || !drop)
+    st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "remove-dead in graph '%s'", g->path);
   int32_t n_drop = 0;
   if (!st) count_reads(&r, g);
   /* from the last node back, again while a sweep drops something (a file
