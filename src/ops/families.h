@@ -9,6 +9,7 @@
   X(elementwise)         \
   X(unary)               \
   X(shape)               \
+  X(shape_gen)           \
   X(gather_scatter)      \
   X(matmul)              \
   X(matmul_fused)        \

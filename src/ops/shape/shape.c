@@ -2,8 +2,8 @@
  * arithmetic on them: Reshape, Flatten, Squeeze, Unsqueeze and Identity
  * (zero-copy: a view or a new reference), Transpose, DepthToSpace,
  * SpaceToDepth, Concat, Split, Slice, CenterCropPad, Expand, Tile, Pad, Trilu and
- * ReverseSequence (copies), and Shape, Size, ConstantOfShape, Range and
- * EyeLike (new data from shapes and scalars).
+ * ReverseSequence (copies). Shape, Size, ConstantOfShape, Range and EyeLike
+ * (new data from shapes and scalars) are in shape_gen.c.
  *
  * Almost every copy here is an affine map from output index to input
  * index, so one engine (sh_copy) does them all: a plan lists the
@@ -1307,140 +1307,7 @@ static keel_status op_pad(keel_kctx *k) {
   return sh_pad_fill(o, x, tab, &v);
 }
 
-/* ==================================== Shape, Size, ConstantOfShape */
-
-static keel_status op_shape(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  int64_t r = x->rank, start = 0, end = r;
-  if (keel_k_opset(k) >= 15) { /* start/end slice the dims, clamped */
-    start = keel_k_attr_i(k, "start", 0);
-    end = keel_k_attr_i(k, "end", r);
-    if (start < 0) start += r;
-    if (end < 0) end += r;
-    start = sh_clamp(start, 0, r);
-    end = sh_clamp(end, 0, r);
-  }
-  int64_t n = end > start ? end - start : 0;
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_INT64, 1, &n, &o));
-  if (n) memcpy(o->data, x->shape + start, sizeof(int64_t) * (size_t)n);
-  return KEEL_OK;
-}
-
-static keel_status op_size(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  keel_tensor *o;
-  int64_t none[1] = {0}; /* rank 0: no dims are read */
-  KEEL_TRY(keel_k_out(k, 0, KEEL_INT64, 0, none, &o));
-  *(int64_t *)o->data = keel_tensor_numel(x);
-  return KEEL_OK;
-}
-
-/* Fills every element of o with the single element of v. */
-static keel_status sh_fill(keel_tensor *o, const keel_tensor *v) {
-  int64_t n = keel_tensor_numel(o);
-  if (v->dtype == KEEL_STRING) {
-    const keel_string *s = v->data;
-    for (int64_t i = 0; i < n; i++)
-      KEEL_TRY(keel_tensor_set_string(o, (size_t)i, s->data, s->len));
-    return KEEL_OK;
-  }
-  if (keel_dtype_is_packed(v->dtype)) {
-    unsigned c = keel_small_get(v->dtype, v->data, 0);
-    for (int64_t i = 0; i < n; i++) keel_small_put(v->dtype, o->data, (size_t)i, c);
-    return KEEL_OK;
-  }
-  size_t es = keel_dtype_size((keel_dtype)v->dtype);
-  for (int64_t i = 0; i < n; i++) memcpy((uint8_t *)o->data + (size_t)i * es, v->data, es);
-  return KEEL_OK;
-}
-
-static keel_status op_constant_of_shape(keel_kctx *k) {
-  int64_t shape[KEEL_MAX_RANK];
-  int n;
-  KEEL_TRY(keel_k_in_ints(k, 0, shape, KEEL_MAX_RANK, &n));
-  for (int i = 0; i < n; i++)
-    if (shape[i] < 0)
-      return keel_err(KEEL_ERR_SHAPE, "ConstantOfShape: dim %d is negative (%lld)", i,
-                      (long long)shape[i]);
-  const keel_attr *a = keel_k_attr(k, "value");
-  float zero = 0.0f;
-  keel_tensor def = {.data = &zero, .dtype = KEEL_FLOAT, .rank = 0};
-  const keel_tensor *v = a ? a->t : &def;
-  if (!v || (a && a->type != KEEL_ATTR_TENSOR) || keel_tensor_numel(v) != 1)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "ConstantOfShape: value must be a one-element tensor");
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, v->dtype, n, shape, &o));
-  return sh_fill(o, v);
-}
-
-/* ============================================================ Range */
-
-static keel_status sh_range_float(keel_kctx *k, int dt) {
-  double s, l, d;
-  KEEL_TRY(keel_k_in_scalar_f64(k, 0, &s));
-  KEEL_TRY(keel_k_in_scalar_f64(k, 1, &l));
-  KEEL_TRY(keel_k_in_scalar_f64(k, 2, &d));
-  double cnt = d == 0 ? NAN : ceil((l - s) / d);
-  if (!isfinite(cnt) || cnt > 9.0e15) /* 9e15 < 2^53: exact as int */
-    return keel_err(KEEL_ERR_RUNTIME, "Range: start %g, limit %g, delta %g give no finite count",
-                    s, l, d);
-  int64_t n = cnt > 0 ? (int64_t)cnt : 0;
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, dt, 1, &n, &o));
-  for (int64_t i = 0; i < n; i++) keel_elem_set_f64(dt, o->data, (size_t)i, s + (double)i * d);
-  return KEEL_OK;
-}
-
-static keel_status sh_range_int(keel_kctx *k, int dt) {
-  int64_t s, l, d, diff;
-  KEEL_TRY(keel_k_in_scalar_i64(k, 0, &s));
-  KEEL_TRY(keel_k_in_scalar_i64(k, 1, &l));
-  KEEL_TRY(keel_k_in_scalar_i64(k, 2, &d));
-  if (d == 0) return keel_err(KEEL_ERR_RUNTIME, "Range: delta is 0");
-  if (__builtin_sub_overflow(l, s, &diff) || (d == -1 && diff == INT64_MIN))
-    return keel_err(KEEL_ERR_RUNTIME, "Range: limit - start overflows");
-  int64_t n = 0;
-  if (diff != 0 && (diff > 0) == (d > 0)) n = diff / d + (diff % d != 0); /* ceil */
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, dt, 1, &n, &o));
-  for (int64_t i = 0; i < n; i++) /* wraps like the type; values stay in [s, l) */
-    keel_elem_set_i64(dt, o->data, (size_t)i, (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d));
-  return KEEL_OK;
-}
-
-static keel_status op_range(keel_kctx *k) {
-  const keel_tensor *t[3];
-  for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
-  int dt = t[0]->dtype;
-  if (t[1]->dtype != dt || t[2]->dtype != dt)
-    return keel_err(KEEL_ERR_SHAPE, "Range: start, limit and delta differ in type");
-  if (keel_dtype_is_float(dt)) return sh_range_float(k, dt);
-  if (keel_dtype_is_int(dt)) return sh_range_int(k, dt);
-  return keel_err(KEEL_ERR_UNSUPPORTED, "Range: %s is not supported", keel_dtype_name((keel_dtype)dt));
-}
-
-/* ================================================ EyeLike, Trilu */
-
-static keel_status op_eye_like(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  if (x->rank != 2) return keel_err(KEEL_ERR_SHAPE, "EyeLike: input must be 2-D, got rank %d", x->rank);
-  int64_t dt = keel_k_attr_i(k, "dtype", x->dtype), kk = keel_k_attr_i(k, "k", 0);
-  if (!(keel_dtype_is_float((int)dt) || keel_dtype_is_int((int)dt) || dt == KEEL_BOOL))
-    return keel_err(KEEL_ERR_UNSUPPORTED, "EyeLike: dtype %lld is not supported", (long long)dt);
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, (int)dt, 2, x->shape, &o));
-  int64_t rows = x->shape[0], cols = x->shape[1];
-  if (!o->data) return KEEL_OK;
-  memset(o->data, 0, keel_tensor_nbytes(o));
-  if (kk >= cols || kk <= -rows) return KEEL_OK; /* diagonal is outside */
-  for (int64_t i = kk < 0 ? -kk : 0; i < rows && i + kk < cols; i++)
-    keel_elem_set_f64((int)dt, o->data, (size_t)(i * cols + i + kk), 1.0);
-  return KEEL_OK;
-}
+/* ============================================================ Trilu */
 
 /* Keeps j - i >= k (upper) or j - i <= k (lower) in each of the last two
  * dims' matrices; the rest becomes zero (empty strings). */
@@ -1513,9 +1380,7 @@ static keel_status op_reverse_sequence(keel_kctx *k) {
 
 /* ============================================================ table */
 
-/* types: the data input's; ConstantOfShape's shape input; EyeLike reads only
- * its input's shape (a string input needs the dtype attribute). */
-#define INDEX_TYPES (KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64))
+/* types: the data input's */
 const keel_opdef keel_ops_shape[] = {
     /* views and shape readers take the narrow types (their bytes are not touched) */
     {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
@@ -1533,14 +1398,7 @@ const keel_opdef keel_ops_shape[] = {
     {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
     {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
     {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Shape", 1, KEEL_OPSET_MAX, op_shape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0,
-     INDEX_TYPES | KEEL_TS_SMALL}, /* the narrow types: the value's, for the output */
-    {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM},
-    {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like, 0, KEEL_TS_ALL},
     {"", "Trilu", 14, KEEL_OPSET_MAX, op_trilu, 0, KEEL_TS_ALL},
     {"", "ReverseSequence", 10, KEEL_OPSET_MAX, op_reverse_sequence, 0, KEEL_TS_ALL},
     {0},
 };
-#undef INDEX_TYPES
