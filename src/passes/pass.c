@@ -14,6 +14,7 @@ static const keel_pass g_passes[] = {
     {"fold-constants", keel_pass_fold_constants, true},
     {"remove-dead", keel_pass_remove_dead, true},
     {"fold-pad", keel_pass_fold_pad, true},
+    {"canon-fusedconv", keel_pass_canon_fusedconv, true},
     {"fold-batchnorm", keel_pass_fold_batchnorm, true},
     {"canon-activation", keel_pass_canon_activation, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},

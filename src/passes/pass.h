@@ -59,6 +59,9 @@ KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
 /* pass_pad.c: a zero Pad of the spatial dims read by one Conv -> the
  * Conv's own pads. */
 KEEL_INTERNAL keel_status keel_pass_fold_pad(keel_model *m);
+/* pass_fusedconv.c: com.microsoft FusedConv (ONNX Runtime's optimized
+ * output) -> Conv [-> Add] [-> activation], for the passes after it. */
+KEEL_INTERNAL keel_status keel_pass_canon_fusedconv(keel_model *m);
 /* pass_bn.c: Conv + inference BatchNormalization with constant
  * parameters -> one Conv with folded weights and bias. */
 KEEL_INTERNAL keel_status keel_pass_fold_batchnorm(keel_model *m);
