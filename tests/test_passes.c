@@ -251,6 +251,16 @@ static void passes_agree(mb_graph *gs[2], int opset, double tol, int want, const
   keel_session_destroy(s1);
 }
 
+/* A graph with input x [2, C, H, H] and the Conv weights w [M, C, 3, 3]
+ * and bias b [M] as initializers. */
+static mb_graph *conv_inputs(void) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
+  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
+  mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+  return g;
+}
+
 /* Conv -> BatchNormalization -> Relu as paddle2onnx (opset 9, every
  * parameter a Constant node) and tf2onnx (initializers) write it: one Conv
  * after the passes (fold-batchnorm, then fuse-activation), outputs within
@@ -300,10 +310,7 @@ static void hswish_case(int form) {
   float three = 3, zero = 0, six = 6, sixth = 1.0f / 6.0f;
   mb_graph *gs[2];
   for (int k = 0; k < 2; k++) {
-    mb_graph *g = gs[k] = mb_graph_new("main");
-    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
-    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
-    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    mb_graph *g = gs[k] = conv_inputs();
     const char *names[4] = {"three", "zero", "six", "sixth"};
     const float *vals[4] = {&three, &zero, &six, &sixth};
     for (int i = 0; i < 4; i++) {
@@ -346,10 +353,7 @@ static void pad_case(int form) {
   float one = 1.0f;
   mb_graph *gs[2];
   for (int k = 0; k < 2; k++) {
-    mb_graph *g = gs[k] = mb_graph_new("main");
-    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
-    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
-    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    mb_graph *g = gs[k] = conv_inputs();
     mb_node *p;
     if (form == 1) {
       p = mb_add(g, "Pad", "x", "xp");
@@ -382,10 +386,7 @@ static void fusedconv_case(const char *act, int nparams, const float *params, bo
   for (size_t i = 0; i < n; i++) zv[i] = 0.01f * (float)(i % 17) - 0.08f;
   keel_session_t *s[2] = {0};
   for (int k = 0; k < 2; k++) {
-    mb_graph *g = mb_graph_new("main");
-    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
-    mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){M, C, 3, 3}, g_w);
-    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    mb_graph *g = conv_inputs();
     if (z) mb_init(g, "z", KEEL_FLOAT, 4, (int64_t[]){2, M, H, H}, zv);
     mb_node *f = mb_add(g, "FusedConv", z ? "x,w,b,z" : "x,w,b", "y");
     mb_domain(f, "com.microsoft");

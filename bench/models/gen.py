@@ -207,7 +207,7 @@ class SmallLSTM(nn.Module):
 def randomize_bn(model):
     """Running statistics off their defaults, so folding them matters."""
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
             m.running_mean.copy_(torch.randn(m.num_features) * 0.1)
             m.running_var.copy_(torch.rand(m.num_features) * 0.5 + 0.75)
 

@@ -135,14 +135,6 @@ class Conv1dNet(nn.Module):
         return self.fc(self.body(x).mean(2))
 
 
-def randomize_bn(model):
-    gen.randomize_bn(model)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm1d):
-            m.running_mean.copy_(torch.randn(m.num_features) * 0.1)
-            m.running_var.copy_(torch.rand(m.num_features) * 0.5 + 0.75)
-
-
 def torch_models():
     img = lambda h: torch.randn(1, 3, h, h)
     tv = torchvision.models
@@ -184,7 +176,7 @@ def data_dir(out_dir, name):
 def export_torch(name, make, inputs, in_names, out_names, opset, dyn, out_dir):
     torch.manual_seed(SEED)
     model = make()
-    randomize_bn(model)
+    gen.randomize_bn(model)
     model.eval()
     torch.manual_seed(SEED + 2)
     args = inputs()
