@@ -384,9 +384,14 @@ KEEL_API keel_status keel_run_ex(keel_session_t *s, const char *const *names,
 KEEL_API int keel_session_is_random(const keel_session_t *s);
 
 /* A description of the model: producer, IR version, opsets, inputs and
- * outputs, node counts by op type, the control-flow tree (which node holds
- * which sub-graph, at what depth) and weight bytes; as text (json = 0) or
- * as a JSON object (json = 1). Free *out with keel_free. */
+ * outputs, node counts by op type, the kernels bound, the control-flow tree
+ * (which node holds which sub-graph, at what depth), what the load-time
+ * passes folded, and weight bytes; as text (json = 0) or as a JSON object
+ * (json = KEEL_DESCRIBE_JSON). KEEL_DESCRIBE_NODES (or-ed in) adds every
+ * node after the passes with its graph and the kernel bound to it (an
+ * implementation's name, or "reference"). Free *out with keel_free. */
+#define KEEL_DESCRIBE_JSON 1
+#define KEEL_DESCRIBE_NODES 2
 KEEL_API keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
 
 /* What the model file says about itself (ModelProto and the main graph).

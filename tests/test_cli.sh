@@ -167,6 +167,12 @@ fi
 
 # the run-context pool is counted: keel info gives a context's bytes and the
 # cap, keel run the pool's figures and the trim policy's
+# --nodes lists every node of every graph with the kernel bound to it
+expect_rc 0 "info --nodes" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx" --nodes
+expect_out "node list (graph, node, kernel)" "info --nodes heading"
+expect_out "main/[^ ]* .*\\[reference\\]" "info --nodes lists sub-graph nodes and their kernel"
+expect_rc 0 "info --nodes --json" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx" --nodes --json
+expect_out '"node_list": \[{"graph": "main"' "info --nodes --json"
 expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
 expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"
 expect_rc 0 "run shows the pool" "$KEEL" run "$(dirname "$0")/models/nested_loop_if/model.onnx" --iters 3 --trim-window 4

@@ -27,9 +27,11 @@ static const char *g_usage[][2] = {
              "  --roundtrip runs each model as keel's ONNX writer writes it back (load, write,\n"
              "  load, write again: the last writings must be identical).\n"
              "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
-    {"info", "keel info MODEL [--json]\n"
+    {"info", "keel info MODEL [--json] [--nodes]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
-             "  control-flow tree and weight bytes. For a shard folder (keel shard's\n"
+             "  kernels bound, the control-flow tree, what the load-time passes folded and\n"
+             "  weight bytes; --nodes adds every node (after the passes) with its graph\n"
+             "  and the kernel bound to it. For a shard folder (keel shard's\n"
              "  rank_R.onnx files): per rank, the parameters kept, their bytes and where\n"
              "  the collectives are."},
     {"memcheck", "keel memcheck MODEL [--data DIR] [--iters N] [--loop NAME] [--plot FILE.svg]\n"

@@ -252,6 +252,35 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
       s->pool_cap);
 }
 
+/* Every node of every graph with the kernel bound to it: an
+ * implementation's name, or "reference" (the op's reference kernel). */
+static void node_list(sbuf *b, const keel_model *m, bool json) {
+  put(b, json ? ", \"node_list\": [" : "node list (graph, node, kernel)\n");
+  bool first = true;
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    const keel_graph *g = m->graphs[i];
+    for (int32_t k = 0; k < g->n_nodes; k++) {
+      const keel_node *n = &g->nodes[g->order ? g->order[k] : k];
+      char lb[512];
+      keel_node_label(n, lb, sizeof lb);
+      const char *kern = n->impl ? n->impl->name : "reference";
+      if (!json) {
+        put(b, "  %-16s %s  [%s]\n", g->path, lb, kern);
+        continue;
+      }
+      put(b, "%s{\"graph\": ", first ? "" : ", ");
+      put_json_str(b, g->path);
+      put(b, ", \"node\": ");
+      put_json_str(b, lb);
+      put(b, ", \"kernel\": ");
+      put_json_str(b, kern);
+      put(b, "}");
+      first = false;
+    }
+  }
+  if (json) put(b, "]");
+}
+
 keel_status keel_session_describe(const keel_session_t *s, int json, char **out) {
   if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_describe: NULL argument");
   const keel_model *m = s->m;
@@ -270,8 +299,14 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
   qsort(c, nc, sizeof *c, by_count);
   qsort(ic, nic, sizeof *ic, by_count);
   sbuf b = {0};
-  if (json) describe_json(&b, s, c, nc, nodes, ic, nic);
+  bool as_json = json & KEEL_DESCRIBE_JSON;
+  if (as_json) describe_json(&b, s, c, nc, nodes, ic, nic);
   else describe_text(&b, s, c, nc, nodes, ic, nic);
+  if (json & KEEL_DESCRIBE_NODES) {
+    if (as_json && b.p && b.len >= 2) b.len -= 2; /* reopen the object: "}\n" */
+    node_list(&b, m, as_json);
+    if (as_json) put(&b, "}\n");
+  }
   free(c);
   if (b.failed || !b.p) {
     free(b.p);
