@@ -152,7 +152,11 @@ static keel_session_t *conv_session(const cgeo *g, const char *op, int dtype) {
   mb_output(gr, "Y", dtype, -1, NULL);
   mb_node *nd = mb_add(gr, op, g->bias ? "X,W,B" : "X,W", "Y");
   set_attrs(nd, g, !strcmp(op, "ConvTranspose"));
-  return mb_session(gr, 13);
+  /* 1, 2, 3 threads in turn: Conv's tasks and ConvTranspose's channel
+   * blocks split over the pool (whatever the machine's core count) */
+  static int calls;
+  keel_options o = {.size = sizeof o, .threads = 1 + calls++ % 3};
+  return mb_session_opts(gr, 13, &o);
 }
 
 /* Stores doubles as dtype (float16 rounds; the caller's copy is updated to

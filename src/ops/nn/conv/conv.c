@@ -618,23 +618,43 @@ keel_status keel_win_transposed(keel_kctx *k, keel_win *w) {
   return keel_win_sizes(w);
 }
 
-/* One image: for each group, col (Mg*k, len) = W_g^T x X_g[:, chunk], then
- * col2im adds it into y_g (Mg, P). */
-static void convtr_image(const conv_ty *ty, const conv_geom *g, const char *x, const char *wt,
-                         char *y, void *col, int64_t chunk) {
+/* Tasks (image, group, block of output channels [m0, m1)): for each chunk
+ * of input positions, col ((m1-m0)*k, len) = the block's rows of W_g^T x
+ * X_g[:, chunk], then col2im adds it into those channels of y_g (Mg, P).
+ * Blocks write disjoint channels, so they run on the pool at once; one
+ * thread makes one block per group (the whole GEMM, as before). */
+typedef struct convtr_job {
+  const conv_ty *ty;
+  const conv_geom *g;
+  const char *x, *wt;
+  char *y;
+  char *col;                  /* per worker: col_bytes                  */
+  size_t col_bytes;
+  int64_t chunk, mb, nmb;     /* positions per chunk; channels per block, blocks */
+} convtr_job;
+
+static keel_status convtr_task(void *ctx, int64_t t0, int64_t t1, int worker) {
+  const convtr_job *j = ctx;
+  const conv_geom *g = j->g;
   const keel_win *w = &g->w;
-  size_t es = ty->es;
-  int64_t R = g->mg * w->k_size, Q = w->in_size, P = w->out_size;
-  for (int64_t gi = 0; gi < g->group; gi++) {
-    const char *xg = x + (size_t)(gi * g->cg * Q) * es;    /* (Cg, Q)     */
-    const char *wg = wt + (size_t)(gi * g->cg * R) * es;   /* (Cg, Mg*k)  */
-    char *yg = y + (size_t)(gi * g->mg * P) * es;          /* (Mg, P)     */
-    for (int64_t q0 = 0; q0 < Q; q0 += chunk) {
-      int64_t len = KEEL_MIN(chunk, Q - q0);
-      ty->gemm(NULL, true, false, R, len, g->cg, wg, R, xg + (size_t)q0 * es, Q, col, len);
-      ty->col2im(w, col, g->mg, q0, len, yg);
+  size_t es = j->ty->es;
+  int64_t K = w->k_size, R = g->mg * K, Q = w->in_size, P = w->out_size;
+  char *col = j->col + (size_t)worker * j->col_bytes;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t n = t / (g->group * j->nmb), r = t % (g->group * j->nmb);
+    int64_t gi = r / j->nmb, m0 = r % j->nmb * j->mb, m1 = KEEL_MIN(g->mg, m0 + j->mb);
+    if (m1 <= m0) continue;
+    const char *xg = j->x + (size_t)((n * g->c + gi * g->cg) * Q) * es;   /* (Cg, Q)    */
+    const char *wg = j->wt + (size_t)(gi * g->cg * R + m0 * K) * es;     /* its rows of W_g^T */
+    char *yg = j->y + (size_t)((n * g->m + gi * g->mg + m0) * P) * es;   /* (m1-m0, P) */
+    for (int64_t q0 = 0; q0 < Q; q0 += j->chunk) {
+      int64_t len = KEEL_MIN(j->chunk, Q - q0);
+      j->ty->gemm(NULL, true, false, (m1 - m0) * K, len, g->cg, wg, R, xg + (size_t)q0 * es, Q, col,
+                  len);
+      j->ty->col2im(w, col, m1 - m0, q0, len, yg);
     }
   }
+  return KEEL_OK;
 }
 
 /* Y (N, M, out...) = convT(X (N, C, in...), W (C, Mg, k...)) + B (M). */
@@ -642,16 +662,22 @@ static keel_status convtr_run(keel_kctx *k, const conv_ty *ty, const conv_geom *
                               const void *wt, const void *b, void *y) {
   const keel_win *w = &g->w;
   int64_t R = g->mg * w->k_size, Q = w->in_size, P = w->out_size;
-  size_t es = ty->es, xs = (size_t)(g->c * Q) * es, ys = (size_t)(g->m * P) * es;
+  size_t es = ty->es, ys = (size_t)(g->m * P) * es;
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(R, Q), g->cg)));
-  int64_t chunk = col_chunk(KEEL_MAX(R, 1), Q, es);
-  void *col = NULL;
-  if (R > 0 && g->cg > 0) KEEL_TRY(keel_k_scratch_n(k, R * chunk, es, &col));
-  for (size_t n = 0; n < (size_t)g->n; n++) {
-    ty->bias((char *)y + n * ys, b, g->m, P, P);
-    if (col) convtr_image(ty, g, (const char *)x + n * xs, wt, (char *)y + n * ys, col, chunk);
-  }
-  return KEEL_OK;
+  for (size_t n = 0; n < (size_t)g->n; n++) ty->bias((char *)y + n * ys, b, g->m, P, P);
+  if (R <= 0 || g->cg <= 0) return KEEL_OK;
+  int threads = keel_pool_threads(k->pool);
+  /* channel blocks: about 4 tasks per thread when images x groups are fewer */
+  int64_t planes = g->n * g->group, want = 4 * (int64_t)threads, nmb = 1;
+  if (threads > 1 && planes < want) nmb = KEEL_MIN(g->mg, (want + planes - 1) / planes);
+  convtr_job j = {ty, g, x, wt, y, NULL, 0, 0, (g->mg + nmb - 1) / nmb, 0};
+  j.nmb = (g->mg + j.mb - 1) / j.mb;
+  j.chunk = col_chunk(KEEL_MAX(j.mb * w->k_size, 1), Q, es);
+  j.col_bytes = (size_t)(j.mb * w->k_size * j.chunk) * es;
+  void *col;
+  KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * j.mb * w->k_size * j.chunk, es, &col));
+  j.col = col;
+  return keel_pool_for(k->pool, planes * j.nmb, 1, convtr_task, &j);
 }
 
 /* ======================================================= float ops */
