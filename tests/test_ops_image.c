@@ -200,7 +200,10 @@ static keel_session_t *resize_session(const rcase *c, int dtype) {
   mb_attr_i(n, "exclude_outside", c->exclude);
   mb_attr_f(n, "extrapolation_value", (float)c->extrap);
   if (c->opset >= 18) mb_attr_i(n, "antialias", c->antialias);
-  return mb_session(g, c->opset);
+  /* 1, 2, 3 threads in turn: nearest splits its planes over the pool */
+  static int calls;
+  keel_options o = {.size = sizeof o, .threads = 1 + calls++ % 3};
+  return mb_session_opts(g, c->opset, &o);
 }
 
 static void describe(const rcase *c) {

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/pool.h"
 #include "ops/common/bcast.h"
 
 /* ================================================== shared helpers */
@@ -558,7 +559,22 @@ static keel_status rs_gather_at(const rs_gctx *g, int d, int64_t base, bool oob,
   return KEEL_OK;
 }
 
-static keel_status rs_gather(const rs_plan *p, rs_tab *tabs, const keel_tensor *x,
+/* Tasks [t0, t1) of the first two axes' out[0] x out[1] blocks (an image's
+ * channel planes, for NCHW): each gathers its block from axis 2 on. */
+static keel_status rs_gather_planes(void *ctx, int64_t t0, int64_t t1, int worker) {
+  const rs_gctx *g = ctx;
+  const rs_tab *a = &g->tabs[0], *b = &g->tabs[1];
+  int64_t n1 = g->p->out[1];
+  (void)worker;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t j0 = t / n1, j1 = t % n1;
+    KEEL_TRY(rs_gather_at(g, 2, a->idx[j0] + b->idx[j1], a->oob[j0] || b->oob[j1],
+                          j0 * g->blk[0] + j1 * g->blk[1]));
+  }
+  return KEEL_OK;
+}
+
+static keel_status rs_gather(keel_kctx *k, const rs_plan *p, rs_tab *tabs, const keel_tensor *x,
                              keel_tensor *y) {
   int r = p->rank;
   rs_gctx g = {.p = p, .tabs = tabs, .x = x, .y = y};
@@ -570,7 +586,12 @@ static keel_status rs_gather(const rs_plan *p, rs_tab *tabs, const keel_tensor *
     ob *= p->out[d];
   }
   keel_elem_set_f64(y->dtype, g.fill, 0, p->extrap);
-  return rs_gather_at(&g, 0, 0, false, 0);
+  /* rank 3 or more: the blocks of the first two axes on the pool (tasks of
+   * at least ~16K elements), strings excepted (their copies allocate) */
+  if (r < 3 || y->dtype == KEEL_STRING) return rs_gather_at(&g, 0, 0, false, 0);
+  int64_t tasks = p->out[0] * p->out[1];
+  return keel_pool_for(k->pool, tasks, KEEL_MAX(1, 16384 / KEEL_MAX(g.blk[1], 1)), rs_gather_planes,
+                       &g);
 }
 
 /* ======================================== Resize: separable passes */
@@ -689,7 +710,7 @@ static keel_status rs_run(keel_kctx *k, const keel_tensor *x, const rs_plan *p) 
   bool same = true;
   for (int d = 0; d < p->rank; d++) same = same && tabs[d].identity;
   if (same) return keel_tensor_copy_elems(y, 0, x, 0, keel_tensor_numel(y));
-  return p->mode == RS_NEAREST ? rs_gather(p, tabs, x, y) : rs_filter(k, p, tabs, x, y);
+  return p->mode == RS_NEAREST ? rs_gather(k, p, tabs, x, y) : rs_filter(k, p, tabs, x, y);
 }
 
 static keel_status op_resize(keel_kctx *k) {
