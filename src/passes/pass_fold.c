@@ -106,8 +106,8 @@ static keel_status note_made(folder *F, const char *name, const keel_tensor *t) 
   return KEEL_OK;
 }
 
-/* Output v as a constant in the arena (a copy; no buffer, like the
- * constants other passes make). */
+/* Output v as a constant: a copy in the model's arena (keel_ir_add_consts
+ * gives it a STATIC buffer when the graph's folds are committed). */
 static keel_status keep(keel_model *m, const keel_val *v, keel_tensor *out) {
   const keel_tensor *t = &v->t;
   size_t nb = keel_tensor_nbytes(t);
