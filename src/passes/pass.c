@@ -1,6 +1,8 @@
 /* pass.c: the pass pipeline (pass.h): the list, in order, and its runner. */
 #include "passes/pass.h"
 
+#include <stdio.h>
+
 #include "base/status.h"
 #include "base/sysmem.h"
 #include "ir/scope.h"
@@ -44,6 +46,16 @@ static keel_status fuse_graph(keel_model *m, keel_graph *g, keel_fuse_fn try_at)
 keel_status keel_pass_fuse_all(keel_model *m, keel_fuse_fn try_at) {
   for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fuse_graph(m, m->graphs[i], try_at));
   return KEEL_OK;
+}
+
+const char *keel_pass_fresh(keel_model *m, const keel_graph *g, const char *base, const char *tag) {
+  char buf[600];
+  for (int i = 0; i < 1000; i++) {
+    snprintf(buf, sizeof buf, i ? "%s.%s%d" : "%s.%s", base, tag, i);
+    if (keel_ir_const_of(m, g, buf) < 0 && keel_ir_producer(g, buf) < 0 && !keel_ir_uses(g, buf))
+      return keel_arena_strdup(m->arena, buf);
+  }
+  return NULL;
 }
 
 bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n) {

@@ -47,6 +47,11 @@ KEEL_INTERNAL keel_status keel_pass_fuse_all(keel_model *m, keel_fuse_fn try_at)
  * took it): a match must not overlap one already rewritten. */
 KEEL_INTERNAL bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n);
 
+/* A value name no node, constant or graph output of g uses: base.tag, or
+ * base.tagN (arena memory); NULL after 1000 tries or on OOM. */
+KEEL_INTERNAL const char *keel_pass_fresh(keel_model *m, const keel_graph *g, const char *base,
+                                          const char *tag);
+
 /* Passes (one file each). */
 /* The training graph (pass_train.c): a no-op unless m->train is set. */
 KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);

@@ -47,16 +47,6 @@ static bool inference_bn(const keel_node *bn) {
   return true;
 }
 
-static const char *fresh(keel_model *m, const keel_graph *g, const char *base, const char *tag) {
-  char buf[600];
-  for (int i = 0; i < 1000; i++) {
-    snprintf(buf, sizeof buf, i ? "%s.%s%d" : "%s.%s", base, tag, i);
-    if (keel_ir_const_of(m, g, buf) < 0 && keel_ir_producer(g, buf) < 0 && !keel_ir_uses(g, buf))
-      return keel_arena_strdup(m->arena, buf);
-  }
-  return NULL;
-}
-
 /* Folds node bi (the BatchNormalization) into node ci (its Conv). Returns
  * true when it did. */
 static keel_status fold(keel_model *m, keel_graph *g, int32_t ci, int32_t bi, bool *done) {
@@ -76,8 +66,8 @@ static keel_status fold(keel_model *m, keel_graph *g, int32_t ci, int32_t bi, bo
   double eps = ea ? ea->f : 1e-5;
   float *nw = keel_arena_alloc(m->arena, sizeof(float) * (size_t)(mch * per) + 1, 64);
   float *nb = keel_arena_alloc(m->arena, sizeof(float) * (size_t)mch + 1, 64);
-  const char *wn = fresh(m, g, c->in_names[1], "bn_folded");
-  const char *bname = fresh(m, g, c->out_names[0], "bn_bias");
+  const char *wn = keel_pass_fresh(m, g, c->in_names[1], "bn_folded");
+  const char *bname = keel_pass_fresh(m, g, c->out_names[0], "bn_bias");
   const char **ins = keel_arena_array(m->arena, 3, sizeof(char *));
   char lb[256];
   const char *label = keel_arena_strdup(m->arena, keel_node_label(bn, lb, sizeof lb));

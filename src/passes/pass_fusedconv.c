@@ -52,17 +52,6 @@ static bool act_of(const char *s, fc_act *a) {
   return false;
 }
 
-/* A value name not used in g: base + suffix (+ a number). */
-static const char *fresh(keel_model *m, keel_graph *g, const char *base, const char *tag) {
-  char buf[600];
-  for (int i = 0; i < 1000; i++) {
-    snprintf(buf, sizeof buf, i ? "%s/%s%d" : "%s/%s", base, tag, i);
-    if (keel_ir_const_of(m, g, buf) < 0 && keel_ir_producer(g, buf) < 0 && !keel_ir_uses(g, buf))
-      return keel_arena_strdup(m->arena, buf);
-  }
-  return NULL;
-}
-
 static keel_status oom(const keel_graph *g) {
   return keel_err(KEEL_ERR_OUT_OF_MEMORY, "rewriting a FusedConv in graph '%s'", g->path);
 }
@@ -104,7 +93,7 @@ static keel_status rewrite(keel_model *m, keel_graph *g, int32_t at, bool *done)
   int n_in = (int)KEEL_MIN(f->n_in, 3);
   for (int i = 0; i < n_in; i++) cins[i] = f->in_names[i];
   bool more = z || act.op;
-  cout[0] = more ? fresh(m, g, f->out_names[0], "keel_conv") : f->out_names[0];
+  cout[0] = more ? keel_pass_fresh(m, g, f->out_names[0], "keel_conv") : f->out_names[0];
   if (!cout[0]) return oom(g);
   with[nw++] = plain(f, "Conv", onnx, cins, n_in, cout, f->name, cattrs, nc);
   const char *last = cout[0];
@@ -114,7 +103,7 @@ static keel_status rewrite(keel_model *m, keel_graph *g, int32_t at, bool *done)
     const char *nm = keel_arena_strdup(a, buf);
     if (!ins || !out || !nm) return oom(g);
     ins[0] = last, ins[1] = f->in_names[3];
-    out[0] = act.op ? fresh(m, g, f->out_names[0], "keel_add") : f->out_names[0];
+    out[0] = act.op ? keel_pass_fresh(m, g, f->out_names[0], "keel_add") : f->out_names[0];
     if (!out[0]) return oom(g);
     with[nw++] = plain(f, "Add", onnx, ins, 2, out, nm, NULL, 0);
     last = out[0];
