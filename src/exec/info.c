@@ -206,6 +206,7 @@ static void describe_text(sbuf *b, const keel_session_t *s, const opcount *c, si
       keel_run_ctx_bytes(m), m->n_graphs, s->pool_cap);
 }
 
+/* The object without its closing brace: the caller may add node_list. */
 static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, size_t nc,
                           int64_t nodes, const opcount *ic, size_t nic) {
   const keel_model *m = s->m;
@@ -248,7 +249,7 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
       (unsigned long long)m->weight_bytes, (unsigned long long)m->weight_bytes_copied, m->n_consts);
   put(b, ", \"folded_nodes\": %d, \"folded_bytes\": %llu, \"fold_over_cap\": %d, \"dead_nodes\": %d",
       m->fold.folded, (unsigned long long)m->fold.folded_bytes, m->fold.over_cap, m->fold.dead);
-  put(b, ", \"run_context_bytes\": %zu, \"run_pool_cap\": %zu}\n", keel_run_ctx_bytes(m),
+  put(b, ", \"run_context_bytes\": %zu, \"run_pool_cap\": %zu", keel_run_ctx_bytes(m),
       s->pool_cap);
 }
 
@@ -302,11 +303,8 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
   bool as_json = json & KEEL_DESCRIBE_JSON;
   if (as_json) describe_json(&b, s, c, nc, nodes, ic, nic);
   else describe_text(&b, s, c, nc, nodes, ic, nic);
-  if (json & KEEL_DESCRIBE_NODES) {
-    if (as_json && b.p && b.len >= 2) b.len -= 2; /* reopen the object: "}\n" */
-    node_list(&b, m, as_json);
-    if (as_json) put(&b, "}\n");
-  }
+  if (json & KEEL_DESCRIBE_NODES) node_list(&b, m, as_json);
+  if (as_json) put(&b, "}\n"); /* describe_json leaves the object open for the list */
   free(c);
   if (b.failed || !b.p) {
     free(b.p);
