@@ -249,7 +249,13 @@ enum {
    * pass does not run) and matrix products use keel's GEMM; for comparing
    * the two. The environment variable KEEL_NO_ONEDNN=1 does the same for
    * every session of the process. */
-  KEEL_OPT_NO_ONEDNN = 16
+  KEEL_OPT_NO_ONEDNN = 16,
+  /* Check symbolic shape inference against the run: every value a node
+   * reads or writes must have the shape inferred for it at load (README,
+   * "Shapes"); a disagreement fails the run. For tests; slower. The
+   * environment variable KEEL_CHECK_SHAPES=1 does the same for every
+   * session of the process. */
+  KEEL_OPT_CHECK_SHAPES = 32
 };
 
 /* The defaults of the automatic trim and of the run-context pool (fields
@@ -389,9 +395,14 @@ KEEL_API int keel_session_is_random(const keel_session_t *s);
  * passes folded, and weight bytes; as text (json = 0) or as a JSON object
  * (json = KEEL_DESCRIBE_JSON). KEEL_DESCRIBE_NODES (or-ed in) adds every
  * node after the passes with its graph and the kernel bound to it (an
- * implementation's name, or "reference"). Free *out with keel_free. */
+ * implementation's name, or "reference"). KEEL_DESCRIBE_SHAPES adds every
+ * value's shape as symbolic shape inference gives it after the passes
+ * ("[batch, seq+1, 768]", "?" for a dim it cannot know, "rank ?") and the
+ * counts of fully known, symbolic and unknown values. Free *out with
+ * keel_free. */
 #define KEEL_DESCRIBE_JSON 1
 #define KEEL_DESCRIBE_NODES 2
+#define KEEL_DESCRIBE_SHAPES 4
 KEEL_API keel_status keel_session_describe(const keel_session_t *s, int json, char **out);
 
 /* What the model file says about itself (ModelProto and the main graph).

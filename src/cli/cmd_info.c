@@ -72,10 +72,11 @@ static int shard_info(const char *dir, int json) {
 
 int cmd_info(int argc, char **argv) {
   const char *model = NULL;
-  int json = 0, nodes = 0;
+  int json = 0, nodes = 0, shapes = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
     else if (!strcmp(argv[i], "--nodes")) nodes = 1;
+    else if (!strcmp(argv[i], "--shapes")) shapes = 1;
     else if (argv[i][0] == '-') return cli_usage("info", "unknown option");
     else if (!model) model = argv[i];
     else return cli_usage("info", "more than one model given");
@@ -90,7 +91,8 @@ int cmd_info(int argc, char **argv) {
     return 1;
   }
   char *text;
-  st = keel_session_describe(s, (json ? KEEL_DESCRIBE_JSON : 0) | (nodes ? KEEL_DESCRIBE_NODES : 0), &text);
+  st = keel_session_describe(s, (json ? KEEL_DESCRIBE_JSON : 0) | (nodes ? KEEL_DESCRIBE_NODES : 0) |
+                                    (shapes ? KEEL_DESCRIBE_SHAPES : 0), &text);
   if (!st) {
     fputs(text, stdout);
     keel_free(text);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "exec/shapecheck.h"
 
 #define ATOL 1e-5
 #define RTOL 1e-3
@@ -349,6 +350,7 @@ static result_kind run_dataset(keel_session_t *s, const char *dir, int repeat, c
 
 static bool g_debug_leak; /* --debug-leak-subgraphs (test-only) */
 static bool g_roundtrip;  /* --roundtrip: run the model as onnx/write.c writes it */
+static keel_shapecheck_counts g_shapes; /* --check-shapes: the values compared */
 
 static void run_test(const char *dir, const char *name, const keel_options *opts, int repeat,
                      results *R) {
@@ -378,6 +380,9 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
     if (rk != R_PASS) snprintf(why, sizeof why, "%s: %s", sets[i], inner);
   }
   free_list(sets, nsets);
+  keel_shapecheck_counts sc = keel_shapecheck_get(s);
+  g_shapes.checked += sc.checked, g_shapes.known += sc.known;
+  g_shapes.symbolic += sc.symbolic, g_shapes.unknown += sc.unknown, g_shapes.runs_off += sc.runs_off;
   keel_session_destroy(s);
   uint64_t after = keel_process_bytes();
   if (rk == R_PASS && after != before) {
@@ -505,10 +510,12 @@ int cmd_test(int argc, char **argv) {
   size_t n_paths = 0, mem_limit = 0;
   int threads = 0;
   int repeat = 1;
+  unsigned flags = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
     else if (!strcmp(argv[i], "--debug-leak-subgraphs")) g_debug_leak = true;
     else if (!strcmp(argv[i], "--roundtrip")) g_roundtrip = true;
+    else if (!strcmp(argv[i], "--check-shapes")) flags |= KEEL_OPT_CHECK_SHAPES;
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = atoi(argv[++i]);
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");
@@ -532,7 +539,7 @@ int cmd_test(int argc, char **argv) {
     }
   }
   if (!n_paths) return cli_usage("test", "no test folder given");
-  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads};
+  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads, .flags = flags};
   bool shards = keel_dist_launched();
   for (size_t i = 0; i < n_paths; i++) shards = shards || cli_is_shard_dir(paths[i]);
   if (shards && cli_dist_start()) return 1;
@@ -550,6 +557,12 @@ int cmd_test(int argc, char **argv) {
   }
   if (skip) printf("%zu passed, %zu failed, %zu skipped\n", pass, fail, skip);
   else printf("%zu passed, %zu failed\n", pass, fail);
+  if (flags & KEEL_OPT_CHECK_SHAPES)
+    printf("shapes: %llu values compared with their inferred shapes: %llu fully known, %llu symbolic, "
+           "%llu unknown; %llu run(s) not checked (inputs not of the declared shapes)\n",
+           (unsigned long long)g_shapes.checked, (unsigned long long)g_shapes.known,
+           (unsigned long long)g_shapes.symbolic, (unsigned long long)g_shapes.unknown,
+           (unsigned long long)g_shapes.runs_off);
   int rc = fail ? 1 : 0;
   if (json && write_json(json, &R, pass, fail, skip)) rc = 1;
   if (expect) rc = check_expected(expect, &R);

@@ -69,6 +69,10 @@ typedef struct keel_runctx {
   keel_cancel_flag *cancel;
   int64_t iter_limit;           /* the iteration guard; INT64_MAX = none   */
   int64_t iters;                /* loop iterations begun in this run       */
+  int64_t *bind;                /* shape check (shapecheck.c): each symbol's
+                                   value in this run, -1 unbound; NULL off */
+  bool shapes_off;              /* this run's inputs are not the declared
+                                   shapes: the check says nothing of it   */
 } keel_runctx;
 
 /* Who owns blocks allocated for one site: the value a node output writes. */
@@ -111,6 +115,8 @@ struct keel_session_s {
    * executor tests this once per node), and the last stopped one */
   struct keel_profile *_Atomic profile;
   struct keel_profile *profile_done;
+  /* the shape check (KEEL_OPT_CHECK_SHAPES, shapecheck.c): NULL when off */
+  struct keel_shapecheck *shapecheck;
 };
 
 /* Runs graph g in run R with `parent` as the enclosing frame. Inputs are

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "exec/exec.h"
+#include "ir/shapes.h"
 
 typedef struct sbuf {
   char *p;
@@ -282,6 +283,61 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
   if (json) put(b, "]");
 }
 
+/* Every value's inferred shape (ir/shapes.h), graph by graph: the inputs,
+ * then each node's outputs in run order; then the counts. */
+static void shape_list(sbuf *b, const keel_model *m, bool json) {
+  keel_shapes *S;
+  if (keel_shapes_infer(m, &S)) {
+    b->failed = true;
+    return;
+  }
+  static const char *const cls[] = {"known", "symbolic", "unknown"};
+  int64_t count[3] = {0};
+  put(b, json ? ", \"shape_list\": [" : "shapes (graph, value, inferred shape)\n");
+  bool first = true;
+  for (int32_t i = 0; i < m->n_graphs; i++) {
+    const keel_graph *g = m->graphs[i];
+    int32_t total = g->n_in;
+    for (int32_t k = 0; k < g->n_nodes; k++) total += g->nodes[k].n_out;
+    for (int32_t v = 0, k = 0; v < total; v++) {
+      const char *name;
+      if (v < g->n_in) name = g->in_names[v];
+      else {
+        int32_t at = v - g->n_in;
+        for (k = 0; k < g->n_nodes && at >= g->nodes[g->order ? g->order[k] : k].n_out; k++)
+          at -= g->nodes[g->order ? g->order[k] : k].n_out;
+        name = g->nodes[g->order ? g->order[k] : k].out_names[at];
+      }
+      if (!name[0]) continue;
+      const keel_sshape *sh = keel_shapes_find(S, g, name);
+      char text[1024];
+      keel_sshape_text(S, sh, text, sizeof text);
+      int c = keel_sshape_class(sh);
+      count[c]++;
+      if (!json) {
+        put(b, "  %-16s %-40s %s\n", g->path, name, text);
+        continue;
+      }
+      put(b, "%s{\"graph\": ", first ? "" : ", ");
+      put_json_str(b, g->path);
+      put(b, ", \"value\": ");
+      put_json_str(b, name);
+      put(b, ", \"shape\": ");
+      put_json_str(b, text);
+      put(b, ", \"class\": \"%s\"}", cls[c]);
+      first = false;
+    }
+  }
+  if (json)
+    put(b, "], \"shape_counts\": {\"known\": %lld, \"symbolic\": %lld, \"unknown\": %lld}",
+        (long long)count[0], (long long)count[1], (long long)count[2]);
+  else
+    put(b, "shapes     %lld value(s): %lld fully known, %lld symbolic, %lld unknown\n",
+        (long long)(count[0] + count[1] + count[2]), (long long)count[0], (long long)count[1],
+        (long long)count[2]);
+  keel_shapes_free(S);
+}
+
 keel_status keel_session_describe(const keel_session_t *s, int json, char **out) {
   if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_describe: NULL argument");
   const keel_model *m = s->m;
@@ -304,6 +360,7 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
   if (as_json) describe_json(&b, s, c, nc, nodes, ic, nic);
   else describe_text(&b, s, c, nc, nodes, ic, nic);
   if (json & KEEL_DESCRIBE_NODES) node_list(&b, m, as_json);
+  if (json & KEEL_DESCRIBE_SHAPES) shape_list(&b, m, as_json);
   if (as_json) put(&b, "}\n"); /* describe_json leaves the object open for the list */
   free(c);
   if (b.failed || !b.p) {

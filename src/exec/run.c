@@ -15,6 +15,7 @@
 #include "base/prim.h"
 #include "base/sysmem.h"
 #include "exec/profile.h"
+#include "exec/shapecheck.h"
 
 /* ============================================================== pool */
 
@@ -53,7 +54,7 @@ size_t keel_run_ctx_bytes(const keel_model *m) {
 /* One allocation holds the run, its frames and every frame's arrays. */
 static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
   const keel_model *m = s->m;
-  size_t bytes = keel_run_ctx_bytes(m);
+  size_t base = keel_run_ctx_bytes(m), bytes = base + keel_shapecheck_bind_bytes(s);
   uint8_t *p = keel_heap_meta_realloc(s->heap, NULL, 0, bytes); /* counted as meta */
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "cannot allocate frames for a run");
   memset(p, 0, bytes);
@@ -74,6 +75,7 @@ static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
     f->out = (keel_val **)(void *)(f->in + f->max_in);
     at += fb;
   }
+  if (bytes > base) R->bind = (int64_t *)(void *)(p + base);
   *out = R;
   return KEEL_OK;
 }
@@ -216,8 +218,8 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
   return KEEL_OK;
 }
 
-/* The same step with the observers around it: the profiler and the
- * test-only planted leak. Chosen per graph entry, so the plain step above
+/* The same step with the observers around it: the profiler, the shape
+ * check and the test-only planted leak. Chosen per graph entry, so the plain step above
  * carries neither. */
 static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_node *n,
                                      struct keel_profile *p) {
@@ -226,6 +228,7 @@ static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_n
   keel_status st = run_kernel(R, f, n);
   if (!st && R->s->debug_plant_site) plant(R, f, n);
   if (p) keel_prof_leave(p, n, f->iter, t0, st ? NULL : f->in, st ? NULL : f->out);
+  if (!st && R->bind) st = keel_shapecheck_node(R, f, n);
   if (!st) release(f, n);
   return st;
 }
@@ -392,7 +395,7 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   KEEL_TRY(enter(R, g, parent, inputs, n_inputs, iter, &f));
   keel_status st = KEEL_OK;
   struct keel_profile *prof = atomic_load_explicit(&R->s->profile, memory_order_acquire);
-  bool observed = prof || R->s->debug_plant_site;
+  bool observed = prof || R->s->debug_plant_site || R->bind;
   const keel_main_watch *watch = g == R->s->m->main ? R->watch : NULL; /* the main graph's only */
   for (int32_t p = 0; p < g->n_nodes && !st; p++) {
     const keel_node *n = &g->nodes[g->order[p]];

@@ -12,6 +12,7 @@
 
 #include "base/pool.h"
 #include "dist/comm.h"
+#include "exec/shapecheck.h"
 #include "passes/pass.h"
 #include "base/prim.h"
 #include "ir/scope.h"
@@ -219,6 +220,9 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   keel_status st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
+  const char *chk = getenv("KEEL_CHECK_SHAPES");
+  if (!st && ((s->opts.flags & KEEL_OPT_CHECK_SHAPES) || (chk && chk[0] == '1')))
+    st = keel_shapecheck_create(s);
   if (!st) st = bind(s);
   if (!st) st = keel_dist_bind(s->m, s->opts.comm);
   if (!st) st = make_consts(s);
@@ -315,6 +319,7 @@ void keel_session_destroy(keel_session_t *s) {
   keel_sys_free(s->out_info, ((size_t)g->n_out + 1) * sizeof(keel_io_info));
   keel_sys_free(s->consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
   keel_sys_free(s->sites, (size_t)s->n_sites * sizeof(keel_site));
+  keel_shapecheck_free(s->shapecheck);
   keel_onnx_free(s->m);
   keel_heap_release(s->heap); /* lives on while user values hold it */
   keel_mutex_destroy(&s->pool_lock);
@@ -440,6 +445,7 @@ static void set_stops(keel_runctx *R, const keel_run_opts *opts) {
                   : o.max_iterations == 0 ? KEEL_RUN_DEFAULT_MAX_ITERATIONS
                                           : INT64_MAX;
   R->iters = 0;
+  keel_shapecheck_begin(R);
 }
 
 /* A run the iteration guard stopped is reported through the log as well:
