@@ -290,6 +290,95 @@ static void r_convtranspose(keel_shape_ctx *c) {
   }
 }
 
+/* keel's channels-last ops (ops/nn/conv/conv_nhwc.h, pool_nhwc.c): the
+ * NCHW rule on the permuted input, the result permuted back. */
+static void nhwc_to_nchw(keel_sshape *v) {
+  keel_sdim c = v->d[v->rank - 1];
+  for (int32_t i = v->rank - 1; i > 1; i--) v->d[i] = v->d[i - 1];
+  v->d[1] = c;
+}
+
+static void nchw_to_nhwc(keel_sshape *v) {
+  keel_sdim c = v->d[1];
+  for (int32_t i = 1; i < v->rank - 1; i++) v->d[i] = v->d[i + 1];
+  v->d[v->rank - 1] = c;
+}
+
+static void r_nhwc_conv(keel_shape_ctx *c) {
+  const keel_sshape *x = in_at(c, 0), *w = in_at(c, 1);
+  if (!x || !w || w->rank < 1 || x->rank < 3) return;
+  keel_sshape xn = *x;
+  if (!keel_node_attr(c->n, "keel.in_nchw")) nhwc_to_nchw(&xn);
+  window_op(c, &xn, w, w->d[0]);
+  keel_sshape *o = &c->out[0];
+  if (o->rank < 0 || keel_node_attr(c->n, "keel.out_nchw")) return;
+  nchw_to_nhwc(o);
+  const keel_sshape *z = in_at(c, 3);
+  if (has_in(c, 3)) {
+    keel_sshape y = *o;
+    if (z) bcast(o, &y, z);
+    else keel_ss_rank(o, y.rank);
+  }
+}
+
+static void r_nhwc_pool(keel_shape_ctx *c) {
+  const keel_sshape *x = in_at(c, 0);
+  if (!x || x->rank < 3) return;
+  keel_sshape xn = *x;
+  nhwc_to_nchw(&xn);
+  bool global = strstr(c->n->op_type, "Global") != NULL;
+  if (global) {
+    same_as(&c->out[0], &xn, false);
+    for (int32_t i = 2; i < xn.rank; i++) c->out[0].d[i] = keel_sd_known(1);
+  } else window_op(c, &xn, NULL, xn.d[1]);
+  for (int32_t k = 0; k < c->n->n_out; k++)
+    if (c->out[k].rank >= 0) nchw_to_nhwc(&c->out[k]);
+}
+
+/* FusedAttention (ops/nn/attention/attention_fused.c): Q, Kt, V (each
+ * [B, H, S, D], or [B, S, H, D] where its layout bit says), a mask. */
+static void r_fused_attention(keel_shape_ctx *c) {
+  const keel_sshape *q = in_at(c, 0), *k = in_at(c, 1), *v = in_at(c, 2), *mk = in_at(c, 3);
+  int64_t lay = attr_i(c, "layout", 0);
+  if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4) return;
+  keel_sdim B = keel_sd_bcast(keel_sd_bcast(q->d[0], k->d[0]), v->d[0]);
+  keel_sdim H = keel_sd_bcast(keel_sd_bcast(q->d[(lay & 1) ? 2 : 1], k->d[(lay & 2) ? 2 : 1]),
+                              v->d[(lay & 4) ? 2 : 1]);
+  if (has_in(c, 3)) {
+    if (!mk) return;
+    if (mk->rank >= 4) B = keel_sd_bcast(B, mk->d[mk->rank - 4]);
+    if (mk->rank >= 3) H = keel_sd_bcast(H, mk->d[mk->rank - 3]);
+  }
+  keel_sdim Sq = q->d[(lay & 1) ? 1 : 2], Dv = v->d[3];
+  keel_sshape *o = &c->out[0];
+  keel_ss_rank(o, 4);
+  o->d[0] = B;
+  o->d[1] = (lay & 8) ? Sq : H;
+  o->d[2] = (lay & 8) ? H : Sq;
+  o->d[3] = Dv;
+}
+
+/* LSTM, GRU, RNN: X [S, B, I] (layout 1: [B, S, I]). */
+static void r_rnn(keel_shape_ctx *c) {
+  const keel_sshape *x = in_at(c, 0);
+  int64_t h = attr_i(c, "hidden_size", -1);
+  if (!x || x->rank != 3 || h < 0) return;
+  const keel_attr *dir = keel_node_attr(c->n, "direction");
+  keel_sdim D = keel_sd_known(dir && dir->type == KEEL_ATTR_STRING && !strcmp(dir->s, "bidirectional") ? 2 : 1);
+  bool bl = attr_i(c, "layout", 0) != 0;
+  keel_sdim S = x->d[bl ? 1 : 0], B = x->d[bl ? 0 : 1], H = keel_sd_known(h);
+  keel_sshape *y = &c->out[0];
+  keel_ss_rank(y, 4);
+  if (bl) y->d[0] = B, y->d[1] = S, y->d[2] = D, y->d[3] = H;
+  else y->d[0] = S, y->d[1] = D, y->d[2] = B, y->d[3] = H;
+  for (int32_t k = 1; k < c->n->n_out && k < 3; k++) {
+    keel_sshape *o = &c->out[k];
+    keel_ss_rank(o, 3);
+    if (bl) o->d[0] = B, o->d[1] = D, o->d[2] = H;
+    else o->d[0] = D, o->d[1] = B, o->d[2] = H;
+  }
+}
+
 /* ========================================================= reductions */
 
 static void reduce_axes(keel_shape_ctx *c, const keel_sshape *x, const int64_t *ax, int32_t na, bool keep) {
@@ -572,46 +661,72 @@ static keel_sdim slice_dim(keel_sdim D, int64_t s, int64_t e, int64_t step) {
   return keel_sd_unknown();
 }
 
+/* Input i's element values (integers or symbols): the count, else -1. */
+static int32_t in_dims(const keel_shape_ctx *c, int32_t i, keel_sdim *out, int32_t cap) {
+  const keel_sshape *v = in_at(c, i);
+  if (!v || v->nv < 0 || v->nv > cap) return -1;
+  memcpy(out, v->v, sizeof(keel_sdim) * (size_t)v->nv);
+  return v->nv;
+}
+
+/* The length of an input that is a 1-D list (its values or its shape). */
+static int32_t in_len(const keel_shape_ctx *c, int32_t i) {
+  const keel_sshape *v = in_at(c, i);
+  if (!v || v->rank != 1) return -1;
+  if (v->nv >= 0) return v->nv;
+  return keel_sd_isk(v->d[0]) && v->d[0].add <= KEEL_SHAPE_MAXV ? (int32_t)v->d[0].add : -1;
+}
+
 static void r_slice(keel_shape_ctx *c) {
   const keel_sshape *x = in_at(c, 0);
   if (!x) return;
-  int64_t st[KEEL_SHAPE_MAXV], en[KEEL_SHAPE_MAXV], ax[KEEL_SHAPE_MAXV], sp[KEEL_SHAPE_MAXV];
-  int32_t ns, ne, na, nsp;
+  keel_sdim st[KEEL_SHAPE_MAXV], en[KEEL_SHAPE_MAXV];
+  int64_t ax[KEEL_SHAPE_MAXV], sp[KEEL_SHAPE_MAXV];
+  int32_t ns, ne, na, nsp, n;
   if (c->opset < 10) {
-    const int64_t *p;
+    const int64_t *p, *q;
     ns = attr_ints(c, "starts", &p);
-    if (ns > KEEL_SHAPE_MAXV) return;
-    if (ns > 0) memcpy(st, p, sizeof(int64_t) * (size_t)ns);
-    ne = attr_ints(c, "ends", &p);
-    if (ne > KEEL_SHAPE_MAXV) return;
-    if (ne > 0) memcpy(en, p, sizeof(int64_t) * (size_t)ne);
+    ne = attr_ints(c, "ends", &q);
+    if (ns > KEEL_SHAPE_MAXV || ne > KEEL_SHAPE_MAXV) return;
+    for (int32_t i = 0; i < ns; i++) st[i] = keel_sd_known(p[i]);
+    for (int32_t i = 0; i < ne; i++) en[i] = keel_sd_known(q[i]);
     na = get_axes(c, "axes", -1, ax);
     nsp = 0;
+    n = ns;
   } else {
-    ns = in_ints(c, 1, st, KEEL_SHAPE_MAXV);
-    ne = in_ints(c, 2, en, KEEL_SHAPE_MAXV);
+    ns = in_dims(c, 1, st, KEEL_SHAPE_MAXV);
+    ne = in_dims(c, 2, en, KEEL_SHAPE_MAXV);
     na = has_in(c, 3) ? in_ints(c, 3, ax, KEEL_SHAPE_MAXV) : 0;
     nsp = has_in(c, 4) ? in_ints(c, 4, sp, KEEL_SHAPE_MAXV) : 0;
-  }
-  if (ns < 0 || ne != ns || na < 0 || nsp < 0 || (na && na != ns) || (nsp && nsp != ns)) {
-    /* which dims change is not known: only the rank */
-    keel_ss_rank(&c->out[0], x->rank);
-    return;
+    n = in_len(c, 1);
   }
   keel_sshape o = *x;
   o.nv = -1;
+  if (n < 0 || na < 0 || nsp < 0 || (na && na != n) || (nsp && nsp != n)) {
+    keel_ss_rank(&c->out[0], x->rank); /* which dims change is not known: only the rank */
+    return;
+  }
+  bool vals = ns == n && ne == n;      /* else: the sliced axes only are unknown */
   bool done[KEEL_MAX_RANK] = {0};
-  for (int32_t i = 0; i < ns; i++) {
+  for (int32_t i = 0; i < n; i++) {
     int64_t a = na ? ax[i] : i;
     if (!norm_axis(&a, x->rank) || done[a]) return;
     done[a] = true;
     int64_t step = nsp ? sp[i] : 1;
-    o.d[a] = slice_dim(x->d[a], st[i], en[i] > BIG_END ? BIG_END : en[i], step);
-    if (x->rank == 1 && x->nv >= 0 && keel_sd_isk(o.d[a]) && step > 0) { /* the element values */
-      int64_t s = st[i] < 0 ? st[i] + x->nv : st[i];
-      s = clamp64(s, 0, x->nv);
+    if (!vals) {
+      o.d[a] = keel_sd_unknown();
+      continue;
+    }
+    keel_sdim S = st[i], E = en[i];
+    if (keel_sd_isk(E) && E.add > BIG_END) E.add = BIG_END;
+    if (keel_sd_isk(S) && keel_sd_isk(E)) o.d[a] = slice_dim(x->d[a], S.add, E.add, step);
+    else if (keel_sd_is(S, 0) && step == 1 && keel_sd_eq(E, x->d[a])) o.d[a] = x->d[a];
+    else o.d[a] = keel_sd_unknown(); /* a bound known only at run time: a clamp may apply */
+    if (x->rank == 1 && x->nv >= 0 && keel_sd_isk(o.d[a]) && keel_sd_isk(S) && step > 0) {
+      int64_t s0 = S.add < 0 ? S.add + x->nv : S.add; /* the element values */
+      s0 = clamp64(s0, 0, x->nv);
       o.nv = (int32_t)o.d[a].add;
-      for (int32_t k = 0; k < o.nv; k++) o.v[k] = x->v[s + k * step];
+      for (int32_t k = 0; k < o.nv; k++) o.v[k] = x->v[s0 + k * step];
     }
   }
   c->out[0] = o;
@@ -1016,7 +1131,11 @@ static const rule g_rules[] = {
     {"NonZero", r_nonzero}, {"Compress", r_compress}, {"NonMaxSuppression", r_nms},
     /* others */
     {"RoiAlign", r_roialign}, {"GridSample", r_gridsample}, {"RandomNormal", r_random},
-    {"RandomUniform", r_random}, {"Det", r_det},
+    {"RandomUniform", r_random}, {"Det", r_det}, {"LSTM", r_rnn}, {"GRU", r_rnn}, {"RNN", r_rnn},
+    /* keel's own (ai.keel.internal): what the passes make */
+    {"NhwcConv", r_nhwc_conv}, {"NhwcMaxPool", r_nhwc_pool}, {"NhwcAveragePool", r_nhwc_pool},
+    {"NhwcGlobalMaxPool", r_nhwc_pool}, {"NhwcGlobalAveragePool", r_nhwc_pool},
+    {"FusedAttention", r_fused_attention},
 };
 
 const keel_tensor *keel_shape_const_in(const keel_shape_ctx *c, int32_t i) {
@@ -1027,9 +1146,9 @@ const keel_tensor *keel_shape_const_in(const keel_shape_ctx *c, int32_t i) {
 
 bool keel_shape_rule(keel_shape_ctx *c) {
   const char *d = c->n->domain;
-  if (d[0] && strcmp(d, "ai.onnx") && strcmp(d, "com.microsoft") && strcmp(d, "ai.onnx.ml")) {
-    if (strcmp(c->n->op_type, "FusedMatMul")) return false; /* keel's own fused products */
-  }
+  if (d[0] && strcmp(d, "ai.onnx") && strcmp(d, "com.microsoft") && strcmp(d, "ai.onnx.ml") &&
+      strcmp(d, "ai.keel.internal"))
+    return false;
   for (size_t i = 0; i < sizeof g_rules / sizeof g_rules[0]; i++)
     if (!strcmp(g_rules[i].op, c->n->op_type)) {
       g_rules[i].fn(c);

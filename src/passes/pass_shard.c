@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "passes/pass.h"
 #include "passes/shard.h"
+#include "ir/shapes.h"
 
 #define MAX_BLOCK 512
 
@@ -68,6 +69,7 @@ typedef struct sharder {
   keel_model *m;
   keel_graph *g;
   keel_shard_cfg *cfg;
+  keel_shapes *shapes;         /* the graph's shapes, inferred before it is cut */
   int8_t *memo;                /* per node: 0 unknown, 1 sharded, 2 not    */
   bool *taken;                 /* per node: in a block already             */
   const char *dropped[1024];   /* originals replaced by slices             */
@@ -91,16 +93,6 @@ static const keel_tensor *const_t(const sharder *S, const char *name) {
 
 static bool is_float_type(int32_t dt) {
   return dt == KEEL_FLOAT || dt == KEEL_FLOAT16 || dt == KEEL_BFLOAT16 || dt == KEEL_DOUBLE;
-}
-
-/* The values of a constant, or of Unsqueeze(constant) (exporters wrap
- * scalars so): only the values, in order, are meant. */
-static const keel_tensor *const_vals(const sharder *S, const char *name) {
-  const keel_tensor *t = const_t(S, name);
-  if (t || !name[0]) return t;
-  int32_t p = keel_ir_producer(S->g, name);
-  const keel_node *u = p >= 0 ? &S->g->nodes[p] : NULL;
-  return u && !strcmp(u->op_type, "Unsqueeze") && !u->domain[0] ? const_t(S, u->in_names[0]) : NULL;
 }
 
 static int64_t attr_i(const keel_node *n, const char *name, int64_t dflt) {
@@ -206,120 +198,17 @@ static vstate *state_of(block *B, const char *name) {
   return NULL;
 }
 
-/* The static shape of a value outside the block, for the broadcast check:
- * constants, and elementwise / Slice chains over them. false: unknown. */
-static bool side_shape(const sharder *S, const char *name, int depth, int32_t *rank,
-                       int64_t dims[KEEL_MAX_RANK]) {
-  const keel_tensor *t = const_t(S, name);
-  if (t) {
-    *rank = t->rank;
-    memcpy(dims, t->shape, sizeof(int64_t) * (size_t)t->rank);
-    return true;
-  }
-  const keel_node *n = NULL; /* its producer, here or in a graph around */
-  for (const keel_graph *o = S->g; o && !n && depth < 16 && name[0]; o = o->parent) {
-    int32_t p = keel_ir_producer(o, name);
-    if (p >= 0) n = &o->nodes[p];
-  }
-  if (!n) return false;
-  if (!strcmp(n->op_type, "Slice") && n->n_in >= 4) {
-    const keel_tensor *ax = const_vals(S, n->in_names[3]);
-    if (!ax || ax->dtype != KEEL_INT64 || !side_shape(S, n->in_names[0], depth + 1, rank, dims)) return false;
-    for (int64_t i = 0; i < keel_tensor_numel(ax); i++) {
-      int64_t a = ((const int64_t *)ax->data)[i];
-      if (a < 0) a += *rank;
-      if (a < 0 || a >= *rank) return false;
-      dims[a] = -1;
-    }
-    return true;
-  }
-  if (!strcmp(n->op_type, "Shape") && n->n_out == 1) { /* a 1-D tensor of unknown length */
-    *rank = 1;
-    dims[0] = -1;
-    return true;
-  }
-  if (!strcmp(n->op_type, "Gather") && n->n_in == 2) { /* of a 1-D tensor: the indices' shape */
-    const keel_tensor *ix = const_t(S, n->in_names[1]);
-    int32_t r;
-    int64_t d[KEEL_MAX_RANK];
-    if (!ix || !side_shape(S, n->in_names[0], depth + 1, &r, d) || r != 1) return false;
-    *rank = ix->rank;
-    memcpy(dims, ix->shape, sizeof(int64_t) * (size_t)ix->rank);
-    return true;
-  }
-  /* A mask made from the input's length, as PyTorch exports
-   * torch.triu(torch.full((T, T), ...)): Trilu(ConstantOfShape(Concat(
-   * Unsqueeze(Gather(Shape(x), i)), ...))). Its dims are not known, but
-   * its rank is, and a rank-2 operand of [B, H, T, T] scores cannot vary
-   * along the heads (plan_side): -1 marks each unknown dim. */
-  if (!strcmp(n->op_type, "Trilu") && n->n_in >= 1) return side_shape(S, n->in_names[0], depth + 1, rank, dims);
-  if (!strcmp(n->op_type, "ConstantOfShape") && n->n_in == 1) {
-    int32_t r;
-    int64_t d[KEEL_MAX_RANK];
-    if (!side_shape(S, n->in_names[0], depth + 1, &r, d) || r != 1 || d[0] < 0 || d[0] > KEEL_MAX_RANK)
-      return false;
-    *rank = (int32_t)d[0];
-    for (int32_t j = 0; j < *rank; j++) dims[j] = -1;
-    return true;
-  }
-  if (!strcmp(n->op_type, "Unsqueeze") && n->n_in >= 1) {
-    const keel_attr *aa = keel_node_attr(n, "axes");
-    const keel_tensor *ax = n->n_in > 1 ? const_vals(S, n->in_names[1]) : NULL;
-    int32_t na = ax && ax->dtype == KEEL_INT64 ? (int32_t)keel_tensor_numel(ax) : aa ? aa->n : -1;
-    const int64_t *av = ax && ax->dtype == KEEL_INT64 ? ax->data : aa ? aa->ints : NULL;
-    int32_t r;
-    int64_t d[KEEL_MAX_RANK];
-    if (na < 0 || !side_shape(S, n->in_names[0], depth + 1, &r, d) || r + na > KEEL_MAX_RANK) return false;
-    *rank = r + na;
-    bool one[KEEL_MAX_RANK] = {0};
-    for (int32_t i = 0; i < na; i++) {
-      int64_t a = av[i] < 0 ? av[i] + *rank : av[i];
-      if (a < 0 || a >= *rank || one[a]) return false;
-      one[a] = true;
-    }
-    for (int32_t j = 0, k = 0; j < *rank; j++) dims[j] = one[j] ? 1 : d[k++];
-    return true;
-  }
-  if (!strcmp(n->op_type, "Concat") && n->n_in >= 1) {
-    const keel_attr *axa = keel_node_attr(n, "axis");
-    int64_t axis = axa ? axa->i : 0;
-    for (int32_t k = 0; k < n->n_in; k++) {
-      int32_t r;
-      int64_t d[KEEL_MAX_RANK];
-      if (!side_shape(S, n->in_names[k], depth + 1, &r, d)) return false;
-      if (k == 0) {
-        *rank = r;
-        memcpy(dims, d, sizeof(int64_t) * (size_t)r);
-        if (axis < 0) axis += r;
-        if (axis < 0 || axis >= r) return false;
-        continue;
-      }
-      if (r != *rank) return false;
-      for (int32_t j = 0; j < r; j++)
-        dims[j] = j == axis ? (dims[j] < 0 || d[j] < 0 ? -1 : dims[j] + d[j]) : dims[j] == d[j] ? d[j] : -1;
-    }
-    return true;
-  }
-  bool ew = !strcmp(n->op_type, "Equal") || !strcmp(n->op_type, "Not") ||
-            !strcmp(n->op_type, "Less") || !strcmp(n->op_type, "Greater") || is_elementwise(n);
-  if (!ew || n->n_out != 1) return false;
-  *rank = 0;
-  for (int32_t k = 0; k < n->n_in; k++) {
-    int32_t r;
-    int64_t d[KEEL_MAX_RANK];
-    if (!side_shape(S, n->in_names[k], depth + 1, &r, d)) return false;
-    if (r > *rank) { /* broadcast, aligned at the end */
-      int64_t nd[KEEL_MAX_RANK];
-      for (int32_t j = 0; j < r; j++) nd[j] = 1;
-      for (int32_t j = 0; j < *rank; j++) nd[r - *rank + j] = dims[j];
-      memcpy(dims, nd, sizeof nd);
-      *rank = r;
-    }
-    for (int32_t j = 0; j < r; j++) {
-      int64_t *o = &dims[*rank - r + j];
-      if (d[j] != 1) *o = (*o == 1) ? d[j] : (*o == d[j] ? *o : -1);
-    }
-  }
+/* The shape of a value outside the block, for the broadcast check, as
+ * symbolic shape inference (ir/shapes.h) gives it: the rank, and each dim
+ * when it is an integer (-1 otherwise). A mask PyTorch builds from the
+ * input's length, Trilu(ConstantOfShape(Concat(T, T))), is [T, T]: its
+ * rank 2 shows that it cannot vary along the heads of [B, H, T, T] scores.
+ * false: the rank is not known. */
+static bool side_shape(const sharder *S, const char *name, int32_t *rank, int64_t dims[KEEL_MAX_RANK]) {
+  const keel_sshape *v = keel_shapes_find(S->shapes, S->g, name);
+  if (!v || v->rank < 0) return false;
+  *rank = v->rank;
+  for (int32_t i = 0; i < v->rank; i++) dims[i] = v->d[i].sym == KEEL_SYM_KNOWN ? v->d[i].add : -1;
   return true;
 }
 
@@ -333,9 +222,9 @@ static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int
   if (!name[0]) return KEEL_OK;
   int32_t rank;
   int64_t dims[KEEL_MAX_RANK];
-  if (!side_shape(S, name, 0, &rank, dims))
+  if (!side_shape(S, name, &rank, dims))
     return refuse(S, n, "cannot tell that operand '%s' is the same for every head / column "
-                  "(its shape is not known statically)", name, 0, 0);
+                  "(its rank is not known)", name, 0, 0);
   if (fe >= rank || dims[rank - 1 - fe] == 1) return KEEL_OK;
   if (const_t(S, name) && g > 0 && dims[rank - 1 - fe] == g) {
     if (g % S->cfg->tp)
@@ -345,6 +234,9 @@ static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int
     B->slices[B->n_slices++] = (slice_edit){node, in, fe, entry1};
     return KEEL_OK;
   }
+  if (dims[rank - 1 - fe] < 0)
+    return refuse(S, n, "cannot tell that operand '%s' is the same for every head / column "
+                  "(its extent along the sharded axis is not known)", name, 0, 0);
   return refuse(S, n, "operand '%s' varies along the sharded axis (%lld)", name,
                 (long long)dims[rank - 1 - fe], 0);
 }
@@ -1005,6 +897,7 @@ static keel_status shard_graph(keel_model *m, keel_graph *g) {
   pending *ins = calloc((size_t)n * 2 + 8, sizeof *ins);
   int32_t n_ins = 0;
   keel_status st = (!S.memo || !S.taken || !ins) ? keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard") : KEEL_OK;
+  if (!st) st = keel_shapes_infer(m, &S.shapes);
   if (!st) st = find_blocks(&S, ins, &n_ins);
   if (!st && S.cfg->split_vocab) st = split_vocab(&S, ins, &n_ins);
   for (int32_t i = 0; !st && i < n; i++) { /* what stays whole, for the report */
@@ -1027,6 +920,7 @@ static keel_status shard_graph(keel_model *m, keel_graph *g) {
       if (!keel_ir_uses(o, S.dropped[i])) keel_ir_drop_init(o, S.dropped[i]);
       break;
     }
+  keel_shapes_free(S.shapes);
   free(S.memo);
   free(S.taken);
   free(ins);
