@@ -151,8 +151,8 @@ static keel_sdim named_sym(keel_shapes *S, const char *name) {
 }
 
 keel_sdim keel_shapes_fresh(keel_shapes *S, const keel_graph *g, const char *what) {
-  char buf[48];
-  snprintf(buf, sizeof buf, "s%d", S->n_syms);
+  char buf[80];
+  snprintf(buf, sizeof buf, "s%d", S->n_syms); /* short in shapes; `what` for a debugger */
   (void)what;
   int32_t s = add_sym(S, g->id, buf);
   if (s < 0) S->oom = true;

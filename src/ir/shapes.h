@@ -69,9 +69,11 @@ KEEL_INTERNAL const char *keel_sshape_text(const keel_shapes *s, const keel_ssha
  * unknown); 2: rank or some dim unknown. */
 KEEL_INTERNAL int keel_sshape_class(const keel_sshape *v);
 
-/* Checks actual dims against v under `bind` (per symbol: its value, or -1
- * while unbound; symbols of graphs other than `g_id` and its ancestors'
- * main graph... see shapes.c): binds what it can. false on a disagreement. */
+/* Whether a tensor of `rank` and `dims` is what v says, under `bind` (per
+ * symbol its value in this run, or -1 while unbound; what it can bind, it
+ * binds). A symbol of the main graph is one value for a whole run; one of a
+ * sub-graph (a Loop body's carried length) stands for any value. An
+ * unknown rank or dim agrees with anything. */
 KEEL_INTERNAL bool keel_sshape_agrees(const keel_shapes *s, const keel_sshape *v, int32_t rank,
                                       const int64_t *dims, int64_t *bind);
 
