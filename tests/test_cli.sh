@@ -173,6 +173,13 @@ expect_out "node list (graph, node, kernel)" "info --nodes heading"
 expect_out "main/[^ ]* .*\\[reference\\]" "info --nodes lists sub-graph nodes and their kernel"
 expect_rc 0 "info --nodes --json" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx" --nodes --json
 expect_out '"node_list": \[{"graph": "main"' "info --nodes --json"
+# --shapes: every value's inferred shape (a Loop body's growing row is a symbol) and the counts
+expect_rc 0 "info --shapes" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes
+expect_out "main             h0  *\\[1, 8\\]" "info --shapes lists a graph input"
+expect_out "main/Loop/body   tokens.9  *\\[s[0-9]*\\]" "info --shapes: the carried row is a symbol of the body"
+expect_out "shapes     [0-9]* value(s): [0-9]* fully known, [1-9][0-9]* symbolic, 0 unknown" "info --shapes counts"
+expect_rc 0 "info --shapes --json" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes --json
+expect_out '"shape_counts": {"known": [0-9]*, "symbolic": [1-9]' "info --shapes --json counts"
 expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
 expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"
 expect_rc 0 "run shows the pool" "$KEEL" run "$(dirname "$0")/models/nested_loop_if/model.onnx" --iters 3 --trim-window 4

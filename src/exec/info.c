@@ -285,47 +285,45 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
 
 /* Every value's inferred shape (ir/shapes.h), graph by graph: the inputs,
  * then each node's outputs in run order; then the counts. */
+/* One value's line (text) or object (JSON) of the shape list. */
+static void shape_entry(sbuf *b, const keel_shapes *S, const keel_graph *g, const char *name, bool json,
+                        bool *first, int64_t count[3]) {
+  static const char *const cls[] = {"known", "symbolic", "unknown"};
+  if (!name[0]) return;
+  const keel_sshape *sh = keel_shapes_find(S, g, name);
+  char text[1024];
+  keel_sshape_text(S, sh, text, sizeof text);
+  int c = keel_sshape_class(sh);
+  count[c]++;
+  if (!json) {
+    put(b, "  %-16s %-40s %s\n", g->path, name, text);
+    return;
+  }
+  put(b, "%s{\"graph\": ", *first ? "" : ", ");
+  put_json_str(b, g->path);
+  put(b, ", \"value\": ");
+  put_json_str(b, name);
+  put(b, ", \"shape\": ");
+  put_json_str(b, text);
+  put(b, ", \"class\": \"%s\"}", cls[c]);
+  *first = false;
+}
+
 static void shape_list(sbuf *b, const keel_model *m, bool json) {
   keel_shapes *S;
   if (keel_shapes_infer(m, &S)) {
     b->failed = true;
     return;
   }
-  static const char *const cls[] = {"known", "symbolic", "unknown"};
   int64_t count[3] = {0};
   put(b, json ? ", \"shape_list\": [" : "shapes (graph, value, inferred shape)\n");
   bool first = true;
   for (int32_t i = 0; i < m->n_graphs; i++) {
     const keel_graph *g = m->graphs[i];
-    int32_t total = g->n_in;
-    for (int32_t k = 0; k < g->n_nodes; k++) total += g->nodes[k].n_out;
-    for (int32_t v = 0, k = 0; v < total; v++) {
-      const char *name;
-      if (v < g->n_in) name = g->in_names[v];
-      else {
-        int32_t at = v - g->n_in;
-        for (k = 0; k < g->n_nodes && at >= g->nodes[g->order ? g->order[k] : k].n_out; k++)
-          at -= g->nodes[g->order ? g->order[k] : k].n_out;
-        name = g->nodes[g->order ? g->order[k] : k].out_names[at];
-      }
-      if (!name[0]) continue;
-      const keel_sshape *sh = keel_shapes_find(S, g, name);
-      char text[1024];
-      keel_sshape_text(S, sh, text, sizeof text);
-      int c = keel_sshape_class(sh);
-      count[c]++;
-      if (!json) {
-        put(b, "  %-16s %-40s %s\n", g->path, name, text);
-        continue;
-      }
-      put(b, "%s{\"graph\": ", first ? "" : ", ");
-      put_json_str(b, g->path);
-      put(b, ", \"value\": ");
-      put_json_str(b, name);
-      put(b, ", \"shape\": ");
-      put_json_str(b, text);
-      put(b, ", \"class\": \"%s\"}", cls[c]);
-      first = false;
+    for (int32_t k = 0; k < g->n_in; k++) shape_entry(b, S, g, g->in_names[k], json, &first, count);
+    for (int32_t k = 0; k < g->n_nodes; k++) {
+      const keel_node *n = &g->nodes[g->order ? g->order[k] : k];
+      for (int32_t o = 0; o < n->n_out; o++) shape_entry(b, S, g, n->out_names[o], json, &first, count);
     }
   }
   if (json)

@@ -955,14 +955,7 @@ static void r_constant(keel_shape_ctx *c) {
   const keel_attr *a = keel_node_attr(c->n, "value");
   keel_sshape *o = &c->out[0];
   if (a && a->type == KEEL_ATTR_TENSOR && a->t) {
-    const keel_tensor *t = a->t;
-    o->rank = t->rank, o->nv = -1;
-    for (int32_t i = 0; i < t->rank; i++) o->d[i] = keel_sd_known(t->shape[i]);
-    int64_t n = keel_tensor_numel(t);
-    if ((t->dtype == KEEL_INT64 || t->dtype == KEEL_INT32) && t->rank <= 1 && n <= KEEL_SHAPE_MAXV) {
-      o->nv = (int32_t)n;
-      for (int64_t i = 0; i < n; i++) o->v[i] = keel_sd_known(keel_elem_get_i64(t->dtype, t->data, (size_t)i));
-    }
+    keel_ss_from_tensor(o, a->t);
     return;
   }
   const keel_attr *l = keel_node_attr(c->n, "value_ints");

@@ -51,5 +51,8 @@ KEEL_INTERNAL bool keel_shape_rule(keel_shape_ctx *c);
 /* A value of rank r with every dim unknown; one with the given dims. */
 KEEL_INTERNAL void keel_ss_rank(keel_sshape *v, int32_t r);
 KEEL_INTERNAL void keel_ss_unknown(keel_sshape *v);
+/* A constant's shape, and its element values when it is a small integer
+ * list (at most KEEL_SHAPE_MAXV elements, rank 0 or 1). */
+KEEL_INTERNAL void keel_ss_from_tensor(keel_sshape *v, const keel_tensor *t);
 
 #endif

@@ -241,7 +241,7 @@ const keel_sshape *keel_shapes_find(const keel_shapes *s, const keel_graph *g, c
 
 /* ===================================================== from tensors */
 
-static void from_tensor(keel_sshape *v, const keel_tensor *t) {
+void keel_ss_from_tensor(keel_sshape *v, const keel_tensor *t) {
   v->rank = t->rank;
   for (int32_t i = 0; i < t->rank; i++) v->d[i] = keel_sd_known(t->shape[i]);
   int64_t n = keel_tensor_numel(t);
@@ -491,7 +491,7 @@ static void infer_graph(keel_shapes *S, const keel_graph *g) {
   gtab *t = &S->tabs[g->id];
   for (int32_t i = 0; i < g->ld.n_init; i++) {
     keel_sshape v;
-    from_tensor(&v, &S->m->consts[g->ld.init_consts[i]]);
+    keel_ss_from_tensor(&v, &S->m->consts[g->ld.init_consts[i]]);
     tab_put(S, t, g->ld.init_names[i], &v);
   }
   uint8_t *done = keel_sys_calloc((size_t)g->n_nodes + 1, 1);
