@@ -4,7 +4,8 @@
 # in a greedy-decoding Loop that runs the whole decoder per new token.
 # Weights are written first from their seeded generator (tools/gpt_weights.py,
 # numpy only). The same GPT with its causal mask computed from the input
-# length (dynmask, dynmask_loop) is sharded at TP 2 and 4 too. Then, at
+# length (dynmask, dynmask_loop) and grouped-query attention (gqa, gqa_loop,
+# gqa_fused) are sharded at TP 2 and 4 too. Then, at
 # TP = 2 and 4 under mpirun:
 #  - keel test DIR passes against PyTorch's outputs (tokens exactly);
 #  - rank 0's logits match the one-process run within atol 1e-4, and the
@@ -44,12 +45,13 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-for m in plain loop dynmask dynmask_loop; do
+for m in plain loop dynmask dynmask_loop gqa gqa_loop gqa_fused; do
   cp -r "$here/gpt/$m" "$work/$m"
   "$py" "$tools/gpt_weights.py" "$work/$m/weights.txt" "$work/$m/weights.bin" || fail "$m: weights"
 done
-out=$("$keel" test "$work/plain" "$work/loop" "$work/dynmask" "$work/dynmask_loop" 2>&1)
-grep -q "4 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
+out=$("$keel" test "$work/plain" "$work/loop" "$work/dynmask" "$work/dynmask_loop" "$work/gqa" \
+      "$work/gqa_loop" "$work/gqa_fused" 2>&1)
+grep -q "7 passed, 0 failed" <<<"$out" || fail "one process against PyTorch: $out"
 
 # tp_run MODEL RUN N [shard options]: shards $work/MODEL into $work/MODEL-tpRUN
 # (the shard command's output in $shard_out: 8 blocks found), runs it under
@@ -123,6 +125,30 @@ for m in dynmask dynmask_loop; do
     fail "$m: one-process run"
   for n in 2 4; do tp_run "$m" "$n" "$n"; done
 done
+
+# Grouped-query attention (issue 24): 8 query heads, 4 key/value heads,
+# k and v repeated as Llama's repeat_kv writes it (Shape of the sharded k,
+# Unsqueeze, Expand, Reshape: the shapes computed from k are this rank's
+# already); separate projections (plain and in the loop) and one q|k|v
+# projection split into unequal parts. TP 2 and 4; TP 8 is refused (4
+# key/value heads among 8 ranks), naming the node.
+for m in gqa gqa_loop gqa_fused; do
+  "$keel" run "$work/$m/model.onnx" --data "$work/$m/test_data_set_0" --out "$work/$m/one" >/dev/null ||
+    fail "$m: one-process run"
+  for n in 2 4; do tp_run "$m" "$n" "$n"; done
+  "$keel" info "$work/$m-tp4" --json | "$py" -c "
+import json, sys
+d = json.load(sys.stdin)
+full = 12176384  # the model's float weights (weights.bin)
+for r in d['ranks']:
+    print(f'$m tp4 rank {r[\"rank\"]}: {r[\"parameter_bytes\"]} parameter bytes of {full}')
+    assert r['parameter_bytes'] < full * 0.4, r
+" || fail "$m tp4: per-rank parameter bytes"
+done
+out=$("$keel" shard "$work/gqa/model.onnx" --tp 8 --out "$work/g8" 2>&1) && fail "gqa tp 8 accepted"
+grep -q "node '/blocks.0/attn/Reshape_1' (Reshape): 4 heads do not divide among 8 ranks" <<<"$out" ||
+  fail "gqa tp 8 message: $out"
+[[ -e $work/g8/rank_0.onnx ]] && fail "gqa tp 8 wrote a rank file"
 
 # the generation loop at TP = 4: allocated bytes steady over 20 runs, every rank
 # (1000 runs take minutes: by hand, mpirun -np 4 keel memcheck DIR --iters 1000)

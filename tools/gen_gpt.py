@@ -28,24 +28,41 @@ import gpt_weights  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpt")
 VOCAB, HIDDEN, HEADS, BLOCKS, MLP, MAXPOS = 256, 256, 8, 4, 1024, 64
+KV_HEADS = 4  # the gqa/ models' key/value heads
+
+
+def repeat_kv(h, n_rep: int):
+    """[B, n_kv, T, D] -> [B, n_kv * n_rep, T, D], as Hugging Face's Llama
+    writes it (the export: Shape/Gather of h, Unsqueeze, Expand, Reshape)."""
+    b, n, s, d = h.shape
+    return h[:, :, None, :, :].expand(b, n, n_rep, s, d).reshape(b, n * n_rep, s, d)
 
 
 class Attention(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, kv_heads: int = HEADS):
         super().__init__()
+        hd = HIDDEN // HEADS
         self.q = torch.nn.Linear(HIDDEN, HIDDEN)
-        self.k = torch.nn.Linear(HIDDEN, HIDDEN)
-        self.v = torch.nn.Linear(HIDDEN, HIDDEN)
+        self.k = torch.nn.Linear(HIDDEN, kv_heads * hd)
+        self.v = torch.nn.Linear(HIDDEN, kv_heads * hd)
         self.proj = torch.nn.Linear(HIDDEN, HIDDEN)
         self.nh = HEADS
+        self.nkv = kv_heads  # fewer than nh: grouped-query attention (gqa/ models)
         self.dynamic_mask = False  # True for the dynmask/ models
         self.register_buffer("mask", torch.tril(torch.ones(MAXPOS, MAXPOS)).view(1, 1, MAXPOS, MAXPOS))
 
     def forward(self, x):
         B, T, C = x.size()
         q = self.q(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        k = self.k(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        v = self.v(x).view(B, T, self.nh, C // self.nh).transpose(1, 2)
+        k = self.k(x).view(B, T, self.nkv, C // self.nh).transpose(1, 2)
+        v = self.v(x).view(B, T, self.nkv, C // self.nh).transpose(1, 2)
+        return self.attend(q, k, v, B, T, C)
+
+    def attend(self, q, k, v, B: int, T: int, C: int):
+        """[B, heads, T, D] q, k, v (k and v of nkv heads) -> the projected output."""
+        if self.nkv != self.nh:
+            k = repeat_kv(k, self.nh // self.nkv)
+            v = repeat_kv(v, self.nh // self.nkv)
         att = (q @ k.transpose(-2, -1)) * (1.0 / float(C // self.nh) ** 0.5)
         if self.dynamic_mask:
             # the mask from the input length, as most GPT code writes it:
@@ -58,11 +75,30 @@ class Attention(torch.nn.Module):
         return self.proj(y)
 
 
+class FusedAttention(Attention):
+    """q, k and v from one projection split into unequal parts (GQA), as
+    Phi-3's qkv_proj writes it."""
+
+    def __init__(self, kv_heads: int):
+        super().__init__(kv_heads)
+        del self.q, self.k, self.v
+        self.qkv = torch.nn.Linear(HIDDEN, HIDDEN + 2 * kv_heads * (HIDDEN // HEADS))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        hd = C // self.nh
+        q, k, v = self.qkv(x).split([HIDDEN, self.nkv * HIDDEN // HEADS, self.nkv * HIDDEN // HEADS], dim=-1)
+        q = q.view(B, T, self.nh, hd).transpose(1, 2)
+        k = k.view(B, T, self.nkv, hd).transpose(1, 2)
+        v = v.view(B, T, self.nkv, hd).transpose(1, 2)
+        return self.attend(q, k, v, B, T, C)
+
+
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, kv_heads: int = HEADS, fused: bool = False):
         super().__init__()
         self.ln1 = torch.nn.LayerNorm(HIDDEN)
-        self.attn = Attention()
+        self.attn = FusedAttention(kv_heads) if fused else Attention(kv_heads)
         self.ln2 = torch.nn.LayerNorm(HIDDEN)
         self.fc = torch.nn.Linear(HIDDEN, MLP)
         self.act = torch.nn.GELU()
@@ -74,11 +110,11 @@ class Block(torch.nn.Module):
 
 
 class GPT(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, kv_heads: int = HEADS, fused: bool = False):
         super().__init__()
         self.wte = torch.nn.Embedding(VOCAB, HIDDEN)
         self.wpe = torch.nn.Embedding(MAXPOS, HIDDEN)
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(BLOCKS)])
+        self.blocks = torch.nn.ModuleList([Block(kv_heads, fused) for _ in range(BLOCKS)])
         self.ln_f = torch.nn.LayerNorm(HIDDEN)
         self.head = torch.nn.Linear(HIDDEN, VOCAB)
 
@@ -110,9 +146,9 @@ class Greedy(torch.nn.Module):
         return tokens, logits
 
 
-def seeded_gpt():
+def seeded_gpt(kv_heads=HEADS, fused=False):
     torch.manual_seed(0)
-    m = GPT().eval()
+    m = GPT(kv_heads, fused).eval()
     for name, p in m.named_parameters():
         p.data = torch.from_numpy(gpt_weights.param(name, list(p.shape)))
     return m
@@ -194,6 +230,19 @@ def main():
     export("dynmask", gpt, (tokens,), ["tokens"], ["logits"], False)
     out = export("dynmask_loop", Greedy(gpt), (tokens[:, :5], 8), ["tokens", "n"], ["generated", "logits"], True)
     print("generated (dynamic mask)", out[0].tolist())
+    # grouped-query attention (issue 24): 8 query heads, 4 key/value heads,
+    # repeat_kv as Llama writes it, the causal mask from the length
+    gqa = seeded_gpt(KV_HEADS)
+    for b in gqa.blocks:
+        b.attn.dynamic_mask = True
+    export("gqa", gqa, (tokens,), ["tokens"], ["logits"], False)
+    out = export("gqa_loop", Greedy(gqa), (tokens[:, :5], 8), ["tokens", "n"], ["generated", "logits"], True)
+    print("generated (gqa)", out[0].tolist())
+    # the same with q, k and v in one projection split into unequal parts
+    fused = seeded_gpt(KV_HEADS, fused=True)
+    for b in fused.blocks:
+        b.attn.dynamic_mask = True
+    export("gqa_fused", fused, (tokens,), ["tokens"], ["logits"], False)
 
 
 if __name__ == "__main__":

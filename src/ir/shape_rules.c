@@ -99,7 +99,10 @@ static bool bcast(keel_sshape *o, const keel_sshape *a, const keel_sshape *b) {
   return true;
 }
 
+static keel_sdim equal_value(keel_sdim a, keel_sdim b);
+
 static keel_sdim arith(const char *op, keel_sdim a, keel_sdim b) {
+  if (!strcmp(op, "Equal")) return equal_value(a, b);
   if (!strcmp(op, "Add")) return keel_sd_add(a, b);
   if (!strcmp(op, "Sub")) return keel_sd_sub(a, b);
   if (!strcmp(op, "Mul")) return keel_sd_mul(a, b);
@@ -109,6 +112,33 @@ static keel_sdim arith(const char *op, keel_sdim a, keel_sdim b) {
   if ((!strcmp(op, "Max") || !strcmp(op, "Min")) && keel_sd_isk(a) && keel_sd_isk(b))
     return keel_sd_known(!strcmp(op, "Max") == (a.add > b.add) ? a.add : b.add);
   return keel_sd_unknown();
+}
+
+/* Equal of two element values: 1 or 0 where it can be told (a symbolic
+ * dim with a non-negative offset is never negative), else unknown. */
+static keel_sdim equal_value(keel_sdim a, keel_sdim b) {
+  if (keel_sd_unk(a) || keel_sd_unk(b)) return keel_sd_unknown();
+  if (!memcmp(&a, &b, sizeof a)) return keel_sd_known(1);
+  if (keel_sd_isk(a) && keel_sd_isk(b)) return keel_sd_known(0);
+  keel_sdim s = keel_sd_isk(a) ? b : a, k = keel_sd_isk(a) ? a : b;
+  if (keel_sd_isk(k) && k.add < 0 && s.add >= 0) return keel_sd_known(0);
+  return keel_sd_unknown();
+}
+
+/* Where's element values: where the condition's are known, the chosen
+ * operand's (the exporters' Where(s == -1, 1, s) on Expand shapes). */
+static void where_values(keel_shape_ctx *c, keel_sshape *o) {
+  const keel_sshape *w = in_at(c, 0), *x = in_at(c, 1), *y = in_at(c, 2);
+  o->nv = -1;
+  if (!w || !x || !y || w->nv < 0 || x->nv < 0 || y->nv < 0 || o->rank > 1) return;
+  int32_t n = w->nv > x->nv ? w->nv : x->nv;
+  n = n > y->nv ? n : y->nv;
+  if ((w->nv != n && w->nv != 1) || (x->nv != n && x->nv != 1) || (y->nv != n && y->nv != 1)) return;
+  for (int32_t k = 0; k < n; k++) {
+    keel_sdim cond = w->v[w->nv == 1 ? 0 : k];
+    o->v[k] = !keel_sd_isk(cond) ? keel_sd_unknown() : cond.add ? x->v[x->nv == 1 ? 0 : k] : y->v[y->nv == 1 ? 0 : k];
+  }
+  o->nv = n;
 }
 
 static void r_bcast(keel_shape_ctx *c) {
@@ -129,7 +159,7 @@ static void r_bcast(keel_shape_ctx *c) {
     o.nv = -1;
     const char *op = c->n->op_type;
     bool ar = !strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-              !strcmp(op, "Max") || !strcmp(op, "Min");
+              !strcmp(op, "Max") || !strcmp(op, "Min") || !strcmp(op, "Equal");
     if (ar && acc->nv >= 0 && x->nv >= 0 && o.rank <= 1 && (acc->nv == x->nv || acc->nv == 1 || x->nv == 1)) {
       int32_t n = acc->nv > x->nv ? acc->nv : x->nv;
       o.nv = n;
@@ -138,6 +168,7 @@ static void r_bcast(keel_shape_ctx *c) {
     }
     tmp = o;
   }
+  if (acc && !strcmp(c->n->op_type, "Where")) where_values(c, &tmp);
   if (acc) c->out[0] = tmp;
 }
 
@@ -462,7 +493,29 @@ static bool shape_from(const keel_shape_ctx *c, int32_t i, keel_sshape *o) {
   return true;
 }
 
-static void r_constant_of_shape(keel_shape_ctx *c) { shape_from(c, 0, &c->out[0]); }
+/* ConstantOfShape: the shape; and, for a small integer result (the
+ * exporters' ones and minus ones beside shapes), its element values. */
+static void r_constant_of_shape(keel_shape_ctx *c) {
+  keel_sshape *o = &c->out[0];
+  if (!shape_from(c, 0, o)) return;
+  o->nv = -1;
+  const keel_attr *a = keel_node_attr(c->n, "value");
+  int64_t v = 0, n = 1;
+  for (int32_t i = 0; i < o->rank; i++) {
+    if (!keel_sd_isk(o->d[i])) return;
+    n *= o->d[i].add;
+  }
+  if (a && a->type == KEEL_ATTR_TENSOR && a->t && keel_tensor_numel(a->t) == 1) {
+    if (a->t->dtype == KEEL_INT64) v = *(const int64_t *)a->t->data;
+    else if (a->t->dtype == KEEL_INT32) v = *(const int32_t *)a->t->data;
+    else return;
+  } else if (a) {
+    return;
+  }
+  if (o->rank > 1 || n > KEEL_SHAPE_MAXV) return;
+  o->nv = (int32_t)n;
+  for (int64_t k = 0; k < n; k++) o->v[k] = keel_sd_known(v);
+}
 
 static void r_expand(keel_shape_ctx *c) {
   const keel_sshape *x = in_at(c, 0);

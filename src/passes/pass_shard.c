@@ -39,6 +39,11 @@ typedef struct vstate {
                                   elementwise ops between), else 0         */
 } vstate;
 
+typedef struct parts {         /* a fused projection's parts along its width */
+  int32_t n;
+  int64_t len[16];             /* global widths (q, k, v; unequal for GQA) */
+} parts;
+
 typedef struct slice_edit {    /* node input `in` becomes a slice          */
   int32_t node, in, axis_fe;
   int32_t entry1;              /* its entry (for a fused QKV's groups)     */
@@ -61,7 +66,8 @@ typedef struct block {
   int32_t n_splits;            /* Splits of a fused projection: sizes / tp */
   int32_t splits[16];
   int32_t n_groups;            /* fused entries: node, parts (q, k, v)     */
-  int32_t group_node[16], group_k[16];
+  int32_t group_node[16];
+  parts group[16];
   bool attention;
 } block;
 
@@ -140,14 +146,18 @@ static bool block_op(const sharder *S, const keel_node *n) {
   if (is_elementwise(n) || is_split(n)) return true;
   if (n->domain[0]) return false;
   if (!strcmp(n->op_type, "MatMul")) return !weight_matmul(S, n);
-  return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Transpose");
+  return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Transpose") ||
+         !strcmp(n->op_type, "Unsqueeze") || !strcmp(n->op_type, "Expand");
 }
 
 
-
-/* Inputs that carry block data (a Reshape's shape does not). */
+/* Inputs that carry block data (a Reshape's or Expand's shape, Split's
+ * sizes and Unsqueeze's axes do not). */
 static int32_t data_inputs(const keel_node *n) {
-  return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Split") ? 1 : n->n_in;
+  return !strcmp(n->op_type, "Reshape") || !strcmp(n->op_type, "Split") ||
+                 !strcmp(n->op_type, "Expand") || !strcmp(n->op_type, "Unsqueeze")
+             ? 1
+             : n->n_in;
 }
 
 static bool sharded_value(sharder *S, const char *name);
@@ -278,13 +288,233 @@ static bool shape_elem(const sharder *S, const keel_node *r, int32_t pos, int64_
   return true;
 }
 
+/* ============================================ where a shape element comes from
+ *
+ * Exporters compute Reshape and Expand shapes at run time from the shapes of
+ * other values: repeat_kv in grouped-query attention expands [B, n_kv, T, D]
+ * to [B, n_kv, rep, T, D] with a shape of Shape(k)[0], Shape(k)[1], rep, ...
+ * Once k is sharded along its heads, Shape(k)[1] is this rank's count, so
+ * that element needs no edit; a constant or the shape of an unsharded value
+ * is global and must be divided. origin() tells which, element by element,
+ * following the small integer ops exporters write between Shape and the
+ * shape input. */
+typedef enum { EL_UNKNOWN, EL_SAME, EL_LOCAL, EL_CONST } el_kind;
+typedef struct el {
+  el_kind k;
+  int64_t v;                   /* EL_CONST: the value                      */
+} el;
+
+/* Element `pos` of a constant integer tensor. */
+static bool const_elem(const keel_tensor *t, int64_t pos, int64_t *v) {
+  int64_t n = keel_tensor_numel(t);
+  if (pos < 0 || pos >= n) return false;
+  if (t->dtype == KEEL_INT64) *v = ((const int64_t *)t->data)[pos];
+  else if (t->dtype == KEEL_INT32) *v = ((const int32_t *)t->data)[pos];
+  else return false;
+  return true;
+}
+
+/* The rank the plan gives a block value, else the inferred one (-1). */
+static int32_t value_rank(const sharder *S, const block *B, const char *name) {
+  for (int32_t i = 0; i < B->n_states; i++)
+    if (!strcmp(B->states[i].name, name) && B->states[i].rank >= 0) return B->states[i].rank;
+  const keel_sshape *v = keel_shapes_find(S->shapes, S->g, name);
+  return v ? v->rank : -1;
+}
+
+/* Elements in a 1-D value (inferred), else -1. */
+static int64_t value_len(const sharder *S, const char *name) {
+  const keel_tensor *t = const_t(S, name);
+  if (t) return keel_tensor_numel(t);
+  const keel_sshape *v = keel_shapes_find(S->shapes, S->g, name);
+  if (!v || v->rank < 0) return -1;
+  int64_t n = 1;
+  for (int32_t i = 0; i < v->rank; i++) {
+    if (v->d[i].sym != KEEL_SYM_KNOWN) return -1;
+    n *= v->d[i].add;
+  }
+  return n;
+}
+
+static el origin(const sharder *S, const block *B, const char *name, int64_t pos, int depth) {
+  const el unknown = {EL_UNKNOWN, 0};
+  const keel_tensor *t = name[0] ? const_t(S, name) : NULL;
+  int64_t v;
+  if (t) return const_elem(t, keel_tensor_numel(t) == 1 ? 0 : pos, &v) ? (el){EL_CONST, v} : unknown;
+  int32_t p = name[0] && depth < 24 ? keel_ir_producer(S->g, name) : -1;
+  if (p < 0) return unknown;
+  const keel_node *n = &S->g->nodes[p];
+  const char *op = n->op_type;
+  if (n->domain[0]) return unknown;
+  if (!strcmp(op, "Shape")) {
+    const vstate *s = state_of((block *)B, n->in_names[0]);
+    int32_t rank = value_rank(S, B, n->in_names[0]);
+    if (!s) return (el){EL_SAME, 0}; /* whole on every rank */
+    if (rank < 0) return unknown;
+    int64_t start = attr_i(n, "start", 0);
+    if (start < 0) start += rank;
+    return start + pos == rank - 1 - s->fe ? (el){EL_LOCAL, 0} : (el){EL_SAME, 0};
+  }
+  if (!strcmp(op, "Gather") && n->n_in == 2 && attr_i(n, "axis", 0) == 0) {
+    const keel_tensor *ix = const_t(S, n->in_names[1]);
+    int64_t len = value_len(S, n->in_names[0]);
+    if (!ix || !const_elem(ix, keel_tensor_numel(ix) == 1 ? 0 : pos, &v)) return unknown;
+    if (v < 0 && len < 0) return unknown;
+    return origin(S, B, n->in_names[0], v < 0 ? v + len : v, depth + 1);
+  }
+  if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze") || !strcmp(op, "Cast") ||
+      !strcmp(op, "Identity") || !strcmp(op, "Reshape")) /* row-major order is kept */
+    return origin(S, B, n->in_names[0], pos, depth + 1);
+  if (!strcmp(op, "Concat") && attr_i(n, "axis", 0) == 0) {
+    for (int32_t k = 0; k < n->n_in; k++) {
+      int64_t len = value_len(S, n->in_names[k]);
+      if (len < 0) return unknown;
+      if (pos < len) return origin(S, B, n->in_names[k], pos, depth + 1);
+      pos -= len;
+    }
+    return unknown;
+  }
+  if (!strcmp(op, "ConstantOfShape")) {
+    const keel_attr *a = keel_node_attr(n, "value");
+    if (!a) return (el){EL_CONST, 0};
+    if (a->type != KEEL_ATTR_TENSOR || !const_elem(a->t, 0, &v)) return unknown;
+    return (el){EL_CONST, v};
+  }
+  if ((!strcmp(op, "Mul") || !strcmp(op, "Div") || !strcmp(op, "Add") || !strcmp(op, "Sub")) &&
+      n->n_in == 2) {
+    el a = origin(S, B, n->in_names[0], pos, depth + 1), b = origin(S, B, n->in_names[1], pos, depth + 1);
+    if (a.k == EL_CONST && b.k == EL_CONST) {
+      if (op[0] == 'M') return (el){EL_CONST, a.v * b.v};
+      if (op[0] == 'A') return (el){EL_CONST, a.v + b.v};
+      if (op[0] == 'S') return (el){EL_CONST, a.v - b.v};
+      return b.v ? (el){EL_CONST, a.v / b.v} : unknown;
+    }
+    if (a.k == EL_UNKNOWN || b.k == EL_UNKNOWN) return unknown;
+    if (a.k == EL_LOCAL && b.k == EL_LOCAL) return unknown;
+    /* a rank's count times (or over) a constant is still a rank's count;
+     * a sum with one is not */
+    if (a.k == EL_LOCAL || b.k == EL_LOCAL)
+      return op[0] == 'M' || (op[0] == 'D' && a.k == EL_LOCAL && b.k == EL_CONST) ? (el){EL_LOCAL, 0}
+                                                                                   : unknown;
+    return (el){EL_SAME, 0};
+  }
+  /* Where(x == -1, 1, x): the exporters' "-1 keeps the input's dim" for
+   * Expand; the value is x's wherever x is not -1 (a Shape never is) */
+  if (!strcmp(op, "Where") && n->n_in == 3) {
+    el a = origin(S, B, n->in_names[1], pos, depth + 1), b = origin(S, B, n->in_names[2], pos, depth + 1);
+    if (a.k == b.k && (a.k != EL_CONST || a.v == b.v)) return a;
+    if (a.k == EL_CONST && a.v == 1) return b;
+    return unknown;
+  }
+  return unknown;
+}
+
+/* Whether a Shape node that reads block value `v` only feeds shapes of
+ * the block's Reshapes and Expands (through small integer ops), or takes
+ * from it only elements that are the same on every rank; its uses are
+ * then checked element by element by origin(). */
+static const char *const g_shape_arith[] = {"Gather", "Unsqueeze", "Squeeze", "Concat", "Cast",
+                                           "Mul", "Div", "Add", "Sub", "Reshape", "Where", "Equal",
+                                           "ConstantOfShape", "Shape", "Identity"};
+
+static bool shape_only(const sharder *S, const block *B, const char *value, int depth) {
+  int32_t seen = 0;
+  if (depth > 24) return false;
+  for (int32_t i = 0; i < S->g->n_nodes; i++) {
+    const keel_node *n = &S->g->nodes[i];
+    for (int32_t k = 0; k < n->n_in; k++) {
+      if (strcmp(n->in_names[k], value)) continue;
+      seen++;
+      bool in_block = false;
+      for (int32_t j = 0; j < B->n_nodes; j++) in_block = in_block || B->nodes[j] == i;
+      if (in_block && k >= data_inputs(n)) continue; /* a block Reshape's / Expand's shape */
+      if (in_block || n->domain[0] || n->n_subs) return false;
+      if (!strcmp(n->op_type, "Gather") && k == 0 && origin(S, B, n->out_names[0], 0, 0).k == EL_SAME &&
+          value_len(S, n->out_names[0]) == 1)
+        continue; /* one element, the same on every rank */
+      bool arith = false;
+      for (size_t a = 0; a < KEEL_COUNTOF(g_shape_arith); a++) arith = arith || !strcmp(n->op_type, g_shape_arith[a]);
+      if (!arith || n->n_out != 1 || !shape_only(S, B, n->out_names[0], depth + 1)) return false;
+    }
+  }
+  return seen == keel_ir_uses(S->g, value);
+}
+
+/* Shape element `pos` of Reshape / Expand node i at the sharded axis:
+ * records the edit (global / tp) unless it is already this rank's count
+ * (from the shape of a sharded value) or, where keep_one, 1. */
+static keel_status shape_edit_at(sharder *S, block *B, int32_t i, int32_t pos, bool keep_one) {
+  const keel_node *n = &S->g->nodes[i];
+  el e = origin(S, B, n->in_names[1], pos, 0);
+  if (e.k == EL_LOCAL || (keep_one && e.k == EL_CONST && e.v == 1)) return KEEL_OK;
+  if (e.k == EL_UNKNOWN && keep_one)
+    return refuse(S, n, "cannot tell where element %s%lld of its shape comes from", "", pos, 0);
+  if (shape_len(S, n) <= pos)
+    return refuse(S, n, "its shape is neither a constant nor a Concat of pieces (element %s%lld "
+                  "must be divided)", "", pos, 0);
+  if (B->n_shapes == (int32_t)KEEL_COUNTOF(B->shapes)) return refuse(S, n, "too many shape edits%s", "", 0, 0);
+  B->shapes[B->n_shapes++] = (shape_edit){i, pos};
+  return KEEL_OK;
+}
+
+/* Whether dims [0, nx) of x and [0, ny) of y have the same product:
+ * equal symbolic dims cancel, the integers multiply. */
+static bool prefix_equal(const keel_sshape *x, int32_t nx, const keel_sshape *y, int32_t ny) {
+  keel_sdim sx[KEEL_MAX_RANK], sy[KEEL_MAX_RANK];
+  int32_t cx = 0, cy = 0;
+  int64_t px = 1, py = 1;
+  for (int32_t i = 0; i < nx; i++) {
+    if (x->d[i].sym == KEEL_SYM_UNKNOWN) return false;
+    if (x->d[i].sym == KEEL_SYM_KNOWN) px *= x->d[i].add;
+    else sx[cx++] = x->d[i];
+  }
+  for (int32_t i = 0; i < ny; i++) {
+    if (y->d[i].sym == KEEL_SYM_UNKNOWN) return false;
+    if (y->d[i].sym == KEEL_SYM_KNOWN) { py *= y->d[i].add; continue; }
+    bool hit = false;
+    for (int32_t k = 0; k < cx && !hit; k++)
+      if (!memcmp(&sx[k], &y->d[i], sizeof sy[0])) sx[k] = sx[--cx], hit = true;
+    if (!hit) sy[cy++] = y->d[i];
+  }
+  return !cx && !cy && px == py;
+}
+
+/* A Reshape that moves the sharded axis neither as the two cases below
+ * write it: from the inferred shapes, the output axis j that starts where
+ * the sharded input axis a starts (the dims before them have the same
+ * product) and that either holds a whole (a merged with the axes after it,
+ * repeat_kv's [B, n_kv, rep, T, D] -> [B, n_kv * rep, T, D]) or is the
+ * outer part of it. */
+static keel_status plan_reshape_general(sharder *S, block *B, int32_t i, const vstate *in, vstate *out) {
+  const keel_node *n = &S->g->nodes[i];
+  const keel_sshape *x = keel_shapes_find(S->shapes, S->g, n->in_names[0]);
+  const keel_sshape *y = keel_shapes_find(S->shapes, S->g, n->out_names[0]);
+  int32_t tp = S->cfg->tp;
+  if (!x || !y || x->rank < 0 || y->rank < 0 || (in->rank >= 0 && x->rank != in->rank))
+    return refuse(S, n, "a Reshape of the sharded value whose shapes are not known%s", "", 0, 0);
+  int32_t a = x->rank - 1 - in->fe;
+  if (a < 0 || x->d[a].sym != KEEL_SYM_KNOWN)
+    return refuse(S, n, "a Reshape of the sharded value whose sharded axis is not known%s", "", 0, 0);
+  int64_t ia = x->d[a].add;
+  for (int32_t j = 0; j < y->rank; j++) {
+    if (y->d[j].sym != KEEL_SYM_KNOWN || y->d[j].add <= 1 || !prefix_equal(x, a, y, j)) continue;
+    int64_t oj = y->d[j].add;
+    bool merge = oj % ia == 0, split = ia % oj == 0;
+    if (!merge && !split) break;
+    if ((merge ? ia : oj) % tp)
+      return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)(merge ? ia : oj), tp);
+    *out = (vstate){n->out_names[0], y->rank - 1 - j, y->rank, oj};
+    return shape_edit_at(S, B, i, j, false);
+  }
+  return refuse(S, n, "a Reshape that neither splits the sharded axis into (heads, head size) nor "
+                "merges it with the axes after it%s", "", 0, 0);
+}
+
 static keel_status plan_reshape(sharder *S, block *B, int32_t i, const vstate *in, vstate *out) {
   const keel_node *n = &S->g->nodes[i];
   int32_t L = shape_len(S, n), tp = S->cfg->tp;
-  if (L < 2) return refuse(S, n, "a Reshape of the sharded value whose shape is not a constant "
-                           "or a Concat of pieces%s", "", 0, 0);
   int64_t h, d;
-  if (in->fe == 0 && (in->rank < 0 || L == in->rank + 1)) { /* [.., C] -> [.., H, D] */
+  if (L >= 2 && in->fe == 0 && (in->rank < 0 || L == in->rank + 1)) { /* [.., C] -> [.., H, D] */
     bool kh = shape_elem(S, n, L - 2, &h), kd = shape_elem(S, n, L - 1, &d);
     if (kh && h == 0) return refuse(S, n, "shape element 0 (copy) at the head axis%s", "", 0, 0);
     if (kh && h > 0 && h % tp)
@@ -295,21 +525,59 @@ static keel_status plan_reshape(sharder *S, block *B, int32_t i, const vstate *i
     if ((!kh || h < 0) && kd && d > 0 && in->g > 0 && (in->g % d || (in->g / d) % tp))
       return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)(in->g / d), tp);
     *out = (vstate){n->out_names[0], 1, L, kh && h > 0 ? h : (kd && d > 0 && in->g > 0 ? in->g / d : -1)};
-    if (!kh || h > 0) B->shapes[B->n_shapes++] = (shape_edit){i, L - 2};
     B->attention = true;
-    return KEEL_OK;
+    return !kh || h > 0 ? shape_edit_at(S, B, i, L - 2, false) : KEEL_OK;
   }
-  if (in->fe == 1 && in->rank > 1 && L == in->rank - 1) { /* [.., H, D] -> [.., C] */
+  if (L >= 1 && in->fe == 1 && in->rank > 1 && L == in->rank - 1) { /* [.., H, D] -> [.., C] */
     bool kc = shape_elem(S, n, L - 1, &h);
     if (kc && h == 0) return refuse(S, n, "shape element 0 (copy) at the merged axis%s", "", 0, 0);
     if (kc && h > 0 && h % tp)
       return refuse(S, n, "%sthe merged width %lld does not divide among %lld ranks", "", (long long)h, tp);
     *out = (vstate){n->out_names[0], 0, L, kc && h > 0 ? h : -1};
-    if (!kc || h > 0) B->shapes[B->n_shapes++] = (shape_edit){i, L - 1};
-    return KEEL_OK;
+    return !kc || h > 0 ? shape_edit_at(S, B, i, L - 1, false) : KEEL_OK;
   }
-  return refuse(S, n, "a Reshape that neither splits the sharded last axis into (heads, head "
-                "size) nor merges them back%s", "", 0, 0);
+  return plan_reshape_general(S, B, i, in, out);
+}
+
+/* Unsqueeze: the sharded axis keeps its place among the input's axes. */
+static keel_status plan_unsqueeze(sharder *S, block *B, int32_t i, const vstate *in, vstate *out) {
+  const keel_node *n = &S->g->nodes[i];
+  const keel_attr *at = keel_node_attr(n, "axes");
+  const keel_tensor *t = n->n_in > 1 && n->in_names[1][0] ? const_t(S, n->in_names[1]) : NULL;
+  int32_t rank = in->rank >= 0 ? in->rank : value_rank(S, B, n->in_names[0]);
+  int64_t na = at && at->type == KEEL_ATTR_INTS ? at->n : t ? keel_tensor_numel(t) : -1;
+  if (rank < 0 || na < 0 || na > KEEL_MAX_RANK)
+    return refuse(S, n, "an Unsqueeze of the sharded value whose rank or axes are not known%s", "", 0, 0);
+  int32_t ro = rank + (int32_t)na, abs_in = rank - 1 - in->fe, seen = 0;
+  bool inserted[KEEL_MAX_RANK * 2] = {false};
+  for (int64_t k = 0; k < na; k++) {
+    int64_t ax;
+    if (at && at->type == KEEL_ATTR_INTS) ax = at->ints[k];
+    else if (!const_elem(t, k, &ax)) return refuse(S, n, "an Unsqueeze with axes%s not integers", "", 0, 0);
+    if (ax < 0) ax += ro;
+    if (ax < 0 || ax >= ro) return refuse(S, n, "an Unsqueeze axis%s out of range", "", 0, 0);
+    inserted[ax] = true;
+  }
+  for (int32_t p = 0; p < ro; p++) {
+    if (inserted[p]) continue;
+    if (seen++ == abs_in) {
+      *out = (vstate){n->out_names[0], ro - 1 - p, ro, in->g};
+      return KEEL_OK;
+    }
+  }
+  return refuse(S, n, "an Unsqueeze that loses the sharded axis%s (internal)", "", 0, 0);
+}
+
+/* Expand: the sharded axis stays (counted from the last); the target's
+ * element there must be 1 or this rank's count, else it is divided. */
+static keel_status plan_expand(sharder *S, block *B, int32_t i, const vstate *in, vstate *out) {
+  const keel_node *n = &S->g->nodes[i];
+  int64_t len = value_len(S, n->in_names[1]);
+  const keel_sshape *y = keel_shapes_find(S->shapes, S->g, n->out_names[0]);
+  if (len < 0) return refuse(S, n, "an Expand of the sharded value whose shape's length is not known%s", "", 0, 0);
+  int32_t ro = y && y->rank >= 0 ? y->rank : (in->rank > len ? in->rank : (int32_t)len);
+  *out = (vstate){n->out_names[0], in->fe, ro, in->g};
+  return len - 1 - in->fe < 0 ? KEEL_OK : shape_edit_at(S, B, i, (int32_t)(len - 1 - in->fe), true);
 }
 
 static keel_status plan_transpose(sharder *S, int32_t i, const vstate *in, vstate *out) {
@@ -343,38 +611,43 @@ static bool split_sizes(const sharder *S, const keel_node *n, int64_t *sz, int32
 }
 
 /* A fused projection (q, k and v in one weight) split along its last
- * axis into equal parts: each rank keeps its block of every part, so the
- * entry's columns (and bias) are sliced part by part. */
+ * axis: each rank keeps its block of every part, so the entry's columns
+ * (and bias) are sliced part by part. The parts may differ (grouped-query
+ * attention: q of all heads, k and v of fewer); each must divide by tp. */
 static keel_status plan_split(sharder *S, block *B, int32_t i, const vstate *in) {
   const keel_node *n = &S->g->nodes[i];
   const keel_attr *ax = keel_node_attr(n, "axis");
   int64_t axis = ax ? ax->i : 0, sz[64];
-  int32_t k, parts = n->n_out, tp = S->cfg->tp;
+  int32_t k, np = n->n_out, tp = S->cfg->tp;
   if (!split_sizes(S, n, sz, &k)) return refuse(S, n, "a Split with sizes computed at run time%s", "", 0, 0);
-  bool equal = true, last = axis == -1 || (in->rank >= 0 && axis == in->rank - 1);
+  bool last = axis == -1 || (in->rank >= 0 && axis == in->rank - 1);
   int64_t sum = 0;
-  for (int32_t j = 0; j < k; j++) sum += sz[j], equal = equal && sz[j] == sz[0];
-  if (!last && in->rank < 0 && axis >= 0 && k == parts && in->g > 0 && sum == in->g) last = true;
-  if (in->fe != 0 || !last || !in->entry1 || (k && k != parts) || in->g <= 0 || in->g % parts)
+  for (int32_t j = 0; j < k; j++) sum += sz[j];
+  if (!last && in->rank < 0 && axis >= 0 && k == np && in->g > 0 && sum == in->g) last = true;
+  if (in->fe != 0 || !last || !in->entry1 || (k && (k != np || sum != in->g)) || in->g <= 0 ||
+      (!k && in->g % np) || np > 16)
     return refuse(S, n, "a Split that is not the last-axis split of a fused projection%s", "", 0, 0);
-  if (!equal) return refuse(S, n, "a fused projection split into unequal parts%s (grouped heads)", "", 0, 0);
-  int64_t part = in->g / parts;
-  if (part % tp)
-    return refuse(S, n, "%seach part's width %lld does not divide among %lld ranks", "", (long long)part, tp);
+  parts p = {np, {0}};
+  for (int32_t j = 0; j < np; j++) {
+    p.len[j] = k ? sz[j] : in->g / np;
+    if (p.len[j] % tp)
+      return refuse(S, n, "%spart %lld's width does not divide among %lld ranks", "", (long long)j, tp);
+  }
   if (B->n_groups == 16 || B->n_splits == 16) return refuse(S, n, "too many fused projections%s", "", 0, 0);
   B->group_node[B->n_groups] = in->entry1 - 1;
-  B->group_k[B->n_groups++] = parts;
+  B->group[B->n_groups++] = p;
   if (k) B->splits[B->n_splits++] = i;
-  int32_t rank = in->rank >= 0 ? in->rank : (int32_t)axis + 1;
-  for (int32_t j = 0; j < parts; j++)
-    if (n->out_names[j][0]) B->states[B->n_states++] = (vstate){n->out_names[j], 0, rank, part, 0};
+  int32_t rank = in->rank >= 0 ? in->rank : axis >= 0 ? (int32_t)axis + 1 : value_rank(S, B, n->in_names[0]);
+  for (int32_t j = 0; j < np; j++)
+    if (n->out_names[j][0]) B->states[B->n_states++] = (vstate){n->out_names[j], 0, rank, p.len[j], 0};
   return KEEL_OK;
 }
 
-static int32_t groups_of(const block *B, int32_t entry1) {
+/* The parts of a fused entry (entry1 = 1 + its node), or NULL: one. */
+static const parts *groups_of(const block *B, int32_t entry1) {
   for (int32_t j = 0; entry1 && j < B->n_groups; j++)
-    if (B->group_node[j] == entry1 - 1) return B->group_k[j];
-  return 1;
+    if (B->group_node[j] == entry1 - 1) return &B->group[j];
+  return NULL;
 }
 
 /* An interior node: the state of its output from its sharded operands. */
@@ -392,6 +665,8 @@ static keel_status plan_node(sharder *S, block *B, int32_t i) {
   if (is_split(n)) return plan_split(S, B, i, first);
   vstate out = {n->out_names[0], first->fe, first->rank, first->g, is_elementwise(n) ? first->entry1 : 0};
   if (!strcmp(n->op_type, "Reshape")) KEEL_TRY(plan_reshape(S, B, i, first, &out));
+  else if (!strcmp(n->op_type, "Unsqueeze")) KEEL_TRY(plan_unsqueeze(S, B, i, first, &out));
+  else if (!strcmp(n->op_type, "Expand")) KEEL_TRY(plan_expand(S, B, i, first, &out));
   else if (!strcmp(n->op_type, "Transpose")) KEEL_TRY(plan_transpose(S, i, first, &out));
   else if (!strcmp(n->op_type, "MatMul") && first->fe < 2)
     return refuse(S, n, "a MatMul over the sharded axis%s (only batch axes may be sharded)", "", 0, 0);
@@ -415,6 +690,12 @@ static keel_status plan_closed(sharder *S, block *B) {
     for (int32_t j = 0; j <= B->n_nodes; j++) {
       const keel_node *n = &S->g->nodes[j < B->n_nodes ? B->nodes[j] : B->exit];
       for (int32_t k = 0; k < n->n_in; k++) inside += !strcmp(n->in_names[k], v);
+    }
+    for (int32_t j = 0; j < S->g->n_nodes; j++) { /* Shape(v), for the block's own shapes */
+      const keel_node *n = &S->g->nodes[j];
+      if (!strcmp(n->op_type, "Shape") && !n->domain[0] && !strcmp(n->in_names[0], v) &&
+          shape_only(S, B, n->out_names[0], 0))
+        inside++;
     }
     if (keel_ir_uses(S->g, v) != inside) {
       int32_t p = keel_ir_producer(S->g, v);
@@ -465,13 +746,14 @@ static keel_status plan(sharder *S, block *B) {
 
 /* ========================================================== applying */
 
-/* A new constant: block `rank` of tp along `axis` of constant `src`. */
-static keel_status slice_const(sharder *S, const char *src, int32_t axis, int32_t groups,
+/* A new constant: block `rank` of tp along `axis` of constant `src`, of
+ * each part when it holds several (a fused projection: p; NULL: one). */
+static keel_status slice_const(sharder *S, const char *src, int32_t axis, const parts *p,
                                const char **out) {
   const keel_tensor *t = const_t(S, src);
   int32_t tp = S->cfg->tp, r = S->cfg->rank;
   char name[1024];
-  snprintf(name, sizeof name, "%s/tp%d_%d%s", src, r, tp, groups > 1 ? "g" : "");
+  snprintf(name, sizeof name, "%s/tp%d_%d%s", src, r, tp, p && p->n > 1 ? "g" : "");
   if (const_t(S, name)) { /* the same weight in two blocks (shared weights) */
     *out = keel_arena_strdup(S->m->arena, name);
     return *out ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: a name");
@@ -480,19 +762,23 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, int32_
   if (!es || t->dtype == KEEL_STRING || keel_dtype_is_packed(t->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "shard: constant '%s' of type %s cannot be sliced", src,
                     keel_dtype_name((keel_dtype)t->dtype));
-  int64_t outer = 1, inner = 1, glen = t->shape[axis] / groups, len = glen / tp;
+  parts one = {1, {t->shape[axis]}};
+  if (!p) p = &one;
+  int64_t outer = 1, inner = 1, len = 0;
+  for (int32_t q = 0; q < p->n; q++) len += p->len[q] / tp;
   for (int32_t k = 0; k < axis; k++) outer *= t->shape[k];
   for (int32_t k = axis + 1; k < t->rank; k++) inner *= t->shape[k];
-  size_t row = (size_t)(len * inner) * es, nbytes = (size_t)(outer * groups) * row;
-  uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN);
+  size_t nbytes = (size_t)(outer * len * inner) * es;
+  uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN), *to = d;
   keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
   if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
   for (int64_t o = 0; o < outer; o++) /* part q of row o: its r-th block */
-    for (int64_t q = 0; q < groups; q++)
-      memcpy(d + (size_t)(o * groups + q) * row,
-             (const uint8_t *)t->data +
-                 ((size_t)(o * t->shape[axis] + q * glen + r * len) * (size_t)inner) * es,
-             row);
+    for (int64_t q = 0, start = 0; q < p->n; start += p->len[q++]) {
+      size_t row = (size_t)(p->len[q] / tp * inner) * es;
+      memcpy(to, (const uint8_t *)t->data + ((size_t)(o * t->shape[axis] + start + r * (p->len[q] / tp)) *
+                                                 (size_t)inner) * es, row);
+      to += row;
+    }
   atomic_init(&b->refs, 1);
   b->kind = KEEL_BUF_STATIC;
   b->nbytes = nbytes;
@@ -500,7 +786,7 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, int32_
   keel_tensor s = *t;
   s.buf = b;
   s.data = d;
-  s.shape[axis] = len * groups;
+  s.shape[axis] = len;
   KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &s, NULL));
   *out = S->g->ld.init_names[S->g->ld.n_init - 1];
   S->cfg->sharded_bytes += nbytes;
@@ -635,7 +921,7 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
     S->taken[B->nodes[j]] = true;
     int32_t ka, ma;
     if (!weight_proj(S, n, &ka, &ma)) continue;
-    int32_t groups = groups_of(B, B->nodes[j] + 1);
+    const parts *groups = groups_of(B, B->nodes[j] + 1);
     KEEL_TRY(slice_const(S, n->in_names[1], ma, groups, &n->in_names[1]));
     const keel_tensor *c = gemm_bias(n) ? const_t(S, n->in_names[2]) : NULL;
     if (c && c->rank && c->shape[c->rank - 1] > 1)
@@ -669,7 +955,7 @@ static keel_status apply_exit(sharder *S, block *B, pending *ins, int32_t *n_ins
   S->taken[B->exit] = true;
   int32_t ka, ma;
   weight_proj(S, x, &ka, &ma);
-  KEEL_TRY(slice_const(S, x->in_names[1], ka, 1, &x->in_names[1]));
+  KEEL_TRY(slice_const(S, x->in_names[1], ka, NULL, &x->in_names[1]));
   const char *full = x->out_names[0], *part = arena_fmt(S, full, "/partial"), *bias = gemm_bias(x);
   const char *in[1] = {part};
   keel_node ar;
@@ -724,11 +1010,11 @@ static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_in
   int64_t vocab = w->shape[ma];
   if (vocab % tp)
     return refuse(S, x, "%sthe vocabulary (%lld) does not divide among %lld ranks", "", (long long)vocab, tp);
-  KEEL_TRY(slice_const(S, x->in_names[1], ma, 1, &x->in_names[1]));
+  KEEL_TRY(slice_const(S, x->in_names[1], ma, NULL, &x->in_names[1]));
   const keel_tensor *c = gemm_bias(x) ? const_t(S, x->in_names[2]) : NULL;
   if (gemm_bias(x) && !c) return refuse(S, x, "an LM head whose bias is not a constant%s", "", 0, 0);
   if (c && c->rank && c->shape[c->rank - 1] > 1)
-    KEEL_TRY(slice_const(S, x->in_names[2], c->rank - 1, 1, &x->in_names[2]));
+    KEEL_TRY(slice_const(S, x->in_names[2], c->rank - 1, NULL, &x->in_names[2]));
   S->taken[i] = true;
   int32_t at = i, rd = keel_ir_only_reader(S->g, x->out_names[0]);
   keel_node *add = rd >= 0 ? &S->g->nodes[rd] : NULL;
@@ -736,7 +1022,7 @@ static keel_status split_head(sharder *S, int32_t i, pending *ins, int32_t *n_in
     int32_t b = strcmp(add->in_names[0], x->out_names[0]) ? 0 : 1;
     const keel_tensor *bias = const_t(S, add->in_names[b]);
     if (bias && bias->rank == 1 && bias->shape[0] == vocab) {
-      KEEL_TRY(slice_const(S, add->in_names[b], 0, 1, &add->in_names[b]));
+      KEEL_TRY(slice_const(S, add->in_names[b], 0, NULL, &add->in_names[b]));
       at = rd;
       x = add;
     }
