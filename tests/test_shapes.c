@@ -144,6 +144,27 @@ static mb_graph *arithmetic(void) {
   mb_add(g, "Unsqueeze", "T8,ax0", "T81");
   mb_attr_i(mb_add(g, "Concat", "b0,T81,rest", "shp8"), "axis", 0);
   mb_add(g, "Reshape", "x,shp8", "x8");
+  /* PyTorch's expand(b, n, 3, t, d): the target's -1s kept as the input's
+   * dims by Where(s == -1, 1, s) over ConstantOfShape(Shape(s)) */
+  int64_t ax2 = 2, three = 3, m1 = -1, one1 = 1;
+  mb_init(g, "ax2", KEEL_INT64, 1, (int64_t[]){1}, &ax2);
+  mb_init(g, "rep3", KEEL_INT64, 1, (int64_t[]){1}, &three);
+  mb_init(g, "i0", KEEL_INT64, 0, NULL, &zero);
+  mb_init(g, "m1", KEEL_INT64, 0, NULL, &m1);
+  mb_init(g, "flat1", KEEL_INT64, 1, (int64_t[]){1}, &m1);
+  mb_add(g, "Unsqueeze", "x,ax2", "xu");                                /* [B, T, 1, 8] */
+  mb_add(g, "Gather", "sx,i0", "B");
+  mb_add(g, "Unsqueeze", "B,ax0", "B1");
+  mb_add(g, "Unsqueeze", "T,ax0", "T1");
+  mb_add(g, "Gather", "sx,ax2", "C1");                                  /* [8] */
+  mb_attr_i(mb_add(g, "Concat", "B1,T1,rep3,C1", "es"), "axis", 0);
+  mb_add(g, "Reshape", "es,flat1", "esr");
+  mb_add(g, "Shape", "esr", "ess");
+  mb_attr_t(mb_add(g, "ConstantOfShape", "ess", "ones"), "value", KEEL_INT64, 1, (int64_t[]){1}, &one1);
+  mb_add(g, "Mul", "ones,m1", "negs");
+  mb_add(g, "Equal", "esr,negs", "eq");
+  mb_add(g, "Where", "eq,ones,esr", "target");
+  mb_add(g, "Expand", "xu,target", "xe");                               /* [B, T, 3, 8] */
   /* what stays unknown: a stride over a symbol */
   static float w[4 * 8 * 3];
   for (int i = 0; i < 4 * 8 * 3; i++) w[i] = (float)(i % 5) * 0.25f;
@@ -158,7 +179,7 @@ static mb_graph *arithmetic(void) {
   mb_add(g, "Relu", "u", "ru");
   /* a data-dependent dim */
   mb_add(g, "NonZero", "x", "nz");
-  const char *outs[] = {"cat3", "xs", "padded", "x8", "conv1", "conv2", "ru", "nz"};
+  const char *outs[] = {"cat3", "xs", "padded", "x8", "conv1", "conv2", "ru", "nz", "xe"};
   for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) mb_output(g, outs[i], KEEL_FLOAT, -1, NULL);
   (void)g_minus1;
   return g;
@@ -178,6 +199,8 @@ static void check_arithmetic(void) {
   CHECK(shape_is(S, g, "xs", "[d0, 4*d1, 2]"));
   CHECK(shape_is(S, g, "padded", "[d0, d1+3, 8]"));
   CHECK(shape_is(S, g, "x8", "[d0, d1/8, 64]"));
+  CHECK(shape_is(S, g, "xe", "[d0, d1, 3, 8]"));
+  CHECK(shape_is(S, g, "ones", "[4]"));
   CHECK(shape_is(S, g, "conv1", "[d0, 4, d1]"));
   CHECK(shape_is(S, g, "conv2", "[d0, 4, ?]"));
   CHECK(shape_is(S, g, "ru", "rank ?"));
@@ -279,7 +302,7 @@ static keel_session_t *checked(mb_graph *g, int opset) {
 
 static keel_status run1(keel_session_t *s, const char *const *names, keel_value_t **in, size_t n_in,
                         size_t n_out) {
-  keel_value_t *out[8] = {0};
+  keel_value_t *out[16] = {0};
   keel_status st = keel_run(s, names, in, n_in, out);
   for (size_t i = 0; i < n_out; i++) keel_value_release(out[i]);
   return st;
@@ -313,7 +336,7 @@ static void check_runs(void) {
     for (int i = 0; i < 2 * 16 * 8; i++) x[i] = (float)(i % 3);
     keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){2, 16, 8}, x),
                            mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 3}, u)};
-    keel_status st = run1(s, (const char *[]){"x", "u"}, in, 2, 8);
+    keel_status st = run1(s, (const char *[]){"x", "u"}, in, 2, 9);
     if (st) fprintf(stderr, "  arithmetic run: %s\n", keel_last_error());
     CHECK(st == KEEL_OK);
     keel_value_release(in[0]), keel_value_release(in[1]);
