@@ -255,7 +255,9 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
 }
 
 /* Every node of every graph with the kernel bound to it: an
- * implementation's name, or "reference" (the op's reference kernel). */
+ * implementation's name, or "reference" (the op's reference kernel), and
+ * the rule that chose it (the implementation's own words; the list's
+ * order is the family's select.c). */
 static void node_list(sbuf *b, const keel_model *m, bool json) {
   put(b, json ? ", \"node_list\": [" : "node list (graph, node, kernel)\n");
   bool first = true;
@@ -266,8 +268,12 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
       char lb[512];
       keel_node_label(n, lb, sizeof lb);
       const char *kern = n->impl ? n->impl->name : "reference";
+      const char *rule = n->impl ? (n->impl->rule ? n->impl->rule : "")
+                         : n->op && n->op->impls && n->op->impls[0]
+                             ? "no faster implementation of the op's list takes it"
+                             : "the op's kernel";
       if (!json) {
-        put(b, "  %-16s %s  [%s]\n", g->path, lb, kern);
+        put(b, "  %-16s %s  [%s]%s%s\n", g->path, lb, kern, rule[0] ? ": " : "", rule);
         continue;
       }
       put(b, "%s{\"graph\": ", first ? "" : ", ");
@@ -276,6 +282,8 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
       put_json_str(b, lb);
       put(b, ", \"kernel\": ");
       put_json_str(b, kern);
+      put(b, ", \"rule\": ");
+      put_json_str(b, rule);
       put(b, "}");
       first = false;
     }

@@ -147,6 +147,9 @@ typedef struct keel_impl {
   void (*release)(void *state, keel_heap *heap);
   keel_kernel_fn fn;           /* NULL: the row's reference kernel, which
                                   then finds the state in k->prep          */
+  const char *rule;            /* when it takes a node, in words (keel info
+                                  --nodes); the family's select.c orders
+                                  the list                                */
 } keel_impl;
 
 /* Prepared-state memory: `bytes` (KEEL_ALIGN-aligned) of the session's

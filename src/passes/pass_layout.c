@@ -20,7 +20,8 @@
  *      which runs next) folds in too;
  *   4. hands the Transposes left at the chain's edges to the convs next to
  *      them where it can (keel.in_nchw, keel.out_nchw: conv_nhwc.h).
- * Runs only where keel has the NHWC implementation (oneDNN, dnnl_glue.h).
+ * Which Convs go channels-last is the convolutions' selection's call
+ * (ops/nn/conv/select.h, keel_conv_layout_nhwc).
  * A node the pass makes or moves keeps the names of the file: NhwcConv is
  * the Conv's node with its name and lists the Add it took over; moved
  * nodes keep their names; only values and Transposes get new names.
@@ -30,7 +31,7 @@
 #include "base/status.h"
 #include "base/sysmem.h"
 #include "ops/nn/conv/conv_nhwc.h"
-#include "ops/dnnl/dnnl_glue.h"
+#include "ops/nn/conv/select.h"
 #include "passes/pass.h"
 
 #define LAYOUT_PREFIX "keel.layout/"
@@ -140,8 +141,8 @@ static bool convertible(const lay *L, const keel_node *n) {
     return false;
   int32_t c = keel_ir_const_of(L->m, L->g, n->in_names[1]);
   if (c < 0) return false;
-  const keel_tensor *w = &L->m->consts[c];
-  return w->dtype == KEEL_FLOAT && w->rank == 4 && keel_tensor_numel(w) > 0;
+  const char *why;
+  return keel_conv_layout_nhwc(n, &L->m->consts[c], L->m->no_library, &why);
 }
 
 /* Conv i becomes to_nhwc -> NhwcConv -> to_nchw. */
@@ -517,7 +518,6 @@ static keel_status layout_graph(keel_model *m, keel_graph *g) {
 }
 
 keel_status keel_pass_layout(keel_model *m) {
-  if (!keel_dnnl_available() || m->no_library) return KEEL_OK;
   for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(layout_graph(m, m->graphs[i]));
   return KEEL_OK;
 }

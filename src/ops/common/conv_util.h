@@ -91,8 +91,9 @@ static inline int64_t keel_win_ext(const keel_win *w, int i) {
  * which fall back
  * to the reference for inputs they do not take. */
 KEEL_INTERNAL keel_status keel_op_conv_ref(keel_kctx *k);
-extern const keel_impl *const keel_conv_impls[];
-/* conv_dense.c: group-1 convs as blocked products, listed in keel_conv_impls. */
+/* conv_fast.c: depthwise convs; conv_dense.c: group-1 convs as blocked
+ * products. Listed in keel_conv_impls (ops/nn/conv/select.c). */
+extern const keel_impl keel_conv_dw;
 extern const keel_impl keel_conv_dense;
 
 /* ============================================================ GEMM */

@@ -51,6 +51,7 @@
 #include "ops/nn/conv/conv_nhwc.h"
 #include "ops/nn/conv/conv_stream.h"
 #include "ops/nn/conv/conv_wg.h"
+#include "ops/nn/conv/select.h"
 #include "ops/common/gemv.h"
 #include "ops/dnnl/conv_wino.h"
 #include "ops/dnnl/dnnl_glue.h"
@@ -58,9 +59,6 @@
 #define MAX_BANDS 64            /* bands of one image                       */
 #define PRIMS 4                 /* band geometries (first, middle, last), or
                                    output-channel parts                    */
-#define SMALL_CONV ((int64_t)1 << 18) /* multiply-adds below which a conv is one band */
-#define GEMV_PIXELS 4           /* output pixels up to which a 1x1 conv is a
-                                   product by W in place (path 4)          */
 
 /* One band geometry: input rows taken, the pads above and below them,
  * output rows made. */
@@ -261,30 +259,6 @@ static keel_status make_prim_oc(cd_state *s, cd_entry *e, int q, const keel_win 
   return st;
 }
 
-/* Output-channel parts instead of row bands (path 3, for good): on a batch
- * of one whose few output rows split unevenly over the pool (ResNet-50's
- * 7x7 layers: 4 and 3 rows) and whose channels are many, each thread
- * makes all rows of its own channels, reading half of W instead of all of
- * it. Not with a residual, staged edges or groups, nor for a small conv
- * (which stays one band, as below). */
-static bool want_oc(const cd_state *s, const keel_nhwc_geom *g) {
-  int64_t oh = g->w.out[0], t = s->threads;
-  int64_t macs = oh * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
-  return t >= 2 && t <= PRIMS && g->n == 1 && s->group == 1 && !s->has_z && !g->in_nchw &&
-         !g->out_nchw && oh % t != 0 && oh < 4 * t && s->m % 16 == 0 && s->m >= 32 * t &&
-         macs >= SMALL_CONV;
-}
-
-/* Path 4's shapes: a pointwise conv of at most GEMV_PIXELS output pixels
- * (channels-last, or a 1x1 map, the same bytes either way), on a CPU with
- * keel_gemv's vector kernel. */
-static bool gemv_fits(const cd_state *s, const keel_nhwc_geom *g) {
-  const keel_win *w = &g->w;
-  bool one = w->in[0] * w->in[1] == 1;
-  return keel_win_is_pointwise(w) && s->group == 1 && (one || (!g->in_nchw && !g->out_nchw)) &&
-         g->n * w->out[0] * w->out[1] <= GEMV_PIXELS && keel_gemv_fast();
-}
-
 static void entry_free(cd_state *s, cd_entry *e) {
   if (!e) return;
   if (e->wino) keel_wino_plan_free(s->wino, e->wino);
@@ -332,19 +306,20 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   cd_entry *e = keel_sys_calloc(1, sizeof *e);
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = key[3] != 0;
-  if ((s->path == 0 || s->path == 4) && gemv_fits(s, g)) {
+  /* the kernel for this shape: ops/nn/conv/select.c says which and why */
+  keel_conv_facts f = {g, s->kh, s->kw, s->group, s->m, s->has_z, e->bare, s->wino != NULL, s->threads};
+  keel_conv_path path = keel_conv_select_path((keel_conv_path)s->path, &f);
+  if (path == KEEL_CONV_GEMV) {
     /* W stays where it is for good: path 4 reads it */
     s->path = 4, s->drop_orig = false;
     e->gemv = true;
     *out = &e->base;
     return KEEL_OK;
   }
-  /* the first run picks the path for good: keel's streamed kernel where
-   * W is large and the pixels few (every later shape then runs on it: W
-   * exists in its packing only), Winograd where it fits and oneDNN has a
-   * kernel, else the direct one */
-  e->stream = s->path == 5 || (s->path == 0 && s->group == 1 && keel_stream_fits(g, s->kh, s->kw));
-  e->wg = !e->stream && (s->path == 6 || (s->path == 0 && keel_wg_fits(g, s->kh, s->kw)));
+  /* keel's streamed or Winograd kernel: W exists in its packing only from
+   * the first run on, so every later shape runs on it too */
+  e->stream = path == KEEL_CONV_STREAM;
+  e->wg = path == KEEL_CONV_WG;
   if (e->stream || e->wg) {
     keel_status st = KEEL_OK;
     const keel_dnnl_store *ws = &s->store;
@@ -363,8 +338,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     *out = &e->base;
     return KEEL_OK;
   }
-  if (s->wino && s->path != 1 && s->path != 3 && !e->bare && !g->in_nchw && !g->out_nchw &&
-      (s->path == 2 || keel_wino_fits(g, s->has_z))) {
+  if (path == KEEL_CONV_DNNL_WINO) {
     keel_status ws = keel_wino_plan_make(s->wino, g, &e->wino);
     if (!ws && s->path == 0) {
       s->path = 2;
@@ -378,8 +352,10 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     }
     keel_err_clear(); /* no Winograd kernel here: direct, for good */
     drop_wino(s);
+    f.dnnl_wino = false;
+    path = keel_conv_select_path((keel_conv_path)s->path, &f);
   }
-  if (s->path == 3 || (s->path == 0 && !e->bare && want_oc(s, g))) {
+  if (path == KEEL_CONV_OC_PARTS) {
     keel_status st = KEEL_OK;
     if (!s->noc) cut_parts(s);
     s->path = 3;
@@ -398,7 +374,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
    * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
    * worker costs more than it would save */
   int64_t macs = g->n * g->w.out[0] * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
-  int64_t per = g->n >= s->threads || macs < SMALL_CONV ? 1 : (s->threads + g->n - 1) / g->n;
+  int64_t per = g->n >= s->threads || macs < KEEL_CONV_SMALL ? 1 : (s->threads + g->n - 1) / g->n;
   if (g->in_nchw || g->out_nchw) { /* bands staged through a worker's scratch:
                                       about 256 KB of what is staged */
     int64_t row = KEEL_MAX(g->in_nchw ? g->w.in[1] * g->c * g->w.s[0] : 0,
@@ -657,7 +633,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
   s->orig = wt, s->model = p->model, s->drop_orig = own && own->i && p->model;
   s->has_z = n->n_in > 3 && n->in_names[3][0];
-  /* the Winograd path's state only where keel_wino_fits can hold (3x3, one
+  /* the Winograd path's state only where keel_conv_dnnl_wino_fits can hold (3x3, one
    * group, channels by 16s, at least 64, no residual) */
   if (s->kh == 3 && s->kw == 3 && s->group == 1 && s->c % 16 == 0 && s->m % 16 == 0 &&
       s->c >= 64 && s->m >= 64 && !s->has_z) {
@@ -674,4 +650,6 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-const keel_impl keel_conv_nhwc_dnnl = {"onednn", cd_supports, cd_prepare, cd_release, cd_run};
+const keel_impl keel_conv_nhwc_dnnl = {"onednn", cd_supports, cd_prepare, cd_release, cd_run,
+                                       "any other case; the kernel is chosen on the first run "
+                                       "(ops/nn/conv/select.c, keel_conv_select_path)"};

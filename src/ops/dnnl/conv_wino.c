@@ -24,14 +24,6 @@ struct keel_wino_plan {
   size_t xb_bytes, yb_bytes;    /* the blocked copies of X and Y            */
 };
 
-bool keel_wino_fits(const keel_nhwc_geom *g, bool has_z) {
-  const keel_win *w = &g->w;
-  for (int i = 0; i < 2; i++)
-    if (w->k[i] != 3 || w->s[i] != 1 || w->d[i] != 1) return false;
-  return !has_z && g->group == 1 && g->c % 16 == 0 && g->m % 16 == 0 && g->c >= 64 &&
-         g->m >= 64 && w->out[0] * w->out[1] >= 14 * 14;
-}
-
 /* An NHWC tensor's channels [c0, c0 + cn) as a view: dims (N, cn, H, W),
  * the whole tensor's strides. */
 static dnnl_status_t nhwc_view(dnnl_memory_desc_t *md, int64_t n, int64_t cn, int64_t h, int64_t w,

@@ -44,13 +44,8 @@ typedef struct keel_wino_node {
 
 typedef struct keel_wino_plan keel_wino_plan;
 
-/* True when the node's convolution can take the path on this CPU: 3x3,
- * stride 1, dilation 1, one group, channels in and out multiples of 16
- * and at least 64 (fewer leave the transform too little to save), no
- * residual input, and a first image of at least 14x14 outputs (on 7x7
- * ResNet-50's layers measured slower than the direct kernel). */
-KEEL_INTERNAL bool keel_wino_fits(const keel_nhwc_geom *g, bool has_z);
-
+/* Which convolutions take this path: keel_conv_dnnl_wino_fits
+ * (ops/nn/conv/select.h). */
 /* The primitives for one input shape (and the node's weights on its first
  * call). KEEL_ERR_UNSUPPORTED when oneDNN has no Winograd kernel here. */
 KEEL_INTERNAL keel_status keel_wino_plan_make(keel_wino_node *n, const keel_nhwc_geom *g,

@@ -26,6 +26,7 @@
 #include "ops/common/activation.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
+#include "ops/nn/conv/select.h"
 
 /* Upper bound on one im2col chunk, in bytes. */
 #define COL_BUDGET ((int64_t)4 << 20)

@@ -282,4 +282,4 @@ static keel_status pw_prepare(const keel_prep_ctx *p, void **state) {
 }
 
 const keel_impl keel_conv_dense = {"dense", pw_supports, pw_prepare, keel_prep_block_release,
-                                   pw_run};
+                                   pw_run, "one group, a constant W, AVX-512"};

@@ -193,7 +193,9 @@ static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
 }
 
 const keel_impl keel_conv_nhwc_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release,
-                                     dw_run};
+                                     dw_run,
+                                     "depthwise 5x5, stride 1 or 2, no residual, channels-last "
+                                     "both sides, AVX-512"};
 
 #else /* not x86: never bound */
 

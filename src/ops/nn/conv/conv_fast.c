@@ -261,6 +261,6 @@ static keel_status dw_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-static const keel_impl g_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release,
-                                dw_run};
-const keel_impl *const keel_conv_impls[] = {&g_dw, &keel_conv_dense, NULL};
+const keel_impl keel_conv_dw = {"depthwise", dw_supports, dw_prepare, keel_prep_block_release, dw_run,
+                                "a constant W of one channel per group (group == C >= 2), at most "
+                                "the kernel's taps"};

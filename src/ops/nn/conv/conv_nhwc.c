@@ -3,6 +3,7 @@
  * over the output (one (image, output row) per pool task), against which
  * tests/test_conv_nhwc.c checks the oneDNN implementation. */
 #include "ops/nn/conv/conv_nhwc.h"
+#include "ops/nn/conv/select.h"
 
 #include "base/pool.h"
 #include "ops/common/activation.h"
@@ -247,15 +248,7 @@ keel_status keel_nhwc_prep_taps(const keel_prep_ctx *p, int64_t m, int64_t taps,
   return KEEL_OK;
 }
 
-#if KEEL_HAVE_DNNL
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
-                                            &keel_conv_nhwc_dw, &keel_conv_nhwc_dnnl, NULL};
-#else
-static const keel_impl *const g_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
-                                            &keel_conv_nhwc_dw, NULL};
-#endif
-
 const keel_opdef keel_ops_conv_nhwc[] = {
-    {KEEL_NHWC_DOMAIN, "NhwcConv", 1, KEEL_OPSET_MAX, op_nhwc_conv, 0, KEEL_T(KEEL_FLOAT), g_impls},
+    {KEEL_NHWC_DOMAIN, "NhwcConv", 1, KEEL_OPSET_MAX, op_nhwc_conv, 0, KEEL_T(KEEL_FLOAT), keel_nhwc_conv_impls},
     {0},
 };

@@ -230,7 +230,9 @@ static keel_status pw_prepare(const keel_prep_ctx *p, void **state) {
 }
 
 const keel_impl keel_conv_nhwc_pw = {"pointwise", pw_supports, pw_prepare, keel_prep_block_release,
-                                     pw_run};
+                                     pw_run,
+                                     "1x1, stride 1, no pads, few input channels, one group, "
+                                     "channels-last both sides, AVX-512"};
 
 #else /* not x86: never bound */
 

@@ -180,7 +180,9 @@ static keel_status st_prepare(const keel_prep_ctx *p, void **state) {
 }
 
 const keel_impl keel_conv_nhwc_stem = {"stem", st_supports, st_prepare, keel_prep_block_release,
-                                       st_run};
+                                       st_run,
+                                       "1-4 input channels, 16 or 32 output channels, one group, "
+                                       "no residual, AVX-512"};
 
 #else /* not x86: never bound */
 

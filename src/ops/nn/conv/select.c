@@ -1,0 +1,122 @@
+/* select.c: which implementation runs a convolution, and why (select.h). */
+#include "ops/nn/conv/select.h"
+
+#include "ops/common/conv_util.h"
+#include "ops/common/gemv.h"
+#include "ops/dnnl/dnnl_glue.h"
+#include "ops/nn/conv/conv_stream.h"
+#include "ops/nn/conv/conv_wg.h"
+
+/* ============================================ 2. binding: the lists */
+
+/* Conv, channels-first (what stays NCHW: oneDNN absent or disabled, or a
+ * Conv the layout pass left): the depthwise kernel where group == C (one
+ * plane at a time, W in registers), then the dense kernel for one group
+ * (blocked products over a packed W); else the reference (im2col + GEMM),
+ * which takes every case the op allows. */
+const keel_impl *const keel_conv_impls[] = {&keel_conv_dw, &keel_conv_dense, NULL};
+
+/* NhwcConv, channels-last. keel's kernels first, each for the narrow
+ * shapes it wins on: 1-4 input channels (a stem: oneDNN's kernels vectorize
+ * over input channels, which a stem does not have), 1x1 convolutions of
+ * few input channels, depthwise 5x5; then oneDNN's, which takes every
+ * other case and decides the rest on the first run (section 3). */
+#if KEEL_HAVE_DNNL
+const keel_impl *const keel_nhwc_conv_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
+                                                 &keel_conv_nhwc_dw, &keel_conv_nhwc_dnnl, NULL};
+#else
+const keel_impl *const keel_nhwc_conv_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
+                                                 &keel_conv_nhwc_dw, NULL};
+#endif
+
+/* =========================================== 1. the layout decision */
+
+bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_library,
+                           const char **why) {
+  (void)n;
+  if (!w || w->dtype != KEEL_FLOAT || w->rank != 4 || keel_tensor_numel(w) == 0) {
+    *why = "not a 2-D float convolution by a constant W";
+    return false;
+  }
+  if (no_library || !keel_dnnl_available()) {
+    *why = "oneDNN absent or disabled: the NCHW kernels";
+    return false;
+  }
+  *why = "oneDNN present: channels-last";
+  return true;
+}
+
+/* ==================================== 3. the first run, in "onednn" */
+
+bool keel_conv_gemv_fits(const keel_conv_facts *f) {
+  const keel_nhwc_geom *g = f->g;
+  const keel_win *w = &g->w;
+  bool one = w->in[0] * w->in[1] == 1;
+  return keel_win_is_pointwise(w) && f->group == 1 && (one || (!g->in_nchw && !g->out_nchw)) &&
+         g->n * w->out[0] * w->out[1] <= KEEL_CONV_GEMV_PIXELS && keel_gemv_fast();
+}
+
+/* Output-channel parts instead of row bands: on a batch of one whose few
+ * output rows split unevenly over the pool (ResNet-50's 7x7 layers: 4 and
+ * 3 rows) and whose channels are many, each thread makes all rows of its
+ * own channels, reading its part of W instead of all of it. Threads 2-4
+ * (conv_dnnl.c keeps at most 4 primitives), one group, no residual,
+ * channels-last both sides, rows fewer than 4 per thread and not a
+ * multiple of the threads, at least 32 output channels per thread by 16s,
+ * and not a small conv (which stays one band). */
+bool keel_conv_oc_parts_win(const keel_conv_facts *f) {
+  const keel_nhwc_geom *g = f->g;
+  int64_t oh = g->w.out[0], t = f->threads;
+  int64_t macs = oh * g->w.out[1] * g->m * g->cg * f->kh * f->kw;
+  return t >= 2 && t <= 4 && g->n == 1 && f->group == 1 && !f->has_z && !g->in_nchw &&
+         !g->out_nchw && oh % t != 0 && oh < 4 * t && f->m % 16 == 0 && f->m >= 32 * t &&
+         macs >= KEEL_CONV_SMALL;
+}
+
+bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z) {
+  const keel_win *w = &g->w;
+  for (int i = 0; i < 2; i++)
+    if (w->k[i] != 3 || w->s[i] != 1 || w->d[i] != 1) return false;
+  return !has_z && g->group == 1 && g->c % 16 == 0 && g->m % 16 == 0 && g->c >= 64 &&
+         g->m >= 64 && w->out[0] * w->out[1] >= 14 * 14;
+}
+
+/* In order:
+ *  - the product by W (path 4) for a tiny pointwise conv, on the first
+ *    run or on any later shape of a node that took it;
+ *  - keel's streamed kernel (5) where W is large and the pixels few
+ *    (ResNet-50's 7x7 layers: oneDNN's kernel waits on W from memory);
+ *  - keel's Winograd (6) for 3x3 stride-1 convs of 128+ channels on 14x14
+ *    or more; oneDNN's Winograd (2) for those of 64+ channels it leaves
+ *    (the two rules overlap from 128 channels on: keel's measured faster
+ *    there, conv_wg.h);
+ *  - oneDNN's direct kernel in parts of output channels (3) where bands of
+ *    rows would leave threads idle, else in bands (1). */
+keel_conv_path keel_conv_select_path(keel_conv_path so_far, const keel_conv_facts *f) {
+  const keel_nhwc_geom *g = f->g;
+  bool first = so_far == KEEL_CONV_UNDECIDED;
+  if ((first || so_far == KEEL_CONV_GEMV) && keel_conv_gemv_fits(f)) return KEEL_CONV_GEMV;
+  if (so_far == KEEL_CONV_STREAM || (first && f->group == 1 && keel_stream_fits(g, f->kh, f->kw)))
+    return KEEL_CONV_STREAM;
+  if (so_far == KEEL_CONV_WG || (first && keel_wg_fits(g, f->kh, f->kw))) return KEEL_CONV_WG;
+  if (f->dnnl_wino && so_far != KEEL_CONV_BANDS && so_far != KEEL_CONV_OC_PARTS && !f->bare &&
+      !g->in_nchw && !g->out_nchw &&
+      (so_far == KEEL_CONV_DNNL_WINO || keel_conv_dnnl_wino_fits(g, f->has_z)))
+    return KEEL_CONV_DNNL_WINO;
+  if (so_far == KEEL_CONV_OC_PARTS || (first && !f->bare && keel_conv_oc_parts_win(f)))
+    return KEEL_CONV_OC_PARTS;
+  return KEEL_CONV_BANDS;
+}
+
+const char *keel_conv_path_name(keel_conv_path p) {
+  switch (p) {
+    case KEEL_CONV_UNDECIDED: return "undecided";
+    case KEEL_CONV_BANDS: return "onednn direct, bands of rows";
+    case KEEL_CONV_DNNL_WINO: return "onednn winograd";
+    case KEEL_CONV_OC_PARTS: return "onednn direct, parts of output channels";
+    case KEEL_CONV_GEMV: return "product by W (gemv)";
+    case KEEL_CONV_STREAM: return "streamed";
+    case KEEL_CONV_WG: return "winograd";
+  }
+  return "?";
+}
