@@ -170,9 +170,10 @@ fi
 # --nodes lists every node of every graph with the kernel bound to it
 expect_rc 0 "info --nodes" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx" --nodes
 expect_out "node list (graph, node, kernel)" "info --nodes heading"
-expect_out "main/[^ ]* .*\\[reference\\]" "info --nodes lists sub-graph nodes and their kernel"
+expect_out "main/[^ ]* .*\\[reference\\]: the op's kernel" "info --nodes lists sub-graph nodes, their kernel and its rule"
 expect_rc 0 "info --nodes --json" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx" --nodes --json
 expect_out '"node_list": \[{"graph": "main"' "info --nodes --json"
+expect_out '"kernel": "reference", "rule": "the op.s kernel"' "info --nodes --json: the rule that chose the kernel"
 # --shapes: every value's inferred shape (a Loop body's growing row is a symbol) and the counts
 expect_rc 0 "info --shapes" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes
 expect_out "main             h0  *\\[1, 8\\]" "info --shapes lists a graph input"
