@@ -118,7 +118,7 @@ static keel_sdim arith(const char *op, keel_sdim a, keel_sdim b) {
  * dim with a non-negative offset is never negative), else unknown. */
 static keel_sdim equal_value(keel_sdim a, keel_sdim b) {
   if (keel_sd_unk(a) || keel_sd_unk(b)) return keel_sd_unknown();
-  if (!memcmp(&a, &b, sizeof a)) return keel_sd_known(1);
+  if (keel_sd_eq(a, b)) return keel_sd_known(1);
   if (keel_sd_isk(a) && keel_sd_isk(b)) return keel_sd_known(0);
   keel_sdim s = keel_sd_isk(a) ? b : a, k = keel_sd_isk(a) ? a : b;
   if (keel_sd_isk(k) && k.add < 0 && s.add >= 0) return keel_sd_known(0);

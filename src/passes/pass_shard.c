@@ -26,6 +26,7 @@
 #include "base/status.h"
 #include "passes/pass.h"
 #include "passes/shard.h"
+#include "ir/shape_rules.h"
 #include "ir/shapes.h"
 
 #define MAX_BLOCK 512
@@ -264,6 +265,16 @@ static int32_t shape_len(const sharder *S, const keel_node *r) {
   return c->n_in;
 }
 
+/* Element `pos` of a constant integer tensor. */
+static bool const_elem(const keel_tensor *t, int64_t pos, int64_t *v) {
+  int64_t n = keel_tensor_numel(t);
+  if (pos < 0 || pos >= n) return false;
+  if (t->dtype == KEEL_INT64) *v = ((const int64_t *)t->data)[pos];
+  else if (t->dtype == KEEL_INT32) *v = ((const int32_t *)t->data)[pos];
+  else return false;
+  return true;
+}
+
 /* The known value of shape element `pos` (a constant, a constant piece,
  * or Unsqueeze of a constant); false when computed at run time. */
 static bool shape_elem(const sharder *S, const keel_node *r, int32_t pos, int64_t *v) {
@@ -282,10 +293,7 @@ static bool shape_elem(const sharder *S, const keel_node *r, int32_t pos, int64_
     if (!t || keel_tensor_numel(t) != 1) return false;
     pos = 0;
   }
-  if (t->dtype == KEEL_INT64) *v = ((const int64_t *)t->data)[pos];
-  else if (t->dtype == KEEL_INT32) *v = ((const int32_t *)t->data)[pos];
-  else return false;
-  return true;
+  return const_elem(t, pos, v);
 }
 
 /* ============================================ where a shape element comes from
@@ -303,16 +311,6 @@ typedef struct el {
   el_kind k;
   int64_t v;                   /* EL_CONST: the value                      */
 } el;
-
-/* Element `pos` of a constant integer tensor. */
-static bool const_elem(const keel_tensor *t, int64_t pos, int64_t *v) {
-  int64_t n = keel_tensor_numel(t);
-  if (pos < 0 || pos >= n) return false;
-  if (t->dtype == KEEL_INT64) *v = ((const int64_t *)t->data)[pos];
-  else if (t->dtype == KEEL_INT32) *v = ((const int32_t *)t->data)[pos];
-  else return false;
-  return true;
-}
 
 /* The rank the plan gives a block value, else the inferred one (-1). */
 static int32_t value_rank(const sharder *S, const block *B, const char *name) {
@@ -460,7 +458,7 @@ static keel_status shape_edit_at(sharder *S, block *B, int32_t i, int32_t pos, b
 /* Whether dims [0, nx) of x and [0, ny) of y have the same product:
  * equal symbolic dims cancel, the integers multiply. */
 static bool prefix_equal(const keel_sshape *x, int32_t nx, const keel_sshape *y, int32_t ny) {
-  keel_sdim sx[KEEL_MAX_RANK], sy[KEEL_MAX_RANK];
+  keel_sdim sx[KEEL_MAX_RANK];
   int32_t cx = 0, cy = 0;
   int64_t px = 1, py = 1;
   for (int32_t i = 0; i < nx; i++) {
@@ -473,8 +471,8 @@ static bool prefix_equal(const keel_sshape *x, int32_t nx, const keel_sshape *y,
     if (y->d[i].sym == KEEL_SYM_KNOWN) { py *= y->d[i].add; continue; }
     bool hit = false;
     for (int32_t k = 0; k < cx && !hit; k++)
-      if (!memcmp(&sx[k], &y->d[i], sizeof sy[0])) sx[k] = sx[--cx], hit = true;
-    if (!hit) sy[cy++] = y->d[i];
+      if (keel_sd_eq(sx[k], y->d[i])) sx[k] = sx[--cx], hit = true;
+    cy += !hit;
   }
   return !cx && !cy && px == py;
 }
