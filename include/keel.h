@@ -255,8 +255,20 @@ enum {
    * "Shapes"); a disagreement fails the run. For tests; slower. The
    * environment variable KEEL_CHECK_SHAPES=1 does the same for every
    * session of the process. */
-  KEEL_OPT_CHECK_SHAPES = 32
+  KEEL_OPT_CHECK_SHAPES = 32,
+  /* The same bits at any thread count: every kernel cuts its work into the
+   * parts it would cut for KEEL_DETERMINISTIC_SPLITS threads, whatever
+   * keel_options.threads is, and runs them alone when the pool is busy or
+   * has one thread. Off, the parts follow the thread count and results
+   * agree within float rounding (a matrix product cut in other bands
+   * rounds otherwise). Costs some speed at few threads (README,
+   * "Threads"). Inference kernels; training's weight gradients sum
+   * per-worker parts and are not covered. */
+  KEEL_OPT_DETERMINISTIC = 64
 };
+
+/* The parts work is cut into under KEEL_OPT_DETERMINISTIC. */
+#define KEEL_DETERMINISTIC_SPLITS 16
 
 /* The defaults of the automatic trim and of the run-context pool (fields
  * of keel_options left 0). README.md "Memory" explains the figures. */

@@ -82,9 +82,9 @@ static void check_paths(void) {
   keel_conv_facts fb = facts(&big, true, 2);
   CHECK(keel_conv_select_path(first, &fb) == first);
   /* channel parts need 2-4 threads and a batch of one */
-  f.threads = 8;
+  f.splits = 8;
   CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_STREAM : KEEL_CONV_BANDS));
-  f.threads = 2;
+  f.splits = 2;
   g.n = 2;
   CHECK(!keel_conv_oc_parts_win(&f));
 

@@ -48,7 +48,7 @@ static void one(int how, int64_t R, int64_t K, int64_t N, bool rows, int extras)
     ran = keel_gemv_variant(how, &g);
   } else {
     keel_pool *p = NULL;
-    CHECK_OK(keel_pool_create(how - 1, &p));
+    CHECK_OK(keel_pool_create(how - 1, 0, &p));
     CHECK_OK(keel_gemv(p, &g));
     keel_pool_destroy(p);
   }

@@ -32,7 +32,7 @@ static keel_status mark(void *ctx, int64_t b, int64_t e, int worker) {
 
 static void test_cover(int threads) {
   keel_pool *p;
-  CHECK_OK(keel_pool_create(threads, &p));
+  CHECK_OK(keel_pool_create(threads, 0, &p));
   CHECK(keel_pool_threads(p) == threads);
   static visit v;
   for (int grain = 1; grain <= 4096; grain *= 16) {
@@ -56,7 +56,7 @@ static keel_status fail_at(void *ctx, int64_t b, int64_t e, int worker) {
 
 static void test_error(void) {
   keel_pool *p;
-  CHECK_OK(keel_pool_create(4, &p));
+  CHECK_OK(keel_pool_create(4, 0, &p));
   for (int r = 0; r < 50; r++) {
     keel_err_clear();
     keel_status st = keel_pool_for(p, 5000, 1, fail_at, NULL);
@@ -87,7 +87,7 @@ static keel_status outer(void *ctx, int64_t b, int64_t e, int worker) {
 
 static void test_nested(void) {
   nest n = {0};
-  CHECK_OK(keel_pool_create(3, &n.p));
+  CHECK_OK(keel_pool_create(3, 0, &n.p));
   CHECK_OK(keel_pool_for(n.p, 64, 1, outer, &n));
   CHECK(atomic_load(&n.sum) == 64L * 4950);
   keel_pool_destroy(n.p);
@@ -118,7 +118,7 @@ static void *call_many(void *arg) {
 
 static void test_concurrent(void) {
   keel_pool *p;
-  CHECK_OK(keel_pool_create(2, &p));
+  CHECK_OK(keel_pool_create(2, 0, &p));
   pthread_t th[8];
   caller c[8];
   for (int i = 0; i < 8; i++) {
@@ -139,7 +139,7 @@ static void test_concurrent(void) {
  * range and never shared. */
 static void test_small_jobs(void) {
   keel_pool *p;
-  CHECK_OK(keel_pool_create(16, &p));
+  CHECK_OK(keel_pool_create(16, 0, &p));
   static visit v;
   static const int64_t sizes[4] = {2, 3, 5, 17};
   int wrong = 0;

@@ -460,17 +460,18 @@ static int load_infos(SessionObject *S) {
 }
 
 /* Session(model, mem_limit=0, log_level=2, owner_tags=True, on_iteration=None,
- * threads=0): model is a path (str or os.PathLike) or the model's bytes;
- * threads 0 = every CPU the process may use. */
+ * threads=0, deterministic=False): model is a path (str or os.PathLike) or
+ * the model's bytes; threads 0 = every CPU the process may use;
+ * deterministic: KEEL_OPT_DETERMINISTIC (the same bits at any thread count). */
 static int session_init(SessionObject *S, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"model", "mem_limit", "log_level", "owner_tags", "on_iteration",
-                           "threads", NULL};
+                           "threads", "deterministic", NULL};
   PyObject *model, *on_iter = Py_None;
   Py_ssize_t mem_limit = 0;
-  int log_level = 2, tags = 1, threads = 0;
+  int log_level = 2, tags = 1, threads = 0, det = 0;
   if (S->s) return keelpy_invalid("Session.__init__ called twice"), -1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|nipOi:Session", kwlist, &model, &mem_limit,
-                                   &log_level, &tags, &on_iter, &threads))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|nipOip:Session", kwlist, &model, &mem_limit,
+                                   &log_level, &tags, &on_iter, &threads, &det))
     return -1;
   if (mem_limit < 0) return keelpy_invalid("mem_limit must be >= 0, got %zd", mem_limit), -1;
   if (threads < 0 || threads > 256)
@@ -480,7 +481,9 @@ static int session_init(SessionObject *S, PyObject *args, PyObject *kw) {
   S->log_level = log_level;
   S->on_iteration = on_iter == Py_None ? NULL : Py_NewRef(on_iter);
   keel_options o = {.size = sizeof o, .mem_limit = (size_t)mem_limit, .log = log_to_python,
-                    .log_ud = S, .flags = tags ? 0u : (unsigned)KEEL_OPT_NO_OWNER_TAGS,
+                    .log_ud = S,
+                    .flags = (tags ? 0u : (unsigned)KEEL_OPT_NO_OWNER_TAGS) |
+                             (det ? (unsigned)KEEL_OPT_DETERMINISTIC : 0u),
                     .threads = threads};
   if (S->on_iteration) o.on_iteration = iteration_to_python, o.iteration_ud = S;
   keel_status st;

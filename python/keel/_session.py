@@ -240,7 +240,8 @@ class InferenceSession:
         if o.mem_limit < 0:
             raise _keel.InvalidArgument(f"mem_limit must be >= 0, got {o.mem_limit}")
         self._sess = _keel.Session(model, mem_limit=o.mem_limit, log_level=o.log_severity_level,
-                                   threads=o.intra_op_num_threads)
+                                   threads=o.intra_op_num_threads,
+                                   deterministic=o.use_deterministic_compute)
         self._inputs = [NodeArg(d) for d in self._sess.inputs()]
         self._outputs = [NodeArg(d) for d in self._sess.outputs()]
         self._profiling = bool(o.enable_profiling or o.enable_mem_report)

@@ -39,6 +39,7 @@ typedef struct worker {
 
 struct keel_pool {
   int threads;                 /* participants: caller + workers          */
+  int splits;                  /* parts jobs are cut for (pool.h)         */
   int cap;                     /* threads the allocation was sized for    */
   worker *workers;             /* threads - 1                             */
   keel_mutex lock;
@@ -178,13 +179,15 @@ static size_t pool_bytes(int threads) {
   return sizeof(keel_pool) + (size_t)(threads - 1) * sizeof(worker);
 }
 
-keel_status keel_pool_create(int threads, keel_pool **out) {
+keel_status keel_pool_create(int threads, int splits, keel_pool **out) {
   if (threads <= 0) threads = keel_prim_cpu_count();
   threads = KEEL_MIN(threads, KEEL_POOL_MAX);
+  splits = splits <= 0 ? threads : KEEL_MIN(splits, KEEL_POOL_MAX);
   keel_pool *p = keel_sys_calloc(1, pool_bytes(threads));
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "thread pool of %d threads", threads);
   p->workers = (worker *)(void *)(p + 1);
   p->cap = threads;
+  p->splits = splits;
   keel_mutex_init(&p->lock);
   keel_cond_init(&p->wake);
   keel_cond_init(&p->done);
@@ -221,6 +224,8 @@ void keel_pool_destroy(keel_pool *p) {
 
 int keel_pool_threads(const keel_pool *p) { return p ? p->threads : 1; }
 
+int keel_pool_splits(const keel_pool *p) { return p ? p->splits : 1; }
+
 /* ============================================================== jobs */
 
 static bool nobody_inside(keel_pool *p, uint64_t unused) {
@@ -228,17 +233,23 @@ static bool nobody_inside(keel_pool *p, uint64_t unused) {
   return !(atomic_load_explicit(&p->door, memory_order_acquire) & DOOR_INSIDE);
 }
 
+/* The chunks of [0, n) on the caller alone, in order. */
+static keel_status run_alone(int64_t n, int64_t chunk, keel_pool_fn fn, void *ctx) {
+  for (int64_t b = 0; b < n; b += chunk) KEEL_TRY(fn(ctx, b, KEEL_MIN(b + chunk, n), 0));
+  return KEEL_OK;
+}
+
 keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn fn, void *ctx) {
   if (n <= 0) return KEEL_OK;
   if (grain < 1) grain = 1;
-  int expect = 0;
-  if (!p || p->threads == 1 || n <= grain ||
-      !atomic_compare_exchange_strong(&p->claimed, &expect, 1))
-    return fn(ctx, 0, n, 0);
-  /* about four chunks per participant balances uneven chunks without
-   * much cursor traffic */
-  int64_t chunk = KEEL_MAX((n + 4 * p->threads - 1) / (4 * p->threads), grain);
+  if (!p || p->splits == 1 || n <= grain) return fn(ctx, 0, n, 0);
+  /* about four chunks per split balances uneven chunks without much
+   * cursor traffic; the same chunks whoever runs them */
+  int64_t chunk = KEEL_MAX((n + 4 * p->splits - 1) / (4 * p->splits), grain);
   int64_t chunks = (n + chunk - 1) / chunk;
+  int expect = 0;
+  if (p->threads == 1 || chunks == 1 || !atomic_compare_exchange_strong(&p->claimed, &expect, 1))
+    return run_alone(n, chunk, fn, ctx);
   int seats = (int)KEEL_MIN(chunks - 1, (int64_t)p->threads - 1);
   keel_mutex_lock(&p->lock);
   p->fn = fn, p->ctx = ctx, p->n = n, p->chunk = chunk;

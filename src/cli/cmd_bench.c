@@ -17,6 +17,7 @@ typedef struct bench_args {
   long iters, warmup, profile_runs;
   int threads;
   bool flops;
+  bool deterministic;          /* --deterministic                          */
   double peak_gflops;
   size_t mem_limit;
 } bench_args;
@@ -69,6 +70,7 @@ static int parse_opt(int argc, char **argv, int *i, bench_args *a) {
   } else {
     if (has_val) --*i; /* the flag took no value */
     if (!strcmp(s, "--flops")) a->flops = true;
+    else if (!strcmp(s, "--deterministic")) a->deterministic = true;
     else {
       char msg[256];
       snprintf(msg, sizeof msg, "unknown or incomplete option '%s'", s);
@@ -459,7 +461,8 @@ int cmd_bench(int argc, char **argv) {
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads};
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads,
+                       .flags = a.deterministic ? KEEL_OPT_DETERMINISTIC : 0};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);
   if (st) return fail("load", st);

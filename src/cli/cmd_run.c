@@ -17,6 +17,7 @@ typedef struct run_args {
   long timeout_ms;          /* --timeout: per-run deadline; 0 = none       */
   long long max_iterations; /* --max-iterations: the iteration guard       */
   bool no_auto_trim;        /* --no-auto-trim                              */
+  bool deterministic;       /* --deterministic                             */
   long trim_window, trim_margin; /* --trim-window RUNS, --trim-margin PCT  */
 } run_args;
 
@@ -52,6 +53,8 @@ static int parse(int argc, char **argv, run_args *a) {
       char *end;
       a->max_iterations = strtoll(argv[++i], &end, 10);
       if (*end || !a->max_iterations) return cli_usage("run", "--max-iterations needs a non-zero number (< 0: no guard)");
+    } else if (!strcmp(s, "--deterministic")) {
+      a->deterministic = true;
     } else if (!strcmp(s, "--no-auto-trim")) {
       a->no_auto_trim = true;
     } else if (!strcmp(s, "--trim-window") && has_val) {
@@ -210,7 +213,8 @@ static int run_model(const run_args *ra, const char *model) {
   int rc = 0;
   keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
                        .threads = a.threads,
-                       .flags = a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0,
+                       .flags = (a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0u) |
+                                (a.deterministic ? KEEL_OPT_DETERMINISTIC : 0u),
                        .trim_window = (unsigned)a.trim_window, .trim_margin_pct = (int)a.trim_margin};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);

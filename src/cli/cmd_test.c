@@ -517,6 +517,7 @@ int cmd_test(int argc, char **argv) {
     else if (!strcmp(argv[i], "--roundtrip")) g_roundtrip = true;
     else if (!strcmp(argv[i], "--check-shapes")) flags |= KEEL_OPT_CHECK_SHAPES;
     else if (!strcmp(argv[i], "--no-passes")) flags |= KEEL_OPT_NO_GRAPH_PASSES;
+    else if (!strcmp(argv[i], "--deterministic")) flags |= KEEL_OPT_DETERMINISTIC;
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = atoi(argv[++i]);
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");

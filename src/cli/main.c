@@ -6,7 +6,7 @@
 static const char *g_usage[][2] = {
     {"run", "keel run MODEL [--data DIR | --input NAME=FILE.pb ...] [--iters N] [--out DIR]\n"
             "               [--mem-limit SIZE] [--mem-report] [--mem-top N] [--trace FILE.json]\n"
-            "               [--threads N] [--timeout MS] [--max-iterations N]\n"
+            "               [--threads N] [--deterministic] [--timeout MS] [--max-iterations N]\n"
             "               [--no-auto-trim] [--trim-window RUNS] [--trim-margin PCT]\n"
             "  Runs MODEL and prints each output's name, type, shape and values, then the\n"
             "  memory statistics. Inputs not given are generated (symbolic dims = 1).\n"
@@ -15,11 +15,12 @@ static const char *g_usage[][2] = {
             "  Free segments no run used for RUNS runs (default 8) return to the system,\n"
             "  keeping PCT percent (default 25) above the recent peak; --no-auto-trim keeps them.\n"
             "  --mem-report prints memory per node (top 20, or N); --trace writes a Chrome\n"
-            "  trace (node timeline, allocated and reserved bytes).\n"
+            "  trace (node timeline, allocated and reserved bytes). --deterministic gives the\n"
+            "  same bits at any --threads (KEEL_OPT_DETERMINISTIC).\n"
             "  mpirun -np N keel run DIR ...: DIR holds rank_0.onnx ... rank_{N-1}.onnx; each\n"
             "  rank runs its own file, rank 0 prints."},
     {"test", "keel test PATH... [--json FILE] [--expect LIST] [--repeat N] [--mem-limit SIZE] [--threads N]\n"
-             "               [--roundtrip] [--check-shapes] [--no-passes]\n"
+             "               [--roundtrip] [--check-shapes] [--no-passes] [--deterministic]\n"
              "  Runs ONNX backend test folders (model.onnx + test_data_set_*), or folders of\n"
              "  them, and compares with output_K.pb. --expect LIST fails if a test named in\n"
              "  LIST (one per line) does not pass. --repeat N runs each data set N times and\n"
@@ -29,7 +30,8 @@ static const char *g_usage[][2] = {
              "  --check-shapes compares every value a node reads or writes with its shape\n"
              "  from symbolic shape inference (a disagreement fails the test) and prints\n"
              "  how many values were fully known, symbolic and unknown. --no-passes runs\n"
-             "  each model as written (no optimizing graph passes)."
+             "  each model as written (no optimizing graph passes). --deterministic: the same\n"
+             "  bits at any --threads (KEEL_OPT_DETERMINISTIC).\n"
              "  Under mpirun a folder of rank_R.onnx is a test: rank 0's outputs are compared."},
     {"info", "keel info MODEL [--json] [--nodes] [--shapes]\n"
              "  Prints producer, IR version, opsets, inputs, outputs, node counts, the\n"
@@ -58,13 +60,14 @@ static const char *g_usage[][2] = {
             "  Lists the operators keel implements: domain, opset range, element types."},
     {"bench", "keel bench MODEL [--data DIR | --input NAME=FILE.pb ...] [--threads N] [--iters N]\n"
               "                [--warmup N] [--profile-runs N] [--flops] [--peak GFLOPS] [--json FILE]\n"
-              "                [--mem-limit SIZE]\n"
+              "                [--mem-limit SIZE] [--deterministic]\n"
               "  Times N runs (default 20, after 3 warmup runs) without profiling: median and\n"
               "  p90 latency, runs per second, peak RSS, allocated and reserved peaks. Then\n"
               "  separate profiled runs (default 3) give time per op type, and with --flops\n"
               "  the GFLOP/s of Conv, MatMul and Gemm nodes (as a share of --peak GFLOPS,\n"
               "  e.g. bench/fma_peak's figure). --json writes every figure and run time.\n"
-              "  --threads N sets keel_options.threads (0 = default)."},
+              "  --threads N sets keel_options.threads (0 = default); --deterministic cuts work\n"
+              "  as for 16 threads at any N (KEEL_OPT_DETERMINISTIC), to measure what it costs."},
     {"train", "keel train MODEL --loss NAME --data DIR [--data DIR ...] --steps N\n"
               "           --optimizer sgd|momentum|adam|adamw --lr X [--momentum M] [--beta1 B] [--beta2 B] [--eps E]\n"
               "           [--weight-decay W] [--zero-grad none|zeros] [--freeze NAME,...] [--save OUT.onnx] [--checkpoint DIR] [--resume DIR]\n"

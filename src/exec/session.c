@@ -90,7 +90,7 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
                      consts,
                      s->heap,
                      {n->prep_site & s->owner_mask, 0},
-                     keel_pool_threads(s->threads),
+                     keel_pool_splits(s->threads),
                      &s->prepared_bytes,
                      s->m,
                      &s->lib,
@@ -230,7 +230,9 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   if (!st && !(s->heap = keel_heap_create(s->opts.mem_limit)))
     st = keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator");
   if (!st) configure_memory(s);
-  if (!st) st = keel_pool_create(s->opts.threads, &s->threads);
+  if (!st) st = keel_pool_create(
+                    s->opts.threads,
+                    (s->opts.flags & KEEL_OPT_DETERMINISTIC) ? KEEL_DETERMINISTIC_SPLITS : 0, &s->threads);
   if (!st) keel_blas_init();
   if (!st) st = prepare(s);
   if (st) {

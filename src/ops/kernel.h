@@ -125,7 +125,9 @@ typedef struct keel_prep_ctx {
   const keel_tensor *const *consts;
   keel_heap *heap;
   keel_owner owner;            /* the node's prepared-state site          */
-  int threads;                 /* the session's pool size                 */
+  int splits;                  /* parts to cut work into: the pool's
+                                  keel_pool_splits (never size per-worker
+                                  scratch with it)                        */
   _Atomic uint64_t *bytes;     /* the session's prepared-bytes figure     */
   const struct keel_model *model; /* for keel_model_drop_const (onnx.h)   */
   struct keel_dnnl_figures *lib; /* the session's figures for what a library

@@ -90,7 +90,7 @@ typedef struct cd_entry {
 typedef struct cd_state {
   keel_dnnl_cache cache;        /* primitives per input shape              */
   keel_dnnl_figures *fig;
-  int threads;
+  int splits;                   /* parts the work is cut into (keel_pool_splits) */
   int64_t m, c, group, kh, kw;
   bool has_bias;
   keel_act act;
@@ -231,7 +231,7 @@ static keel_status make_prim(cd_state *s, cd_entry *e, int p, const keel_win *w,
  * in blocks of 16 channels. */
 static void cut_parts(cd_state *s) {
   int64_t blocks = s->m / 16;
-  int parts = s->threads;
+  int parts = s->splits;
   for (int q = 0; q <= parts; q++) s->oc0[q] = 16 * (blocks * q / parts);
   s->noc = parts; /* cut: later shapes take the same parts */
 }
@@ -307,7 +307,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   if (!e) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's primitives");
   e->bare = key[3] != 0;
   /* the kernel for this shape: ops/nn/conv/select.c says which and why */
-  keel_conv_facts f = {g, s->kh, s->kw, s->group, s->m, s->has_z, e->bare, s->wino != NULL, s->threads};
+  keel_conv_facts f = {g, s->kh, s->kw, s->group, s->m, s->has_z, e->bare, s->wino != NULL, s->splits};
   keel_conv_path path = keel_conv_select_path((keel_conv_path)s->path, &f);
   if (path == KEEL_CONV_GEMV) {
     /* W stays where it is for good: path 4 reads it */
@@ -374,7 +374,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
    * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
    * worker costs more than it would save */
   int64_t macs = g->n * g->w.out[0] * g->w.out[1] * g->m * g->cg * s->kh * s->kw;
-  int64_t per = g->n >= s->threads || macs < KEEL_CONV_SMALL ? 1 : (s->threads + g->n - 1) / g->n;
+  int64_t per = g->n >= s->splits || macs < KEEL_CONV_SMALL ? 1 : (s->splits + g->n - 1) / g->n;
   if (g->in_nchw || g->out_nchw) { /* bands staged through a worker's scratch:
                                       about 256 KB of what is staged */
     int64_t row = KEEL_MAX(g->in_nchw ? g->w.in[1] * g->c * g->w.s[0] : 0,
@@ -383,7 +383,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     per = KEEL_MAX(per, (g->w.out[0] + rows - 1) / rows);
     /* a whole number of bands per thread: ResNet-50's stem in 3 bands kept
      * one of 2 threads idle a third of its time (0.82 ms against 0.6) */
-    if (g->n < s->threads) per = (per + s->threads - 1) / s->threads * s->threads;
+    if (g->n < s->splits) per = (per + s->splits - 1) / s->splits * s->splits;
   }
   int nb = (int)KEEL_MIN(KEEL_MIN(per, g->w.out[0]), MAX_BANDS);
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
@@ -538,7 +538,7 @@ static keel_status cd_run(keel_kctx *k) {
                  gw->pb[1] >= keel_win_ext(gw, 1) || gw->pe[1] >= keel_win_ext(gw, 1);
   KEEL_TRY(keel_nhwc_out(k, &io, z_apart));
   keel_nhwc_geom g = io.g; /* the kernels' view: pixels may become a column */
-  if (!g.in_nchw && !g.out_nchw) pointwise(&g, s->threads);
+  if (!g.in_nchw && !g.out_nchw) pointwise(&g, s->splits);
   if (keel_tensor_numel(io.y) == 0) return KEEL_OK;
   if (g.n * g.w.out[0] * g.w.out[1] * g.m == 0) return keel_nhwc_finish(k, &io);
   const float *x = io.x->data, *b = io.b ? io.b->data : NULL;
@@ -609,7 +609,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
   s->fig = p->lib;
   s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
-  s->threads = KEEL_MAX(1, p->threads);
+  s->splits = KEEL_MAX(1, p->splits);
   const keel_attr *ga = keel_node_attr(n, "group");
   s->group = ga ? ga->i : 1;
   s->m = wt->shape[0], s->c = wt->shape[1] * s->group, s->kh = wt->shape[2], s->kw = wt->shape[3];
@@ -642,7 +642,7 @@ static keel_status cd_prepare(const keel_prep_ctx *p, void **state) {
       cd_release(s, p->heap);
       return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a convolution's prepared state");
     }
-    *s->wino = (keel_wino_node){.store = s->store, .fig = p->lib,   .threads = s->threads,
+    *s->wino = (keel_wino_node){.store = s->store, .fig = p->lib,   .splits = s->splits,
                                 .c = s->c,         .m = s->m,      .has_bias = s->has_bias,
                                 .act = s->act,     .w_plain = wt->data};
   }

@@ -117,7 +117,7 @@ keel_status keel_wino_plan_make(keel_wino_node *n, const keel_nhwc_geom *g, keel
   p->n = g->n, p->h = w->in[0], p->w = w->in[1], p->oh = w->out[0], p->ow = w->out[1];
   if (!n->nparts) { /* the node's parts of output channel blocks */
     int64_t mb = n->m / 16;
-    n->nparts = (int)KEEL_MAX(1, KEEL_MIN(KEEL_MIN((int64_t)n->threads, mb), KEEL_WINO_PARTS));
+    n->nparts = (int)KEEL_MAX(1, KEEL_MIN(KEEL_MIN((int64_t)n->splits, mb), KEEL_WINO_PARTS));
     for (int q = 0; q <= n->nparts; q++) n->oc0[q] = 16 * (mb * q / n->nparts);
   }
   int64_t cb = n->c / 16;

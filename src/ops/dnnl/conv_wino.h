@@ -30,7 +30,7 @@
 typedef struct keel_wino_node {
   keel_dnnl_store store;         /* where its weights' blocks come from  */
   keel_dnnl_figures *fig;
-  int threads;
+  int splits;                     /* parts the work is cut into          */
   int64_t c, m;
   bool has_bias;
   keel_act act;

@@ -65,7 +65,7 @@ typedef struct mm_entry {
 typedef struct mm_state {
   keel_dnnl_cache cache;
   keel_dnnl_figures *fig;
-  int threads;
+  int splits;                   /* parts the work is cut into (keel_pool_splits) */
   int64_t K, N;
   bool transb, has_bias;
   bool keep_b;                  /* B's bytes were not given back           */
@@ -180,8 +180,8 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
   int64_t M = key[0];
   if (!s->nparts) { /* the first run decides how B is cut */
     int parts = 1;
-    if (M < 8 * (int64_t)s->threads)
-      parts = (int)KEEL_MIN(KEEL_MIN((int64_t)s->threads, s->N / PART_MIN_COLS), MAX_PARTS);
+    if (M < 8 * (int64_t)s->splits)
+      parts = (int)KEEL_MIN(KEEL_MIN((int64_t)s->splits, s->N / PART_MIN_COLS), MAX_PARTS);
     s->nparts = KEEL_MAX(1, parts);
     for (int q = 0; q <= s->nparts; q++) s->n0[q] = s->N * q / s->nparts;
   }
@@ -190,7 +190,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
   e->bare = key[1] != 0;
   keel_status st = KEEL_OK;
   if (s->nparts == 1) {
-    cut_bands(e, M, s->threads);
+    cut_bands(e, M, s->splits);
     for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, e->rows[p], 0, sum);
   } else { /* column mode: band q = part q over every row */
     e->nbands = e->nprims = s->nparts;
@@ -331,7 +331,7 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
   s->fig = p->lib;
   s->store = (keel_dnnl_store){p->heap, p->owner, p->bytes};
   keel_dnnl_cache_init(&s->cache, entry_make, entry_drop, s, p->lib);
-  s->threads = KEEL_MAX(1, p->threads);
+  s->splits = KEEL_MAX(1, p->splits);
   const keel_attr *tb = keel_node_attr(n, "transB");
   s->transb = tb && tb->i;
   s->K = s->transb ? b->shape[1] : b->shape[0];

@@ -238,7 +238,7 @@ static void mm_gemm64(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, i
 enum { MM_STACKED, MM_PARALLEL, MM_LOOP };
 static int mm_plan(const mm_geom *g, keel_pool *pool) {
   if (g->a_full && g->b_none) return MM_STACKED;
-  if (g->a_full && g->b_full && g->nb >= 2 * keel_pool_threads(pool)) return MM_PARALLEL;
+  if (g->a_full && g->b_full && g->nb >= 2 * keel_pool_splits(pool)) return MM_PARALLEL;
   return MM_LOOP;
 }
 

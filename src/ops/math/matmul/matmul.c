@@ -114,8 +114,7 @@ static keel_status gemm_panel(void *ctx, int64_t b, int64_t e, int worker) {
 #define GEMM_PAR_MIN ((int64_t)1 << 18)
 
 static void gemm_run(keel_pool *pool, gemm_job *j) {
-  int t = keel_pool_threads(pool);
-  if (t == 1 || j->M * j->N * j->K < GEMM_PAR_MIN) {
+  if (keel_pool_splits(pool) == 1 || j->M * j->N * j->K < GEMM_PAR_MIN) {
     gemm_call(j, 0, j->M, 0, j->N);
     return;
   }
@@ -276,7 +275,7 @@ static keel_status mm_batches(void *ctx, int64_t b, int64_t e, int worker) {
   return KEEL_OK;
 }
 
-/* Batches of a product with as many batches as threads or more run one per
+/* Batches of a product with as many batches as splits or more run one per
  * task (each product single-threaded: attention's many small matrices);
  * fewer, larger batches split each product instead. */
 static void mm_run(keel_pool *pool, const mm_plan *p, size_t es, mm_fn fn, const void *A,
@@ -286,7 +285,7 @@ static void mm_run(keel_pool *pool, const mm_plan *p, size_t es, mm_fn fn, const
     return;
   }
   mm_job j = {p, es, fn, A, B, C};
-  if (p->nbatch >= keel_pool_threads(pool)) {
+  if (p->nbatch >= keel_pool_splits(pool)) {
     (void)keel_pool_for(pool, p->nbatch, 1, mm_batches, &j);
     return;
   }

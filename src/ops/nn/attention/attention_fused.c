@@ -384,9 +384,9 @@ static keel_status op_fused_attention(keel_kctx *k) {
   j.nblk = (j.Sq + QB - 1) / QB;
   int threads = keel_pool_threads(k->pool);
   /* panels where the product is AVX-512's, V fits one panel, and there are
-   * heads enough for every thread */
+   * heads enough for every split */
   j.panels = keel_panel_gemm_avx512() && j.Dv <= NP && j.D <= 1024 && j.Skv <= 8192 &&
-             j.B * j.H >= threads;
+             j.B * j.H >= keel_pool_splits(k->pool);
   j.per_worker = (size_t)(QB * j.Skv) + (j.panels ? panel_floats(&j) : 0);
   void *p;
   KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * (int64_t)j.per_worker, sizeof(float), &p));

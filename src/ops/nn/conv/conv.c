@@ -510,14 +510,14 @@ static keel_status conv_task(void *ctx, int64_t t0, int64_t t1, int worker) {
 }
 
 /* Chunks of output positions: small enough that col stays in budget and
- * that there are a few tasks per thread, large enough for GEMM to run on
- * full tiles (64 columns). */
-static int64_t conv_chunk(const conv_geom *g, int mode, size_t es, int threads) {
+ * that there are a few tasks per split (keel_pool_splits), large enough
+ * for GEMM to run on full tiles (64 columns). */
+static int64_t conv_chunk(const conv_geom *g, int mode, size_t es, int splits) {
   int64_t P = g->w.out_size, R = KEEL_MAX(g->cg * g->w.k_size, 1);
   if (mode == CONV_DIRECT) return P;
   int64_t c = mode == CONV_IM2COL ? col_chunk(R, P, es) : P;
-  int64_t planes = g->n * g->group, want = 4 * (int64_t)threads;
-  if (threads > 1 && planes < want) {
+  int64_t planes = g->n * g->group, want = 4 * (int64_t)splits;
+  if (splits > 1 && planes < want) {
     int64_t per = (want + planes - 1) / planes;
     c = KEEL_MIN(c, KEEL_MAX((P + per - 1) / per, 64));
   }
@@ -530,11 +530,11 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
   const keel_win *w = &g->w;
   int64_t R = g->cg * w->k_size, P = w->out_size;
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(R, P), g->mg)));
-  int threads = keel_pool_threads(k->pool);
+  int threads = keel_pool_threads(k->pool), splits = keel_pool_splits(k->pool);
   conv_job j = {ty, g, conv_mode(g), R > 0 && w->in_size > 0, x, wt, b, y, NULL, 0, 0, 0, NULL};
   /* An empty spatial input (in_size 0, padded to a non-empty output) has
    * no data pointer (NULL + 0 is UB) and adds nothing: Y is the bias. */
-  j.chunk = conv_chunk(g, j.mode, ty->es, threads);
+  j.chunk = conv_chunk(g, j.mode, ty->es, splits);
   j.nchunks = (P + j.chunk - 1) / j.chunk;
   if (j.taps && j.mode == CONV_IM2COL) {
     void *col;
@@ -546,7 +546,7 @@ static keel_status conv_run(keel_kctx *k, const conv_ty *ty, const conv_geom *g,
   /* Fewer tasks than threads (a late layer: 7x7 outputs, hundreds of
    * channels): the tasks run one by one and each GEMM is split over the
    * pool by rows instead, so no thread idles. */
-  if (threads > 1 && tasks < threads && j.mode != CONV_DIRECT) {
+  if (splits > 1 && tasks < splits && j.mode != CONV_DIRECT) {
     j.gemm_pool = k->pool;
     return conv_task(&j, 0, tasks, 0);
   }
@@ -667,10 +667,10 @@ static keel_status convtr_run(keel_kctx *k, const conv_ty *ty, const conv_geom *
   KEEL_TRY(keel_blas_fits(KEEL_MAX(KEEL_MAX(R, Q), g->cg)));
   for (size_t n = 0; n < (size_t)g->n; n++) ty->bias((char *)y + n * ys, b, g->m, P, P);
   if (R <= 0 || g->cg <= 0) return KEEL_OK;
-  int threads = keel_pool_threads(k->pool);
-  /* channel blocks: about 4 tasks per thread when images x groups are fewer */
-  int64_t planes = g->n * g->group, want = 4 * (int64_t)threads, nmb = 1;
-  if (threads > 1 && planes < want) nmb = KEEL_MIN(g->mg, (want + planes - 1) / planes);
+  int threads = keel_pool_threads(k->pool), splits = keel_pool_splits(k->pool);
+  /* channel blocks: about 4 tasks per split when images x groups are fewer */
+  int64_t planes = g->n * g->group, want = 4 * (int64_t)splits, nmb = 1;
+  if (splits > 1 && planes < want) nmb = KEEL_MIN(g->mg, (want + planes - 1) / planes);
   convtr_job j = {ty, g, x, wt, y, NULL, 0, 0, (g->mg + nmb - 1) / nmb, 0};
   j.nmb = (g->mg + j.mb - 1) / j.mb;
   j.chunk = col_chunk(KEEL_MAX(j.mb * w->k_size, 1), Q, es);

@@ -198,12 +198,12 @@ static int64_t pw_chunk(const pw_job *j) {
 }
 
 static keel_status pw_start(keel_kctx *k, pw_job *j, int64_t images) {
-  int threads = keel_pool_threads(k->pool);
+  int threads = keel_pool_threads(k->pool), splits = keel_pool_splits(k->pool);
   const pw_prep *prep = j->prep;
   j->nc = pw_chunk(j);
   j->nchunks = (j->p + j->nc - 1) / j->nc;
-  int64_t tasks = images * j->nchunks, want = 4 * (int64_t)threads;
-  j->nparts = threads > 1 && tasks < want ? KEEL_MIN((want + tasks - 1) / tasks, prep->nblocks) : 1;
+  int64_t tasks = images * j->nchunks, want = 4 * (int64_t)splits;
+  j->nparts = splits > 1 && tasks < want ? KEEL_MIN((want + tasks - 1) / tasks, prep->nblocks) : 1;
   j->per_part = (prep->nblocks + j->nparts - 1) / j->nparts;
   j->nparts = (prep->nblocks + j->per_part - 1) / j->per_part;
   j->per_worker = (size_t)(KB * NR + MR * NR + (j->cols ? j->k * j->nc : 0));

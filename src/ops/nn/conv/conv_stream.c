@@ -204,7 +204,7 @@ keel_status keel_stream_run(keel_kctx *k, const keel_stream_w *p, const keel_nhw
   j.a = a;
   j.act_inline = keel_act512_inline(a->act.kind);
   int threads = keel_pool_threads(k->pool);
-  j.ntasks = (int)KEEL_MIN(p->nb, KEEL_MAX(1, threads));
+  j.ntasks = (int)KEEL_MIN(p->nb, keel_pool_splits(k->pool));
   /* a span: CS_SPAN_TILES tiles of at most CS_PT pixels */
   j.span_px = KEEL_MIN(j.P, (int64_t)CS_SPAN_TILES * CS_PT);
   KEEL_TRY(keel_k_scratch_n(k, ((int64_t)KEEL_MAX(1, threads) * j.span_px + p->nb) * 64,

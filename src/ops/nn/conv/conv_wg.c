@@ -214,16 +214,16 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   int64_t group = KEEL_MIN(all, KEEL_MAX(KEEL_TILE512_PX, KEEL_MIN(WG_GROUP, WG_GROUP_BYTES /
                                           (16 * (j.C + j.M) * (int64_t)sizeof(float)))));
   float *s;
-  int threads = KEEL_MAX(1, keel_pool_threads(k->pool));
-  j.ntask = threads;
+  int threads = KEEL_MAX(1, keel_pool_threads(k->pool)); /* U per worker */
+  j.ntask = keel_pool_splits(k->pool);
   KEEL_TRY(keel_k_scratch_n(k, threads * 8 * j.C * 64 + 16 * group * (j.C + j.M), sizeof(float),
                             (void **)&s));
   j.U = s, j.V = s + threads * 8 * j.C * 64, j.Mx = j.V + 16 * group * j.C;
   for (j.t0 = 0; j.t0 < all; j.t0 += group) {
     j.tn = KEEL_MIN(group, all - j.t0);
-    KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_input, &j));
+    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, wg_input, &j));
     KEEL_TRY(keel_pool_for(k->pool, 2 * j.nb, 1, wg_products, &j));
-    KEEL_TRY(keel_pool_for(k->pool, threads, 1, wg_output, &j));
+    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, wg_output, &j));
   }
   if (!j.act_inline) keel_act_apply_fast_f32(&a->act, a->y, g->n * g->w.out[0] * g->w.out[1] * j.M);
   return KEEL_OK;

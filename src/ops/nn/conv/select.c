@@ -66,7 +66,7 @@ bool keel_conv_gemv_fits(const keel_conv_facts *f) {
  * and not a small conv (which stays one band). */
 bool keel_conv_oc_parts_win(const keel_conv_facts *f) {
   const keel_nhwc_geom *g = f->g;
-  int64_t oh = g->w.out[0], t = f->threads;
+  int64_t oh = g->w.out[0], t = f->splits;
   int64_t macs = oh * g->w.out[1] * g->m * g->cg * f->kh * f->kw;
   return t >= 2 && t <= 4 && g->n == 1 && f->group == 1 && !f->has_z && !g->in_nchw &&
          !g->out_nchw && oh % t != 0 && oh < 4 * t && f->m % 16 == 0 && f->m >= 32 * t &&

@@ -60,7 +60,7 @@ typedef struct keel_conv_facts {
   bool has_z;                  /* a residual input (a sum post-op)         */
   bool bare;                   /* no post-ops (Z broadcasts: added by keel) */
   bool dnnl_wino;              /* the node kept oneDNN's Winograd state    */
-  int threads;                 /* the session's pool                       */
+  int splits;                  /* parts the work is cut into (keel_pool_splits) */
 } keel_conv_facts;
 
 /* Multiply-adds below which a convolution is one band: waking a worker

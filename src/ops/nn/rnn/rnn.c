@@ -863,10 +863,10 @@ static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
 /* Parts for the parallel steps: RNN and LSTM on packed weights, units in
  * multiples of 16, and a step's product big enough (32K multiply-adds) to
  * pay for waking the pool; else 1 (serial). */
-static int step_parts_for(const rnn_plan *p, const rnn_work *w, int threads) {
-  if (!w->prep || p->kind == K_GRU || threads < 2 || p->hid % 16 || p->hid < 32) return 1;
+static int step_parts_for(const rnn_plan *p, const rnn_work *w, int splits) {
+  if (!w->prep || p->kind == K_GRU || splits < 2 || p->hid % 16 || p->hid < 32) return 1;
   if (p->batch * p->gates * p->hid * p->hid < 32768) return 1;
-  return (int)KEEL_MIN((int64_t)threads, p->hid / 16);
+  return (int)KEEL_MIN((int64_t)splits, p->hid / 16);
 }
 
 /* The node's packed weights (rnn_fast.c) when they fit this call: float,
@@ -901,8 +901,8 @@ static keel_status dir_task(void *ctx, int64_t d0, int64_t d1, int worker) {
   return KEEL_OK;
 }
 
-static bool dirs_parallel(const rnn_plan *p, const rnn_io *io, const rnn_work *w, int threads) {
-  return w->prep && p->dirs == 2 && threads >= 2 && io->dt == KEEL_FLOAT &&
+static bool dirs_parallel(const rnn_plan *p, const rnn_io *io, const rnn_work *w, int splits) {
+  return w->prep && p->dirs == 2 && splits >= 2 && io->dt == KEEL_FLOAT &&
          p->batch * p->gates * p->hid * p->hid <= DIRS_PARALLEL_MAX_MACS;
 }
 
@@ -916,9 +916,9 @@ static keel_status rnn_run(keel_kctx *k, int kind) {
   KEEL_TRY(make_work(k, &p, &io, &w));
   w.prep = prep_for(k, &p, &io);
   w.pool = k->pool;
-  w.parts = step_parts_for(&p, &w, keel_pool_threads(k->pool));
+  w.parts = step_parts_for(&p, &w, keel_pool_splits(k->pool));
   if (p.batch == 0 || p.hid == 0) return KEEL_OK; /* every output is empty */
-  if (dirs_parallel(&p, &io, &w, keel_pool_threads(k->pool))) {
+  if (dirs_parallel(&p, &io, &w, keel_pool_splits(k->pool))) {
     rnn_work w2; /* direction 1's own buffers; the same inputs and outputs */
     KEEL_TRY(make_work(k, &p, &io, &w2));
     w2.prep = w.prep, w2.pool = w.pool;
