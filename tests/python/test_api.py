@@ -59,6 +59,29 @@ def test_session_options():
         keel.InferenceSession(model("one_node.onnx"), sess_options={"threads": 1})
 
 
+def test_deterministic_compute():
+    """use_deterministic_compute: the same bits at 1 and 8 threads (a
+    product split in bands of rows, and with a tail, would round otherwise)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((768, 64)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [100, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    x = rng.standard_normal((100, 768)).astype(np.float32)
+    ys = []
+    for threads in (1, 8):
+        so = keel.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.use_deterministic_compute = True
+        ys.append(keel.InferenceSession(m, sess_options=so).run(None, {"x": x})[0])
+    assert np.array_equal(ys[0], ys[1])
+    np.testing.assert_allclose(ys[0], x.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+
+
 def test_unknown_keyword_warns():
     with pytest.warns(RuntimeWarning, match="disabled_optimizers"):
         keel.InferenceSession(model("one_node.onnx"), disabled_optimizers=["X"])
