@@ -1,10 +1,15 @@
 /* test_ops_elementwise.c: the broadcast driver against its naive reference
- * on random shapes, every binary op through a real session, and errors. */
+ * on random shapes (also cut in chunks over a pool: chunks that start and
+ * end inside a run of the innermost dim), every binary op through a real
+ * session, and errors. */
 #include <string.h>
 
+#include "base/pool.h"
 #include "check.h"
 #include "mb.h"
 #include "ops/common/bcast.h"
+
+static keel_pool *g_pool; /* 3 threads, 16 splits */
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next(void) {
@@ -24,11 +29,11 @@ static void add_f32(const void *pa, int64_t sa, const void *pb, int64_t sb, void
 static void random_case(void) {
   int r = 1 + (int)(next() % 5);
   int64_t out[KEEL_MAX_RANK], sa[KEEL_MAX_RANK], sb[KEEL_MAX_RANK];
-  for (int i = 0; i < r; i++) out[i] = 1 + (int64_t)(next() % 4);
+  for (int i = 0; i < r; i++) out[i] = 1 + (int64_t)(next() % 5);
   int ra = r - (int)(next() % 2), rb = r - (int)(next() % (size_t)r);
   for (int i = 0; i < ra; i++) sa[i] = next() % 3 ? out[r - ra + i] : 1;
   for (int i = 0; i < rb; i++) sb[i] = next() % 3 ? out[r - rb + i] : 1;
-  float A[4096], B[4096], O1[4096], O2[4096];
+  float A[4096], B[4096], O1[4096], O2[4096], O3[4096];
   keel_tensor a = {.data = A, .dtype = KEEL_FLOAT, .rank = ra};
   keel_tensor b = {.data = B, .dtype = KEEL_FLOAT, .rank = rb};
   memcpy(a.shape, sa, sizeof(int64_t) * (size_t)ra);
@@ -42,9 +47,14 @@ static void random_case(void) {
   memcpy(o1.shape, so, sizeof(int64_t) * (size_t)ro);
   keel_tensor o2 = o1;
   o2.data = O2;
+  keel_tensor o3 = o1;
+  o3.data = O3;
   keel_bcast_binary(&a, &b, &o1, add_f32);
   keel_bcast_binary_naive(&a, &b, &o2, add_f32);
   CHECK(memcmp(O1, O2, sizeof(float) * (size_t)keel_tensor_numel(&o1)) == 0);
+  /* a cost that makes every element its own grain: chunks of n / 64 */
+  CHECK_OK(keel_bcast_binary_pool(g_pool, &a, &b, &o3, add_f32, 1e6));
+  CHECK(memcmp(O3, O2, sizeof(float) * (size_t)keel_tensor_numel(&o1)) == 0);
 }
 
 static void check_broadcast_errors(void) {
@@ -171,7 +181,9 @@ static void legacy_broadcast_huge_axis(void) {
 int main(void) {
   prelu_types_must_match();
   legacy_broadcast_huge_axis();
+  CHECK_OK(keel_pool_create(3, 16, &g_pool));
   for (int i = 0; i < 500; i++) random_case();
+  keel_pool_destroy(g_pool);
   check_broadcast_errors();
   check_session_op("Add", r_add, 0);
   check_session_op("Sub", r_sub, 0);

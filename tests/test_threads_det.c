@@ -6,7 +6,10 @@
  * a small machine, and on 1 thread: the outputs must be equal bit for bit.
  * Then four callers race on the 16-thread session (each run computes on
  * the pool when it is free, alone when another run holds it): every output
- * must still be those bits. Each model runs with oneDNN's kernels (where
+ * must still be those bits. A third model of elementwise ops (Erf,
+ * Sigmoid, Tanh, a broadcast Div, Mul, Add), which the cost model cuts into
+ * chunks starting at any element, must give the same bits in the default
+ * mode too, at 1 thread (one chunk) and 16. Each model runs with oneDNN's kernels (where
  * keel has them) and with KEEL_OPT_NO_ONEDNN; ctest runs the test a second
  * time with KEEL_NO_ONEDNN=1 (test_threads_det_blas), where the products
  * are OpenBLAS's. The default mode on 16 threads must agree with 1 thread
@@ -189,6 +192,23 @@ static uint8_t *conv_net(size_t *len) {
   return mb_model(g, 17, len);
 }
 
+/* Elementwise ops cut by the cost model (base/pool.h) into chunks that
+ * start at any element: vector bodies and scalar tails must agree, so
+ * even the default mode gives the same bits at any thread count. */
+static uint8_t *elementwise(size_t *len) {
+  mb_graph *g = mb_graph_new("ew");
+  mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){3, 37, 1001});
+  init_rnd(g, "d", 1, (int64_t[]){1001}, 2.0f);
+  mb_add(g, "Erf", "x", "e");
+  mb_add(g, "Sigmoid", "x", "s");
+  mb_add(g, "Tanh", "x", "t");
+  mb_add(g, "Div", "e,d", "q");
+  mb_add(g, "Mul", "q,s", "m");
+  mb_add(g, "Add", "m,t", "y");
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return mb_model(g, 17, len);
+}
+
 typedef struct model {
   const char *name;
   uint8_t *bytes;
@@ -245,7 +265,8 @@ static bool described(keel_session_t *s, const char *what) {
   return yes;
 }
 
-static void check_model(const model *m, unsigned lib, const char *fused) {
+/* exact: the default mode too must give the 1-thread bits */
+static void check_model(const model *m, unsigned lib, const char *fused, bool exact) {
   keel_session_t *one = session(m, 1, lib | KEEL_OPT_DETERMINISTIC);
   keel_session_t *many = session(m, 16, lib | KEEL_OPT_DETERMINISTIC);
   keel_session_t *plain = session(m, 16, lib);
@@ -262,6 +283,15 @@ static void check_model(const model *m, unsigned lib, const char *fused) {
     for (int64_t i = 0; i < n1; i++)
       worst = fmax(worst, fabs((double)yp[i] - y1[i]) / (1e-4 + 1e-4 * fabs(y1[i])));
     CHECK(worst <= 1); /* the default mode: within rounding */
+    if (exact) { /* one chunk (default, 1 thread) against 16 splits' chunks */
+      keel_session_t *solo = session(m, 1, lib);
+      int64_t ns = 0;
+      float *ys = solo ? run(solo, m, &ns) : NULL;
+      CHECK(ys && ns == n1 && !memcmp(ys, yp, sizeof(float) * (size_t)n1));
+      CHECK(ys && ns == n1 && !memcmp(ys, y1, sizeof(float) * (size_t)n1));
+      free(ys);
+      keel_session_destroy(solo);
+    }
     caller c[CALLERS];
     pthread_t th[CALLERS];
     for (int t = 0; t < CALLERS; t++) {
@@ -291,10 +321,14 @@ int main(void) {
   cn.bytes = conv_net(&cn.len);
   tf.x = rnd(B * S * E, 1.0f);
   cn.x = rnd(2 * 3 * 56 * 56, 1.0f);
-  check_model(&tf, 0, "FusedAttention");
-  check_model(&tf, KEEL_OPT_NO_ONEDNN, "FusedAttention");
-  check_model(&cn, 0, NULL);
-  check_model(&cn, KEEL_OPT_NO_ONEDNN, NULL);
-  free(tf.bytes), free(cn.bytes), free(tf.x), free(cn.x);
+  model ew = {"elementwise", NULL, 0, 3, {3, 37, 1001}, NULL};
+  ew.bytes = elementwise(&ew.len);
+  ew.x = rnd(3 * 37 * 1001, 3.0f);
+  check_model(&tf, 0, "FusedAttention", false);
+  check_model(&tf, KEEL_OPT_NO_ONEDNN, "FusedAttention", false);
+  check_model(&cn, 0, NULL, false);
+  check_model(&cn, KEEL_OPT_NO_ONEDNN, NULL, false);
+  check_model(&ew, 0, NULL, true);
+  free(tf.bytes), free(cn.bytes), free(ew.bytes), free(tf.x), free(cn.x), free(ew.x);
   return check_report();
 }

@@ -226,6 +226,13 @@ int keel_pool_threads(const keel_pool *p) { return p ? p->threads : 1; }
 
 int keel_pool_splits(const keel_pool *p) { return p ? p->splits : 1; }
 
+int64_t keel_pool_grain(double bytes, double flops) {
+  double ns = bytes * KEEL_NS_PER_BYTE + flops * KEEL_NS_PER_FLOP;
+  if (!(ns > 0)) return INT64_MAX / 4; /* free items: one chunk */
+  double g = KEEL_CHUNK_NS / ns;
+  return g < 1 ? 1 : g > (double)(INT64_MAX / 4) ? INT64_MAX / 4 : (int64_t)g;
+}
+
 /* ============================================================== jobs */
 
 static bool nobody_inside(keel_pool *p, uint64_t unused) {

@@ -56,4 +56,18 @@ KEEL_INTERNAL int keel_pool_splits(const keel_pool *p);
 KEEL_INTERNAL keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain,
                                         keel_pool_fn fn, void *ctx);
 
+/* The cost model splits use: an item that moves `bytes` bytes (read and
+ * written) and does `flops` arithmetic operations costs about
+ * bytes * KEEL_NS_PER_BYTE + flops * KEEL_NS_PER_FLOP nanoseconds on one
+ * core, and a chunk should hold at least KEEL_CHUNK_NS of work: more than
+ * waking a sleeping worker costs, so that a small node stays on the caller
+ * and a large one wakes only the workers its work pays for, whatever the
+ * pool's size. Returns that grain in items (>= 1), for keel_pool_for.
+ * Count a libm call (sin, tanh) as about KEEL_FLOPS_LIBM flops. */
+#define KEEL_NS_PER_BYTE 0.1    /* 10 GB/s streamed per core            */
+#define KEEL_NS_PER_FLOP 0.05   /* 20 GFLOP/s of vector arithmetic       */
+#define KEEL_CHUNK_NS 20000.0   /* 20 us                                 */
+#define KEEL_FLOPS_LIBM 200.0   /* about 10 ns a call                    */
+KEEL_INTERNAL int64_t keel_pool_grain(double bytes, double flops);
+
 #endif /* KEEL_POOL_H */

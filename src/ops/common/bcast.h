@@ -21,6 +21,14 @@ typedef void (*keel_bin_fn)(const void *a, int64_t sa, const void *b, int64_t sb
 KEEL_INTERNAL void keel_bcast_binary(const keel_tensor *a, const keel_tensor *b,
                                      keel_tensor *out, keel_bin_fn fn);
 
+/* keel_bcast_binary over the pool: the output's elements in chunks sized
+ * by the cost model (base/pool.h: fn does `flops` operations an element).
+ * Elements are independent, so any cut gives the same bits; out may be a
+ * (same-shape) input's buffer, as for keel_bcast_binary. */
+KEEL_INTERNAL keel_status keel_bcast_binary_pool(struct keel_pool *pool, const keel_tensor *a,
+                                                 const keel_tensor *b, keel_tensor *out,
+                                                 keel_bin_fn fn, double flops);
+
 /* Reference path: the same, one element at a time through full index
  * arithmetic (tests compare the two). */
 KEEL_INTERNAL void keel_bcast_binary_naive(const keel_tensor *a, const keel_tensor *b,

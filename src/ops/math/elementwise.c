@@ -11,6 +11,7 @@
  */
 #include <math.h>
 
+#include "base/pool.h"
 #include "ops/common/bcast.h"
 
 /* ================================================= broadcast driver */
@@ -62,31 +63,74 @@ void keel_bcast_add_f32(const float *a, int rank, const int64_t *shape, const ke
   keel_bcast_binary(&at, z, y, add_f32_run);
 }
 
+/* One walk over output elements [s, e): the first run may start inside a
+ * run of the merged innermost dim, the others are whole until e. */
+typedef struct bc_walk {
+  bc_plan p;
+  const uint8_t *a, *b;
+  uint8_t *o;
+  size_t ea, eb, eo;
+  keel_bin_fn fn;
+} bc_walk;
+
+static void bc_range(const bc_walk *w, int64_t s, int64_t e) {
+  const bc_plan *p = &w->p;
+  int last = p->r - 1;
+  int64_t n = p->dims[last], q = s / n, off = s % n;
+  int64_t idx[KEEL_MAX_RANK] = {0}, oa = 0, ob = 0;
+  for (int d = last - 1; d >= 0; d--) { /* run q's place among the outer dims */
+    idx[d] = q % p->dims[d];
+    q /= p->dims[d];
+    oa += idx[d] * p->sa[d];
+    ob += idx[d] * p->sb[d];
+  }
+  for (int64_t i = s; i < e;) {
+    int64_t len = KEEL_MIN(n - off, e - i);
+    w->fn(w->a + (size_t)(oa + off * p->sa[last]) * w->ea, p->sa[last],
+          w->b + (size_t)(ob + off * p->sb[last]) * w->eb, p->sb[last], w->o + (size_t)i * w->eo, len);
+    i += len, off = 0;
+    for (int d = last - 1; d >= 0; d--) { /* odometer over the outer dims */
+      oa += p->sa[d];
+      ob += p->sb[d];
+      if (++idx[d] < p->dims[d]) break;
+      oa -= p->sa[d] * p->dims[d];
+      ob -= p->sb[d] * p->dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+static void bc_walk_make(const keel_tensor *a, const keel_tensor *b, keel_tensor *out,
+                         keel_bin_fn fn, bc_walk *w) {
+  bc_make(a, b, out, &w->p);
+  w->a = a->data, w->b = b->data, w->o = out->data, w->fn = fn;
+  w->ea = keel_dtype_size((keel_dtype)a->dtype), w->eb = keel_dtype_size((keel_dtype)b->dtype);
+  w->eo = keel_dtype_size((keel_dtype)out->dtype);
+}
+
 void keel_bcast_binary(const keel_tensor *a, const keel_tensor *b, keel_tensor *out,
                        keel_bin_fn fn) {
   int64_t total = keel_tensor_numel(out);
   if (total == 0) return;
-  bc_plan p;
-  bc_make(a, b, out, &p);
-  size_t ea = keel_dtype_size((keel_dtype)a->dtype), eb = keel_dtype_size((keel_dtype)b->dtype);
-  size_t eo = keel_dtype_size((keel_dtype)out->dtype);
-  int last = p.r - 1;
-  int64_t n = p.dims[last];
-  const uint8_t *pa = a->data, *pb = b->data;
-  uint8_t *po = out->data;
-  int64_t idx[KEEL_MAX_RANK] = {0}, oa = 0, ob = 0;
-  for (int64_t done = 0; done < total; done += n) {
-    fn(pa + (size_t)oa * ea, p.sa[last], pb + (size_t)ob * eb, p.sb[last],
-       po + (size_t)done * eo, n);
-    for (int d = last - 1; d >= 0; d--) { /* odometer over the outer dims */
-      oa += p.sa[d];
-      ob += p.sb[d];
-      if (++idx[d] < p.dims[d]) break;
-      oa -= p.sa[d] * p.dims[d];
-      ob -= p.sb[d] * p.dims[d];
-      idx[d] = 0;
-    }
-  }
+  bc_walk w;
+  bc_walk_make(a, b, out, fn, &w);
+  bc_range(&w, 0, total);
+}
+
+static keel_status bc_chunk(void *ctx, int64_t s, int64_t e, int worker) {
+  (void)worker;
+  bc_range(ctx, s, e);
+  return KEEL_OK;
+}
+
+keel_status keel_bcast_binary_pool(keel_pool *pool, const keel_tensor *a, const keel_tensor *b,
+                                   keel_tensor *out, keel_bin_fn fn, double flops) {
+  int64_t total = keel_tensor_numel(out);
+  if (total == 0) return KEEL_OK;
+  bc_walk w;
+  bc_walk_make(a, b, out, fn, &w);
+  int64_t grain = keel_pool_grain((double)(w.ea + w.eb + w.eo), flops);
+  return keel_pool_for(pool, total, grain, bc_chunk, &w);
 }
 
 void keel_bcast_binary_naive(const keel_tensor *a, const keel_tensor *b, keel_tensor *out,
@@ -262,13 +306,14 @@ typedef struct binop {
   const char *name;
   keel_bin_fn fn[KEEL_BFLOAT16 + 1];
   bool bool_out;
+  float flops;                  /* per element, for the split (pool.h); 0: 1 */
 } binop;
 
 #define ARITH(op) {F_TAB(op) S_TAB(op) U_TAB(op)}
 static const binop OP_ADD = {"Add", ARITH(add), false};
 static const binop OP_SUB = {"Sub", ARITH(sub), false};
 static const binop OP_MUL = {"Mul", ARITH(mul), false};
-static const binop OP_DIV = {"Div", ARITH(div), false};
+static const binop OP_DIV = {"Div", ARITH(div), false, 4};
 static const binop OP_MAX = {"Max", ARITH(max), false};
 static const binop OP_MIN = {"Min", ARITH(min), false};
 static const binop OP_PRELU = {"PRelu", ARITH(prelu), false};
@@ -296,8 +341,8 @@ static const binop OP_SHR = {"BitShift", {U_TAB(shr)}, false};
 static const binop OP_BAND = {"BitwiseAnd", {S_TAB(band) U_TAB(band) B_TAB(band)}, false};
 static const binop OP_BOR = {"BitwiseOr", {S_TAB(bor) U_TAB(bor) B_TAB(bor)}, false};
 static const binop OP_BXOR = {"BitwiseXor", {S_TAB(bxor) U_TAB(bxor) B_TAB(bxor)}, false};
-static const binop OP_MOD = {"Mod", {F_TAB(pymodf) S_TAB(mod) U_TAB(mod)}, false};
-static const binop OP_FMOD = {"Mod", {F_TAB(fmod) S_TAB(cmod) U_TAB(cmod)}, false};
+static const binop OP_MOD = {"Mod", {F_TAB(pymodf) S_TAB(mod) U_TAB(mod)}, false, 20};
+static const binop OP_FMOD = {"Mod", {F_TAB(fmod) S_TAB(cmod) U_TAB(cmod)}, false, 20};
 
 /* ========================================================= binary */
 
@@ -375,8 +420,7 @@ static keel_status binary(keel_kctx *k, const binop *op) {
   }
   if (reuse >= 0) KEEL_TRY(keel_k_reuse(k, 0, reuse, odt, r, shape, &o));
   else KEEL_TRY(keel_k_out(k, 0, odt, r, shape, &o));
-  keel_bcast_binary(a, b, o, fn);
-  return KEEL_OK;
+  return keel_bcast_binary_pool(k->pool, a, b, o, fn, op->flops > 0 ? op->flops : 1);
 }
 
 #define BINARY_KERNEL(fname, op) \

@@ -578,10 +578,6 @@ static keel_status softmax_rows_fast(void *ctx, int64_t b, int64_t e, int worker
   return KEEL_OK;
 }
 
-/* Rows per task: at least about 16K scores, so that a small Softmax stays
- * on the calling thread. */
-#define SOFTMAX_GRAIN_SCORES 16384
-
 static keel_status softmax_run(keel_kctx *k, const keel_tensor *x, keel_tensor *y,
                                int64_t outer, int64_t n, int64_t inner, bool log_out) {
   if (keel_tensor_numel(x) == 0) return KEEL_OK;
@@ -645,7 +641,8 @@ static keel_status op_softmax_vector(keel_kctx *k) {
   keel_tensor *y;
   KEEL_TRY(keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y));
   softmax_rows r = {x->data, y->data, n};
-  return keel_pool_for(k->pool, outer, KEEL_MAX(1, SOFTMAX_GRAIN_SCORES / KEEL_MAX(n, 1)),
+  /* a row: n scores read and written, an exp (about 30 operations) each */
+  return keel_pool_for(k->pool, outer, keel_pool_grain(8.0 * (double)n, 32.0 * (double)n),
                        softmax_rows_fast, &r);
 }
 static const keel_impl softmax_vector_impl = {"vector", keel_prep_always, NULL, NULL, op_softmax_vector};

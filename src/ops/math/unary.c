@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/pool.h"
 #include "ops/common/bcast.h"
 #include "ops/common/vmath.h"
 #include "ops/random/rng.h"
@@ -198,7 +199,11 @@ typedef struct unop {
   const char *name;
   un_fn fn[KEEL_BFLOAT16 + 1];  /* by input dtype; float16/bfloat16 use FLOAT */
   bool bool_out;
+  float flops;                  /* per element, for the split (pool.h); 0: 1 */
 } unop;
+
+#define LIBM KEEL_FLOPS_LIBM    /* a libm call per element                  */
+#define VMATH 30                /* keel's vectorized exp / erf (vmath.h)    */
 
 #define FLOATS(op) {UT_F(op)}
 static const unop OP_ABS = {"Abs", {UT_F(abs) UT_S(abs) UT_U(abs)}, false};
@@ -206,37 +211,37 @@ static const unop OP_NEG = {"Neg", {UT_F(neg) UT_S(neg)}, false};
 static const unop OP_SIGN = {"Sign", {UT_F(sign) UT_S(sign) UT_U(sign)}, false};
 static const unop OP_RECIP = {"Reciprocal", FLOATS(recip), false};
 static const unop OP_SQRT = {"Sqrt", FLOATS(sqrt), false};
-static const unop OP_EXP = {"Exp", FLOATS(exp), false};
-static const unop OP_LOG = {"Log", FLOATS(log), false};
+static const unop OP_EXP = {"Exp", FLOATS(exp), false, LIBM};
+static const unop OP_LOG = {"Log", FLOATS(log), false, LIBM};
 static const unop OP_CEIL = {"Ceil", FLOATS(ceil), false};
 static const unop OP_FLOOR = {"Floor", FLOATS(floor), false};
 static const unop OP_ROUND = {"Round", FLOATS(round), false};
-static const unop OP_SIN = {"Sin", FLOATS(sin), false};
-static const unop OP_COS = {"Cos", FLOATS(cos), false};
-static const unop OP_TAN = {"Tan", FLOATS(tan), false};
-static const unop OP_ASIN = {"Asin", FLOATS(asin), false};
-static const unop OP_ACOS = {"Acos", FLOATS(acos), false};
-static const unop OP_ATAN = {"Atan", FLOATS(atan), false};
-static const unop OP_SINH = {"Sinh", FLOATS(sinh), false};
-static const unop OP_COSH = {"Cosh", FLOATS(cosh), false};
-static const unop OP_ASINH = {"Asinh", FLOATS(asinh), false};
-static const unop OP_ACOSH = {"Acosh", FLOATS(acosh), false};
-static const unop OP_ATANH = {"Atanh", FLOATS(atanh), false};
-static const unop OP_ERF = {"Erf", {UT_F(erf) UT_S(erf) UT_U(erf)}, false};
+static const unop OP_SIN = {"Sin", FLOATS(sin), false, LIBM};
+static const unop OP_COS = {"Cos", FLOATS(cos), false, LIBM};
+static const unop OP_TAN = {"Tan", FLOATS(tan), false, LIBM};
+static const unop OP_ASIN = {"Asin", FLOATS(asin), false, LIBM};
+static const unop OP_ACOS = {"Acos", FLOATS(acos), false, LIBM};
+static const unop OP_ATAN = {"Atan", FLOATS(atan), false, LIBM};
+static const unop OP_SINH = {"Sinh", FLOATS(sinh), false, LIBM};
+static const unop OP_COSH = {"Cosh", FLOATS(cosh), false, LIBM};
+static const unop OP_ASINH = {"Asinh", FLOATS(asinh), false, LIBM};
+static const unop OP_ACOSH = {"Acosh", FLOATS(acosh), false, LIBM};
+static const unop OP_ATANH = {"Atanh", FLOATS(atanh), false, LIBM};
+static const unop OP_ERF = {"Erf", {UT_F(erf) UT_S(erf) UT_U(erf)}, false, VMATH};
 static const unop OP_NOT = {"Not", {[KEEL_BOOL] = u_not_b8}, false};
 static const unop OP_BNOT = {"BitwiseNot", {UT_S(bnot) UT_U(bnot)}, false};
 static const unop OP_ISNAN = {"IsNaN", FLOATS(isnan), true};
 static const unop OP_ISINF = {"IsInf", FLOATS(isinf), true};
 static const unop OP_RELU = {"Relu", {UT_F(relu) UT_S(relu) UT_U(relu)}, false};
 static const unop OP_LEAKY = {"LeakyRelu", FLOATS(leaky), false};
-static const unop OP_ELU = {"Elu", FLOATS(elu), false};
-static const unop OP_SELU = {"Selu", FLOATS(selu), false};
-static const unop OP_CELU = {"Celu", FLOATS(celu), false};
-static const unop OP_SIGMOID = {"Sigmoid", FLOATS(sigmoid), false};
-static const unop OP_TANH = {"Tanh", FLOATS(tanh), false};
-static const unop OP_SOFTPLUS = {"Softplus", FLOATS(softplus), false};
+static const unop OP_ELU = {"Elu", FLOATS(elu), false, LIBM};
+static const unop OP_SELU = {"Selu", FLOATS(selu), false, LIBM};
+static const unop OP_CELU = {"Celu", FLOATS(celu), false, LIBM};
+static const unop OP_SIGMOID = {"Sigmoid", FLOATS(sigmoid), false, VMATH};
+static const unop OP_TANH = {"Tanh", FLOATS(tanh), false, LIBM};
+static const unop OP_SOFTPLUS = {"Softplus", FLOATS(softplus), false, LIBM};
 static const unop OP_SOFTSIGN = {"Softsign", FLOATS(softsign), false};
-static const unop OP_MISH = {"Mish", FLOATS(mish), false};
+static const unop OP_MISH = {"Mish", FLOATS(mish), false, LIBM};
 static const unop OP_HSIGMOID = {"HardSigmoid", FLOATS(hsigmoid), false};
 static const unop OP_HSWISH = {"HardSwish", FLOATS(hswish), false};
 static const unop OP_THRESH = {"ThresholdedRelu", FLOATS(thresh), false};
@@ -251,6 +256,31 @@ static un_fn unop_fn(const unop *op, int dtype) {
   return op->fn[keel_is_half(dtype) ? KEEL_FLOAT : dtype];
 }
 
+/* fn over n elements in chunks on the pool, sized by the op's cost (every
+ * element is its own: any cut gives the same bits). x and y may be one
+ * buffer: a chunk reads each element before it writes it. */
+typedef struct un_job {
+  un_fn fn;
+  const char *x;
+  char *y;
+  size_t ex, ey;
+  const un_params *p;
+} un_job;
+
+static keel_status un_chunk(void *ctx, int64_t b, int64_t e, int worker) {
+  const un_job *j = ctx;
+  (void)worker;
+  j->fn(j->x + (size_t)b * j->ex, j->y + (size_t)b * j->ey, e - b, j->p);
+  return KEEL_OK;
+}
+
+static keel_status un_pool(keel_kctx *k, const unop *op, un_fn fn, const void *x, int xdt, void *y,
+                           int ydt, int64_t n, const un_params *p) {
+  un_job j = {fn, x, y, keel_dtype_size((keel_dtype)xdt), keel_dtype_size((keel_dtype)ydt), p};
+  int64_t grain = keel_pool_grain((double)(j.ex + j.ey), op->flops > 0 ? op->flops : 1);
+  return keel_pool_for(k->pool, n, grain, un_chunk, &j);
+}
+
 /* Y = op(X) elementwise, same shape; Y may take X's buffer. */
 static keel_status unary(keel_kctx *k, const unop *op, const un_params *p) {
   const keel_tensor *x;
@@ -263,18 +293,12 @@ static keel_status unary(keel_kctx *k, const unop *op, const un_params *p) {
   KEEL_TRY(keel_k_reuse(k, 0, 0, op->bool_out ? KEEL_BOOL : x->dtype, x->rank, x->shape, &y));
   int64_t n = keel_tensor_numel(x);
   if (n == 0) return KEEL_OK;
-  if (!keel_is_half(x->dtype)) {
-    fn(x->data, y->data, n, p);
-    return KEEL_OK;
-  }
+  if (!keel_is_half(x->dtype)) return un_pool(k, op, fn, x->data, x->dtype, y->data, y->dtype, n, p);
   /* staged: every input element is read before y (maybe x's buffer) is written */
   keel_tensor f;
   KEEL_TRY(keel_k_to_f32(k, x, &f));
-  if (op->bool_out) {
-    fn(f.data, y->data, n, p);
-    return KEEL_OK;
-  }
-  fn(f.data, f.data, n, p);
+  if (op->bool_out) return un_pool(k, op, fn, f.data, KEEL_FLOAT, y->data, KEEL_BOOL, n, p);
+  KEEL_TRY(un_pool(k, op, fn, f.data, KEEL_FLOAT, f.data, KEEL_FLOAT, n, p));
   keel_f32_store(f.data, y);
   return KEEL_OK;
 }

@@ -607,8 +607,8 @@ static keel_status sh_transpose_2d(keel_kctx *k, const void *src, void *dst, int
   j.bc = KEEL_MIN(j.bc, C);
   j.nrb = (R + j.br - 1) / j.br;
   j.ncb = (C + j.bc - 1) / j.bc;
-  /* about 256 KB per chunk: smaller transposes stay on the calling thread */
-  int64_t grain = KEEL_MAX((int64_t)1, ((int64_t)256 << 10) / (j.br * j.bc * (int64_t)es));
+  /* a block is read and written once */
+  int64_t grain = keel_pool_grain(2.0 * (double)(j.br * j.bc) * (double)es, 0);
   return keel_pool_for(k->pool, B * j.nrb * j.ncb, grain, sh_tr_blocks, &j);
 }
 
@@ -813,7 +813,7 @@ static bool cat_fast(keel_kctx *k, int axis, keel_tensor *o, keel_status *st) {
   }
   if (!outer || !row) return false;
   cat_job j = {k->n_in, src, run, o->data, row};
-  int64_t grain = KEEL_MAX(1, (int64_t)((64u << 10) / row)); /* ~64 KB a task */
+  int64_t grain = keel_pool_grain(2.0 * (double)row, 0); /* a row read and written */
   *st = keel_pool_for(k->pool, outer, grain, cat_rows, &j);
   return true;
 }

@@ -526,7 +526,8 @@ static bool ln_try_fast(keel_kctx *k, const keel_tensor *x, int axis, keel_statu
   if ((*st = keel_k_reuse(k, 0, 0, KEEL_FLOAT, x->rank, x->shape, &y))) return true;
   ln_fast f = {x->data, s->data, b ? b->data : NULL, y->data, D, keel_k_attr_f(k, "epsilon", 1e-5f)};
   int64_t rows = keel_tensor_numel(x) / D;
-  *st = keel_pool_for(k->pool, rows, KEEL_MAX(1, 16384 / D), ln_rows, &f);
+  /* a row: D floats read and written, about 8 operations each */
+  *st = keel_pool_for(k->pool, rows, keel_pool_grain(8.0 * (double)D, 8.0 * (double)D), ln_rows, &f);
   return true;
 }
 
