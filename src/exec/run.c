@@ -27,6 +27,12 @@ static int32_t ctl_need(const keel_node *n) {
   return c ? c + 2 * n->n_in + 2 * n->n_out + 4 : 0;
 }
 
+/* Bytes of one frame's arrays, sized for the graph's widest node so the
+ * per-node loop never allocates: the slots, then as many keel_vals again
+ * for dropped outputs and control-flow scratch, then the input and output
+ * pointer arrays. run_new carves them in this order; the two must agree.
+ * max_out is at least KEEL_K_MIN_OUTS because run_kernel hands every
+ * kernel that many output targets, whatever the node lists. */
 static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out,
                           int32_t *n_ctl) {
   int32_t mi = 1, mo = KEEL_K_MIN_OUTS, mc = 0;
@@ -42,6 +48,9 @@ static size_t frame_bytes(const keel_graph *g, int32_t *max_in, int32_t *max_out
          (size_t)mo * (sizeof(keel_val *) + sizeof(keel_val));
 }
 
+/* Without the shape check's bindings, which run_new appends after this
+ * many bytes (keel_shapecheck_bind_bytes). keel info reports this figure
+ * as the cost of one run in flight. */
 size_t keel_run_ctx_bytes(const keel_model *m) {
   size_t bytes = sizeof(keel_runctx) + (size_t)m->n_graphs * sizeof(keel_frame);
   for (int32_t i = 0; i < m->n_graphs; i++) {
@@ -51,7 +60,11 @@ size_t keel_run_ctx_bytes(const keel_model *m) {
   return bytes;
 }
 
-/* One allocation holds the run, its frames and every frame's arrays. */
+/* One allocation holds the run, its frames and every frame's arrays: one
+ * meta allocation per context instead of one per graph, and a context is
+ * freed with one call of the same size (R->bytes). The memset makes every
+ * slot EMPTY (KEEL_V_EMPTY is 0) and every frame inactive, the state
+ * DESIGN rule 4 requires between runs. */
 static keel_status run_new(struct keel_session_s *s, keel_runctx **out) {
   const keel_model *m = s->m;
   size_t base = keel_run_ctx_bytes(m), bytes = base + keel_shapecheck_bind_bytes(s);
@@ -93,6 +106,8 @@ keel_status keel_run_acquire(struct keel_session_s *s, keel_runctx **R) {
     s->n_in_use++;
   }
   keel_mutex_unlock(&s->pool_lock);
+  /* a miss allocates outside the lock, so that concurrent runs do not
+   * wait on one another's allocation; only the figures are updated under it */
   if (!r) {
     KEEL_TRY(run_new(s, &r));
     keel_mutex_lock(&s->pool_lock);
@@ -115,6 +130,9 @@ static bool run_is_idle(const keel_runctx *R) {
 }
 #endif
 
+/* The context goes back to the pool, or is freed when the pool already
+ * holds pool_cap idle ones. The free happens after the unlock: the lock
+ * only guards the list and its figures. */
 void keel_run_release(keel_runctx *R) {
   struct keel_session_s *s = R->s;
   keel_assert_expensive(run_is_idle(R));
@@ -134,6 +152,8 @@ void keel_run_release(keel_runctx *R) {
   if (!keep) keel_heap_meta_realloc(s->heap, R, R->bytes, 0);
 }
 
+/* At session destroy only: no run may hold a context then (the assert),
+ * so the list is walked without the lock. */
 void keel_run_pool_free(struct keel_session_s *s) {
   keel_runctx *r = s->pool;
   while (r) {
@@ -161,9 +181,14 @@ static const keel_val *resolve(keel_runctx *R, keel_frame *f, keel_ref r,
                      f->g->slot_names[keel_ref_slot(r)]);
       return NULL;
     }
+    /* constants are the session's and never empty */
     case KEEL_REF_CONST: return &R->s->consts[keel_ref_const_index(r)];
     default: break;
   }
+  /* an outer value: climb `levels` frames, and at each step check that the
+   * parent is still active and still in the generation this frame saw when
+   * it entered. A frame is reused across iterations and runs, so a pointer
+   * to it alone does not prove it still holds the values the ref means. */
   keel_frame *p = f;
   for (uint32_t l = keel_ref_levels(r); l > 0; l--) {
     if (!p->parent || !p->parent->active || p->parent->gen != p->parent_gen) {
@@ -184,11 +209,18 @@ static const keel_val *resolve(keel_runctx *R, keel_frame *f, keel_ref r,
 
 /* ========================================================= one node */
 
+/* Scratch blocks a kernel took through the kctx (at most
+ * KEEL_K_MAX_SCRATCH) live until the kernel returns; the executor frees
+ * them, on success and on failure, so kernels need no cleanup paths. */
 static void drop_scratch(keel_kctx *k) {
   for (int32_t i = 0; i < k->n_scratch; i++) keel_heap_free(k->heap, k->scratch[i]);
   k->n_scratch = 0;
 }
 
+/* A failed node leaves nothing behind: every output target is cleared
+ * (a kernel may have written some outputs before it failed), so the slots
+ * hold only what earlier nodes made, and keel_exec_graph's clean-up of the
+ * frame sees a consistent state. The message gets the node's label. */
 static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st) {
   for (int32_t i = 0; i < KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS); i++) keel_val_clear(k->out[i]);
   drop_scratch(k);
@@ -198,7 +230,9 @@ static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st)
 
 static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n);
 
-/* Drops the slots whose last use this node was. */
+/* Drops the slots whose last use this node was (the plan's release list,
+ * ir/plan): memory goes back as soon as nothing later reads it, which is
+ * what keeps a run's peak near the live set of values. */
 static void release(keel_frame *f, const keel_node *n) {
   for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
 }
@@ -219,8 +253,13 @@ static keel_status run_node(keel_runctx *R, keel_frame *f, const keel_node *n) {
 }
 
 /* The same step with the observers around it: the profiler, the shape
- * check and the test-only planted leak. Chosen per graph entry, so the plain step above
- * carries neither. */
+ * check and the test-only planted leak. Chosen per graph entry, so the
+ * plain step above carries none of them. The releases come last: the
+ * profiler records the shapes of f->in and the shape check reads them,
+ * and an input whose last use this node was would already be gone. The
+ * planted leak takes its reference before the releases for the same
+ * reason. On failure the profiler is told with NULL shapes and nothing
+ * is released here (keel_exec_graph clears the whole frame). */
 static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_node *n,
                                      struct keel_profile *p) {
   uint64_t t0 = 0;
@@ -236,7 +275,9 @@ static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_n
 /* ----- what the executor lends kernels (ops/kernel.h, keel_kservices) */
 
 /* Runs graph g of the running node on *in (moved in) into *out, on the
- * frame's control slots as If/Loop/Scan do. */
+ * frame's control slots as If/Loop/Scan do. ctl[0] and ctl[1] are free
+ * here: a node that holds a graph attribute gets control slots (ctl_need),
+ * and no other control-flow node of the frame runs while this one does. */
 static keel_status svc_subgraph(keel_kctx *k, const keel_graph *g, keel_val *in, keel_val *out) {
   keel_frame *f = k->frame;
   if (f->n_ctl < 2) return keel_err(KEEL_ERR_INTERNAL, "no control-flow slots to run a graph");
@@ -247,12 +288,16 @@ static keel_status svc_subgraph(keel_kctx *k, const keel_graph *g, keel_val *in,
   return KEEL_OK;
 }
 
+/* The communicator lives in the session's options, which ops/ cannot
+ * see; the collectives reach it through this service. */
 static const void *svc_comm(const keel_kctx *k) { return k->run->s->opts.comm; }
 
 static const keel_kservices g_services = {svc_subgraph, svc_comm};
 
 /* Resolves inputs, calls the kernel, checks its outputs; releases are the
- * caller's. */
+ * caller's. Guarantees on return: KEEL_OK means every output the node
+ * lists holds a value and every unlisted target is EMPTY again; an error
+ * means no target holds anything (node_failed). */
 static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n) {
   keel_status st = KEEL_OK;
   for (int32_t i = 0; i < n->n_in; i++) {
@@ -263,11 +308,16 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
+  /* narrow types (float8, int4, ...) only reach kernels that list them:
+   * the cheap scan runs on every node, the table lookup only when it hits */
   if (KEEL_UNLIKELY(keel_k_has_narrow(f->in, n->n_in)) &&
       (st = keel_k_check_in_types(n, f->in, n->n_in))) {
     char lb[256];
     return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
   }
+  /* outputs the node omits (-1) or does not list point at the frame's
+   * `dropped` values: a kernel may always write all of its outputs, and
+   * what nobody asked for is cleared right after it returns */
   int32_t n_targets = KEEL_MAX(n->n_out, KEEL_K_MIN_OUTS);
   for (int32_t i = 0; i < n_targets; i++)
     f->out[i] = i < n->n_out && n->out[i] >= 0 ? &f->slots[n->out[i]] : &f->dropped[i];
@@ -276,8 +326,12 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   keel_kctx k;
   k.node = n, k.in = f->in, k.out = f->out, k.n_in = n->n_in, k.n_out = n->n_out;
   k.heap = R->s->heap, k.pool = R->s->threads, k.prep = n->prep;
+  /* with KEEL_OPT_NO_OWNER_TAGS the mask is 0: every block is the
+   * session's, iteration 0 */
   k.owner = (keel_owner){n->site & R->s->owner_mask, f->iter & R->s->owner_mask};
   k.svc = &g_services, k.run = R, k.frame = f, k.n_scratch = 0;
+  /* the implementation chosen at session creation, else the op's
+   * reference kernel */
   st = n->impl && n->impl->fn ? n->impl->fn(&k) : n->op->fn(&k);
   if (KEEL_UNLIKELY(st)) return node_failed(n, &k, st);
   drop_scratch(&k);
@@ -285,6 +339,8 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
     if (i >= n->n_out || n->out[i] < 0) {
       keel_val_clear(&f->dropped[i]);
     } else if (KEEL_UNLIKELY(f->slots[n->out[i]].kind == KEEL_V_EMPTY)) {
+      /* a kernel bug, caught here rather than as an "empty when read" at
+       * some later node that would not name the culprit */
       st = keel_err(KEEL_ERR_INTERNAL, "kernel produced no value for output %d", i);
       return node_failed(n, &k, st);
     }
@@ -294,7 +350,10 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
 
 /* ===================================================== stopping */
 
-/* "before node X" (n) or "before iteration I" (n NULL). */
+/* "before node X" (n) or "before iteration I" (n NULL). Cancel is tested
+ * before the deadline, so a run both cancelled and late reports the
+ * cancel, the caller's own request. The flag is read relaxed: it carries
+ * no data, and a store becomes visible within a node or so. */
 static keel_status stop_now(keel_runctx *R, const keel_node *n, int64_t iteration) {
   char lb[256], where[300];
   if (n) snprintf(where, sizeof where, "node %s", keel_node_label(n, lb, sizeof lb));
@@ -309,6 +368,9 @@ static keel_status stop_now(keel_runctx *R, const keel_node *n, int64_t iteratio
 
 keel_status keel_exec_stop(keel_runctx *R, const keel_node *n) { return stop_now(R, n, 0); }
 
+/* The guard counts iterations of every loop at every depth together, so
+ * nested loops cannot multiply past it. The count is taken before the
+ * iteration begins: an iteration refused by the guard never runs. */
 keel_status keel_exec_iteration(keel_runctx *R, const keel_node *loop, int64_t iteration) {
   (void)loop; /* the loop's kernel names it: node_failed prefixes its label */
   keel_assert_internal(R->iters >= 0 && R->iters <= R->iter_limit);
@@ -324,10 +386,14 @@ keel_status keel_exec_iteration(keel_runctx *R, const keel_node *loop, int64_t i
 
 /* ======================================================= one graph */
 
+/* The error path: drops whatever the frame still holds. */
 static void frame_clear(keel_frame *f) {
   for (int32_t i = 0; i < f->g->n_slots; i++) keel_val_clear(&f->slots[i]);
 }
 
+/* The generation moves on exit as well as on entry, so a child frame
+ * that entered from this frame's previous activation (parent_gen) fails
+ * resolve's check instead of reading slots that now mean other values. */
 static void frame_exit(keel_frame *f) {
   f->gen++;
   f->active = false;
@@ -356,6 +422,13 @@ static keel_status collect_outputs(keel_runctx *R, keel_frame *f, keel_val *outp
   return KEEL_OK;
 }
 
+/* Activates g's frame. ONNX has no recursion, so a frame already active
+ * means keel entered a graph twice: an internal error, with the inputs
+ * cleared all the same (keel_exec_graph's promise that inputs are EMPTY
+ * afterwards holds on every path). An input the caller left EMPTY takes
+ * its default constant by reference; extra inputs beyond g->n_in are
+ * dropped; inputs the plan found nobody reads (drop_in) are dropped at
+ * once rather than held for the whole graph. */
 static keel_status enter(keel_runctx *R, const keel_graph *g, keel_frame *parent,
                          keel_val *inputs, int32_t n_inputs, uint32_t iter,
                          keel_frame **out) {
@@ -394,6 +467,10 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
   keel_frame *f;
   KEEL_TRY(enter(R, g, parent, inputs, n_inputs, iter, &f));
   keel_status st = KEEL_OK;
+  /* the profiler is looked up once per graph entry, and the observed step
+   * chosen once: without observers the per-node loop tests one bool. The
+   * acquire pairs with the store in keel_profile_start, so a profiler seen
+   * here is fully built. */
   struct keel_profile *prof = atomic_load_explicit(&R->s->profile, memory_order_acquire);
   bool observed = prof || R->s->debug_plant_site || R->bind;
   const keel_main_watch *watch = g == R->s->m->main ? R->watch : NULL; /* the main graph's only */
@@ -405,17 +482,24 @@ keel_status keel_exec_graph(keel_runctx *R, const keel_graph *g, keel_frame *par
     if (KEEL_UNLIKELY(watch != NULL) && !st) watch->node_done(watch->ctx, R, g->order[p]);
   }
   if (!st) st = collect_outputs(R, f, outputs);
+  /* on error: outputs may be partly collected and the frame holds values
+   * of nodes that ran; both are dropped, as exec.h promises */
   if (st) {
     for (int32_t i = 0; i < g->n_out; i++) keel_val_clear(&outputs[i]);
     frame_clear(f);
   }
   /* by the plan every slot is empty now; a leftover is a keel bug */
   keel_assert(keel_frame_is_empty(f));
+  /* release builds have no assert: clear anyway, so that a plan bug
+   * costs memory for one run at most instead of leaking into the pool */
   if (!st && !keel_frame_is_empty(f)) frame_clear(f);
   frame_exit(f);
   return st;
 }
 
+/* Only meaningful while the main frame runs (the keel_main_watch
+ * callback); a resolve error here just means "not there", so the status
+ * it sets is dropped. */
 const keel_val *keel_exec_main_output(keel_runctx *R, int32_t out) {
   const keel_graph *g = R->s->m->main;
   keel_frame *f = &R->frames[g->id];
@@ -427,6 +511,11 @@ const keel_val *keel_exec_main_output(keel_runctx *R, int32_t out) {
 
 /* ====================================================== hooks */
 
+/* The run whose on_iteration hook is running on this thread. Thread-local
+ * because several runs of one session may be in hooks at once, each on its
+ * own thread; keel_mem_live_report, called from inside a hook, finds its
+ * own run here and can tell the blocks that run still refers to from
+ * those a loop left behind. */
 static _Thread_local keel_runctx *tls_hook_run;
 
 keel_runctx *keel_exec_hook_run(void) { return tls_hook_run; }
@@ -441,12 +530,19 @@ void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop, int64_t ite
 
 /* ============================================== referenced blocks */
 
+/* The heap blocks the running frames refer to, collected for
+ * keel_mem_live_report's `unreferenced` filter. Memory comes from
+ * keel_sys_* (not the session's heap) because the report walks the heap
+ * under its lock; an allocation failure is remembered and reported once
+ * at the end instead of at each add. */
 typedef struct block_set {
   const keel_block **b;
   size_t n, cap;
   bool failed;
 } block_set;
 
+/* Only heap buffers: constants and caller memory are no block of the
+ * heap, so the live walk never sees them. */
 static void add_buffer(block_set *s, const keel_buffer *buf) {
   if (!buf || buf->kind != KEEL_BUF_HEAP) return;
   if (s->n == s->cap) {
@@ -479,6 +575,10 @@ static int cmp_ptr(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Walks the slots and control scratch of every active frame: the
+ * control scratch holds what a loop carries from one iteration to the
+ * next, which a hook must not mistake for what the loop left behind. The
+ * result is sorted so the report can binary-search it (profile.c, held). */
 keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks, size_t *n) {
   block_set s = {0};
   for (int32_t i = 0; i < R->s->m->n_graphs; i++) {
@@ -504,6 +604,9 @@ keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks, siz
   return KEEL_OK;
 }
 
+/* Test-only. Under the pool lock because runs on several threads may leak
+ * into the same session array; out of memory just skips the leak (the
+ * test would then see none and fail, which is the right signal). */
 void keel_exec_debug_leak(keel_runctx *R, const keel_val *v) {
   struct keel_session_s *s = R->s;
   keel_mutex_lock(&s->pool_lock);

@@ -1,24 +1,24 @@
 /* matmul_dnnl.c: FusedMatMul (ops/math/matmul/matmul_fused.h) on oneDNN's matmul, the
  * implementation "onednn".
  *
- * Prepared once per node: B packed into the layout oneDNN's kernel asks
- * for (a block of the session's allocator; the file's pages under the
- * original go back when no other node reads it). Per row count M, on the
- * first run that meets it: the primitives. A's rows are cut into bands,
- * one per pool thread (rows are contiguous in A and in Y, so a band is a
- * whole product of its own); bands of equal height share a primitive. The
+ * Which path a run takes, and how the work is cut, is decided in
+ * ops/math/matmul/select.c; this file executes it. Prepared once per node:
+ * B packed into the layout oneDNN's kernel asks for (a block of the
+ * session's allocator; the file's pages under the original go back when no
+ * other node reads it). Per row count M, on the first run that meets it:
+ * the primitives. A's rows are cut into bands (rows are contiguous in A and
+ * in Y, so a band is a whole product of its own); bands of equal height
+ * share a primitive. The
  * bias, the residual Z (a sum post-op: the band of Y starts as Z's, or Y
  * takes Z's buffer) and the activation (an eltwise post-op where oneDNN
  * has it, else keel's on the band while it is hot) are applied in the
  * same pass. A Z that broadcasts is added by keel after a plain product.
  * Primitives per M are kept in the node's shape cache (dnnl_glue.h).
  *
- * A node whose first run has at most GEMV_ROWS rows (a classifier on one
- * image) runs those products on keel's own (gemv.h) where that has its
- * vector kernel, for good: B stays as the file has it (never packed for
- * them, its pages never given back), streamed once per run in small
- * chunks over the pool. Taller products of such a node still go to
- * oneDNN (which then packs its own copy).
+ * A node whose first run takes keel's gemv keeps B as the file has it
+ * (never packed for those runs, its pages never given back), streamed once
+ * per run in small chunks over the pool. Taller products of such a node
+ * still go to oneDNN (which then packs its own copy).
  */
 #include <stdatomic.h>
 
@@ -29,21 +29,12 @@
 #include "ops/common/bcast.h"
 #include "ops/common/gemv.h"
 #include "ops/math/matmul/matmul_fused.h"
+#include "ops/math/matmul/select.h"
 #include "ops/dnnl/dnnl_glue.h"
 
-#define MAX_BANDS 64
+#define MAX_BANDS KEEL_MM_MAX_BANDS
 #define PRIMS 8                 /* bands of two heights at most, or parts  */
-#define MAX_PARTS 8             /* column parts of B (small M)              */
-/* B of at most this many bytes stays where it is beside the packed copy,
- * and products of fewer multiply-adds than SMALL_PRODUCT run on the
- * reference kernel (keel's GEMM on it): for them the calls into oneDNN
- * (a stream, memory objects, the shape cache) cost more than the product
- * (the LSTM bench's 16 x 128 x 32 head). */
-#define KEEP_B_BYTES ((size_t)64 << 10)
-#define SMALL_PRODUCT ((int64_t)1 << 18)
-#define GEMV_ROWS 4
-
-enum { MODE_UNSET, MODE_GEMV, MODE_LIB }; /* mm_state.mode */
+#define MAX_PARTS KEEL_MM_MAX_PARTS
 
 /* key: M, bare. Row mode (one part of B): bands of rows, a primitive per
  * band height; column mode: band q is part q of B's columns over every
@@ -82,11 +73,8 @@ typedef struct mm_state {
   const keel_tensor *orig;      /* B as the file has it, until then        */
   const struct keel_model *model;
   bool drop_orig;
-  _Atomic int mode;             /* MODE_*: the first run's M decides       */
+  _Atomic int mode;             /* keel_mm_path: the first run's M decides  */
 } mm_state;
-
-/* Columns per part at least: thinner parts waste the kernels' tiles. */
-#define PART_MIN_COLS 64
 
 /* B's part q as the file has it: a view of the plain [K, N] (or, with
  * transB, [N, K]) matrix. */
@@ -139,7 +127,7 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
                            &packed_now);
   /* nothing reads the original any more when this node alone did */
   if (!st && packed_now && ++s->packed == s->nparts && s->drop_orig &&
-      atomic_load(&s->mode) == MODE_LIB) {
+      atomic_load(&s->mode) == KEEL_MM_LIB) {
     keel_model_drop_const(s->model, s->orig, NULL, NULL);
     s->drop_orig = false;
   }
@@ -159,9 +147,9 @@ static void entry_free(mm_state *s, mm_entry *e) {
 
 static void entry_drop(void *ctx, keel_dnnl_entry *e) { entry_free(ctx, (mm_entry *)e); }
 
-/* Bands of at least 8 rows, at most one per thread. */
-static void cut_bands(mm_entry *e, int64_t M, int threads) {
-  int nb = (int)KEEL_MAX(1, KEEL_MIN(KEEL_MIN((int64_t)threads, M / 8), MAX_BANDS));
+/* Bands as keel_matmul_bands cuts them, equal heights sharing a primitive. */
+static void cut_bands(mm_entry *e, int64_t M, int splits) {
+  int nb = keel_matmul_bands(M, splits);
   e->nbands = nb, e->nprims = 0;
   for (int b = 0; b <= nb; b++) e->r0[b] = M * b / nb;
   for (int b = 0; b < nb; b++) {
@@ -179,10 +167,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *arg,
   bool sum = *(const bool *)arg;
   int64_t M = key[0];
   if (!s->nparts) { /* the first run decides how B is cut */
-    int parts = 1;
-    if (M < 8 * (int64_t)s->splits)
-      parts = (int)KEEL_MIN(KEEL_MIN((int64_t)s->splits, s->N / PART_MIN_COLS), MAX_PARTS);
-    s->nparts = KEEL_MAX(1, parts);
+    s->nparts = keel_matmul_parts(M, s->N, s->splits);
     for (int q = 0; q <= s->nparts; q++) s->n0[q] = s->N * q / s->nparts;
   }
   mm_entry *e = keel_sys_calloc(1, sizeof *e);
@@ -254,15 +239,18 @@ static keel_status mm_run(keel_kctx *k) {
   KEEL_TRY(keel_k_in_opt(k, 3, &z));
   keel_fmm_geom g;
   KEEL_TRY(keel_fmm_geom_of(k, a, b, bias, &g));
-  if (s->keep_b && g.M * g.N * g.K < SMALL_PRODUCT) return keel_op_fused_matmul_ref(k);
+  keel_mm_facts f = {g.M, g.N, g.K, s->keep_b};
+  int mode = atomic_load(&s->mode);
+  keel_mm_path path = keel_matmul_select_path((keel_mm_path)mode, &f);
+  if (path == KEEL_MM_SMALL) return keel_op_fused_matmul_ref(k);
   if ((bias != NULL) != s->has_bias)
     return keel_err(KEEL_ERR_INVALID_MODEL, "the bias is %s at run time but was %s at binding",
                     bias ? "given" : "omitted", s->has_bias ? "given" : "omitted");
-  int mode = MODE_UNSET;
-  if (atomic_compare_exchange_strong(&s->mode, &mode,
-                                     g.M <= GEMV_ROWS && keel_gemv_fast() ? MODE_GEMV : MODE_LIB))
-    mode = atomic_load(&s->mode);
-  bool gemv = mode == MODE_GEMV && g.M <= GEMV_ROWS;
+  /* the first run that is not small sets the node's mode; a racing run
+   * that lost takes the winner's */
+  if (mode == KEEL_MM_UNDECIDED && !atomic_compare_exchange_strong(&s->mode, &mode, (int)path))
+    path = keel_matmul_select_path((keel_mm_path)mode, &f);
+  bool gemv = path == KEEL_MM_GEMV;
   int rank = g.yrank;
   int64_t shape[KEEL_MAX_RANK];
   bool same = true;
@@ -345,10 +333,14 @@ static keel_status mm_prepare(const keel_prep_ctx *p, void **state) {
     return st;
   }
   const keel_attr *own = keel_node_attr(n, "keel.weights_private");
-  s->keep_b = keel_tensor_nbytes(b) <= KEEP_B_BYTES;
+  s->keep_b = keel_tensor_nbytes(b) <= KEEL_MM_KEEP_B_BYTES;
   s->orig = b, s->model = p->model, s->drop_orig = !s->keep_b && own && own->i && p->model;
   *state = s;
   return KEEL_OK;
 }
 
-const keel_impl keel_matmul_fused_dnnl = {"onednn", mm_supports, mm_prepare, mm_release, mm_run};
+const keel_impl keel_matmul_fused_dnnl = {
+    "onednn", mm_supports, mm_prepare, mm_release, mm_run,
+    "B a constant 2-D float matrix and oneDNN allowed; each run: under 2^18 multiply-adds with "
+    "a small B on keel's GEMM, at most 4 rows on keel's gemv (when the first run was), else "
+    "oneDNN's matmul in bands of rows or column parts of B (ops/math/matmul/select.c)"};

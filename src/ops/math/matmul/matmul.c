@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <limits.h>
 
+#include "ops/math/matmul/select.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
 #include "base/pool.h"
@@ -109,18 +110,14 @@ static keel_status gemm_panel(void *ctx, int64_t b, int64_t e, int worker) {
   return KEEL_OK;
 }
 
-/* Below this many multiply-adds a product runs on the calling thread: the
- * wake-up of the workers would cost more than it saves. */
-#define GEMM_PAR_MIN ((int64_t)1 << 18)
-
+/* One call, or panels over the pool as keel_gemm_split (select.c) says. */
 static void gemm_run(keel_pool *pool, gemm_job *j) {
-  if (keel_pool_splits(pool) == 1 || j->M * j->N * j->K < GEMM_PAR_MIN) {
+  int64_t grain;
+  if (!keel_gemm_split(j->M, j->N, j->K, keel_pool_splits(pool), &j->by_rows, &grain)) {
     gemm_call(j, 0, j->M, 0, j->N);
     return;
   }
-  j->by_rows = j->M >= j->N;
-  /* panels of 16 rows or 64 columns keep OpenBLAS's kernels on full tiles */
-  (void)keel_pool_for(pool, j->by_rows ? j->M : j->N, j->by_rows ? 16 : 64, gemm_panel, j);
+  (void)keel_pool_for(pool, j->by_rows ? j->M : j->N, grain, gemm_panel, j);
 }
 
 void keel_gemm_f32(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,

@@ -2,6 +2,7 @@
  * broadcast, and the reference kernel: keel's GEMM (conv_util.h) into Y,
  * then bias, Z and the activation in one more pass. */
 #include "ops/math/matmul/matmul_fused.h"
+#include "ops/math/matmul/select.h"
 
 #include "ops/common/activation.h"
 #include "ops/common/bcast.h"
@@ -90,14 +91,9 @@ keel_status keel_op_fused_matmul_ref(keel_kctx *k) {
   return KEEL_OK;
 }
 
-#if KEEL_HAVE_DNNL
-static const keel_impl *const g_impls[] = {&keel_matmul_fused_dnnl, NULL};
-#else
-static const keel_impl *const g_impls[] = {NULL};
-#endif
 
 const keel_opdef keel_ops_matmul_fused[] = {
     {"ai.keel.internal", "FusedMatMul", 1, KEEL_OPSET_MAX, keel_op_fused_matmul_ref, 0, KEEL_T(KEEL_FLOAT),
-     g_impls},
+     keel_matmul_fused_impls},
     {0},
 };
