@@ -1,5 +1,7 @@
-/* test_matmul_select.c: the matrix products' selection
- * (src/ops/math/matmul/select.c).
+/* test_select.c: the selections of the matrix products
+ * (src/ops/math/matmul/select.c), the recurrences (src/ops/nn/rnn/select.c)
+ * and attention (src/ops/nn/attention/select.c); the convolutions' has its
+ * own test (test_conv_select.c).
  *
  * keel_matmul_select_path on the shapes each rule was written for (the
  * LSTM bench's small head, a classifier's one-row product, a transformer's
@@ -8,14 +10,23 @@
  * rows) and of keel's GEMM for 1, 2 and 16 splits; and the rule keel info
  * prints for a FusedMatMul where keel has oneDNN. keel's gemv needs
  * AVX-512: it is expected exactly where this CPU has it, so the test
- * passes on any x86 CPU and checks the other branch there.
+ * passes on any x86 CPU and checks the other branch there (so for
+ * attention's panels).
+ *
+ * Recurrences: the CRNN's bidirectional LSTM (96 units) runs its two
+ * directions at once, a 512-unit one splits its steps instead; GRU and
+ * reference weights stay serial. Attention: whole heads only with heads
+ * for every split.
  */
 #include <string.h>
 
 #include "check.h"
 #include "mb.h"
 #include "ops/common/gemv.h"
+#include "ops/common/panel_gemm.h"
 #include "ops/math/matmul/select.h"
+#include "ops/nn/attention/select.h"
+#include "ops/nn/rnn/select.h"
 
 static void paths(void) {
   bool gv = keel_gemv_fast();
@@ -85,9 +96,44 @@ static void described(void) {
   keel_session_destroy(s);
 }
 
+static void rnn(void) {
+  /* packed, gru, float, dirs, batch, gates, hid */
+  keel_rnn_facts crnn = {true, false, true, 2, 1, 4, 96};
+  CHECK(keel_rnn_dirs_parallel(&crnn, 2));
+  CHECK(!keel_rnn_dirs_parallel(&crnn, 1));
+  CHECK(keel_rnn_step_parts(&crnn, 2) == 2); /* unused when the directions run at once */
+  keel_rnn_facts big = {true, false, true, 2, 1, 4, 512}; /* 1M multiply-adds a step */
+  CHECK(!keel_rnn_dirs_parallel(&big, 2));
+  CHECK(keel_rnn_step_parts(&big, 2) == 2);
+  CHECK(keel_rnn_step_parts(&big, 16) == 16);
+  CHECK(keel_rnn_step_parts(&big, 1) == 1);
+  keel_rnn_facts narrow = {true, false, true, 1, 1, 4, 40}; /* not a multiple of 16 */
+  CHECK(keel_rnn_step_parts(&narrow, 4) == 1);
+  keel_rnn_facts tiny = {true, false, true, 1, 1, 1, 32}; /* 1K multiply-adds a step */
+  CHECK(keel_rnn_step_parts(&tiny, 4) == 1);
+  keel_rnn_facts gru = {true, true, true, 2, 1, 3, 256};
+  CHECK(keel_rnn_step_parts(&gru, 4) == 1);
+  keel_rnn_facts ref = {false, false, true, 2, 1, 4, 96};
+  CHECK(!keel_rnn_dirs_parallel(&ref, 2) && keel_rnn_step_parts(&ref, 2) == 1);
+  keel_rnn_facts dbl = {true, false, false, 2, 1, 4, 96};
+  CHECK(!keel_rnn_dirs_parallel(&dbl, 2));
+}
+
+static void attention(void) {
+  bool p = keel_panel_gemm_avx512();
+  keel_attn_facts bert = {1, 12, 64, 64, 128};
+  CHECK(keel_attention_panels(&bert, 2) == p);
+  CHECK(keel_attention_panels(&bert, 12) == p);
+  CHECK(!keel_attention_panels(&bert, 16)); /* 12 heads, 16 splits */
+  keel_attn_facts long_keys = {1, 12, 64, 64, 10000};
+  CHECK(!keel_attention_panels(&long_keys, 2));
+}
+
 int main(void) {
   paths();
   cuts();
+  rnn();
+  attention();
   described();
   return check_report();
 }

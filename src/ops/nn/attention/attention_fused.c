@@ -22,8 +22,8 @@
  * session's pool; a task's scores are one sgemm into a QB x Skv block of
  * per-worker scratch, masked and soft-maxed row by row, then one sgemm
  * with V into Y. Nothing larger than that block is materialized. On
- * AVX-512 CPUs with heads for every thread a task is a whole head
- * instead, its K and V packed once into keel's panel layout and each
+ * AVX-512 CPUs with heads for every split (select.c) a task is a whole
+ * head instead, its K and V packed once into keel's panel layout and each
  * block's products run by keel_panel_gemm (below). When the
  * Where fill is -inf, a block's keys are cut to the union of its rows'
  * unmasked range (a causal mask then skips the keys above the diagonal).
@@ -38,6 +38,7 @@
 #include "ops/common/conv_util.h"
 #include "ops/common/panel_gemm.h"
 #include "ops/common/vmath.h"
+#include "ops/nn/attention/select.h"
 
 #define QB 32 /* query rows per task */
 
@@ -383,10 +384,8 @@ static keel_status op_fused_attention(keel_kctx *k) {
   j.q = t[0]->data, j.kt = t[1]->data, j.v = t[2]->data, j.y = y->data;
   j.nblk = (j.Sq + QB - 1) / QB;
   int threads = keel_pool_threads(k->pool);
-  /* panels where the product is AVX-512's, V fits one panel, and there are
-   * heads enough for every split */
-  j.panels = keel_panel_gemm_avx512() && j.Dv <= NP && j.D <= 1024 && j.Skv <= 8192 &&
-             j.B * j.H >= keel_pool_splits(k->pool);
+  keel_attn_facts f = {j.B, j.H, j.D, j.Dv, j.Skv};
+  j.panels = keel_attention_panels(&f, keel_pool_splits(k->pool)); /* select.c */
   j.per_worker = (size_t)(QB * j.Skv) + (j.panels ? panel_floats(&j) : 0);
   void *p;
   KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * (int64_t)j.per_worker, sizeof(float), &p));

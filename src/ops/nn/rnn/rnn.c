@@ -42,6 +42,7 @@
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
 #include "ops/nn/rnn/rnn_fast.h"
+#include "ops/nn/rnn/select.h"
 #include "ops/common/vmath.h"
 
 enum { K_RNN = 0, K_GRU = 1, K_LSTM = 2 };
@@ -860,14 +861,6 @@ static void run_direction(const rnn_plan *p, rnn_work *w, int d) {
 
 /* ========================================================= operators */
 
-/* Parts for the parallel steps: RNN and LSTM on packed weights, units in
- * multiples of 16, and a step's product big enough (32K multiply-adds) to
- * pay for waking the pool; else 1 (serial). */
-static int step_parts_for(const rnn_plan *p, const rnn_work *w, int splits) {
-  if (!w->prep || p->kind == K_GRU || splits < 2 || p->hid % 16 || p->hid < 32) return 1;
-  if (p->batch * p->gates * p->hid * p->hid < 32768) return 1;
-  return (int)KEEL_MIN((int64_t)splits, p->hid / 16);
-}
 
 /* The node's packed weights (rnn_fast.c) when they fit this call: float,
  * the same sizes (the checks above passed against X and the attributes). */
@@ -880,15 +873,8 @@ static const keel_rnn_prep *prep_for(const keel_kctx *k, const rnn_plan *p, cons
   return s;
 }
 
-/* Both directions of a bidirectional node at once, one per thread, each
- * with its own work buffers and serial steps: a step of a small cell (the
- * CRNN's LSTM, 96 units: 37K multiply-adds) is shorter than a wake-up of
- * the pool, so splitting each step (step_parts) made the node slower at 2
- * threads than at 1 (0.65 ms against 0.34; now 0.22). Larger cells keep
- * the split steps, which use every thread. On packed weights only: the
- * reference stays one direction after the other. */
-#define DIRS_PARALLEL_MAX_MACS ((int64_t)1 << 19)
 
+/* Both directions at once, one per thread (keel_rnn_dirs_parallel). */
 typedef struct dir_job {
   const rnn_plan *p;
   rnn_work *w[2];
@@ -901,11 +887,6 @@ static keel_status dir_task(void *ctx, int64_t d0, int64_t d1, int worker) {
   return KEEL_OK;
 }
 
-static bool dirs_parallel(const rnn_plan *p, const rnn_io *io, const rnn_work *w, int splits) {
-  return w->prep && p->dirs == 2 && splits >= 2 && io->dt == KEEL_FLOAT &&
-         p->batch * p->gates * p->hid * p->hid <= DIRS_PARALLEL_MAX_MACS;
-}
-
 static keel_status rnn_run(keel_kctx *k, int kind) {
   rnn_plan p;
   rnn_io io;
@@ -916,9 +897,11 @@ static keel_status rnn_run(keel_kctx *k, int kind) {
   KEEL_TRY(make_work(k, &p, &io, &w));
   w.prep = prep_for(k, &p, &io);
   w.pool = k->pool;
-  w.parts = step_parts_for(&p, &w, keel_pool_splits(k->pool));
+  keel_rnn_facts f = {w.prep != NULL, p.kind == K_GRU, io.dt == KEEL_FLOAT,
+                      p.dirs, p.batch, p.gates, p.hid};
+  w.parts = keel_rnn_step_parts(&f, keel_pool_splits(k->pool));
   if (p.batch == 0 || p.hid == 0) return KEEL_OK; /* every output is empty */
-  if (dirs_parallel(&p, &io, &w, keel_pool_splits(k->pool))) {
+  if (keel_rnn_dirs_parallel(&f, keel_pool_splits(k->pool))) {
     rnn_work w2; /* direction 1's own buffers; the same inputs and outputs */
     KEEL_TRY(make_work(k, &p, &io, &w2));
     w2.prep = w.prep, w2.pool = w.pool;

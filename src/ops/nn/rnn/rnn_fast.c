@@ -17,6 +17,7 @@
  * reference path: keel_gemm_f32 on the weights as given and libm's tanh.
  */
 #include "ops/nn/rnn/rnn_fast.h"
+#include "ops/nn/rnn/select.h"
 
 #include <string.h>
 
@@ -89,5 +90,7 @@ static keel_status rf_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-static const keel_impl g_rf = {"packed", rf_supports, rf_prepare, keel_prep_block_release, NULL};
-const keel_impl *const keel_rnn_impls[] = {&g_rf, NULL};
+const keel_impl keel_rnn_packed = {
+    "packed", rf_supports, rf_prepare, keel_prep_block_release, NULL,
+    "W and R float constants of rank 3 (packed copies up to 1 GiB); each run: both directions "
+    "at once for a small cell, else steps cut by units (ops/nn/rnn/select.c)"};

@@ -17,7 +17,4 @@ typedef struct keel_rnn_prep {
   const float *w[2][2], *r[2][2];  /* [d][q]                               */
 } keel_rnn_prep;
 
-/* The implementation list of the RNN, GRU and LSTM rows. */
-extern const keel_impl *const keel_rnn_impls[];
-
 #endif /* KEEL_RNN_FAST_H */
