@@ -72,6 +72,8 @@ cp "$tmp/ml_out/"output_*.pb "$tmp/mlrt/zm/test_data_set_0/"
 expect_rc 0 "round trip of a sequence of maps through --out and keel test" "$KEEL" test "$tmp/mlrt"
 expect_rc 0 "info on a map input" "$KEEL" info "$ML/dict_vectorizer_int64_double/model.onnx"
 expect_out "map<int64,float64" "info shows the map type"
+expect_rc 0 "info on a sequence output" "$KEEL" info "$(dirname "$0")/python/models/seq_opt.onnx"
+expect_out "seq  *sequence<float32 \[3\]>" "info shows the sequence type"
 expect_rc 0 "run a map input" "$KEEL" run "$ML/dict_vectorizer_int64_double/model.onnx" \
   --data "$ML/dict_vectorizer_int64_double/test_data_set_0"
 expect_out "output Y: float64 \[1,5\]" "DictVectorizer's row"

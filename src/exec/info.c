@@ -7,6 +7,10 @@
 #include "exec/exec.h"
 #include "ir/shapes.h"
 
+/* A growing text. A failure (out of memory, a bad format) is sticky: every
+ * later put is a no-op, so the builders below never check a put and the
+ * caller tests `failed` once at the end. The text is malloc'ed because
+ * the caller frees it with keel_free (plain free). */
 typedef struct sbuf {
   char *p;
   size_t len, cap;
@@ -14,6 +18,10 @@ typedef struct sbuf {
 } sbuf;
 
 static void put(sbuf *b, const char *fmt, ...) KEEL_PRINTF(2, 3);
+/* Formats straight into the free tail of the buffer; when it does not
+ * fit (or there is no buffer yet, where vsnprintf only measures), the
+ * buffer doubles until text and NUL fit and the format runs again. The
+ * va_list is restarted on each try: a used one cannot be reused. */
 static void put(sbuf *b, const char *fmt, ...) {
   if (b->failed) return;
   for (;;) {
@@ -41,6 +49,9 @@ static void put(sbuf *b, const char *fmt, ...) {
   }
 }
 
+/* A JSON string: quotes, backslashes and control characters escaped;
+ * other bytes (UTF-8 in names) pass through, which JSON allows. NULL
+ * prints as "" (a model may lack a producer name). */
 static void put_json_str(sbuf *b, const char *s) {
   put(b, "\"");
   for (; s && *s; s++) {
@@ -51,6 +62,9 @@ static void put_json_str(sbuf *b, const char *s) {
   put(b, "\"");
 }
 
+/* A declared type as keel info prints it: "float32 [batch,3,?]" (a
+ * dim_param by its name, ? for an unknown dim, [?] for an unknown rank),
+ * optional<...>, map<key,...>, sequence<...>. Recursive: the element types nest. */
 static void put_type(sbuf *b, const keel_type *t) {
   if (t->kind == KEEL_TYPE_OPTIONAL) {
     put(b, "optional<");
@@ -65,6 +79,7 @@ static void put_type(sbuf *b, const keel_type *t) {
     return;
   }
   if (t->kind == KEEL_TYPE_SEQUENCE) {
+    put(b, "sequence<");
     if (t->elem) put_type(b, t->elem);
     put(b, ">");
     return;
@@ -90,6 +105,10 @@ typedef struct opcount {
   int64_t n;
 } opcount;
 
+/* Nodes per op_type, added into c (one table for every graph). A linear
+ * search: a model has tens of op types, not thousands. Past `cap` kinds
+ * the rest go uncounted; a description is not worth failing for. The
+ * names are borrowed from the model. */
 static void count_ops(const keel_graph *g, opcount *c, size_t *nc, size_t cap) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const char *op = g->nodes[i].op_type;
@@ -100,7 +119,10 @@ static void count_ops(const keel_graph *g, opcount *c, size_t *nc, size_t cap) {
   }
 }
 
-/* "Conv: onednn" keys for nodes bound to a faster implementation. */
+/* "Conv onednn" keys for nodes bound to a faster implementation. A key is
+ * built on the stack, so each new one is copied into `names`; when that
+ * or the table is full, further kinds go uncounted, and their nodes then
+ * count as "reference" in the text's total (nodes minus these). */
 static void count_impls(const keel_graph *g, opcount *c, size_t *nc, size_t cap, char *names,
                         size_t name_cap, size_t *used) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -120,6 +142,8 @@ static void count_impls(const keel_graph *g, opcount *c, size_t *nc, size_t cap,
   }
 }
 
+/* Most frequent first; equal counts by name, so the order does not depend
+ * on the order the graphs were walked in. */
 static int by_count(const void *a, const void *b) {
   const opcount *x = a, *y = b;
   return x->n != y->n ? (y->n > x->n ? 1 : -1) : strcmp(x->name, y->name);
@@ -127,6 +151,8 @@ static int by_count(const void *a, const void *b) {
 
 /* ---------------------------------------------------------- tree */
 
+/* The control-flow tree: only nodes that hold sub-graphs appear, each
+ * sub-graph with its path and size, its own sub-graphs indented below. */
 static void tree_text(sbuf *b, const keel_graph *g, int indent) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const keel_node *n = &g->nodes[i];
@@ -139,6 +165,8 @@ static void tree_text(sbuf *b, const keel_graph *g, int indent) {
   }
 }
 
+/* The same tree as nested objects: a graph's "subgraphs" lists, per node
+ * attribute that holds one, the node and the sub-graph's own object. */
 static void tree_json(sbuf *b, const keel_graph *g) {
   put(b, "{\"path\": ");
   put_json_str(b, g->path);
@@ -164,6 +192,11 @@ static void tree_json(sbuf *b, const keel_graph *g) {
 
 /* ---------------------------------------------------------- whole */
 
+/* The text form. Everything is of the model after the passes (folded
+ * constants, removed nodes): what the session runs, not what the file
+ * says. The default domain "" is printed as ai.onnx. The last line is
+ * what a run in flight costs in bookkeeping (keel_run_ctx_bytes), which
+ * grows with the number of graphs and their widest nodes. */
 static void describe_text(sbuf *b, const keel_session_t *s, const opcount *c, size_t nc,
                           int64_t nodes, const opcount *ic, size_t nic) {
   const keel_model *m = s->m;
@@ -223,6 +256,7 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
     put(b, ": %lld%s", (long long)m->opsets[i].version, i + 1 < m->n_opsets ? ", " : "");
   }
   const keel_graph *g = m->main;
+  /* inputs, then outputs: each pass closes what the one before opened */
   for (int io = 0; io < 2; io++) {
     put(b, io ? "], \"outputs\": [" : "}, \"inputs\": [");
     int32_t n = io ? g->n_out : g->n_in;
@@ -291,9 +325,9 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
   if (json) put(b, "]");
 }
 
-/* Every value's inferred shape (ir/shapes.h), graph by graph: the inputs,
- * then each node's outputs in run order; then the counts. */
-/* One value's line (text) or object (JSON) of the shape list. */
+/* One value's line (text) or object (JSON) of the shape list, and its
+ * class counted (known, symbolic, unknown). Omitted outputs ("") have no
+ * value to describe. */
 static void shape_entry(sbuf *b, const keel_shapes *S, const keel_graph *g, const char *name, bool json,
                         bool *first, int64_t count[3]) {
   static const char *const cls[] = {"known", "symbolic", "unknown"};
@@ -317,6 +351,11 @@ static void shape_entry(sbuf *b, const keel_shapes *S, const keel_graph *g, cons
   *first = false;
 }
 
+/* Every value's inferred shape (ir/shapes.h), graph by graph: the inputs,
+ * then each node's outputs in run order; then the counts. The inference
+ * runs here, on the model after the passes, whether or not the session's
+ * shape check is on. sbuf has one way to fail, so a failed inference
+ * fails the whole description (reported as out of memory). */
 static void shape_list(sbuf *b, const keel_model *m, bool json) {
   keel_shapes *S;
   if (keel_shapes_infer(m, &S)) {
@@ -344,6 +383,10 @@ static void shape_list(sbuf *b, const keel_model *m, bool json) {
   keel_shapes_free(S);
 }
 
+/* `json` is a flag word (KEEL_DESCRIBE_JSON | _NODES | _SHAPES), not a
+ * bool. The op counts cover every graph, sub-graphs included. The op
+ * table is on the heap (512 kinds); the implementation table and its key
+ * strings fit on the stack. */
 keel_status keel_session_describe(const keel_session_t *s, int json, char **out) {
   if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_describe: NULL argument");
   const keel_model *m = s->m;
@@ -379,6 +422,9 @@ keel_status keel_session_describe(const keel_session_t *s, int json, char **out)
 
 static const char *or_empty(const char *s) { return s ? s : ""; }
 
+/* Unlike keel_stats_get this needs the full size: the whole struct is
+ * written at once. Strings are borrowed from the model (alive as long as
+ * the session) and never NULL, so callers can print them as they are. */
 keel_status keel_session_meta(const keel_session_t *s, keel_model_meta *meta) {
   if (!s || !meta || meta->size < sizeof *meta)
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_session_meta: NULL argument or meta->size not set");

@@ -22,9 +22,16 @@
 #include "keel_dist.h"
 #include "exec/session.h"
 
+/* MAX_DEPTH: nodes running at once, one inside another's sub-graph (the
+ * nesting of control flow, far below this in real models). MAX_EVENTS:
+ * the trace's cap, so a long profiled loop cannot grow it without bound. */
 #define MAX_DEPTH 64
 #define MAX_EVENTS (4u << 20)
 
+/* One node's figures, kept at its base site: bytes and allocs of every
+ * block made for any of its outputs, its scratch and its prepared state;
+ * peak: the highest allocated figure seen while it ran (its sub-graphs'
+ * nodes included); executions and ns: how often and how long it ran. */
 typedef struct prof_rec {
   uint64_t bytes, allocs, peak, executions, ns;
 } prof_rec;
@@ -36,12 +43,19 @@ typedef struct prof_shapes {
   int64_t in_dims[3][KEEL_MAX_RANK], out_dims[KEEL_MAX_RANK];
 } prof_shapes;
 
+/* One node execution for the Chrome trace, with the heap's figures as it
+ * ended (drawn as a memory counter beside the node). */
 typedef struct prof_event {
   const keel_node *node;
   uint32_t iter;
   uint64_t t0, t1, allocated, reserved;
 } prof_event;
 
+/* One profiler per session. The tables, the stack and the events are
+ * written under `lock`: the allocator hook runs on whichever thread
+ * allocates, the enter/leave calls on the run's thread. The stack of
+ * running nodes is one for the session, which is why profiling covers one
+ * run at a time (keel_stats.h). */
 struct keel_profile {
   unsigned what;
   keel_session_t *s;
@@ -60,6 +74,9 @@ struct keel_profile {
 
 /* =============================================================== sites */
 
+/* Every site number has a text: one the table does not know, or 0 (all
+ * blocks with owner tags off), reads "the session", never an error, so a
+ * report cannot fail on what it describes. */
 const char *keel_site_text(const keel_session_t *s, uint32_t site, char *buf, size_t cap) {
   if (site == KEEL_SITE_USER) snprintf(buf, cap, "values made through the API (run inputs)");
   else if (site < s->n_sites && s->sites[site].label) snprintf(buf, cap, "%s", s->sites[site].label);
@@ -81,6 +98,9 @@ const char *keel_site_text(const keel_session_t *s, uint32_t site, char *buf, si
 
 /* ======================================================== string output */
 
+/* A growing report, malloc'ed because the caller frees it with keel_free
+ * (plain free). A failure is sticky, so builders never check a put;
+ * finish() turns it into KEEL_ERR_OUT_OF_MEMORY. */
 typedef struct text {
   char *p;
   size_t len, cap;
@@ -88,6 +108,9 @@ typedef struct text {
 } text;
 
 static void put(text *t, const char *fmt, ...) KEEL_PRINTF(2, 3);
+/* Two tries are enough: the first measures what did not fit, the buffer
+ * then grows by at least that much (and 4 KB more, so small puts do not
+ * realloc every time). */
 static void put(text *t, const char *fmt, ...) {
   for (int tries = 0; tries < 2 && !t->failed; tries++) {
     va_list ap;
@@ -137,6 +160,9 @@ static const char *bytes_text(uint64_t b, char *buf, size_t cap) {
 
 /* ========================================================= live reports */
 
+/* One line of a live report: the blocks of one (site, iteration) pair.
+ * Iterations are kept apart because "what did iteration 5 leave behind"
+ * is the question a loop leak raises. */
 typedef struct owner_sum {
   keel_owner owner;
   uint64_t bytes, blocks;
@@ -153,6 +179,10 @@ typedef struct live_walk {
   bool failed;
 } live_walk;
 
+/* The filter's graph conditions. Only a node's site has a graph: with a
+ * path or node filter set, the session's and the API's blocks are never
+ * shown, as they belong to no graph. Called under the heap's lock, like
+ * everything live_one calls. */
 static bool path_matches(const live_walk *w, uint32_t site) {
   if (!w->f.path_prefix && !w->f.inside_node) return true;
   if (site < KEEL_SITE_FIRST_NODE || site >= w->s->n_sites) return false;
@@ -166,7 +196,8 @@ static bool path_matches(const live_walk *w, uint32_t site) {
   return false;
 }
 
-/* Called under the heap's lock: only plain memory here (no keel calls). */
+/* Called under the heap's lock: only plain memory here (no keel calls).
+ * A binary search of the sorted array keel_exec_referenced made. */
 static bool held(const live_walk *w, const keel_block *b) {
   size_t lo = 0, hi = w->n_held;
   while (lo < hi) {
@@ -178,6 +209,9 @@ static bool held(const live_walk *w, const keel_block *b) {
   return false;
 }
 
+/* keel_heap_foreach_live's callback, under the heap's lock: it must not
+ * call into the heap, so the sums grow with plain realloc and a failure
+ * is only recorded (the report then fails as out of memory). */
 static void live_one(void *ud, const keel_block *b) {
   live_walk *w = ud;
   keel_owner ow = keel_block_owner(b);
@@ -208,6 +242,8 @@ static void live_one(void *ud, const keel_block *b) {
   w->sums[w->n++] = (owner_sum){ow, b->size, 1};
 }
 
+/* Largest first; ties by site, then iteration, so equal reports print
+ * the same lines in the same order. */
 static int by_bytes(const void *a, const void *b) {
   const owner_sum *x = a, *y = b;
   return x->bytes != y->bytes ? (y->bytes > x->bytes ? 1 : -1)
@@ -237,6 +273,12 @@ static void live_format(const live_walk *w, int json, text *t) {
 
 uint64_t keel_mem_mark(const keel_session_t *s) { return s ? keel_heap_mark(s->heap) : 0; }
 
+/* The `unreferenced` filter walks frames only inside an on_iteration hook
+ * of a run of this session (keel_exec_hook_run): that run is paused in
+ * the hook on this thread, so its frames hold still. The blocks they
+ * refer to are collected and sorted once, before the heap walk, so the
+ * per-block test under the heap's lock is a binary search. Outside a hook
+ * only the filter's exclusion of prepared state applies. */
 keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f, int json,
                                  char **out, uint64_t *bytes) {
   if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_mem_live_report: NULL argument");
@@ -257,6 +299,13 @@ keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter
 
 /* ============================================================ profiler */
 
+/* The allocator hook, called under the heap's lock for every allocation
+ * and free (frees are not counted: bytes and allocs are what a node made).
+ * The block's site is folded into its node's base site; a site the
+ * profiler does not know (labelled after it started) counts as the
+ * session's. The new allocated figure raises the peak of every node on
+ * the stack: a Loop's peak includes what its body's nodes hold. Lock
+ * order: the heap's, then p->lock; nothing here calls back into the heap. */
 static void on_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allocated) {
   keel_profile *p = ud;
   if (!is_alloc) return;
@@ -265,11 +314,15 @@ static void on_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allo
   uint32_t site = os < p->n_sites ? p->base[os] : KEEL_SITE_SESSION;
   p->rec[site].bytes += b->size;
   p->rec[site].allocs++;
-  for (int d = 0; d < p->depth; d++)
+  for (int d = 0; d < KEEL_MIN(p->depth, MAX_DEPTH); d++) /* deeper nodes are not on the stack */
     if (allocated > p->rec[p->stack[d]].peak) p->rec[p->stack[d]].peak = allocated;
   keel_mutex_unlock(&p->lock);
 }
 
+/* The node goes on the stack before it runs, with what is allocated now
+ * as a first peak. Past MAX_DEPTH the
+ * node is not recorded but depth still counts, so enter and leave stay
+ * paired. The clock is read last, so the lock is not in the timing. */
 void keel_prof_enter(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t *t0) {
   (void)iter;
   uint64_t a = keel_heap_allocated(p->s->heap);
@@ -281,6 +334,8 @@ void keel_prof_enter(keel_profile *p, const keel_node *n, uint32_t iter, uint64_
   *t0 = keel_prim_now_ns();
 }
 
+/* Called under p->lock. A full or failed buffer drops the event rather
+ * than fail the node: the trace is an observer, never a cause of error. */
 static void add_event(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0,
                       uint64_t t1, uint64_t allocated, uint64_t reserved) {
   if (p->n_ev == p->cap_ev) {
@@ -300,6 +355,10 @@ static int32_t shape_of(const keel_val *v, int64_t *dims) {
   return v->t.rank;
 }
 
+/* The shapes of the first three inputs and of output 0, what
+ * keel_node_mem reports. Each execution overwrites the last, so a report
+ * shows the last shapes a node ran on; non-tensors and omitted inputs
+ * have rank -1. */
 static void record_shapes(prof_shapes *sh, const keel_node *n, const keel_val *const *in,
                           keel_val *const *out) {
   for (int i = 0; i < 3; i++)
@@ -308,6 +367,11 @@ static void record_shapes(prof_shapes *sh, const keel_node *n, const keel_val *c
   sh->recorded = true;
 }
 
+/* The clock first, so the lock and the figures are not in the timing.
+ * The figures are read before p->lock is taken: keel_heap_reserved takes
+ * the heap's lock, and taking it under p->lock would invert on_block's
+ * order (heap, then profiler) and could deadlock. in is NULL when the node
+ * failed: its time counts, its shapes are not recorded. */
 void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0,
                      const keel_val *const *in, keel_val *const *out) {
   uint64_t t1 = keel_prim_now_ns();
@@ -333,6 +397,11 @@ void keel_profile_free(keel_profile *p) {
   keel_sys_free(p, sizeof *p);
 }
 
+/* Tables indexed by site, for the sites that exist now. base[] maps
+ * every site to the site of its node's output 0 (its other outputs, its
+ * scratch and its prepared state all count for the node); the API's
+ * site stays itself, and every site of no node (labels, the session)
+ * becomes the session's. */
 static keel_status profile_new(keel_session_t *s, unsigned what, keel_profile **out) {
   keel_profile *p = keel_sys_calloc(1, sizeof *p);
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "profiler");
@@ -354,6 +423,10 @@ static keel_status profile_new(keel_session_t *s, unsigned what, keel_profile **
   return KEEL_OK;
 }
 
+/* The new profiler is built first, so a failed start leaves the running
+ * one (if any) recording. The hook is installed before the pointer is
+ * published: a run that sees the profiler (keel_exec_graph loads it with
+ * acquire) also has its blocks attributed. Earlier records are discarded. */
 keel_status keel_profile_start(keel_session_t *s, unsigned what) {
   if (!s || !what) return keel_err(KEEL_ERR_INVALID_ARG, "keel_profile_start: nothing to record");
   keel_profile *p;
@@ -366,6 +439,9 @@ keel_status keel_profile_start(keel_session_t *s, unsigned what) {
   return KEEL_OK;
 }
 
+/* The exchange makes one caller the owner of the stopped profiler. It is
+ * kept, not freed, as profile_done: the reports read it after the stop,
+ * until the next start or the session's destroy. */
 void keel_profile_stop(keel_session_t *s) {
   if (!s) return;
   keel_profile *p = atomic_exchange(&s->profile, NULL);
@@ -383,6 +459,8 @@ static keel_profile *records(const keel_session_t *s) {
 
 /* ============================================================= reports */
 
+/* What each node's outputs still hold now ("live now" in the report),
+ * summed by base site in one heap walk. */
 typedef struct live_by_node {
   const keel_profile *p;
   uint64_t *live;
@@ -405,6 +483,11 @@ static void copy_shapes(keel_node_mem *m, const prof_shapes *sh) {
   memcpy(m->out_dims, sh->out_dims, sizeof m->out_dims);
 }
 
+/* One row per node that ran or allocated, at its base site (a node's
+ * other sites were folded into it). Returns how many there are and fills
+ * at most cap: called with cap 0 to size the array, then to fill it. If
+ * the live table cannot be allocated, "live now" reads 0 rather than the
+ * report failing. */
 static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_mem *out,
                       size_t cap) {
   uint64_t *live = keel_sys_calloc(p->n_sites, sizeof *live);
@@ -433,6 +516,8 @@ size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t ca
   return p ? collect(s, p, out, cap) : 0;
 }
 
+/* What no node made: values made through the API (run inputs) and the
+ * session's own blocks. */
 void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allocs) {
   const keel_profile *p = s ? records(s) : NULL;
   *bytes = p ? p->rec[KEEL_SITE_USER].bytes + p->rec[KEEL_SITE_SESSION].bytes : 0;
@@ -478,6 +563,8 @@ static void collective_line(const keel_session_t *s, const keel_profile *p, text
 keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out) {
   const keel_profile *p = s ? records(s) : NULL;
   if (!p || !out) return keel_err(KEEL_ERR_INVALID_ARG, "no profile recorded (keel_profile_start)");
+  /* count, allocate (n + 1: never a zero-size request, whose counted size
+   * would differ from the one freed), fill */
   size_t n = collect(s, p, NULL, 0);
   keel_node_mem *m = keel_sys_calloc(n + 1, sizeof *m);
   if (!m) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "memory report");
@@ -499,6 +586,11 @@ keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out
   return finish(&t, out);
 }
 
+/* The Chrome trace-event format (chrome://tracing, Perfetto): one
+ * complete event ("X") per node execution and a counter ("C") with the
+ * heap's figures at its end. Times are microseconds from the profiler's
+ * start. Under MPI each rank is its own process id, so the traces of all
+ * ranks can be loaded side by side. */
 keel_status keel_profile_trace_json(const keel_session_t *s, char **out) {
   const keel_profile *p = s ? records(s) : NULL;
   if (!p || !out || !(p->what & KEEL_PROFILE_TRACE))

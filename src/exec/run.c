@@ -211,7 +211,7 @@ static const keel_val *resolve(keel_runctx *R, keel_frame *f, keel_ref r,
 
 /* Scratch blocks a kernel took through the kctx (at most
  * KEEL_K_MAX_SCRATCH) live until the kernel returns; the executor frees
- * them, on success and on failure, so kernels need no cleanup paths. */
+ * them, on success and on failure, so a kernel's error paths need not. */
 static void drop_scratch(keel_kctx *k) {
   for (int32_t i = 0; i < k->n_scratch; i++) keel_heap_free(k->heap, k->scratch[i]);
   k->n_scratch = 0;
@@ -231,7 +231,7 @@ static keel_status node_failed(const keel_node *n, keel_kctx *k, keel_status st)
 static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n);
 
 /* Drops the slots whose last use this node was (the plan's release list,
- * ir/plan): memory goes back as soon as nothing later reads it, which is
+ * ir/plan.c): memory goes back as soon as nothing later reads it, which is
  * what keeps a run's peak near the live set of values. */
 static void release(keel_frame *f, const keel_node *n) {
   for (int32_t i = 0; i < n->n_release; i++) keel_val_clear(&f->slots[n->release[i]]);
@@ -276,8 +276,8 @@ static keel_status run_node_observed(keel_runctx *R, keel_frame *f, const keel_n
 
 /* Runs graph g of the running node on *in (moved in) into *out, on the
  * frame's control slots as If/Loop/Scan do. ctl[0] and ctl[1] are free
- * here: a node that holds a graph attribute gets control slots (ctl_need),
- * and no other control-flow node of the frame runs while this one does. */
+ * here: a node that holds a graph attribute makes the frame's control
+ * slots exist (ctl_need), and a frame's nodes run one at a time. */
 static keel_status svc_subgraph(keel_kctx *k, const keel_graph *g, keel_val *in, keel_val *out) {
   keel_frame *f = k->frame;
   if (f->n_ctl < 2) return keel_err(KEEL_ERR_INTERNAL, "no control-flow slots to run a graph");
@@ -352,8 +352,8 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
 
 /* "before node X" (n) or "before iteration I" (n NULL). Cancel is tested
  * before the deadline, so a run both cancelled and late reports the
- * cancel, the caller's own request. The flag is read relaxed: it carries
- * no data, and a store becomes visible within a node or so. */
+ * cancel, the caller's own request. The flag is read relaxed: it is a
+ * request only, and publishes no data the run would then read. */
 static keel_status stop_now(keel_runctx *R, const keel_node *n, int64_t iteration) {
   char lb[256], where[300];
   if (n) snprintf(where, sizeof where, "node %s", keel_node_label(n, lb, sizeof lb));
@@ -531,10 +531,9 @@ void keel_exec_iteration_hook(keel_runctx *R, const keel_node *loop, int64_t ite
 /* ============================================== referenced blocks */
 
 /* The heap blocks the running frames refer to, collected for
- * keel_mem_live_report's `unreferenced` filter. Memory comes from
- * keel_sys_* (not the session's heap) because the report walks the heap
- * under its lock; an allocation failure is remembered and reported once
- * at the end instead of at each add. */
+ * keel_mem_live_report's `unreferenced` filter. The array is keel_sys_*
+ * memory, outside the heap the report then walks. An allocation failure
+ * is remembered and reported once at the end instead of at each add. */
 typedef struct block_set {
   const keel_block **b;
   size_t n, cap;
@@ -605,8 +604,7 @@ keel_status keel_exec_referenced(keel_runctx *R, const keel_block ***blocks, siz
 }
 
 /* Test-only. Under the pool lock because runs on several threads may leak
- * into the same session array; out of memory just skips the leak (the
- * test would then see none and fail, which is the right signal). */
+ * into the same session array; out of memory just skips the leak. */
 void keel_exec_debug_leak(keel_runctx *R, const keel_val *v) {
   struct keel_session_s *s = R->s;
   keel_mutex_lock(&s->pool_lock);

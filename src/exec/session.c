@@ -25,7 +25,10 @@
 
 /* ============================================================ binding */
 
-/* The constant tensor behind each input of n (NULL where computed). */
+/* The constant tensor behind each input of n (NULL where computed): what
+ * an implementation's supports/prepare may look at, so that weights known
+ * at load (a Conv's filter, a MatMul's B) can be repacked once instead of
+ * on every run. */
 static void node_consts(const keel_session_t *s, const keel_node *n, const keel_tensor **c) {
   for (int32_t i = 0; i < n->n_in; i++) {
     keel_ref r = n->in[i];
@@ -53,6 +56,8 @@ static void number_sites(keel_session_t *s, const keel_graph *g, keel_node *n, u
   (*site)++;
 }
 
+/* A node whose (domain, op_type, opset) has no kernel fails here, at
+ * creation, with the op named: never at the first run that reaches it. */
 static keel_status bind_graph(keel_session_t *s, const keel_graph *g, uint32_t *site) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *n = &g->nodes[i];
@@ -63,6 +68,11 @@ static keel_status bind_graph(keel_session_t *s, const keel_graph *g, uint32_t *
   return KEEL_OK;
 }
 
+/* Two walks: the first only counts the sites (s->sites is still NULL, so
+ * number_sites writes nothing), the second fills the table now that its
+ * size is known. Both walks number in the same order, so a node's
+ * n->site is the same after each. Sites 0 and 1 are the session and the
+ * API's values (session.h). */
 static keel_status bind(keel_session_t *s) {
   const keel_model *m = s->m;
   uint32_t n = KEEL_SITE_FIRST_NODE;
@@ -81,6 +91,8 @@ static keel_status bind(keel_session_t *s) {
  * it, else the reference kernel) and builds its prepared state. Needs the
  * heap and the pool. */
 static keel_status prepare_node(keel_session_t *s, keel_node *n) {
+  /* KEEL_OPT_REFERENCE_KERNELS: every node on its op's reference kernel,
+   * the baseline the faster implementations are tested against */
   const keel_impl *const *im = n->op->impls;
   if (!im || (s->opts.flags & KEEL_OPT_REFERENCE_KERNELS)) return KEEL_OK;
   const keel_tensor *consts[KEEL_IMPL_MAX_IN];
@@ -95,6 +107,9 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
                      s->m,
                      &s->lib,
                      (s->opts.flags & KEEL_OPT_NO_ONEDNN) != 0};
+  /* the list's order is the preference (each family's select.c): the
+   * first that takes the node wins. A prepare that fails is an error of
+   * the session, not a reason to fall back to the next implementation. */
   for (; *im; im++) {
     if (!(*im)->supports(&p)) continue;
     void *state = NULL;
@@ -134,6 +149,8 @@ static keel_status prepare(keel_session_t *s) {
   return KEEL_OK;
 }
 
+/* At destroy, while the heap that holds the prepared state still exists.
+ * Clears impl and prep too, so nothing can reach the released state. */
 static void unprepare(keel_session_t *s) {
   for (int32_t i = 0; i < s->m->n_graphs; i++)
     for (int32_t k = 0; k < s->m->graphs[i]->n_nodes; k++) {
@@ -146,6 +163,10 @@ static void unprepare(keel_session_t *s) {
 
 /* ========================================================= io info */
 
+/* A declared type as the public keel_io_info: for an optional or a
+ * sequence, dtype, rank and dims describe the element tensor (keel.h).
+ * The pointers (name, dims, dim_params) are borrowed from the model, so
+ * they stay valid as long as the session. */
 static void type_to_info(const keel_type *t, const char *name, bool has_default,
                          keel_io_info *io) {
   memset(io, 0, sizeof *io);
@@ -166,6 +187,10 @@ static void type_to_info(const keel_type *t, const char *name, bool has_default,
   io->dim_params = e->dim_params;
 }
 
+/* Built once, so keel_session_input/output are a copy and never fail.
+ * The +1 keeps each request non-zero for a graph without inputs or
+ * outputs: keel_sys_calloc counts a zero-size request as one byte, and
+ * keel_session_destroy frees with the same n + 1. */
 static keel_status build_io(keel_session_t *s) {
   const keel_graph *g = s->m->main;
   s->in_info = keel_sys_calloc((size_t)g->n_in + 1, sizeof(keel_io_info));
@@ -180,6 +205,10 @@ static keel_status build_io(keel_session_t *s) {
 
 /* ========================================================== create */
 
+/* The model's constants as values the executor can hand out by
+ * reference (KEEL_REF_CONST). Each is a struct copy of the model's tensor,
+ * sharing its bytes: the model owns them and outlives every run, so
+ * nothing is copied or counted here. n + 1 for the reason build_io gives. */
 static keel_status make_consts(keel_session_t *s) {
   const keel_model *m = s->m;
   s->consts = keel_sys_calloc((size_t)m->n_consts + 1, sizeof(keel_val));
@@ -205,6 +234,19 @@ static void configure_memory(keel_session_t *s) {
   s->pool_cap = o->run_pool_cap ? o->run_pool_cap : KEEL_DEFAULT_RUN_POOL_CAP;
 }
 
+/* Every creation path ends here; it takes m over, also on error (freed by
+ * keel_session_destroy, or directly when not even the session could be
+ * allocated). The order matters:
+ *   - options first: no_library must be set before the passes (the layout
+ *     pass asks whether oneDNN may run), the flags decide which passes run;
+ *   - passes, resolve, plan: the graph the executor will run;
+ *   - the shape check infers that graph, after the passes;
+ *   - bind numbers the sites and finds every kernel, so an unsupported op
+ *     fails before the heap, the threads and the prepared state exist;
+ *   - the heap and the thread pool before prepare, which allocates
+ *     prepared state on the heap and cuts work for the pool's splits.
+ * On any error the half-built session is destroyed; keel_session_destroy
+ * copes with every step not reached. */
 static keel_status finish(keel_model *m, const keel_options *opts, keel_session_t **out) {
   keel_session_t *s = keel_sys_calloc(1, sizeof *s);
   if (!s) {
@@ -213,6 +255,9 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   }
   s->m = m;
   keel_mutex_init(&s->pool_lock);
+  /* opts->size lets a caller built against an older (smaller) or newer
+   * (larger) keel_options pass it: copy what both know, zero the rest;
+   * size 0 is taken as this version's size */
   if (opts) memcpy(&s->opts, opts, KEEL_MIN(opts->size ? opts->size : sizeof *opts, sizeof s->opts));
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
@@ -253,6 +298,11 @@ keel_status keel_session_create_model(keel_model *m, const keel_options *opts,
   return finish(m, opts, out);
 }
 
+/* The label is copied into the model's arena, so it lives as long as the
+ * session. The realloc may move the table, hence "before any run" in
+ * session.h: a run's profiler or live report reads s->sites without a
+ * lock. A profiler started before this call does not know the new site and
+ * counts its blocks as the session's (profile.c, on_block). */
 keel_status keel_session_label_site(keel_session_t *s, const char *label, uint32_t *site) {
   const char *l = keel_arena_strdup(s->m->arena, label);
   keel_site *t = l ? keel_sys_realloc(s->sites, (size_t)s->n_sites * sizeof *t,
@@ -306,6 +356,11 @@ static void report_live_at_destroy(keel_session_t *s) {
 #endif
 }
 
+/* Also the clean-up of a failed creation, so every step checks whether it
+ * was reached (s->heap NULL: nothing was allocated on it). The live report
+ * comes first, while the sites and the model it names are still there.
+ * The heap goes last and only by reference: values the caller still holds
+ * keep it, and it is freed when the last of them is released (value.c). */
 void keel_session_destroy(keel_session_t *s) {
   if (!s) return;
   report_live_at_destroy(s);
@@ -408,6 +463,12 @@ static keel_status check_input(const keel_session_t *s, const keel_type *t, cons
   return KEEL_OK;
 }
 
+/* Matches the caller's inputs to the main graph's by name (in[k] is graph
+ * input k) and takes a reference to each: the caller's handle stays the
+ * caller's, and the executor may move the reference into the frame. An
+ * input left out takes its initializer (keel_exec_graph's default) or, if
+ * its type is optional, an empty optional; any other missing input is an
+ * error before the run starts. */
 static keel_status bind_inputs(keel_session_t *s, const char *const *names,
                                keel_value_t *const *inputs, size_t n, keel_val *in) {
   const keel_graph *g = s->m->main;
@@ -431,7 +492,11 @@ static keel_status bind_inputs(keel_session_t *s, const char *const *names,
   return KEEL_OK;
 }
 
-/* The run's stop conditions from its options (all off for NULL). */
+/* The run's stop conditions from its options (all off for NULL). Every
+ * stop field is set, none kept: the context comes from the pool and still
+ * holds the last run's. The deadline becomes an absolute time on the
+ * monotonic clock, saturated instead of wrapped for huge deadline_ms, so
+ * the per-node test is one comparison. */
 static void set_stops(keel_runctx *R, const keel_run_opts *opts) {
   keel_run_opts o = {0};
   if (opts) memcpy(&o, opts, KEEL_MIN(opts->size ? opts->size : sizeof o, sizeof o));
@@ -451,7 +516,8 @@ static void set_stops(keel_runctx *R, const keel_run_opts *opts) {
 }
 
 /* A run the iteration guard stopped is reported through the log as well:
- * a loop that never ends is a model bug the caller should hear of. */
+ * a loop that never ends is a model bug the caller should hear of. The
+ * message text tells it from a passed deadline, which has the same code. */
 static void report_guard(const keel_session_t *s, keel_status st) {
   if (st != KEEL_ERR_TIMEOUT || !s->opts.log || !strstr(keel_last_error(), "iteration guard"))
     return;
@@ -469,11 +535,13 @@ keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
                             keel_value_t **outputs, const keel_run_opts *opts, uint32_t iter,
                             const keel_main_watch *watch) {
   if (!s || !outputs) return keel_err(KEEL_ERR_INVALID_ARG, "keel_run: NULL argument");
+  /* a size that does not even cover the size field is a caller bug */
   if (opts && opts->size && opts->size < sizeof(size_t))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_run_ex: keel_run_opts.size too small");
   keel_err_clear();
   const keel_graph *g = s->m->main;
   size_t nin = (size_t)g->n_in, nout = (size_t)g->n_out;
+  /* graph inputs and outputs in one array; +1 as in build_io */
   keel_val *in = keel_sys_calloc(nin + nout + 1, sizeof(keel_val));
   if (!in) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "keel_run");
   keel_val *out = in + nin;
@@ -481,11 +549,15 @@ keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
   keel_status st = bind_inputs(s, names, inputs, n_inputs, in);
   if (!st) st = keel_run_acquire(s, &R);
   if (!st) set_stops(R, opts);
+  /* the watch is set for this run only: the context goes back to the pool
+   * and the next run that takes it may have none */
   if (R) R->watch = watch;
   if (!st) st = keel_exec_graph(R, g, NULL, in, g->n_in, out, iter);
   if (R) R->watch = NULL;
   report_guard(s, st);
   if (R) keel_run_release(R);
+  /* the run moved the inputs into its frame; what is left here are the
+   * references bind_inputs took before it failed or the run began */
   for (size_t i = 0; i < nin; i++) keel_val_clear(&in[i]);
   if (!st) st = keel_values_wrap(s, out, nout, outputs);
   for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
@@ -502,6 +574,11 @@ keel_status keel_run(keel_session_t *s, const char *const *names,
 
 /* =========================================================== stats */
 
+/* Gathered into a full-size struct, then copied up to the caller's size,
+ * so a caller built against an older, smaller keel_stats gets the fields
+ * it knows. The copy skips the size field: the caller's stays as it set
+ * it. The run-pool figures are read under pool_lock so they agree with one
+ * another (idle + in use, bytes). */
 keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
   if (!s || !st || st->size < sizeof(size_t) + sizeof(uint32_t))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get: NULL or unsized struct");
@@ -533,6 +610,9 @@ void keel_debug_leak_subgraph_results(keel_session_t *s, int on) {
   if (s) s->debug_leak_branch_results = on != 0;
 }
 
+/* Test-only: finds the site of the node output named `value`; the
+ * observed per-node step then keeps a reference to that value each time it
+ * is made (run.c, plant), so a test can check the leak reports name it. */
 keel_status keel_debug_plant_leak(keel_session_t *s, const char *value) {
   if (!s) return keel_err(KEEL_ERR_INVALID_ARG, "keel_debug_plant_leak: NULL session");
   s->debug_plant_site = 0;

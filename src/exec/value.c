@@ -13,6 +13,10 @@
 #include "onnx/tensorproto.h"
 #include "exec/session.h"
 
+/* The handle behind keel_value_t. refs counts the caller's references
+ * (keel_value_retain/release), atomically because handles may be shared
+ * across threads; the internal value has its own counts underneath. The
+ * handle itself is meta memory of the heap it references. */
 struct keel_value_s {
   _Atomic int32_t refs;
   keel_heap *heap;
@@ -21,6 +25,9 @@ struct keel_value_s {
   size_t n_items;
 };
 
+/* A new handle that takes *v over (moved: *v is EMPTY afterwards, also on
+ * error, when the value is released) and holds a reference to h, so the
+ * heap outlives the session while this handle lives. */
 static keel_status wrap(keel_heap *h, keel_val *v, keel_value_t **out) {
   keel_value_t *p = keel_heap_meta_realloc(h, NULL, 0, sizeof *p);
   if (!p) {
@@ -36,11 +43,17 @@ static keel_status wrap(keel_heap *h, keel_val *v, keel_value_t **out) {
   return KEEL_OK;
 }
 
+/* Borrowed: the caller takes its own reference if it keeps the value
+ * (bind_inputs does, session.c). */
 const keel_val *keel_value_val(const keel_value_t *v) { return &v->v; }
 
 /* A new reference to v that may outlive the session: tensors whose bytes
  * live in the model (initializers, and views or Identities of them) are
- * copied into the heap, which outlives the session while handles hold it. */
+ * copied into the heap, which outlives the session while handles hold it.
+ * A sequence is rebuilt item by item for the same reason: one of its
+ * tensors may be a constant. A sequence of maps is not: maps are always
+ * made on the heap. The copy is tagged KEEL_SITE_USER, as values made
+ * through the API are. */
 static keel_status detach(keel_heap *h, const keel_val *v, keel_val *out) {
   if (v->kind == KEEL_V_TENSOR && v->t.buf && v->t.buf->kind == KEEL_BUF_STATIC) {
     out->kind = KEEL_V_TENSOR;
@@ -66,6 +79,8 @@ static keel_status detach(keel_heap *h, const keel_val *v, keel_val *out) {
   return KEEL_OK;
 }
 
+/* The run's outputs as public handles (keel_run_tagged). v keeps its own
+ * references; the caller clears it afterwards either way. */
 keel_status keel_values_wrap(keel_session_t *s, const keel_val *v, size_t n,
                              keel_value_t **out) {
   for (size_t i = 0; i < n; i++) {
@@ -90,6 +105,9 @@ keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
   keel_val v = {.kind = KEEL_V_TENSOR};
   KEEL_TRY(keel_tensor_alloc(s->heap, (int)dtype, rank, shape,
                              (keel_owner){KEEL_SITE_USER, 0}, &v.t));
+  /* strings are copied one by one into the heap (a NULL entry becomes
+   * ""); numeric data is one memcpy, and NULL data means zeros, so a
+   * caller can make a tensor and fill it through keel_value_data */
   size_t n = (size_t)keel_tensor_numel(&v.t);
   if (dtype == KEEL_STRING && data) {
     const keel_string *src = data;
@@ -108,6 +126,11 @@ keel_status keel_tensor_create(keel_session_t *s, keel_dtype dtype, int rank,
   return wrap(s->heap, &v, out);
 }
 
+/* No copy: the buffer is EXTERNAL, so its release calls on_release(ud)
+ * instead of freeing a heap block, and only the small header comes from
+ * the heap. STRING is refused because keel_string entries point at memory
+ * keel would have to own and free. The shape is validated here (overflow,
+ * negative dims), since no allocation will catch a bad one. */
 keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
                              const int64_t *shape, void *data,
                              void (*on_release)(void *ud), void *ud,
@@ -137,6 +160,11 @@ keel_status keel_tensor_wrap(keel_session_t *s, keel_dtype dtype, int rank,
   return wrap(s->heap, &v, out);
 }
 
+/* keel_sequence_create's case for maps (item 0 is a map): every item must
+ * be a map with the same key and value types, since an ONNX sequence has
+ * one element type. The maps are shared, not copied: each gets a new
+ * reference. Everything is checked before anything is built, so an error
+ * leaves nothing to undo. */
 static keel_status sequence_of_maps(keel_session_t *s, keel_value_t *const *items, size_t n,
                                    keel_value_t **out) {
   const keel_map *m0 = items[0]->v.map;
@@ -156,6 +184,10 @@ static keel_status sequence_of_maps(keel_session_t *s, keel_value_t *const *item
   return wrap(s->heap, &v, out);
 }
 
+/* Copies the caller's keys and values into m: int64 keys one by one
+ * (the key array is int64_t[n]), string keys and values into the heap,
+ * numeric values in one memcpy. On a failed string copy the caller
+ * releases m with whatever was copied. */
 static keel_status map_copy_in(keel_map *m, size_t n, const void *keys, const void *values) {
   const keel_string *ks = keys, *vs = values;
   for (size_t i = 0; i < n; i++) {
@@ -173,6 +205,8 @@ keel_status keel_map_create(keel_session_t *s, keel_dtype key_dtype, keel_dtype 
                             const void *keys, const void *values, keel_value_t **out) {
   if (!s || !out || (n && (!keys || !values)))
     return keel_err(KEEL_ERR_INVALID_ARG, "keel_map_create: NULL argument");
+  /* n becomes an int64 dim below; bounding it well under INT64_MAX also
+   * keeps n times an element's bytes from overflowing */
   if (n > (size_t)INT64_MAX / 64) return keel_err(KEEL_ERR_INVALID_ARG, "keel_map_create: %zu entries", n);
   keel_val v = {.kind = KEEL_V_MAP};
   KEEL_TRY(keel_map_new(s->heap, (int)key_dtype, (int)value_dtype, (int64_t)n, (keel_owner){KEEL_SITE_USER, 0}, &v.map));
@@ -200,6 +234,10 @@ const void *keel_map_values(const keel_value_t *v) {
   return v && v->v.kind == KEEL_V_MAP ? v->v.map->values.data : NULL;
 }
 
+/* Items are borrowed (keel.h): the sequence takes its own reference to
+ * each tensor, so the caller may release the item handles at once. All
+ * items are checked before the sequence is made. elem_dtype UNDEFINED
+ * accepts any tensor type (meant for an empty sequence). */
 keel_status keel_sequence_create(keel_session_t *s, keel_dtype elem_dtype,
                                  keel_value_t *const *items, size_t n,
                                  keel_value_t **out) {
@@ -239,6 +277,9 @@ keel_status keel_value_from_pb(keel_session_t *s, const void *bytes, size_t len,
   return wrap(s->heap, &v, out);
 }
 
+/* The buffer is malloc'ed (keel_bytes grows with realloc) and belongs to
+ * no session, like every text keel returns (describe, reports): keel_free
+ * below is plain free() for all of them. */
 keel_status keel_value_to_pb(const keel_value_t *v, const char *name, void **bytes,
                              size_t *len) {
   if (!v || !bytes || !len) return keel_err(KEEL_ERR_INVALID_ARG, "keel_value_to_pb: NULL argument");
@@ -257,6 +298,10 @@ void keel_free(void *p) { free(p); }
 
 /* =========================================================== access */
 
+/* The last release frees the item handles made by keel_sequence_at, the
+ * value, the handle, and then drops the handle's reference to the heap:
+ * in that order, since the first three live on that heap and it may be
+ * the last reference (the session already destroyed). */
 void keel_value_release(keel_value_t *v) {
   if (!v || atomic_fetch_sub(&v->refs, 1) != 1) return;
   keel_heap *h = v->heap;
@@ -318,6 +363,12 @@ size_t keel_sequence_length(const keel_value_t *v) {
   return v && v->v.kind == KEEL_V_SEQUENCE ? v->v.seq->n : 0;
 }
 
+/* Handles for the items are made on first use, all at once, and kept in
+ * v until v goes: that is what lets the result be borrowed (keel.h)
+ * rather than a new reference the caller would have to release. The
+ * cache is filled without a lock, so the first call on a sequence must
+ * not race with another on the same handle. On out of memory it returns
+ * NULL and leaves no partial cache behind. */
 const keel_value_t *keel_sequence_at(const keel_value_t *v, size_t i) {
   if (!v || v->v.kind != KEEL_V_SEQUENCE || i >= v->v.seq->n) return NULL;
   keel_value_t *m = (keel_value_t *)v; /* the item cache is not observable state */
