@@ -26,7 +26,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_weights  # noqa: E402
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpt")
+OUT = os.environ.get("KEEL_GPT_OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpt")
 VOCAB, HIDDEN, HEADS, BLOCKS, MLP, MAXPOS = 256, 256, 8, 4, 1024, 64
 KV_HEADS = 4  # the gqa/ models' key/value heads
 
@@ -243,6 +243,12 @@ def main():
     for b in fused.blocks:
         b.attn.dynamic_mask = True
     export("gqa_fused", fused, (tokens,), ["tokens"], ["logits"], False)
+    # multi-query attention: one key/value head for the 8 query heads, which
+    # keel shard replicates on every rank
+    mqa = seeded_gpt(1)
+    for b in mqa.blocks:
+        b.attn.dynamic_mask = True
+    export("mqa", mqa, (tokens,), ["tokens"], ["logits"], False)
 
 
 if __name__ == "__main__":

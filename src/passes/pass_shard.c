@@ -19,6 +19,14 @@
  *  3. apply: weights and biases sliced (new constants; the originals are
  *     dropped when nothing else reads them), Reshape shapes rewritten, an
  *     AllReduce inserted after the exit MatMul (before its bias Add).
+ *
+ * Key/value heads fewer than the ranks (grouped-query attention at a TP
+ * above its kv heads, multi-query attention: h heads, tp a multiple of h)
+ * are replicated: rank r keeps kv head r * h / tp, so ranks r..r+tp/h-1
+ * share it. Such a value is cut h ways instead of tp (vstate.div); the
+ * repeat_kv that follows (Unsqueeze, Expand by rep, Reshape merging
+ * kv heads and rep) then repeats it rep * h / tp times instead of rep,
+ * which gives each rank its tp-th of the query heads' keys and values.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,21 +46,38 @@ typedef struct vstate {
   int64_t g;                   /* global extent of that axis; -1 unknown   */
   int32_t entry1;              /* 1 + the entry it comes from directly (only
                                   elementwise ops between), else 0         */
+  int32_t grp1, part1;         /* 1 + the group and part of a fused entry
+                                  (a Split's output, elementwise ops after) */
+  int32_t div;                 /* ways the axis is cut: 0 = tp; h < tp for
+                                  h replicated key/value heads            */
+  bool repeated;               /* replicated and expanded by rep * h / tp:
+                                  the next Reshape merges it back to tp    */
 } vstate;
 
 typedef struct parts {         /* a fused projection's parts along its width */
   int32_t n;
   int64_t len[16];             /* global widths (q, k, v; unequal for GQA) */
+  int32_t div[16];             /* ways part q is cut (0 = tp): rank r keeps
+                                  block r * div / tp of len / div          */
 } parts;
 
 typedef struct slice_edit {    /* node input `in` becomes a slice          */
   int32_t node, in, axis_fe;
   int32_t entry1;              /* its entry (for a fused QKV's groups)     */
+  int32_t grp1, part1;         /* or one part of a fused entry's group     */
 } slice_edit;
 
-typedef struct shape_edit {    /* Reshape `node`: shape element `pos` / tp */
+typedef struct shape_edit {    /* Reshape `node`: shape element `pos` / div */
   int32_t node, pos;
+  int32_t div;                 /* 0 = tp                                   */
 } shape_edit;
+
+typedef struct leaf_edit {     /* input `in` of `node`, a constant: element
+                                  `pos` / div in a copy of it              */
+  int32_t node, in;
+  int64_t pos;
+  int32_t div;
+} leaf_edit;
 
 typedef struct block {
   int32_t exit;
@@ -64,9 +89,12 @@ typedef struct block {
   slice_edit slices[MAX_BLOCK];
   int32_t n_shapes;
   shape_edit shapes[64];
-  int32_t n_splits;            /* Splits of a fused projection: sizes / tp */
+  int32_t n_splits;            /* Splits of a fused projection: sizes / div */
   int32_t splits[16];
-  int32_t n_groups;            /* fused entries: node, parts (q, k, v)     */
+  int32_t split_group[16];     /* the group of each                        */
+  int32_t n_leaves;
+  leaf_edit leaves[32];
+  int32_t n_groups;            /* fused or replicated entries: node, parts */
   int32_t group_node[16];
   parts group[16];
   bool attention;
@@ -226,8 +254,9 @@ static bool side_shape(const sharder *S, const char *name, int32_t *rank, int64_
 /* A non-block operand of a block node whose sharded axis is `fe` (global
  * extent g): constant along the axis (fine), or a constant spanning it
  * (sliced), else refused. */
-static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int32_t fe, int64_t g,
-                             int32_t entry1) {
+static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, const vstate *o) {
+  int32_t fe = o->fe;
+  int64_t g = o->g;
   const keel_node *n = &S->g->nodes[node];
   const char *name = n->in_names[in];
   if (!name[0]) return KEEL_OK;
@@ -238,11 +267,13 @@ static keel_status plan_side(sharder *S, block *B, int32_t node, int32_t in, int
                   "(its rank is not known)", name, 0, 0);
   if (fe >= rank || dims[rank - 1 - fe] == 1) return KEEL_OK;
   if (const_t(S, name) && g > 0 && dims[rank - 1 - fe] == g) {
+    if (o->div)
+      return refuse(S, n, "operand '%s' varies along replicated key/value heads", name, 0, 0);
     if (g % S->cfg->tp)
       return refuse(S, n, "operand '%s' spans %lld along the sharded axis, not a multiple of %lld",
                     name, (long long)g, S->cfg->tp);
     if (B->n_slices == MAX_BLOCK) return refuse(S, n, "too many slices%s", "", 0, 0);
-    B->slices[B->n_slices++] = (slice_edit){node, in, fe, entry1};
+    B->slices[B->n_slices++] = (slice_edit){node, in, fe, o->entry1, o->grp1, o->part1};
     return KEEL_OK;
   }
   if (dims[rank - 1 - fe] < 0)
@@ -309,7 +340,11 @@ static bool shape_elem(const sharder *S, const keel_node *r, int32_t pos, int64_
 typedef enum { EL_UNKNOWN, EL_SAME, EL_LOCAL, EL_CONST } el_kind;
 typedef struct el {
   el_kind k;
-  int64_t v;                   /* EL_CONST: the value                      */
+  int64_t v;                   /* EL_CONST: the value; EL_LOCAL: the
+                                  constant it was multiplied by, or 0      */
+  int32_t leaf, leaf_in;       /* the constant's reader and input (EL_CONST,
+                                  or EL_LOCAL's multiplier), else -1       */
+  int64_t leaf_pos;            /* the element of that constant             */
 } el;
 
 /* The rank the plan gives a block value, else the inferred one (-1). */
@@ -334,11 +369,17 @@ static int64_t value_len(const sharder *S, const char *name) {
   return n;
 }
 
-static el origin(const sharder *S, const block *B, const char *name, int64_t pos, int depth) {
-  const el unknown = {EL_UNKNOWN, 0};
+/* Element pos of value `name`, which node rd reads as its input rin (-1:
+ * no reader to name). */
+static el origin(const sharder *S, const block *B, const char *name, int64_t pos, int depth,
+                 int32_t rd, int32_t rin) {
+  const el unknown = {EL_UNKNOWN, 0, -1, -1, 0};
   const keel_tensor *t = name[0] ? const_t(S, name) : NULL;
   int64_t v;
-  if (t) return const_elem(t, keel_tensor_numel(t) == 1 ? 0 : pos, &v) ? (el){EL_CONST, v} : unknown;
+  if (t) {
+    int64_t at = keel_tensor_numel(t) == 1 ? 0 : pos;
+    return const_elem(t, at, &v) ? (el){EL_CONST, v, rd, rin, at} : unknown;
+  }
   int32_t p = name[0] && depth < 24 ? keel_ir_producer(S->g, name) : -1;
   if (p < 0) return unknown;
   const keel_node *n = &S->g->nodes[p];
@@ -347,59 +388,69 @@ static el origin(const sharder *S, const block *B, const char *name, int64_t pos
   if (!strcmp(op, "Shape")) {
     const vstate *s = state_of((block *)B, n->in_names[0]);
     int32_t rank = value_rank(S, B, n->in_names[0]);
-    if (!s) return (el){EL_SAME, 0}; /* whole on every rank */
+    if (!s) return (el){EL_SAME, 0, -1, -1, 0}; /* whole on every rank */
     if (rank < 0) return unknown;
     int64_t start = attr_i(n, "start", 0);
     if (start < 0) start += rank;
-    return start + pos == rank - 1 - s->fe ? (el){EL_LOCAL, 0} : (el){EL_SAME, 0};
+    return start + pos == rank - 1 - s->fe ? (el){EL_LOCAL, 0, -1, -1, 0} : (el){EL_SAME, 0, -1, -1, 0};
   }
   if (!strcmp(op, "Gather") && n->n_in == 2 && attr_i(n, "axis", 0) == 0) {
     const keel_tensor *ix = const_t(S, n->in_names[1]);
     int64_t len = value_len(S, n->in_names[0]);
     if (!ix || !const_elem(ix, keel_tensor_numel(ix) == 1 ? 0 : pos, &v)) return unknown;
     if (v < 0 && len < 0) return unknown;
-    return origin(S, B, n->in_names[0], v < 0 ? v + len : v, depth + 1);
+    return origin(S, B, n->in_names[0], v < 0 ? v + len : v, depth + 1, p, 0);
   }
   if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze") || !strcmp(op, "Cast") ||
       !strcmp(op, "Identity") || !strcmp(op, "Reshape")) /* row-major order is kept */
-    return origin(S, B, n->in_names[0], pos, depth + 1);
+    return origin(S, B, n->in_names[0], pos, depth + 1, p, 0);
   if (!strcmp(op, "Concat") && attr_i(n, "axis", 0) == 0) {
     for (int32_t k = 0; k < n->n_in; k++) {
       int64_t len = value_len(S, n->in_names[k]);
       if (len < 0) return unknown;
-      if (pos < len) return origin(S, B, n->in_names[k], pos, depth + 1);
+      if (pos < len) return origin(S, B, n->in_names[k], pos, depth + 1, p, k);
       pos -= len;
     }
     return unknown;
   }
   if (!strcmp(op, "ConstantOfShape")) {
     const keel_attr *a = keel_node_attr(n, "value");
-    if (!a) return (el){EL_CONST, 0};
+    if (!a) return (el){EL_CONST, 0, -1, -1, 0};
     if (a->type != KEEL_ATTR_TENSOR || !const_elem(a->t, 0, &v)) return unknown;
-    return (el){EL_CONST, v};
+    return (el){EL_CONST, v, -1, -1, 0};
   }
   if ((!strcmp(op, "Mul") || !strcmp(op, "Div") || !strcmp(op, "Add") || !strcmp(op, "Sub")) &&
       n->n_in == 2) {
-    el a = origin(S, B, n->in_names[0], pos, depth + 1), b = origin(S, B, n->in_names[1], pos, depth + 1);
+    el a = origin(S, B, n->in_names[0], pos, depth + 1, p, 0);
+    el b = origin(S, B, n->in_names[1], pos, depth + 1, p, 1);
     if (a.k == EL_CONST && b.k == EL_CONST) {
-      if (op[0] == 'M') return (el){EL_CONST, a.v * b.v};
-      if (op[0] == 'A') return (el){EL_CONST, a.v + b.v};
-      if (op[0] == 'S') return (el){EL_CONST, a.v - b.v};
-      return b.v ? (el){EL_CONST, a.v / b.v} : unknown;
+      el c = {EL_CONST, 0, -1, -1, 0}; /* computed: no one constant to edit */
+      if (op[0] == 'M') c.v = a.v * b.v;
+      else if (op[0] == 'A') c.v = a.v + b.v;
+      else if (op[0] == 'S') c.v = a.v - b.v;
+      else if (b.v) c.v = a.v / b.v;
+      else return unknown;
+      return c;
     }
     if (a.k == EL_UNKNOWN || b.k == EL_UNKNOWN) return unknown;
     if (a.k == EL_LOCAL && b.k == EL_LOCAL) return unknown;
     /* a rank's count times (or over) a constant is still a rank's count;
-     * a sum with one is not */
-    if (a.k == EL_LOCAL || b.k == EL_LOCAL)
-      return op[0] == 'M' || (op[0] == 'D' && a.k == EL_LOCAL && b.k == EL_CONST) ? (el){EL_LOCAL, 0}
-                                                                                   : unknown;
-    return (el){EL_SAME, 0};
+     * a sum with one is not. Times a constant, that constant is kept (a
+     * replicated merge edits it). */
+    if (a.k == EL_LOCAL || b.k == EL_LOCAL) {
+      const el *l = a.k == EL_LOCAL ? &a : &b, *c = a.k == EL_LOCAL ? &b : &a;
+      if (op[0] == 'M')
+        return c->k == EL_CONST && !l->v ? (el){EL_LOCAL, c->v, c->leaf, c->leaf_in, c->leaf_pos}
+                                         : (el){EL_LOCAL, 0, -1, -1, 0};
+      return op[0] == 'D' && a.k == EL_LOCAL && b.k == EL_CONST ? (el){EL_LOCAL, 0, -1, -1, 0} : unknown;
+    }
+    return (el){EL_SAME, 0, -1, -1, 0};
   }
   /* Where(x == -1, 1, x): the exporters' "-1 keeps the input's dim" for
    * Expand; the value is x's wherever x is not -1 (a Shape never is) */
   if (!strcmp(op, "Where") && n->n_in == 3) {
-    el a = origin(S, B, n->in_names[1], pos, depth + 1), b = origin(S, B, n->in_names[2], pos, depth + 1);
+    el a = origin(S, B, n->in_names[1], pos, depth + 1, p, 1);
+    el b = origin(S, B, n->in_names[2], pos, depth + 1, p, 2);
     if (a.k == b.k && (a.k != EL_CONST || a.v == b.v)) return a;
     if (a.k == EL_CONST && a.v == 1) return b;
     return unknown;
@@ -427,7 +478,7 @@ static bool shape_only(const sharder *S, const block *B, const char *value, int 
       for (int32_t j = 0; j < B->n_nodes; j++) in_block = in_block || B->nodes[j] == i;
       if (in_block && k >= data_inputs(n)) continue; /* a block Reshape's / Expand's shape */
       if (in_block || n->domain[0] || n->n_subs) return false;
-      if (!strcmp(n->op_type, "Gather") && k == 0 && origin(S, B, n->out_names[0], 0, 0).k == EL_SAME &&
+      if (!strcmp(n->op_type, "Gather") && k == 0 && origin(S, B, n->out_names[0], 0, 0, -1, -1).k == EL_SAME &&
           value_len(S, n->out_names[0]) == 1)
         continue; /* one element, the same on every rank */
       bool arith = false;
@@ -438,20 +489,37 @@ static bool shape_only(const sharder *S, const block *B, const char *value, int 
   return seen == keel_ir_uses(S->g, value);
 }
 
+static int32_t div_of(const sharder *S, int32_t div) { return div ? div : S->cfg->tp; }
+
+/* Records that constant element e (its leaf) becomes e.v / div. */
+static keel_status leaf_edit_of(sharder *S, block *B, const keel_node *n, el e, int32_t div) {
+  if (e.leaf < 0 || e.v % div)
+    return refuse(S, n, "a shape element (%lld) that cannot be divided by %lld where it is written",
+                  "", (long long)e.v, div);
+  if (B->n_leaves == (int32_t)KEEL_COUNTOF(B->leaves)) return refuse(S, n, "too many shape edits%s", "", 0, 0);
+  B->leaves[B->n_leaves++] = (leaf_edit){e.leaf, e.leaf_in, e.leaf_pos, div};
+  return KEEL_OK;
+}
+
 /* Shape element `pos` of Reshape / Expand node i at the sharded axis:
- * records the edit (global / tp) unless it is already this rank's count
- * (from the shape of a sharded value) or, where keep_one, 1. */
-static keel_status shape_edit_at(sharder *S, block *B, int32_t i, int32_t pos, bool keep_one) {
+ * records the edit (global / div, div 0 = tp) unless it is already this
+ * rank's count (from the shape of a sharded value) or, where keep_one, 1.
+ * A shape that is neither a constant nor a Concat of pieces has the
+ * constant the element comes from edited instead, where there is one. */
+static keel_status shape_edit_at(sharder *S, block *B, int32_t i, int32_t pos, bool keep_one,
+                                 int32_t div) {
   const keel_node *n = &S->g->nodes[i];
-  el e = origin(S, B, n->in_names[1], pos, 0);
+  el e = origin(S, B, n->in_names[1], pos, 0, i, 1);
   if (e.k == EL_LOCAL || (keep_one && e.k == EL_CONST && e.v == 1)) return KEEL_OK;
   if (e.k == EL_UNKNOWN && keep_one)
     return refuse(S, n, "cannot tell where element %s%lld of its shape comes from", "", pos, 0);
-  if (shape_len(S, n) <= pos)
+  if (shape_len(S, n) <= pos) {
+    if (e.k == EL_CONST && e.leaf >= 0) return leaf_edit_of(S, B, n, e, div_of(S, div));
     return refuse(S, n, "its shape is neither a constant nor a Concat of pieces (element %s%lld "
                   "must be divided)", "", pos, 0);
+  }
   if (B->n_shapes == (int32_t)KEEL_COUNTOF(B->shapes)) return refuse(S, n, "too many shape edits%s", "", 0, 0);
-  B->shapes[B->n_shapes++] = (shape_edit){i, pos};
+  B->shapes[B->n_shapes++] = (shape_edit){i, pos, div};
   return KEEL_OK;
 }
 
@@ -477,6 +545,32 @@ static bool prefix_equal(const keel_sshape *x, int32_t nx, const keel_sshape *y,
   return !cx && !cy && px == py;
 }
 
+/* Value `in` splits into `heads` heads, fewer than the ranks: its entry
+ * (or its part of a fused entry) is cut `heads` ways, each head kept by
+ * tp / heads ranks. */
+static keel_status replicate(sharder *S, block *B, const keel_node *n, const vstate *in, int32_t heads) {
+  parts *p = NULL;
+  int32_t q = 0;
+  if (in->grp1) p = &B->group[in->grp1 - 1], q = in->part1 - 1;
+  else if (in->entry1) {
+    for (int32_t j = 0; j < B->n_groups && !p; j++)
+      if (B->group_node[j] == in->entry1 - 1) p = &B->group[j];
+    if (p && p->n != 1) return refuse(S, n, "heads of a fused projection read without its Split%s", "", 0, 0);
+    if (!p) {
+      if (B->n_groups == 16) return refuse(S, n, "too many replicated projections%s", "", 0, 0);
+      B->group_node[B->n_groups] = in->entry1 - 1;
+      p = &B->group[B->n_groups++];
+      *p = (parts){1, {in->g}, {0}};
+    }
+  }
+  if (!p || in->g <= 0)
+    return refuse(S, n, "%s%lld key/value heads among %lld ranks: replicating them needs their "
+                  "projection right before this Reshape", "", heads, S->cfg->tp);
+  if (p->div[q] && p->div[q] != heads) return refuse(S, n, "a projection split two ways%s", "", 0, 0);
+  p->div[q] = heads;
+  return KEEL_OK;
+}
+
 /* A Reshape that moves the sharded axis neither as the two cases below
  * write it: from the inferred shapes, the output axis j that starts where
  * the sharded input axis a starts (the dims before them have the same
@@ -499,10 +593,23 @@ static keel_status plan_reshape_general(sharder *S, block *B, int32_t i, const v
     int64_t oj = y->d[j].add;
     bool merge = oj % ia == 0, split = ia % oj == 0;
     if (!merge && !split) break;
+    if (in->div) { /* replicated key/value heads, repeated: back to tp ways */
+      if (!in->repeated || !merge)
+        return refuse(S, n, "key/value heads replicated among the ranks (%s%lld heads) are not "
+                      "repeated into the query heads before this Reshape", "", (long long)ia, 0);
+      if (oj % tp)
+        return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)oj, tp);
+      *out = (vstate){n->out_names[0], y->rank - 1 - j, y->rank, oj};
+      /* this rank's kv heads x rep: the rep constant becomes rep * h / tp,
+       * as the Expand's did; a constant count of heads is divided */
+      el e = origin(S, B, n->in_names[1], j, 0, i, 1);
+      if (e.k == EL_LOCAL) return leaf_edit_of(S, B, n, e, tp / in->div);
+      return shape_edit_at(S, B, i, j, false, 0);
+    }
     if ((merge ? ia : oj) % tp)
       return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)(merge ? ia : oj), tp);
     *out = (vstate){n->out_names[0], y->rank - 1 - j, y->rank, oj};
-    return shape_edit_at(S, B, i, j, false);
+    return shape_edit_at(S, B, i, j, false, 0);
   }
   return refuse(S, n, "a Reshape that neither splits the sharded axis into (heads, head size) nor "
                 "merges it with the axes after it%s", "", 0, 0);
@@ -515,24 +622,32 @@ static keel_status plan_reshape(sharder *S, block *B, int32_t i, const vstate *i
   if (L >= 2 && in->fe == 0 && (in->rank < 0 || L == in->rank + 1)) { /* [.., C] -> [.., H, D] */
     bool kh = shape_elem(S, n, L - 2, &h), kd = shape_elem(S, n, L - 1, &d);
     if (kh && h == 0) return refuse(S, n, "shape element 0 (copy) at the head axis%s", "", 0, 0);
-    if (kh && h > 0 && h % tp)
-      return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)h, tp);
+    if (in->div) return refuse(S, n, "a Reshape of replicated key/value heads%s", "", 0, 0);
     if (kh && h > 0 && kd && d > 0 && in->g > 0 && h * d != in->g)
       return refuse(S, n, "%sheads x head size (%lld) is not the projection width (%lld)", "",
                     (long long)(h * d), (long long)in->g);
-    if ((!kh || h < 0) && kd && d > 0 && in->g > 0 && (in->g % d || (in->g / d) % tp))
-      return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)(in->g / d), tp);
-    *out = (vstate){n->out_names[0], 1, L, kh && h > 0 ? h : (kd && d > 0 && in->g > 0 ? in->g / d : -1)};
+    if ((!kh || h < 0) && kd && d > 0 && in->g > 0 && in->g % d)
+      return refuse(S, n, "%sthe projection width %lld is not a multiple of the head size", "",
+                    (long long)in->g, 0);
+    int64_t heads = kh && h > 0 ? h : (kd && d > 0 && in->g > 0 ? in->g / d : -1);
+    *out = (vstate){n->out_names[0], 1, L, heads};
+    if (heads > 0 && heads % tp) {
+      /* fewer heads than ranks, a divisor of tp: key/value heads, replicated */
+      if (tp % heads) return refuse(S, n, "%s%lld heads do not divide among %lld ranks", "", (long long)heads, tp);
+      KEEL_TRY(replicate(S, B, n, in, (int32_t)heads));
+      out->div = (int32_t)heads;
+    }
     B->attention = true;
-    return !kh || h > 0 ? shape_edit_at(S, B, i, L - 2, false) : KEEL_OK;
+    return !kh || h > 0 ? shape_edit_at(S, B, i, L - 2, false, out->div) : KEEL_OK;
   }
   if (L >= 1 && in->fe == 1 && in->rank > 1 && L == in->rank - 1) { /* [.., H, D] -> [.., C] */
+    if (in->div) return refuse(S, n, "a Reshape of replicated key/value heads%s", "", 0, 0);
     bool kc = shape_elem(S, n, L - 1, &h);
     if (kc && h == 0) return refuse(S, n, "shape element 0 (copy) at the merged axis%s", "", 0, 0);
     if (kc && h > 0 && h % tp)
       return refuse(S, n, "%sthe merged width %lld does not divide among %lld ranks", "", (long long)h, tp);
     *out = (vstate){n->out_names[0], 0, L, kc && h > 0 ? h : -1};
-    return !kc || h > 0 ? shape_edit_at(S, B, i, L - 1, false) : KEEL_OK;
+    return !kc || h > 0 ? shape_edit_at(S, B, i, L - 1, false, 0) : KEEL_OK;
   }
   return plan_reshape_general(S, B, i, in, out);
 }
@@ -560,6 +675,7 @@ static keel_status plan_unsqueeze(sharder *S, block *B, int32_t i, const vstate 
     if (inserted[p]) continue;
     if (seen++ == abs_in) {
       *out = (vstate){n->out_names[0], ro - 1 - p, ro, in->g};
+      out->div = in->div, out->repeated = in->repeated;
       return KEEL_OK;
     }
   }
@@ -567,15 +683,33 @@ static keel_status plan_unsqueeze(sharder *S, block *B, int32_t i, const vstate 
 }
 
 /* Expand: the sharded axis stays (counted from the last); the target's
- * element there must be 1 or this rank's count, else it is divided. */
+ * element there must be 1 or this rank's count, else it is divided.
+ * Replicated key/value heads must be repeat_kv's: the axis after the
+ * heads is a 1 expanded by rep, which becomes rep * h / tp. */
 static keel_status plan_expand(sharder *S, block *B, int32_t i, const vstate *in, vstate *out) {
   const keel_node *n = &S->g->nodes[i];
   int64_t len = value_len(S, n->in_names[1]);
+  const keel_sshape *x = keel_shapes_find(S->shapes, S->g, n->in_names[0]);
   const keel_sshape *y = keel_shapes_find(S->shapes, S->g, n->out_names[0]);
   if (len < 0) return refuse(S, n, "an Expand of the sharded value whose shape's length is not known%s", "", 0, 0);
   int32_t ro = y && y->rank >= 0 ? y->rank : (in->rank > len ? in->rank : (int32_t)len);
   *out = (vstate){n->out_names[0], in->fe, ro, in->g};
-  return len - 1 - in->fe < 0 ? KEEL_OK : shape_edit_at(S, B, i, (int32_t)(len - 1 - in->fe), true);
+  out->div = in->div;
+  if (len - 1 - in->fe >= 0) KEEL_TRY(shape_edit_at(S, B, i, (int32_t)(len - 1 - in->fe), true, in->div));
+  if (!in->div) return KEEL_OK;
+  int32_t f = S->cfg->tp / in->div, after = ro - in->fe; /* the output axis after the heads */
+  int32_t xa = x && x->rank >= 0 ? after - (ro - x->rank) : -1;
+  int64_t pos = after - (ro - len);
+  if (in->fe < 1 || xa < 0 || xa >= x->rank || x->d[xa].sym != KEEL_SYM_KNOWN || x->d[xa].add != 1 ||
+      pos < 0)
+    return refuse(S, n, "an Expand of replicated key/value heads that is not repeat_kv's (a 1 after "
+                  "the heads, expanded by the repeat count)%s", "", 0, 0);
+  el e = origin(S, B, n->in_names[1], pos, 0, i, 1);
+  if (e.k != EL_CONST || e.v < f)
+    return refuse(S, n, "an Expand of replicated key/value heads whose repeat count is not a "
+                  "constant of at least %s%lld", "", f, 0);
+  out->repeated = true;
+  return leaf_edit_of(S, B, n, e, f);
 }
 
 static keel_status plan_transpose(sharder *S, int32_t i, const vstate *in, vstate *out) {
@@ -588,6 +722,7 @@ static keel_status plan_transpose(sharder *S, int32_t i, const vstate *in, vstat
     if (perm->ints[k] == abs_in) at = k;
   if (at < 0) return refuse(S, n, "a Transpose whose perm misses an axis%s", "", 0, 0);
   *out = (vstate){n->out_names[0], perm->n - 1 - at, perm->n, in->g};
+  out->div = in->div, out->repeated = in->repeated;
   return KEEL_OK;
 }
 
@@ -625,19 +760,21 @@ static keel_status plan_split(sharder *S, block *B, int32_t i, const vstate *in)
   if (in->fe != 0 || !last || !in->entry1 || (k && (k != np || sum != in->g)) || in->g <= 0 ||
       (!k && in->g % np) || np > 16)
     return refuse(S, n, "a Split that is not the last-axis split of a fused projection%s", "", 0, 0);
-  parts p = {np, {0}};
+  parts p = {np, {0}, {0}};
   for (int32_t j = 0; j < np; j++) {
     p.len[j] = k ? sz[j] : in->g / np;
     if (p.len[j] % tp)
       return refuse(S, n, "%spart %lld's width does not divide among %lld ranks", "", (long long)j, tp);
   }
   if (B->n_groups == 16 || B->n_splits == 16) return refuse(S, n, "too many fused projections%s", "", 0, 0);
+  int32_t grp = B->n_groups;
   B->group_node[B->n_groups] = in->entry1 - 1;
   B->group[B->n_groups++] = p;
-  if (k) B->splits[B->n_splits++] = i;
+  if (k) B->split_group[B->n_splits] = grp, B->splits[B->n_splits++] = i;
   int32_t rank = in->rank >= 0 ? in->rank : axis >= 0 ? (int32_t)axis + 1 : value_rank(S, B, n->in_names[0]);
   for (int32_t j = 0; j < np; j++)
-    if (n->out_names[j][0]) B->states[B->n_states++] = (vstate){n->out_names[j], 0, rank, p.len[j], 0};
+    if (n->out_names[j][0])
+      B->states[B->n_states++] = (vstate){n->out_names[j], 0, rank, p.len[j], 0, grp + 1, j + 1};
   return KEEL_OK;
 }
 
@@ -657,11 +794,21 @@ static keel_status plan_node(sharder *S, block *B, int32_t i) {
     if (!s) continue;
     if (first && (s->fe != first->fe || (s->rank >= 0 && first->rank >= 0 && s->rank != first->rank)))
       return refuse(S, n, "operands sharded along different axes%s", "", 0, 0);
+    if (first && s->div != first->div)
+      return refuse(S, n, "operands cut different ways (replicated key/value heads beside query "
+                    "heads)%s", "", 0, 0);
     if (!first) first = s;
   }
   if (!first) return refuse(S, n, "no sharded operand (internal)%s", "", 0, 0);
   if (is_split(n)) return plan_split(S, B, i, first);
-  vstate out = {n->out_names[0], first->fe, first->rank, first->g, is_elementwise(n) ? first->entry1 : 0};
+  bool ew = is_elementwise(n);
+  if (first->div && !ew && strcmp(n->op_type, "Reshape") && strcmp(n->op_type, "Unsqueeze") &&
+      strcmp(n->op_type, "Expand") && strcmp(n->op_type, "Transpose"))
+    return refuse(S, n, "%s%lld heads do not divide among %lld ranks (fewer heads than ranks are "
+                  "replicated only as key/value heads that repeat_kv repeats)", "", first->div,
+                  S->cfg->tp);
+  vstate out = {n->out_names[0], first->fe, first->rank, first->g, ew ? first->entry1 : 0,
+                ew ? first->grp1 : 0, ew ? first->part1 : 0, first->div, first->repeated};
   if (!strcmp(n->op_type, "Reshape")) KEEL_TRY(plan_reshape(S, B, i, first, &out));
   else if (!strcmp(n->op_type, "Unsqueeze")) KEEL_TRY(plan_unsqueeze(S, B, i, first, &out));
   else if (!strcmp(n->op_type, "Expand")) KEEL_TRY(plan_expand(S, B, i, first, &out));
@@ -675,7 +822,7 @@ static keel_status plan_node(sharder *S, block *B, int32_t i) {
     if (fe < 0 || fe == first->fe) return refuse(S, n, "a Softmax over the sharded axis%s", "", 0, 0);
   }
   for (int32_t k = 0; k < data_inputs(n); k++)
-    if (!state_of(B, n->in_names[k])) KEEL_TRY(plan_side(S, B, i, k, out.fe, out.g, out.entry1));
+    if (!state_of(B, n->in_names[k])) KEEL_TRY(plan_side(S, B, i, k, &out));
   B->states[B->n_states++] = out;
   return KEEL_OK;
 }
@@ -745,13 +892,17 @@ static keel_status plan(sharder *S, block *B) {
 /* ========================================================== applying */
 
 /* A new constant: block `rank` of tp along `axis` of constant `src`, of
- * each part when it holds several (a fused projection: p; NULL: one). */
+ * each part when it holds several (a fused projection: p; NULL: one). A
+ * part cut div < tp ways (replicated key/value heads) gives rank r its
+ * block r * div / tp of div. */
 static keel_status slice_const(sharder *S, const char *src, int32_t axis, const parts *p,
                                const char **out) {
   const keel_tensor *t = const_t(S, src);
   int32_t tp = S->cfg->tp, r = S->cfg->rank;
   char name[1024];
-  snprintf(name, sizeof name, "%s/tp%d_%d%s", src, r, tp, p && p->n > 1 ? "g" : "");
+  bool rep = false;
+  for (int32_t q = 0; p && q < p->n; q++) rep = rep || (p->div[q] && p->div[q] != tp);
+  snprintf(name, sizeof name, "%s/tp%d_%d%s%s", src, r, tp, p && p->n > 1 ? "g" : "", rep ? "r" : "");
   if (const_t(S, name)) { /* the same weight in two blocks (shared weights) */
     *out = keel_arena_strdup(S->m->arena, name);
     return *out ? KEEL_OK : keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: a name");
@@ -760,20 +911,21 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
   if (!es || t->dtype == KEEL_STRING || keel_dtype_is_packed(t->dtype))
     return keel_err(KEEL_ERR_UNSUPPORTED, "shard: constant '%s' of type %s cannot be sliced", src,
                     keel_dtype_name((keel_dtype)t->dtype));
-  parts one = {1, {t->shape[axis]}};
+  parts one = {1, {t->shape[axis]}, {0}};
   if (!p) p = &one;
   int64_t outer = 1, inner = 1, len = 0;
-  for (int32_t q = 0; q < p->n; q++) len += p->len[q] / tp;
+  for (int32_t q = 0; q < p->n; q++) len += p->len[q] / div_of(S, p->div[q]);
   for (int32_t k = 0; k < axis; k++) outer *= t->shape[k];
   for (int32_t k = axis + 1; k < t->rank; k++) inner *= t->shape[k];
   size_t nbytes = (size_t)(outer * len * inner) * es;
   uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN), *to = d;
   keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
   if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
-  for (int64_t o = 0; o < outer; o++) /* part q of row o: its r-th block */
+  for (int64_t o = 0; o < outer; o++) /* part q of row o: this rank's block */
     for (int64_t q = 0, start = 0; q < p->n; start += p->len[q++]) {
-      size_t row = (size_t)(p->len[q] / tp * inner) * es;
-      memcpy(to, (const uint8_t *)t->data + ((size_t)(o * t->shape[axis] + start + r * (p->len[q] / tp)) *
+      int64_t ways = div_of(S, p->div[q]), w = p->len[q] / ways, blk = (int64_t)r * ways / tp;
+      size_t row = (size_t)(w * inner) * es;
+      memcpy(to, (const uint8_t *)t->data + ((size_t)(o * t->shape[axis] + start + blk * w) *
                                                  (size_t)inner) * es, row);
       to += row;
     }
@@ -861,7 +1013,7 @@ static keel_status insert(sharder *S, const pending *p) {
  * Concat's index when a Div must be inserted there (else -1). */
 static keel_status apply_shape(sharder *S, const shape_edit *e, keel_node *div, int32_t *div_at) {
   keel_node *r = &S->g->nodes[e->node];
-  int32_t tp = S->cfg->tp;
+  int32_t tp = div_of(S, e->div);
   int64_t v;
   *div_at = -1;
   const keel_tensor *t = const_t(S, r->in_names[1]);
@@ -892,12 +1044,13 @@ static keel_status apply_shape(sharder *S, const shape_edit *e, keel_node *div, 
   return KEEL_OK;
 }
 
-/* A fused projection's Split: every size / tp (its input or attribute). */
-static keel_status apply_split(sharder *S, keel_node *n) {
+/* A fused projection's Split: every size / the ways its part is cut (its
+ * input or attribute). */
+static keel_status apply_split(sharder *S, keel_node *n, const parts *p) {
   int64_t sz[64];
   int32_t k;
   split_sizes(S, n, sz, &k);
-  for (int32_t j = 0; j < k; j++) sz[j] /= S->cfg->tp;
+  for (int32_t j = 0; j < k; j++) sz[j] /= div_of(S, j < p->n ? p->div[j] : 0);
   if (n->n_in >= 2 && n->in_names[1][0])
     return int64_const(S, arena_fmt(S, n->out_names[0], "/split_tp"), k, sz, &n->in_names[1]);
   keel_attr *at = keel_arena_array(S->m->arena, (size_t)n->n_attr, sizeof *at);
@@ -913,6 +1066,37 @@ static keel_status apply_split(sharder *S, keel_node *n) {
 
 static keel_status apply_exit(sharder *S, block *B, pending *ins, int32_t *n_ins);
 
+/* Input e->in of node e->node, an integer constant, becomes a copy with
+ * element e->pos divided (repeat_kv's repeat count at a replicated kv
+ * head); the original stays for its other readers. */
+static keel_status apply_leaf(sharder *S, const leaf_edit *e) {
+  keel_node *n = &S->g->nodes[e->node];
+  const keel_tensor *t = const_t(S, n->in_names[e->in]);
+  int64_t count = t ? keel_tensor_numel(t) : 0;
+  if (!t || (t->dtype != KEEL_INT64 && t->dtype != KEEL_INT32) || e->pos >= count)
+    return refuse(S, n, "input '%s' is not an integer constant to divide", n->in_names[e->in], 0, 0);
+  size_t es = keel_dtype_size((keel_dtype)t->dtype), nbytes = (size_t)count * es;
+  uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN);
+  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
+  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", n->in_names[e->in]);
+  memcpy(d, t->data, nbytes);
+  if (t->dtype == KEEL_INT64) ((int64_t *)(void *)d)[e->pos] /= e->div;
+  else ((int32_t *)(void *)d)[e->pos] /= e->div;
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_STATIC;
+  b->nbytes = nbytes;
+  b->data = d;
+  keel_tensor c = *t;
+  c.buf = b;
+  c.data = d;
+  char suffix[64];
+  snprintf(suffix, sizeof suffix, "/in%d_rep_tp", (int)e->in);
+  KEEL_TRY(keel_ir_add_const(S->m, S->g, arena_fmt(S, n->name[0] ? n->name : n->out_names[0], suffix), &c, NULL));
+  if (S->n_dropped < (int32_t)KEEL_COUNTOF(S->dropped)) S->dropped[S->n_dropped++] = n->in_names[e->in];
+  n->in_names[e->in] = S->g->ld.init_names[S->g->ld.n_init - 1];
+  return KEEL_OK;
+}
+
 static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
   for (int32_t j = 0; j < B->n_nodes; j++) {
     keel_node *n = &S->g->nodes[B->nodes[j]];
@@ -926,10 +1110,13 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
       KEEL_TRY(slice_const(S, n->in_names[2], c->rank - 1, groups, &n->in_names[2]));
   }
   for (int32_t j = 0; j < B->n_slices; j++) {
-    keel_node *n = &S->g->nodes[B->slices[j].node];
-    const keel_tensor *t = const_t(S, n->in_names[B->slices[j].in]);
-    KEEL_TRY(slice_const(S, n->in_names[B->slices[j].in], t->rank - 1 - B->slices[j].axis_fe,
-                         groups_of(B, B->slices[j].entry1), &n->in_names[B->slices[j].in]));
+    const slice_edit *e = &B->slices[j];
+    keel_node *n = &S->g->nodes[e->node];
+    const keel_tensor *t = const_t(S, n->in_names[e->in]);
+    int32_t axis = t->rank - 1 - e->axis_fe;
+    parts one = {1, {t->shape[axis]}, {e->grp1 ? B->group[e->grp1 - 1].div[e->part1 - 1] : 0}};
+    KEEL_TRY(slice_const(S, n->in_names[e->in], axis, e->grp1 ? &one : groups_of(B, e->entry1),
+                         &n->in_names[e->in]));
   }
   for (int32_t j = 0; j < B->n_shapes; j++) {
     keel_node div;
@@ -937,7 +1124,9 @@ static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
     KEEL_TRY(apply_shape(S, &B->shapes[j], &div, &at));
     if (at >= 0) ins[(*n_ins)++] = one_node(at, false, &div);
   }
-  for (int32_t j = 0; j < B->n_splits; j++) KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]]));
+  for (int32_t j = 0; j < B->n_splits; j++)
+    KEEL_TRY(apply_split(S, &S->g->nodes[B->splits[j]], &B->group[B->split_group[j]]));
+  for (int32_t j = 0; j < B->n_leaves; j++) KEEL_TRY(apply_leaf(S, &B->leaves[j]));
   KEEL_TRY(apply_exit(S, B, ins, n_ins));
   keel_shard_cfg *cfg = S->cfg;
   cfg->n_blocks++;
