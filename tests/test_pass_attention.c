@@ -10,7 +10,13 @@
  * with KEEL_OPT_NO_GRAPH_PASSES (every node its own kernel, the
  * reference): outputs agree within 1e-5. Near-misses must be left alone:
  * a Softmax over another axis, the scores read a second time, a chain
- * with neither scale nor Where (no float32 constant to fix its type). */
+ * with neither scale nor Where (no float32 constant to fix its type).
+ *
+ * Then nn.MultiheadAttention's rank-3 form (heads joined with the batch:
+ * q, k, v [S, N, D], Transpose 1,0,2 / 1,2,0, the scale on Q or K before
+ * the product, Y transposed back or not, a constant 2-D mask), fused with
+ * every Transpose folded; a rank-3 chain whose mask is computed (its rank
+ * unknown to the pass) is left alone. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -178,8 +184,105 @@ static void one(const char *what, int form, int opset, bool want_fused) {
   keel_session_destroy(s0);
 }
 
+/* ------------------------------------------- rank 3 (nn.MultiheadAttention) */
+
+#define N (B * H)
+enum { M3_DIV_Q, M3_MUL_Q_NO_YT, M3_MASK, M3_SCALE_K, M3_INPUT_MASK };
+
+static mb_graph *mha3(int form) {
+  mb_graph *g = mb_graph_new("main");
+  const int64_t qd[3] = {S, N, D};
+  mb_input(g, "q", KEEL_FLOAT, 3, qd);
+  mb_input(g, "k", KEEL_FLOAT, 3, qd);
+  mb_input(g, "v", KEEL_FLOAT, 3, qd);
+  if (form == M3_INPUT_MASK) mb_input(g, "m", KEEL_FLOAT, 3, (int64_t[]){N, S, S});
+  float c = 2.0f, r = 0.5f;
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "r", KEEL_FLOAT, 0, NULL, &r);
+  mb_attr_ints(mb_add(g, "Transpose", "q", "q3"), "perm", 3, (int64_t[]){1, 0, 2});
+  mb_attr_ints(mb_add(g, "Transpose", "k", "kt"), "perm", 3, (int64_t[]){1, 2, 0});
+  mb_attr_ints(mb_add(g, "Transpose", "v", "v3"), "perm", 3, (int64_t[]){1, 0, 2});
+  const char *q = "qs", *k = "kt";
+  if (form == M3_MUL_Q_NO_YT) mb_add(g, "Mul", "r,q3", "qs");
+  else if (form == M3_SCALE_K) q = "q3", k = "ks", mb_add(g, "Mul", "kt,r", "ks");
+  else mb_add(g, "Div", "q3,c", "qs");
+  char in[32];
+  snprintf(in, sizeof in, "%s,%s", q, k);
+  mb_add(g, "MatMul", in, "s");
+  const char *x = "s";
+  if (form == M3_MASK) {
+    static float mask[S * S];
+    for (int i = 0; i < S; i++)
+      for (int j = 0; j < S; j++) mask[i * S + j] = j > i ? -10000.0f : 0.0f;
+    mb_init(g, "cm", KEEL_FLOAT, 2, (int64_t[]){S, S}, mask);
+    mb_add(g, "Add", "s,cm", "x"), x = "x";
+  } else if (form == M3_INPUT_MASK) {
+    mb_add(g, "Add", "s,m", "x"), x = "x";
+  }
+  mb_attr_i(mb_add(g, "Softmax", x, "p"), "axis", -1);
+  bool yt = form != M3_MUL_Q_NO_YT;
+  mb_add(g, "MatMul", "p,v3", yt ? "o" : "y");
+  if (yt) mb_attr_ints(mb_add(g, "Transpose", "o", "y"), "perm", 3, (int64_t[]){1, 0, 2});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static void run3(keel_session_t *s, int form, float *y) {
+  static float m[N * S * S];
+  for (int i = 0; i < N * S * S; i++) m[i] = (i % 7 == 3) ? -10000.0f : 0.0f;
+  const int64_t qd[3] = {S, N, D};
+  keel_value_t *in[4] = {mb_tensor(s, KEEL_FLOAT, 3, qd, g_q), mb_tensor(s, KEEL_FLOAT, 3, qd, g_k),
+                         mb_tensor(s, KEEL_FLOAT, 3, qd, g_v),
+                         mb_tensor(s, KEEL_FLOAT, 3, (int64_t[]){N, S, S}, m)};
+  int nin = form == M3_INPUT_MASK ? 4 : 3;
+  keel_value_t *out[1] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"q", "k", "v", "m"}, in, (size_t)nin, out));
+  if (out[0]) {
+    CHECK(keel_value_numel(out[0]) == N * S * D && keel_value_rank(out[0]) == 3);
+    memcpy(y, keel_value_data(out[0]), sizeof(float) * N * S * D);
+  }
+  for (int i = 0; i < 4; i++) keel_value_release(in[i]);
+  keel_value_release(out[0]);
+}
+
+static void one3(const char *what, int form, bool want_fused) {
+  static float y0[N * S * D], y1[N * S * D];
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *s0 = mb_session_opts(mha3(form), 14, &plain);
+  CHECK(s0 != NULL);
+  if (!s0) return;
+  run3(s0, form, y0);
+  for (int threads = 1; threads <= 8; threads *= 8) {
+    keel_options o = {.size = sizeof o, .threads = threads};
+    keel_session_t *s1 = mb_session_opts(mha3(form), 14, &o);
+    CHECK(s1 != NULL);
+    if (!s1) break;
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s1, 0, &d));
+    bool fused = d && strstr(d, "FusedAttention");
+    if (fused != want_fused) fprintf(stderr, "%s: fused %d\n", what, fused);
+    CHECK(fused == want_fused);
+    if (want_fused) CHECK(d && !strstr(d, "Transpose")); /* every Transpose folded */
+    keel_free(d);
+    memset(y1, 0, sizeof y1);
+    run3(s1, form, y1);
+    double worst = 0;
+    for (int i = 0; i < N * S * D; i++)
+      worst = fmax(worst, fabs((double)y0[i] - y1[i]) / (1.0 + fabs((double)y0[i])));
+    if (!(worst <= 1e-5)) fprintf(stderr, "%s (%d threads): worst %g\n", what, threads, worst);
+    CHECK(worst <= 1e-5);
+    keel_session_destroy(s1);
+  }
+  keel_session_destroy(s0);
+}
+
 int main(void) {
   fill();
+  one3("rank 3: Div on Q, Y transposed back", M3_DIV_Q, true);
+  one3("rank 3: Mul(c, Q), Y as [N, S, D]", M3_MUL_Q_NO_YT, true);
+  one3("rank 3: constant 2-D mask", M3_MASK, true);
+  one3("rank 3: scale on Kt", M3_SCALE_K, true);
+  one3("rank 3: a computed mask (rank unknown to the pass)", M3_INPUT_MASK, false);
   one("add", F_ADD, 14, true);
   one("add, mask first, Div scale", F_ADD_REV, 14, true);
   one("causal Where -inf", F_CAUSAL, 14, true);

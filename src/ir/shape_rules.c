@@ -366,11 +366,24 @@ static void r_nhwc_pool(keel_shape_ctx *c) {
     if (c->out[k].rank >= 0) nchw_to_nhwc(&c->out[k]);
 }
 
+/* s, of rank 3, with a leading 1. */
+static keel_sshape lift4(const keel_sshape *s) {
+  keel_sshape o = *s;
+  o.rank = 4, o.nv = -1;
+  o.d[0] = keel_sd_known(1);
+  for (int32_t i = 0; i < 3; i++) o.d[i + 1] = s->d[i];
+  return o;
+}
+
 /* FusedAttention (ops/nn/attention/attention_fused.c): Q, Kt, V (each
- * [B, H, S, D], or [B, S, H, D] where its layout bit says), a mask. */
+ * [B, H, S, D], or [B, S, H, D] where its layout bit says; or all three
+ * of rank 3, B = 1 left out, and so Y), a mask. */
 static void r_fused_attention(keel_shape_ctx *c) {
   const keel_sshape *q = in_at(c, 0), *k = in_at(c, 1), *v = in_at(c, 2), *mk = in_at(c, 3);
   int64_t lay = attr_i(c, "layout", 0);
+  keel_sshape l4[3];
+  bool r3 = q && k && v && q->rank == 3 && k->rank == 3 && v->rank == 3;
+  if (r3) l4[0] = lift4(q), l4[1] = lift4(k), l4[2] = lift4(v), q = &l4[0], k = &l4[1], v = &l4[2];
   if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4) return;
   keel_sdim B = keel_sd_bcast(keel_sd_bcast(q->d[0], k->d[0]), v->d[0]);
   keel_sdim H = keel_sd_bcast(keel_sd_bcast(q->d[(lay & 1) ? 2 : 1], k->d[(lay & 2) ? 2 : 1]),
@@ -382,11 +395,13 @@ static void r_fused_attention(keel_shape_ctx *c) {
   }
   keel_sdim Sq = q->d[(lay & 1) ? 1 : 2], Dv = v->d[3];
   keel_sshape *o = &c->out[0];
-  keel_ss_rank(o, 4);
-  o->d[0] = B;
-  o->d[1] = (lay & 8) ? Sq : H;
-  o->d[2] = (lay & 8) ? H : Sq;
-  o->d[3] = Dv;
+  if (r3 && !(B.sym == KEEL_SYM_KNOWN && B.add == 1)) return; /* a mask made B > 1: an error at run time */
+  int32_t b = r3 ? 1 : 0;
+  keel_ss_rank(o, 4 - b);
+  if (!r3) o->d[0] = B;
+  o->d[1 - b] = (lay & 8) ? Sq : H;
+  o->d[2 - b] = (lay & 8) ? H : Sq;
+  o->d[3 - b] = Dv;
 }
 
 /* LSTM, GRU, RNN: X [S, B, I] (layout 1: [B, S, I]). */

@@ -13,6 +13,12 @@
  *     P  = Softmax(X, axis -1)
  *     O  = MatMul(P, V4)
  *
+ * and the same of rank 3, as nn.MultiheadAttention exports it (the heads
+ * joined with the batch: Q3 = Transpose(q, perm 1,0,2) of [S, N, D], Kt =
+ * Transpose(k, perm 1,2,0), V3 likewise, O [N, S, D]), and with the scale
+ * on Q (or K) before the product instead of on S: Mul(Q4, c) | Mul(c, Q4)
+ * | Div(Q4, c) (nn.MultiheadAttention: q / sqrt(d); scales on both sides
+ * multiply),
  * becomes one O = FusedAttention(Q4, Kt, V4[, mask]) of the domain
  * ai.keel.internal (ops/nn/attention/attention_fused.c) with attributes scale (float),
  * mask_kind ("none", "add", "where": masked where cond is true,
@@ -23,7 +29,7 @@
  * is O's only reader (Y written as [B, S, H, D]). Otherwise the kernel
  * reads Q4, V4 and Kt as they are (Kt already [.., D, S]).
  * The three inputs being Transpose outputs (or inputs) fixes their rank
- * at 4, which the kernel checks.
+ * at 4 (or all three at 3), which the kernel checks.
  *
  * Checked: the chain has a scale or a Where (their float32 constant
  * makes every operand float32, the kernel's only type: a float16 chain
@@ -52,9 +58,12 @@ enum { ATT_L_Q = 1, ATT_L_K = 2, ATT_L_V = 4, ATT_L_Y = 8 };
 
 /* What a match found: the nodes (last = the PV MatMul) and the operands. */
 typedef struct att_match {
-  int32_t nodes[9];
+  int32_t nodes[12];
   int n;
   const char *q, *kt, *v, *mask, *y;
+  int32_t q_reader, k_reader;     /* the node reading q / kt (the QK MatMul,
+                                     or a scale before it)              */
+  int rank;                       /* 4, or 3 (nn.MultiheadAttention)    */
   int64_t layout;                 /* ATT_L_* bits                       */
   const char *kind;
   float scale, fill;
@@ -70,28 +79,32 @@ static int32_t prod_op(const keel_graph *g, const char *name, const char *op) {
   return p >= 0 && is_op(&g->nodes[p], op) ? p : -1;
 }
 
-/* `name` is the output of a Transpose with exactly this 4-entry perm. */
-static bool transposed(const keel_graph *g, const char *name, const int64_t perm[4]) {
+/* `name` is the output of a Transpose with this 4-entry perm, or, for
+ * rank 3, with it less its leading batch axis ({0, 2, 1, 3} -> {1, 0, 2}). */
+static bool transposed(const keel_graph *g, const char *name, const int64_t perm[4], int rank) {
   int32_t t = prod_op(g, name, "Transpose");
   if (t < 0) return false;
   const keel_attr *p = keel_node_attr(&g->nodes[t], "perm");
-  return p && p->type == KEEL_ATTR_INTS && p->n == 4 && !memcmp(p->ints, perm, 4 * sizeof(int64_t));
+  if (!p || p->type != KEEL_ATTR_INTS || p->n != rank) return false;
+  for (int i = 0; i < rank; i++)
+    if (p->ints[i] != perm[i + 4 - rank] - (4 - rank)) return false;
+  return true;
 }
 
-/* A float scalar constant that broadcasts against a rank-4 value without
- * growing it. */
-static bool scalar_const(const keel_model *m, const keel_graph *g, const char *name, float *v) {
+/* A float scalar constant that broadcasts against a value of rank `rank`
+ * without growing it. */
+static bool scalar_const(const keel_model *m, const keel_graph *g, const char *name, float *v, int rank) {
   int32_t c = name[0] ? keel_ir_const_of(m, g, name) : -1;
-  return c >= 0 && m->consts[c].rank <= 4 && keel_ir_const_f32(m, g, name, v);
+  return c >= 0 && m->consts[c].rank <= rank && keel_ir_const_f32(m, g, name, v);
 }
 
-/* Softmax over the last axis of a rank-4 input. Before opset 13 the
+/* Softmax over the last axis of a rank-`rank` input. Before opset 13 the
  * default axis (1) is not the last one, so it must be written. */
-static bool softmax_last(const keel_node *s) {
+static bool softmax_last(const keel_node *s, int rank) {
   if (!is_op(s, "Softmax") || s->n_in != 1) return false;
   const keel_attr *ax = keel_node_attr(s, "axis");
   int64_t a = ax ? ax->i : s->opset >= 13 ? -1 : 1;
-  return a == -1 || a == 3;
+  return a == -1 || a == rank - 1;
 }
 
 /* The only reader of node p's output is node `next`. */
@@ -112,9 +125,9 @@ static bool mask_step(const keel_model *m, const keel_graph *g, int32_t x, int a
   if (is_op(n, "Where") && n->n_in == 3 && alt == 0) {
     const char *cond = n->in_names[0];
     if (!cond[0]) return false;
-    if (scalar_const(m, g, n->in_names[1], &t->fill)) {
+    if (scalar_const(m, g, n->in_names[1], &t->fill, t->rank)) {
       *s2 = n->in_names[2], t->kind = "where";
-    } else if (scalar_const(m, g, n->in_names[2], &t->fill)) {
+    } else if (scalar_const(m, g, n->in_names[2], &t->fill, t->rank)) {
       *s2 = n->in_names[1], t->kind = "where_not";
     } else {
       return false;
@@ -123,6 +136,40 @@ static bool mask_step(const keel_model *m, const keel_graph *g, int32_t x, int a
     return true;
   }
   return false;
+}
+
+/* Node n as a scale by a scalar constant: Div(x, c), Mul(x, c) or
+ * Mul(c, x); *x the value it scales, *c the factor (1/c for a Div). */
+static bool scale_of(const keel_model *m, const keel_graph *g, const keel_node *n, int rank,
+                     const char **x, float *c) {
+  if (n->n_in != 2) return false;
+  if (is_op(n, "Div")) {
+    if (!scalar_const(m, g, n->in_names[1], c, rank) || *c == 0.0f) return false;
+    *x = n->in_names[0], *c = 1.0f / *c;
+  } else if (is_op(n, "Mul")) {
+    if (scalar_const(m, g, n->in_names[1], c, rank)) *x = n->in_names[0];
+    else if (scalar_const(m, g, n->in_names[0], c, rank)) *x = n->in_names[1];
+    else return false;
+  } else {
+    return false;
+  }
+  return isfinite(*c);
+}
+
+/* Operand *name of node `reader` (the QK MatMul): a scale by a constant
+ * whose only reader is `reader` is taken into t->scale, and *name and
+ * *reader move to what it scales. True when it took one. */
+static bool pre_scale(const keel_model *m, const keel_graph *g, const char **name, int32_t *reader,
+                      att_match *t) {
+  int32_t p = (*name)[0] ? keel_ir_producer(g, *name) : -1;
+  const char *x;
+  float c;
+  if (p < 0 || keel_ir_only_reader(g, *name) != *reader || !scale_of(m, g, &g->nodes[p], t->rank, &x, &c))
+    return false;
+  t->scale *= c;
+  t->nodes[t->n++] = p;
+  *name = x, *reader = p;
+  return isfinite(t->scale);
 }
 
 /* From S2 (written by node p): the scale step, leaving in *s the
@@ -138,19 +185,10 @@ static bool scale_step(const keel_model *m, const keel_graph *g, int32_t p, att_
     return true;
   }
   if (n->n_in != 2) return false;
-  if (is_op(n, "Div")) {
-    if (!scalar_const(m, g, n->in_names[1], &c) || c == 0.0f) return false;
-    *s = n->in_names[0], t->scale = 1.0f / c;
-  } else if (is_op(n, "Mul")) {
-    if (scalar_const(m, g, n->in_names[1], &c)) *s = n->in_names[0];
-    else if (scalar_const(m, g, n->in_names[0], &c)) *s = n->in_names[1];
-    else return false;
-    t->scale = c;
-  } else {
-    return false;
-  }
+  if (!scale_of(m, g, n, t->rank, s, &c)) return false;
+  t->scale = c;
   *scale_node = p;
-  return isfinite(t->scale);
+  return true;
 }
 
 /* From the Softmax input X (written by node x) up to Q4 and Kt, the mask
@@ -167,21 +205,23 @@ static bool att_upper(const keel_model *m, const keel_graph *g, int32_t sm, int3
     if (x < 0 || !only_into(g, x, mk)) return false;
   }
   if (!scale_step(m, g, x, t, &s, &sc)) return false;
-  /* a float32 constant (the scale or the Where fill) makes the scores
-   * float32, hence Q, K, V and an additive mask too: the kernel's type */
-  if (sc < 0 && t->kind[0] != 'w') return false;
   qk = prod_op(g, s, "MatMul");
   if (qk < 0 || g->nodes[qk].n_in != 2 || (sc >= 0 && !only_into(g, qk, sc))) return false;
   const keel_node *qn = &g->nodes[qk];
-  static const int64_t qv_perm[4] = {0, 2, 1, 3}, k_perm[4] = {0, 2, 3, 1};
-  if (!transposed(g, qn->in_names[0], qv_perm) || !transposed(g, qn->in_names[1], k_perm))
-    return false;
-  t->q = qn->in_names[0], t->kt = qn->in_names[1];
   t->n = 0;
   t->nodes[t->n++] = qk;
   if (sc >= 0) t->nodes[t->n++] = sc;
   if (mk >= 0) t->nodes[t->n++] = mk;
-  return true;
+  t->q = qn->in_names[0], t->kt = qn->in_names[1];
+  t->q_reader = t->k_reader = qk;
+  bool pre = pre_scale(m, g, &t->q, &t->q_reader, t);
+  pre = pre_scale(m, g, &t->kt, &t->k_reader, t) || pre;
+  /* a float32 constant (a scale or the Where fill) makes the scores
+   * float32, hence Q, K, V and an additive mask too: the kernel's type */
+  if (sc < 0 && !pre && t->kind[0] != 'w') return false;
+  static const int64_t qv_perm[4] = {0, 2, 1, 3}, k_perm[4] = {0, 2, 3, 1};
+  return transposed(g, t->q, qv_perm, t->rank) && transposed(g, t->kt, k_perm, t->rank) &&
+         isfinite(t->scale);
 }
 
 /* The Transpose writing `*name` when node `reader` is its only reader:
@@ -197,20 +237,18 @@ static void fold_in(const keel_graph *g, const char **name, int32_t reader, int6
 }
 
 /* Folds the input Transposes with no other reader, and Y's Transpose
- * (perm 0,2,1,3) when it is Y's only reader. */
-static void fold_layouts(const keel_graph *g, int32_t qk, int32_t o, att_match *t) {
+ * (perm 0,2,1,3; 1,0,2 at rank 3) when it is Y's only reader. */
+static void fold_layouts(const keel_graph *g, int32_t o, att_match *t) {
   static const int64_t perm[4] = {0, 2, 1, 3};
-  fold_in(g, &t->q, qk, ATT_L_Q, t);
-  fold_in(g, &t->kt, qk, ATT_L_K, t);
+  fold_in(g, &t->q, t->q_reader, ATT_L_Q, t);
+  fold_in(g, &t->kt, t->k_reader, ATT_L_K, t);
   fold_in(g, &t->v, o, ATT_L_V, t);
   int32_t yt = keel_ir_only_reader(g, t->y);
-  if (yt >= 0 && is_op(&g->nodes[yt], "Transpose") && g->nodes[yt].n_in == 1) {
-    const keel_attr *p = keel_node_attr(&g->nodes[yt], "perm");
-    if (p && p->type == KEEL_ATTR_INTS && p->n == 4 && !memcmp(p->ints, perm, sizeof perm)) {
-      t->y = g->nodes[yt].out_names[0];
-      t->nodes[t->n++] = yt;
-      t->layout |= ATT_L_Y;
-    }
+  if (yt >= 0 && is_op(&g->nodes[yt], "Transpose") && g->nodes[yt].n_in == 1 &&
+      transposed(g, g->nodes[yt].out_names[0], perm, t->rank)) {
+    t->y = g->nodes[yt].out_names[0];
+    t->nodes[t->n++] = yt;
+    t->layout |= ATT_L_Y;
   }
 }
 
@@ -220,18 +258,26 @@ static bool att_find(const keel_model *m, const keel_graph *g, int32_t o, att_ma
   const keel_node *pv = &g->nodes[o];
   if (!is_op(pv, "MatMul") || pv->n_in != 2) return false;
   memset(t, 0, sizeof *t);
+  /* the rank from V's Transpose: 4, or 3 (nn.MultiheadAttention) */
+  t->rank = transposed(g, pv->in_names[1], qv_perm, 4) ? 4 : transposed(g, pv->in_names[1], qv_perm, 3) ? 3 : 0;
+  if (!t->rank) return false;
   int32_t sm = prod_op(g, pv->in_names[0], "Softmax");
-  if (sm < 0 || !softmax_last(&g->nodes[sm]) || !only_into(g, sm, o)) return false;
-  if (!transposed(g, pv->in_names[1], qv_perm)) return false;
+  if (sm < 0 || !softmax_last(&g->nodes[sm], t->rank) || !only_into(g, sm, o)) return false;
   int32_t x = keel_ir_producer(g, g->nodes[sm].in_names[0]);
   if (x < 0 || !only_into(g, x, sm)) return false;
   bool ok = false;
   for (int alt = 0; alt < 3 && !ok; alt++) ok = att_upper(m, g, sm, x, alt, t);
   if (!ok) return false;
+  /* rank 3: a mask of rank 4 would make the scores (and Y) rank 4; only a
+   * constant one of rank <= 3 is sure not to */
+  if (t->rank == 3 && t->mask) {
+    int32_t c = keel_ir_const_of(m, g, t->mask);
+    if (c < 0 || m->consts[c].rank > 3) return false;
+  }
   t->v = pv->in_names[1];
   t->y = pv->out_names[0];
   t->nodes[t->n++] = sm;
-  fold_layouts(g, t->nodes[0], o, t);
+  fold_layouts(g, o, t);
   t->nodes[t->n++] = o;
   return true;
 }

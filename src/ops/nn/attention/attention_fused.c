@@ -275,15 +275,15 @@ static fa_dims dims_of(const int64_t *x, bool bshd) {
   return o;
 }
 
-/* Q, K (Kt, or K rows when folded), V: rank-4 float32 with agreeing
- * inner dims; B and H joined. */
+/* Q, K (Kt, or K rows when folded), V: rank-4 float32 (rank 3 lifted by
+ * the caller) with agreeing inner dims; B and H joined. */
 static keel_status fa_operands(const keel_tensor *t[3], int64_t layout, fa_job *j) {
   char s1[96], s2[96], s3[96];
   for (int i = 0; i < 3; i++)
     if (t[i]->dtype != KEEL_FLOAT || t[i]->rank != 4)
       return keel_err(t[i]->dtype != KEEL_FLOAT ? KEEL_ERR_UNSUPPORTED : KEEL_ERR_SHAPE,
                       "FusedAttention (ai.keel.internal, opset 1): input %d is %s of rank %d; "
-                      "float32 of rank 4 wanted", i, keel_dtype_name((keel_dtype)t[i]->dtype),
+                      "float32 of rank 4 (or all three of rank 3) wanted", i, keel_dtype_name((keel_dtype)t[i]->dtype),
                       t[i]->rank);
   fa_dims q = dims_of(t[0]->shape, layout & FA_L_Q), v = dims_of(t[2]->shape, layout & FA_L_V);
   fa_dims k = dims_of(t[1]->shape, true); /* K rows: [B, Skv, H, D] */
@@ -361,8 +361,21 @@ static keel_status op_fused_attention(keel_kctx *k) {
     return keel_err(KEEL_ERR_INVALID_MODEL, "mask_kind '%s' with %s mask input",
                     keel_k_attr_s(k, "mask_kind", "none"), mask ? "a" : "no");
   int64_t layout = keel_k_attr_i(k, "layout", 0);
+  /* all three of rank 3 ([N, S, D], nn.MultiheadAttention's heads joined
+   * with the batch): read as [1, N, S, D], Y of rank 3 too */
+  keel_tensor t4[3];
+  bool r3 = t[0]->rank == 3 && t[1]->rank == 3 && t[2]->rank == 3;
+  for (int i = 0; r3 && i < 3; i++) {
+    t4[i] = *t[i];
+    t4[i].rank = 4, t4[i].shape[0] = 1;
+    for (int d = 0; d < 3; d++) t4[i].shape[d + 1] = t[i]->shape[d];
+    t[i] = &t4[i];
+  }
   KEEL_TRY(fa_operands(t, layout, &j));
   if (mask) KEEL_TRY(fa_mask(mask, &j));
+  if (r3 && j.B != 1)
+    return keel_err(KEEL_ERR_SHAPE, "attention of rank-3 operands with a mask of %lld batches",
+                    (long long)j.B);
   j.cut = j.kind >= MK_WHERE && j.fill == -INFINITY;
   if (j.cut && !j.msb && !j.msh && j.Sq > 0) KEEL_TRY(shared_row_keys(k, &j));
   int64_t big = j.Skv > j.D ? j.Skv : j.D;
@@ -370,7 +383,7 @@ static keel_status op_fused_attention(keel_kctx *k) {
   keel_tensor *y;
   bool ybshd = (layout & FA_L_Y) != 0;
   int64_t ys[4] = {j.B, ybshd ? j.Sq : j.H, ybshd ? j.H : j.Sq, j.Dv};
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, 4, ys, &y));
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r3 ? 3 : 4, r3 ? ys + 1 : ys, &y));
   fa_dims yd = dims_of(ys, ybshd);
   j.ysb = j.Sq * j.H * j.Dv, j.ysh = ybshd ? j.Dv : j.Sq * j.Dv, j.yss = yd.ss;
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
