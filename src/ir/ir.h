@@ -267,7 +267,9 @@ KEEL_INTERNAL keel_status keel_graph_set_nodes(keel_arena *a, keel_graph *g, con
 
 /* A pass folded node `taken` into `into`: its label ("'Relu_4' (Relu)",
  * with what it had taken itself) is appended to into->fused, so messages,
- * reports and traces still name it. */
+ * reports and traces still name it. The one way every fusing pass records
+ * it: the owner tags of into's blocks (exec/session.c, number_sites) and
+ * keel info print keel_node_label, which lists into->fused. */
 KEEL_INTERNAL keel_status keel_ir_fuse_label(keel_arena *a, keel_node *into, const keel_node *taken);
 
 /* Before resolution (passes): how many times `name` is read in g (node

@@ -289,12 +289,9 @@ static keel_status att_rewrite(keel_model *m, keel_graph *g, const att_match *t,
   int n_in = t->mask ? 4 : 3;
   const char **ins = keel_arena_array(a, 4, sizeof(char *));
   keel_attr *attrs = keel_arena_array(a, 4, sizeof(keel_attr));
-  const char **fused = keel_arena_array(a, (size_t)t->n, sizeof(char *));
-  if (!ins || !attrs || !fused) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing an attention");
+  if (!ins || !attrs) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing an attention");
   for (int k = 0; k < t->n - 1; k++) {
-    char lb[256];
-    fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb));
-    if (!fused[k]) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing an attention");
+    KEEL_TRY(keel_ir_fuse_label(a, n, &g->nodes[t->nodes[k]]));
     drop[t->nodes[k]] = true;
   }
   ins[0] = t->q, ins[1] = t->kt, ins[2] = t->v, ins[3] = t->mask;
@@ -309,7 +306,6 @@ static keel_status att_rewrite(keel_model *m, keel_graph *g, const att_match *t,
   n->n_in = n_in, n->in_names = ins, n->in = NULL;
   n->n_attr = 4, n->attrs = attrs;
   n->out_names[0] = t->y;
-  n->n_fused = t->n - 1, n->fused = fused;
   return KEEL_OK;
 }
 

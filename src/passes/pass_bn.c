@@ -69,10 +69,7 @@ static keel_status fold(keel_model *m, keel_graph *g, int32_t ci, int32_t bi, bo
   const char *wn = keel_pass_fresh(m, g, c->in_names[1], "bn_folded");
   const char *bname = keel_pass_fresh(m, g, c->out_names[0], "bn_bias");
   const char **ins = keel_arena_array(m->arena, 3, sizeof(char *));
-  char lb[256];
-  const char *label = keel_arena_strdup(m->arena, keel_node_label(bn, lb, sizeof lb));
-  const char **fused = keel_arena_array(m->arena, (size_t)c->n_fused + 1, sizeof(char *));
-  if (!nw || !nb || !wn || !bname || !ins || !label || !fused)
+  if (!nw || !nb || !wn || !bname || !ins)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "folding a BatchNormalization in graph '%s'", g->path);
   const float *wd = w->data;
   for (int64_t o = 0; o < mch; o++) {
@@ -89,9 +86,7 @@ static keel_status fold(keel_model *m, keel_graph *g, int32_t ci, int32_t bi, bo
   ins[0] = c->in_names[0], ins[1] = wn, ins[2] = bname;
   c->in_names = ins;
   c->n_in = 3;
-  if (c->n_fused) memcpy(fused, c->fused, sizeof(char *) * (size_t)c->n_fused);
-  fused[c->n_fused++] = label;
-  c->fused = fused;
+  KEEL_TRY(keel_ir_fuse_label(m->arena, c, bn));
   c->out_names[0] = g->nodes[bi].out_names[0];
   *done = true;
   return KEEL_OK;

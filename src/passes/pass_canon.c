@@ -117,18 +117,10 @@ static keel_status replace(keel_model *m, keel_graph *g, const match *mt, bool *
   keel_arena *ar = m->arena;
   keel_node *last = &g->nodes[mt->nodes[mt->n - 1]];
   const char **ins = keel_arena_array(ar, 1, sizeof(char *));
-  int32_t total = last->n_fused;
-  for (int32_t i = 0; i < mt->n - 1; i++) total += 1 + g->nodes[mt->nodes[i]].n_fused;
-  const char **fused = keel_arena_array(ar, (size_t)total + 1, sizeof(char *));
   keel_attr *attrs = keel_arena_array(ar, 2, sizeof(keel_attr));
-  if (!ins || !fused || !attrs) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "canonicalizing graph '%s'", g->path);
-  int32_t nf = 0;
-  char lb[256];
+  if (!ins || !attrs) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "canonicalizing graph '%s'", g->path);
   for (int32_t i = 0; i < mt->n - 1; i++) {
-    const keel_node *t = &g->nodes[mt->nodes[i]];
-    if (!(fused[nf++] = keel_arena_strdup(ar, keel_node_label(t, lb, sizeof lb))))
-      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "canonicalizing graph '%s'", g->path);
-    for (int32_t k = 0; k < t->n_fused; k++) fused[nf++] = t->fused[k];
+    KEEL_TRY(keel_ir_fuse_label(ar, last, &g->nodes[mt->nodes[i]]));
     drop[mt->nodes[i]] = true;
   }
   ins[0] = mt->x;
@@ -145,9 +137,6 @@ static keel_status replace(keel_model *m, keel_graph *g, const match *mt, bool *
     last->attrs = attrs;
     last->n_attr = 2;
   }
-  for (int32_t k = 0; k < last->n_fused; k++) fused[nf + k] = last->fused[k];
-  last->fused = fused;
-  last->n_fused += nf;
   return KEEL_OK;
 }
 

@@ -57,23 +57,16 @@ static keel_status fold(keel_model *m, keel_graph *g, keel_node *c, const keel_n
   keel_arena *ar = m->arena;
   keel_attr *attrs = keel_arena_array(ar, (size_t)c->n_attr + 2, sizeof(keel_attr));
   float *params = keel_arena_array(ar, 2, sizeof(float));
-  const char **fused = keel_arena_array(ar, (size_t)c->n_fused + 2, sizeof(char *));
-  char lb[256];
-  const char *label = keel_arena_strdup(ar, keel_node_label(a, lb, sizeof lb));
-  const char *glabel = gate ? keel_arena_strdup(ar, keel_node_label(gate, lb, sizeof lb)) : "";
-  if (!attrs || !params || !fused || !label || !glabel)
-    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing into graph '%s'", g->path);
+  if (!attrs || !params) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing into graph '%s'", g->path);
   if (c->n_attr) memcpy(attrs, c->attrs, (size_t)c->n_attr * sizeof(keel_attr));
   params[0] = p[0], params[1] = p[1];
   attrs[c->n_attr] = (keel_attr){.name = KEEL_ACT_ATTR, .type = KEEL_ATTR_STRING, .s = act,
                                  .slen = strlen(act)};
   attrs[c->n_attr + 1] = (keel_attr){.name = KEEL_ACT_PARAMS, .type = KEEL_ATTR_FLOATS, .n = 2,
                                      .floats = params};
-  if (c->n_fused) memcpy(fused, c->fused, (size_t)c->n_fused * sizeof(char *));
-  fused[c->n_fused++] = label;
-  if (gate) fused[c->n_fused++] = glabel;
+  KEEL_TRY(keel_ir_fuse_label(ar, c, a));
+  if (gate) KEEL_TRY(keel_ir_fuse_label(ar, c, gate));
   c->attrs = attrs, c->n_attr += 2;
-  c->fused = fused;
   c->out_names[0] = (gate ? gate : a)->out_names[0];
   return KEEL_OK;
 }

@@ -179,13 +179,9 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool 
   keel_node *n = &g->nodes[t->nodes[t->n - 1]];
   const char **ins = keel_arena_array(a, (size_t)t->n_in, sizeof(char *));
   keel_attr *attrs = t->n_attr ? keel_arena_array(a, (size_t)t->n_attr, sizeof(keel_attr)) : NULL;
-  const char **fused = keel_arena_array(a, (size_t)t->n - 1, sizeof(char *));
-  if (!ins || (t->n_attr && !attrs) || !fused)
-    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
+  if (!ins || (t->n_attr && !attrs)) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
   for (int k = 0; k < t->n - 1; k++) {
-    char lb[256];
-    if (!(fused[k] = keel_arena_strdup(a, keel_node_label(&g->nodes[t->nodes[k]], lb, sizeof lb))))
-      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fusing a %s", t->op);
+    KEEL_TRY(keel_ir_fuse_label(a, n, &g->nodes[t->nodes[k]]));
     drop[t->nodes[k]] = true;
   }
   memcpy(ins, t->ins, (size_t)t->n_in * sizeof(char *));
@@ -194,7 +190,6 @@ static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool 
   n->opset = t->opset;
   n->n_in = t->n_in, n->in_names = ins, n->in = NULL;
   n->n_attr = t->n_attr, n->attrs = attrs;
-  n->n_fused = t->n - 1, n->fused = fused;
   return KEEL_OK;
 }
 
