@@ -891,6 +891,23 @@ static keel_status plan(sharder *S, block *B) {
 
 /* ========================================================== applying */
 
+/* Constant `name` in the graph: t's type and shape over d, nbytes of arena
+ * memory, which a static buffer now holds; *out: its name in the graph. */
+static keel_status add_const_over(sharder *S, const char *name, keel_tensor t, void *d, size_t nbytes,
+                                  const char **out) {
+  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
+  if (!b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", name);
+  atomic_init(&b->refs, 1);
+  b->kind = KEEL_BUF_STATIC;
+  b->nbytes = nbytes;
+  b->data = d;
+  t.buf = b;
+  t.data = d;
+  KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &t, NULL));
+  *out = S->g->ld.init_names[S->g->ld.n_init - 1];
+  return KEEL_OK;
+}
+
 /* A new constant: block `rank` of tp along `axis` of constant `src`, of
  * each part when it holds several (a fused projection: p; NULL: one). A
  * part cut div < tp ways (replicated key/value heads) gives rank r its
@@ -919,8 +936,7 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
   for (int32_t k = axis + 1; k < t->rank; k++) inner *= t->shape[k];
   size_t nbytes = (size_t)(outer * len * inner) * es;
   uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN), *to = d;
-  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
-  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
+  if (!d) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
   for (int64_t o = 0; o < outer; o++) /* part q of row o: this rank's block */
     for (int64_t q = 0, start = 0; q < p->n; start += p->len[q++]) {
       int64_t ways = div_of(S, p->div[q]), w = p->len[q] / ways, blk = (int64_t)r * ways / tp;
@@ -929,16 +945,9 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
                                                  (size_t)inner) * es, row);
       to += row;
     }
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = nbytes;
-  b->data = d;
   keel_tensor s = *t;
-  s.buf = b;
-  s.data = d;
   s.shape[axis] = len;
-  KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &s, NULL));
-  *out = S->g->ld.init_names[S->g->ld.n_init - 1];
+  KEEL_TRY(add_const_over(S, name, s, d, nbytes, out));
   S->cfg->sharded_bytes += nbytes;
   S->cfg->sharded_full_bytes += keel_tensor_nbytes(t);
   if (S->n_dropped < (int32_t)KEEL_COUNTOF(S->dropped)) S->dropped[S->n_dropped++] = src;
@@ -948,17 +957,10 @@ static keel_status slice_const(sharder *S, const char *src, int32_t axis, const 
 static keel_status int64_const(sharder *S, const char *name, int32_t n, const int64_t *v,
                                const char **out) {
   int64_t *d = keel_arena_alloc(S->m->arena, sizeof(int64_t) * (size_t)n, KEEL_ALIGN);
-  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
-  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", name);
+  if (!d) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", name);
   memcpy(d, v, sizeof(int64_t) * (size_t)n);
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = sizeof(int64_t) * (size_t)n;
-  b->data = d;
-  keel_tensor t = {.buf = b, .data = d, .dtype = KEEL_INT64, .rank = 1, .shape = {n}};
-  KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &t, NULL));
-  *out = S->g->ld.init_names[S->g->ld.n_init - 1];
-  return KEEL_OK;
+  keel_tensor t = {.dtype = KEEL_INT64, .rank = 1, .shape = {n}};
+  return add_const_over(S, name, t, d, sizeof(int64_t) * (size_t)n, out);
 }
 
 static const char *arena_fmt(sharder *S, const char *a, const char *b) {
@@ -1077,24 +1079,15 @@ static keel_status apply_leaf(sharder *S, const leaf_edit *e) {
     return refuse(S, n, "input '%s' is not an integer constant to divide", n->in_names[e->in], 0, 0);
   size_t es = keel_dtype_size((keel_dtype)t->dtype), nbytes = (size_t)count * es;
   uint8_t *d = keel_arena_alloc(S->m->arena, nbytes + 1, KEEL_ALIGN);
-  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
-  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", n->in_names[e->in]);
+  if (!d) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: constant '%s'", n->in_names[e->in]);
   memcpy(d, t->data, nbytes);
   if (t->dtype == KEEL_INT64) ((int64_t *)(void *)d)[e->pos] /= e->div;
   else ((int32_t *)(void *)d)[e->pos] /= e->div;
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = nbytes;
-  b->data = d;
-  keel_tensor c = *t;
-  c.buf = b;
-  c.data = d;
   char suffix[64];
   snprintf(suffix, sizeof suffix, "/in%d_rep_tp", (int)e->in);
-  KEEL_TRY(keel_ir_add_const(S->m, S->g, arena_fmt(S, n->name[0] ? n->name : n->out_names[0], suffix), &c, NULL));
   if (S->n_dropped < (int32_t)KEEL_COUNTOF(S->dropped)) S->dropped[S->n_dropped++] = n->in_names[e->in];
-  n->in_names[e->in] = S->g->ld.init_names[S->g->ld.n_init - 1];
-  return KEEL_OK;
+  return add_const_over(S, arena_fmt(S, n->name[0] ? n->name : n->out_names[0], suffix), *t, d, nbytes,
+                        &n->in_names[e->in]);
 }
 
 static keel_status apply(sharder *S, block *B, pending *ins, int32_t *n_ins) {
@@ -1244,20 +1237,12 @@ static keel_status slice_rows_zero(sharder *S, const char *src, const char **out
   int64_t rows = t->shape[0] / tp;
   size_t nbytes = (size_t)(rows + 1) * row;
   uint8_t *d = keel_arena_alloc(S->m->arena, nbytes, KEEL_ALIGN);
-  keel_buffer *b = keel_arena_alloc(S->m->arena, sizeof *b, 8);
-  if (!d || !b) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
+  if (!d) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shard: slicing '%s'", src);
   memcpy(d, (const uint8_t *)t->data + (size_t)(r * rows) * row, (size_t)rows * row);
   memset(d + (size_t)rows * row, 0, row);
-  atomic_init(&b->refs, 1);
-  b->kind = KEEL_BUF_STATIC;
-  b->nbytes = nbytes;
-  b->data = d;
   keel_tensor s = *t;
-  s.buf = b;
-  s.data = d;
   s.shape[0] = rows + 1;
-  KEEL_TRY(keel_ir_add_const(S->m, S->g, name, &s, NULL));
-  *out = S->g->ld.init_names[S->g->ld.n_init - 1];
+  KEEL_TRY(add_const_over(S, name, s, d, nbytes, out));
   S->cfg->sharded_bytes += nbytes;
   S->cfg->sharded_full_bytes += keel_tensor_nbytes(t);
   if (S->n_dropped < (int32_t)KEEL_COUNTOF(S->dropped)) S->dropped[S->n_dropped++] = src;
