@@ -127,6 +127,13 @@ static void attention(void) {
   CHECK(!keel_attention_panels(&bert, 16)); /* 12 heads, 16 splits */
   keel_attn_facts long_keys = {1, 12, 64, 64, 10000};
   CHECK(!keel_attention_panels(&long_keys, 2));
+  /* query rows per block: the held-out ViT (3 heads, 197 tokens) */
+  keel_attn_facts vit = {1, 3, 64, 64, 197};
+  CHECK(keel_attention_block_rows(&vit, 1, 197) == 128);
+  CHECK(keel_attention_block_rows(&vit, 2, 197) == 64);
+  CHECK(keel_attention_block_rows(&vit, 16, 197) == 32);
+  CHECK(keel_attention_block_rows(&long_keys, 1, 10000) == 32); /* 128 KB of scores */
+  CHECK(keel_attention_block_rows(&bert, 1, 128) == 128);
 }
 
 int main(void) {

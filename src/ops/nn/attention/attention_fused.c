@@ -40,7 +40,8 @@
 #include "ops/common/vmath.h"
 #include "ops/nn/attention/select.h"
 
-#define QB 32 /* query rows per task */
+#define QB 32 /* query rows per task (panels; blocks: select.c may take more) */
+#define QB_MAX KEEL_ATTN_QB_MAX
 
 enum { MK_NONE, MK_ADD, MK_WHERE, MK_WHERE_NOT };
 /* layout bits (passes/pass_attention.c): operand read, Y written, as
@@ -49,6 +50,7 @@ enum { FA_L_Q = 1, FA_L_K = 2, FA_L_V = 4, FA_L_Y = 8 };
 
 typedef struct fa_job {
   int64_t B, H, Sq, Skv, D, Dv, nblk;
+  int64_t qb;                   /* query rows per block task               */
   const float *q, *kt, *v;
   int64_t qsb, qsh, qss, ksb, ksh, kss, vsb, vsh, vss, ysb, ysh, yss;
   bool k_rows;                  /* K as [.., Skv, D] rows (else Kt [.., D, Skv]) */
@@ -139,6 +141,7 @@ static void block_keys(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_
 
 /* One task: rows [i0, i0 + m) of (b, h). */
 static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t m, float *S) {
+  keel_assert_internal(m <= QB_MAX);
   int64_t c0, c1;
   block_keys(j, b, h, i0, m, &c0, &c1);
   int64_t n = c1 - c0;
@@ -151,7 +154,7 @@ static void fa_block(const fa_job *j, int64_t b, int64_t h, int64_t i0, int64_t 
   const float *kt = j->kt + b * j->ksb + h * j->ksh + (j->k_rows ? c0 * j->kss : c0);
   const float *v = j->v + b * j->vsb + h * j->vsh + c0 * j->vss;
   keel_gemm_f32(NULL, false, j->k_rows, m, n, j->D, j->scale, q, j->qss, kt, j->kss, 0, S, n);
-  uint64_t bad[QB / 64 + 1] = {0};
+  uint64_t bad[QB_MAX / 64 + 1] = {0};
   for (int64_t r = 0; r < m; r++) {
     float *s = S + r * n;
     if (j->mask) row_mask(j, mask_row(j, b, h, i0 + r), c0, n, s);
@@ -246,7 +249,7 @@ static keel_status fa_tasks(void *ctx, int64_t begin, int64_t end, int worker) {
   }
   for (int64_t t = begin; t < end; t++) {
     int64_t blk = t % j->nblk, bh = t / j->nblk;
-    int64_t i0 = blk * QB, m = j->Sq - i0 < QB ? j->Sq - i0 : QB;
+    int64_t i0 = blk * j->qb, m = j->Sq - i0 < j->qb ? j->Sq - i0 : j->qb;
     fa_block(j, bh / j->H, bh % j->H, i0, m, S);
   }
   return KEEL_OK;
@@ -395,11 +398,13 @@ static keel_status op_fused_attention(keel_kctx *k) {
     return keel_err(KEEL_ERR_UNSUPPORTED,
                     "FusedAttention (ai.keel.internal, opset 1): head size 0");
   j.q = t[0]->data, j.kt = t[1]->data, j.v = t[2]->data, j.y = y->data;
-  j.nblk = (j.Sq + QB - 1) / QB;
+  j.qb = QB;
   int threads = keel_pool_threads(k->pool);
   keel_attn_facts f = {j.B, j.H, j.D, j.Dv, j.Skv};
   j.panels = keel_attention_panels(&f, keel_pool_splits(k->pool)); /* select.c */
-  j.per_worker = (size_t)(QB * j.Skv) + (j.panels ? panel_floats(&j) : 0);
+  if (!j.panels && !j.cut) j.qb = keel_attention_block_rows(&f, keel_pool_splits(k->pool), j.Sq);
+  j.nblk = (j.Sq + j.qb - 1) / j.qb;
+  j.per_worker = (size_t)(j.qb * j.Skv) + (j.panels ? panel_floats(&j) : 0);
   void *p;
   KEEL_TRY(keel_k_scratch_n(k, (int64_t)threads * (int64_t)j.per_worker, sizeof(float), &p));
   j.scratch = p;

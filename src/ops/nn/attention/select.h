@@ -25,4 +25,13 @@ typedef struct keel_attn_facts {
  * a worker's cache), and there are heads enough for every split. */
 KEEL_INTERNAL bool keel_attention_panels(const keel_attn_facts *f, int splits);
 
+/* Otherwise, query rows per task (of Sq), for a mask that cuts no keys:
+ * 32, doubled while every split still gets four tasks and a block of
+ * scores stays within 128 KB (one sgemm of more rows runs faster than
+ * several of 32); at most KEEL_ATTN_QB_MAX, and no more once it holds
+ * every query row. A -inf mask keeps 32, so its
+ * blocks skip the keys above the diagonal. */
+#define KEEL_ATTN_QB_MAX 256
+KEEL_INTERNAL int64_t keel_attention_block_rows(const keel_attn_facts *f, int splits, int64_t Sq);
+
 #endif /* KEEL_ATTENTION_SELECT_H */
