@@ -10,6 +10,12 @@
  * as torch's float kernels take them; lerp is torch's (weight < 0.5:
  * start + w * (end - start)). The loops are plain so the reference in
  * tests/test_train.c, written from the same formulas, matches bit for bit.
+ *
+ * The ONNX ops Adam, Adagrad and Momentum of ai.onnx.preview.training
+ * (ops/training/optimizer.c) are another specification (double precision,
+ * their own norm and decay coefficients) and stay a separate function:
+ * one body with flags for both would make neither easy to check against
+ * its reference.
  */
 #include <math.h>
 
