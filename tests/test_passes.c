@@ -179,7 +179,45 @@ static void ln_case(int opset, bool extra) {
 /* GELU as PyTorch writes it (form 0: Mul(Mul(x, 1+erf), 0.5) with Div by
  * sqrt 2; form 1: Mul(Mul(x, 0.5), 1+erf) with Mul by 1/sqrt 2): one Gelu
  * node, the same values within float rounding. */
+/* The tanh approximation, as exported: form 2 Hugging Face's NewGELU
+ * (0.5 * x first, Pow(x, 3), constants on the right), form 3 torch's
+ * gelu(approximate='tanh') (x * (x * x), constants on the left, * 0.5
+ * last). One Gelu(approximate tanh). */
+static mb_graph *gelu_tanh_model(int form) {
+  float k = 0.7978845608f, c = 0.044715f, one = 1.0f, half = 0.5f, three = 3.0f;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){3, 50});
+  mb_init(g, "k", KEEL_FLOAT, 0, NULL, &k);
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "one", KEEL_FLOAT, 0, NULL, &one);
+  mb_init(g, "half", KEEL_FLOAT, 0, NULL, &half);
+  mb_init(g, "three", KEEL_FLOAT, 0, NULL, &three);
+  if (form == 2) {
+    mb_add(g, "Mul", "x,half", "h");
+    mb_add(g, "Pow", "x,three", "p3");
+    mb_add(g, "Mul", "p3,c", "t");
+    mb_add(g, "Add", "x,t", "u");
+    mb_add(g, "Mul", "u,k", "w");
+    mb_add(g, "Tanh", "w", "th");
+    mb_add(g, "Add", "th,one", "a");
+    mb_add(g, "Mul", "h,a", "y");
+  } else {
+    mb_add(g, "Mul", "x,x", "x2");
+    mb_add(g, "Mul", "x,x2", "p3");
+    mb_add(g, "Mul", "c,p3", "t");
+    mb_add(g, "Add", "x,t", "u");
+    mb_add(g, "Mul", "k,u", "w");
+    mb_add(g, "Tanh", "w", "th");
+    mb_add(g, "Add", "one,th", "a");
+    mb_add(g, "Mul", "x,a", "m");
+    mb_add(g, "Mul", "half,m", "y");
+  }
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
 static mb_graph *gelu_model(int form) {
+  if (form >= 2) return gelu_tanh_model(form);
   float c = form ? 0.70710678f : 1.41421356f, one = 1.0f, half = 0.5f;
   mb_graph *g = mb_graph_new("main");
   mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){3, 50});
@@ -439,6 +477,8 @@ int main(void) {
   bn_case(13, false, true, true);  /* the conv output is read twice: not folded */
   gelu_case(0);
   gelu_case(1);
+  gelu_case(2);
+  gelu_case(3);
   ln_case(13, false);
   ln_case(18, false);
   ln_case(13, true);

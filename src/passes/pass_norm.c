@@ -76,7 +76,7 @@ keel_status keel_pass_fold_identity(keel_model *m) {
 /* A matched decomposition: its nodes, the last of which becomes the one
  * node `op` (of `opset`) reading `ins` with `attrs`, the others dropped
  * and named in its `fused` list. Shared by fuse-layernorm and fuse-gelu. */
-#define PAT_MAX 9
+#define PAT_MAX 10
 typedef struct pattern {
   int32_t nodes[PAT_MAX];
   int n;
@@ -222,6 +222,38 @@ static bool mul_by(const keel_model *m, const keel_graph *g, const keel_node *n,
 }
 
 
+/* From node e (Erf or Tanh, its input the scaled x written by the nodes
+ * pre[0..npre)): Add(e, 1), then x * (1 + e) * 0.5 in either order of the
+ * two products. Fills t with every node, the last the output's. */
+static bool gelu_tail(const keel_model *m, const keel_graph *g, const char *x, int32_t e,
+                      const int32_t *pre, int npre, bool tanh, pattern *t) {
+  float v;
+  int32_t add = keel_ir_only_reader(g, g->nodes[e].out_names[0]);
+  const char *one = add >= 0 && is_op(&g->nodes[add], "Add") ? other_in(&g->nodes[add], g->nodes[e].out_names[0]) : NULL;
+  if (!one || !keel_ir_const_f32(m, g, one, &v) || v != 1.0f) return false;
+  int32_t mul = keel_ir_only_reader(g, g->nodes[add].out_names[0]);
+  if (mul < 0 || !is_op(&g->nodes[mul], "Mul")) return false;
+  const char *p = other_in(&g->nodes[mul], g->nodes[add].out_names[0]);
+  if (!p) return false;
+  int32_t last[2];
+  if (!strcmp(p, x)) { /* x * (1 + e) then * 0.5 */
+    int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
+    if (out < 0 || !mul_by(m, g, &g->nodes[out], g->nodes[mul].out_names[0], 0.5)) return false;
+    last[0] = mul, last[1] = out;
+  } else { /* (x * 0.5) * (1 + e) */
+    int32_t h = keel_ir_producer(g, p);
+    if (h < 0 || !mul_by(m, g, &g->nodes[h], x, 0.5) || keel_ir_only_reader(g, p) != mul) return false;
+    last[0] = h, last[1] = mul;
+  }
+  *t = (pattern){{0}, 0, "Gelu", 20, {x}, 1, {{0}}, 0};
+  for (int k = 0; k < npre; k++) t->nodes[t->n++] = pre[k];
+  t->nodes[t->n++] = e, t->nodes[t->n++] = add, t->nodes[t->n++] = last[0], t->nodes[t->n++] = last[1];
+  if (tanh)
+    t->attrs[0] = (keel_attr){.name = "approximate", .type = KEEL_ATTR_STRING, .s = "tanh", .slen = 4},
+    t->n_attr = 1;
+  return true;
+}
+
 /* From the Erf node e: the whole pattern, or false. */
 static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, pattern *t) {
   const keel_node *erf = &g->nodes[e];
@@ -238,27 +270,55 @@ static bool gelu_find(const keel_model *m, const keel_graph *g, int32_t e, patte
     for (int k = 0; k < 2 && !x; k++)
       if (keel_ir_const_f32(m, g, s->in_names[1 - k], &v) && near(v, 0.70710678118654752440))
         x = s->in_names[k];
-  if (!x) return false;
-  int32_t add = keel_ir_only_reader(g, erf->out_names[0]);
-  const char *one = add >= 0 && is_op(&g->nodes[add], "Add") ? other_in(&g->nodes[add], erf->out_names[0]) : NULL;
-  if (!one || !keel_ir_const_f32(m, g, one, &v) || v != 1.0f) return false;
-  int32_t mul = keel_ir_only_reader(g, g->nodes[add].out_names[0]);
-  if (mul < 0 || !is_op(&g->nodes[mul], "Mul")) return false;
-  const char *p = other_in(&g->nodes[mul], g->nodes[add].out_names[0]);
-  if (!p) return false;
-  if (!strcmp(p, x)) { /* x * (1 + erf) then * 0.5 */
-    int32_t out = keel_ir_only_reader(g, g->nodes[mul].out_names[0]);
-    if (out < 0 || !mul_by(m, g, &g->nodes[out], g->nodes[mul].out_names[0], 0.5)) return false;
-    *t = (pattern){{sc, e, add, mul, out}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
-    return true;
+  return x && gelu_tail(m, g, x, e, &sc, 1, false, t);
+}
+
+/* The producer of `name` when it is op `op` read only by node `rd`, else -1. */
+static int32_t only_from(const keel_graph *g, const char *name, const char *op, int32_t rd) {
+  int32_t p = name[0] ? keel_ir_producer(g, name) : -1;
+  return p >= 0 && is_op(&g->nodes[p], op) && keel_ir_only_reader(g, name) == rd ? p : -1;
+}
+
+/* The tanh approximation from its Tanh node: Tanh(k * (x + c * x^3)), k =
+ * sqrt(2 / pi), c = 0.044715, x^3 as Pow(x, 3) (Hugging Face's NewGELU,
+ * GPT-2) or x * (x * x) (torch's gelu(approximate='tanh') as exported),
+ * every product in either operand order; then the erf form's tail. */
+static bool gelu_tanh_find(const keel_model *m, const keel_graph *g, int32_t e, pattern *t) {
+  const keel_node *th = &g->nodes[e];
+  if (!is_op(th, "Tanh") || th->n_in != 1) return false;
+  int32_t pre[5], np = 0, w = only_from(g, th->in_names[0], "Mul", e), u = -1, c = -1;
+  float v;
+  for (int k = 0; w >= 0 && k < 2 && u < 0; k++) /* k * u */
+    if (keel_ir_const_f32(m, g, g->nodes[w].in_names[1 - k], &v) && near(v, 0.79788456080286535588))
+      u = only_from(g, g->nodes[w].in_names[k], "Add", w);
+  if (u < 0) return false;
+  const keel_node *un = &g->nodes[u];
+  const char *x = NULL;
+  for (int k = 0; k < 2 && !x; k++) { /* x + c * cube */
+    int32_t cm = only_from(g, un->in_names[1 - k], "Mul", u);
+    for (int q = 0; cm >= 0 && q < 2 && !x; q++) {
+      if (!keel_ir_const_f32(m, g, g->nodes[cm].in_names[1 - q], &v) || !near(v, 0.044715)) continue;
+      const char *cube = g->nodes[cm].in_names[q], *xx = un->in_names[k];
+      int32_t p3 = only_from(g, cube, "Pow", cm);
+      if (p3 >= 0 && !strcmp(g->nodes[p3].in_names[0], xx) && keel_ir_const_f32(m, g, g->nodes[p3].in_names[1], &v) && v == 3.0f) {
+        x = xx, c = cm, pre[np++] = p3;
+        break;
+      }
+      int32_t m3 = only_from(g, cube, "Mul", cm), m2 = -1;
+      const char *sq = m3 >= 0 ? other_in(&g->nodes[m3], xx) : NULL;
+      if (sq) m2 = only_from(g, sq, "Mul", m3);
+      if (m2 >= 0 && !strcmp(g->nodes[m2].in_names[0], xx) && !strcmp(g->nodes[m2].in_names[1], xx)) {
+        x = xx, c = cm, pre[np++] = m2, pre[np++] = m3;
+      }
+    }
   }
-  int32_t h = keel_ir_producer(g, p); /* (x * 0.5) * (1 + erf) */
-  if (h < 0 || !mul_by(m, g, &g->nodes[h], x, 0.5) || keel_ir_only_reader(g, p) != mul) return false;
-  *t = (pattern){{sc, e, add, h, mul}, 5, "Gelu", 20, {x}, 1, {{0}}, 0};
-  return true;
+  if (!x) return false;
+  pre[np++] = c, pre[np++] = u, pre[np++] = w;
+  return gelu_tail(m, g, x, e, pre, np, true, t);
 }
 
 static keel_status gelu_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
+  if (is_op(&g->nodes[i], "Tanh")) return fuse_with(m, g, i, drop, fused, gelu_tanh_find);
   return fuse_with(m, g, i, drop, fused, gelu_find);
 }
 
