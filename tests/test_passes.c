@@ -113,7 +113,11 @@ static void one(const char *act, int opset, bool twice, bool dyn) {
  * Identity (a shared weight): one LayerNormalization node after the
  * passes, the same values within float rounding. `opset18` gives
  * ReduceMean its axes as an input; `extra` makes the centered value a
- * graph output too, which must stop the fusion. */
+ * graph output too, which must stop the fusion. g_ln_rsqrt writes the
+ * square as Mul(d, d) and the division as Mul(Reciprocal(s), d), gamma
+ * first, as tf2onnx exports keras' rsqrt form. */
+static bool g_ln_rsqrt;
+
 static mb_graph *ln_model(int opset, bool extra) {
   enum { D = 37 };
   static float gam[D], bet[D];
@@ -134,13 +138,20 @@ static mb_graph *ln_model(int opset, bool extra) {
     mb_attr_ints(mb_add(g, "ReduceMean", "x", "mean"), "axes", 1, &axes);
   }
   mb_add(g, "Sub", "x,mean", "d");
-  mb_add(g, "Pow", "d,two", "p");
+  if (g_ln_rsqrt) mb_add(g, "Mul", "d,d", "p");
+  else mb_add(g, "Pow", "d,two", "p");
   if (opset >= 18) mb_add(g, "ReduceMean", "p,axes", "var");
   else mb_attr_ints(mb_add(g, "ReduceMean", "p", "var"), "axes", 1, &axes);
   mb_add(g, "Add", "var,eps", "ve");
   mb_add(g, "Sqrt", "ve", "s");
-  mb_add(g, "Div", "d,s", "n");
-  mb_add(g, "Mul", "n,g", "m");
+  if (g_ln_rsqrt) {
+    mb_add(g, "Reciprocal", "s", "rs");
+    mb_add(g, "Mul", "rs,d", "n");
+    mb_add(g, "Mul", "g,n", "m");
+  } else {
+    mb_add(g, "Div", "d,s", "n");
+    mb_add(g, "Mul", "n,g", "m");
+  }
   mb_add(g, "Add", "m,b", "y");
   mb_output(g, "y", KEEL_FLOAT, -1, NULL);
   if (extra) mb_output(g, "d", KEEL_FLOAT, -1, NULL);
@@ -156,7 +167,7 @@ static void ln_case(int opset, bool extra) {
   keel_session_t *s1 = mb_session(ln_model(opset, extra), opset);
   CHECK(s0 && s1);
   if (!s0 || !s1) return;
-  int want = extra ? 9 : 1;
+  int want = extra ? (g_ln_rsqrt ? 10 : 9) : 1;
   if (node_count(s1) != want) fprintf(stderr, "layernorm opset %d: %d nodes\n", opset, node_count(s1));
   CHECK(node_count(s1) == want);
   float y0[N], y1[N];
@@ -482,6 +493,11 @@ int main(void) {
   ln_case(13, false);
   ln_case(18, false);
   ln_case(13, true);
+  g_ln_rsqrt = true;
+  ln_case(13, false);
+  ln_case(18, false);
+  ln_case(13, true);
+  g_ln_rsqrt = false;
   fill();
   const char *acts[] = {"Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "Clip"};
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) one(acts[i], 14, false, false);

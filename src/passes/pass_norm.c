@@ -9,6 +9,8 @@
  *     mean = ReduceMean(x, axes=[-1]); d = Sub(x, mean); p = Pow(d, 2)
  *     var = ReduceMean(p, axes=[-1]); s = Sqrt(Add(var, eps)); n = Div(d, s)
  *     y = Add(Mul(n, gamma), beta)        (gamma, beta constants)
+ * (also with Mul(d, d) for the square and Mul(d, Reciprocal(s)) for the
+ * Div, as tf2onnx writes keras' rsqrt)
  * becomes one LayerNormalization(x, gamma, beta, axis=-1, epsilon=eps)
  * node (opset 17's op, whatever the model's opset): one pass over the rows
  * instead of nine kernels and eight intermediate tensors. The node keeps
@@ -123,14 +125,28 @@ static bool const_vec(const keel_model *m, const keel_graph *g, const char *name
   return c >= 0 && m->consts[c].dtype == KEEL_FLOAT && m->consts[c].rank == 1;
 }
 
-/* Walks up from the Div node i; fills t and returns true on a match. */
+/* Walks up from node i, Div(d, Sqrt) or Mul(d, Reciprocal(Sqrt)) in
+ * either order (tf2onnx's rsqrt); fills t and returns true on a match. */
 static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern *t) {
   float eps;
   const keel_node *div = &g->nodes[i];
-  if (!is_op(div, "Div") || div->n_in != 2) return false;
-  int32_t sub = keel_ir_producer(g, div->in_names[0]), sq = keel_ir_producer(g, div->in_names[1]);
-  if (sub < 0 || sq < 0 || !is_op(&g->nodes[sub], "Sub") || !is_op(&g->nodes[sq], "Sqrt")) return false;
-  const char *d = div->in_names[0];
+  bool by_mul = is_op(div, "Mul");
+  if ((!by_mul && !is_op(div, "Div")) || div->n_in != 2) return false;
+  int32_t sub = -1, sq = -1, rc = -1;
+  for (int k = 0; k < (by_mul ? 2 : 1) && sq < 0; k++) {
+    sub = keel_ir_producer(g, div->in_names[k]);
+    int32_t s = keel_ir_producer(g, div->in_names[1 - k]);
+    if (by_mul && s >= 0 && is_op(&g->nodes[s], "Reciprocal") &&
+        keel_ir_only_reader(g, g->nodes[s].out_names[0]) == i)
+      rc = s, s = keel_ir_producer(g, g->nodes[s].in_names[0]);
+    if (sub >= 0 && s >= 0 && is_op(&g->nodes[sub], "Sub") && is_op(&g->nodes[s], "Sqrt") &&
+        (!by_mul || rc >= 0))
+      sq = s;
+    else
+      rc = -1;
+  }
+  if (sq < 0) return false;
+  const char *d = g->nodes[sub].out_names[0];
   int32_t add = keel_ir_producer(g, g->nodes[sq].in_names[0]);
   if (add < 0 || !is_op(&g->nodes[add], "Add")) return false;
   const keel_node *an = &g->nodes[add];
@@ -144,8 +160,11 @@ static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern
   if (var < 0) return false;
   int32_t pw = keel_ir_producer(g, g->nodes[var].in_names[0]);
   float two;
-  if (pw < 0 || !is_op(&g->nodes[pw], "Pow") || strcmp(g->nodes[pw].in_names[0], d) ||
-      !keel_ir_const_f32(m, g, g->nodes[pw].in_names[1], &two) || two != 2.0f)
+  if (pw < 0) return false;
+  const keel_node *pn = &g->nodes[pw]; /* Pow(d, 2), or Mul(d, d) */
+  bool sq_mul = is_op(pn, "Mul") && pn->n_in == 2 && !strcmp(pn->in_names[0], d) && !strcmp(pn->in_names[1], d);
+  if (!sq_mul && (!is_op(pn, "Pow") || strcmp(pn->in_names[0], d) ||
+                  !keel_ir_const_f32(m, g, pn->in_names[1], &two) || two != 2.0f))
     return false;
   const keel_node *sn = &g->nodes[sub];
   int32_t mean = keel_ir_producer(g, sn->in_names[1]);
@@ -160,17 +179,22 @@ static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern
   if (!gamma || !const_vec(m, g, gamma) || out < 0 || !is_op(&g->nodes[out], "Add")) return false;
   const char *beta = other_in(&g->nodes[out], g->nodes[mul].out_names[0]);
   if (!beta || !const_vec(m, g, beta)) return false;
-  /* every intermediate is read only inside the pattern (d by Pow and Div) */
-  if (keel_ir_uses(g, d) != 2 || keel_ir_only_reader(g, g->nodes[mean].out_names[0]) != sub ||
+  /* every intermediate is read only inside the pattern (d by the square
+   * and the Div) */
+  if (keel_ir_uses(g, d) != (sq_mul ? 3 : 2) || keel_ir_only_reader(g, g->nodes[mean].out_names[0]) != sub ||
       keel_ir_only_reader(g, g->nodes[pw].out_names[0]) != var ||
       keel_ir_only_reader(g, g->nodes[var].out_names[0]) != add ||
       keel_ir_only_reader(g, an->out_names[0]) != sq ||
-      keel_ir_only_reader(g, g->nodes[sq].out_names[0]) != i)
+      keel_ir_only_reader(g, g->nodes[sq].out_names[0]) != (rc >= 0 ? rc : i))
     return false;
   *t = (pattern){{mean, sub, pw, var, add, sq, i, mul, out}, 9, "LayerNormalization", 17,
                  {sn->in_names[0], gamma, beta}, 3,
                  {{.name = "axis", .type = KEEL_ATTR_INT, .i = -1},
                   {.name = "epsilon", .type = KEEL_ATTR_FLOAT, .f = eps}}, 2};
+  if (rc >= 0) { /* the Reciprocal joins, before the last node */
+    t->nodes[9] = t->nodes[8], t->nodes[8] = t->nodes[7], t->nodes[7] = t->nodes[6];
+    t->nodes[6] = rc, t->n = 10;
+  }
   return true;
 }
 
