@@ -347,6 +347,9 @@ typedef struct el {
   int64_t leaf_pos;            /* the element of that constant             */
 } el;
 
+/* An element with no constant behind it to edit. */
+static el el_of(el_kind k) { return (el){k, 0, -1, -1, 0}; }
+
 /* The rank the plan gives a block value, else the inferred one (-1). */
 static int32_t value_rank(const sharder *S, const block *B, const char *name) {
   for (int32_t i = 0; i < B->n_states; i++)
@@ -373,7 +376,7 @@ static int64_t value_len(const sharder *S, const char *name) {
  * no reader to name). */
 static el origin(const sharder *S, const block *B, const char *name, int64_t pos, int depth,
                  int32_t rd, int32_t rin) {
-  const el unknown = {EL_UNKNOWN, 0, -1, -1, 0};
+  const el unknown = el_of(EL_UNKNOWN);
   const keel_tensor *t = name[0] ? const_t(S, name) : NULL;
   int64_t v;
   if (t) {
@@ -388,11 +391,11 @@ static el origin(const sharder *S, const block *B, const char *name, int64_t pos
   if (!strcmp(op, "Shape")) {
     const vstate *s = state_of((block *)B, n->in_names[0]);
     int32_t rank = value_rank(S, B, n->in_names[0]);
-    if (!s) return (el){EL_SAME, 0, -1, -1, 0}; /* whole on every rank */
+    if (!s) return el_of(EL_SAME); /* whole on every rank */
     if (rank < 0) return unknown;
     int64_t start = attr_i(n, "start", 0);
     if (start < 0) start += rank;
-    return start + pos == rank - 1 - s->fe ? (el){EL_LOCAL, 0, -1, -1, 0} : (el){EL_SAME, 0, -1, -1, 0};
+    return start + pos == rank - 1 - s->fe ? el_of(EL_LOCAL) : el_of(EL_SAME);
   }
   if (!strcmp(op, "Gather") && n->n_in == 2 && attr_i(n, "axis", 0) == 0) {
     const keel_tensor *ix = const_t(S, n->in_names[1]);
@@ -415,16 +418,18 @@ static el origin(const sharder *S, const block *B, const char *name, int64_t pos
   }
   if (!strcmp(op, "ConstantOfShape")) {
     const keel_attr *a = keel_node_attr(n, "value");
-    if (!a) return (el){EL_CONST, 0, -1, -1, 0};
+    if (!a) return el_of(EL_CONST);
     if (a->type != KEEL_ATTR_TENSOR || !const_elem(a->t, 0, &v)) return unknown;
-    return (el){EL_CONST, v, -1, -1, 0};
+    el c = el_of(EL_CONST);
+    c.v = v;
+    return c;
   }
   if ((!strcmp(op, "Mul") || !strcmp(op, "Div") || !strcmp(op, "Add") || !strcmp(op, "Sub")) &&
       n->n_in == 2) {
     el a = origin(S, B, n->in_names[0], pos, depth + 1, p, 0);
     el b = origin(S, B, n->in_names[1], pos, depth + 1, p, 1);
     if (a.k == EL_CONST && b.k == EL_CONST) {
-      el c = {EL_CONST, 0, -1, -1, 0}; /* computed: no one constant to edit */
+      el c = el_of(EL_CONST); /* computed: no one constant to edit */
       if (op[0] == 'M') c.v = a.v * b.v;
       else if (op[0] == 'A') c.v = a.v + b.v;
       else if (op[0] == 'S') c.v = a.v - b.v;
@@ -441,10 +446,10 @@ static el origin(const sharder *S, const block *B, const char *name, int64_t pos
       const el *l = a.k == EL_LOCAL ? &a : &b, *c = a.k == EL_LOCAL ? &b : &a;
       if (op[0] == 'M')
         return c->k == EL_CONST && !l->v ? (el){EL_LOCAL, c->v, c->leaf, c->leaf_in, c->leaf_pos}
-                                         : (el){EL_LOCAL, 0, -1, -1, 0};
-      return op[0] == 'D' && a.k == EL_LOCAL && b.k == EL_CONST ? (el){EL_LOCAL, 0, -1, -1, 0} : unknown;
+                                         : el_of(EL_LOCAL);
+      return op[0] == 'D' && a.k == EL_LOCAL && b.k == EL_CONST ? el_of(EL_LOCAL) : unknown;
     }
-    return (el){EL_SAME, 0, -1, -1, 0};
+    return el_of(EL_SAME);
   }
   /* Where(x == -1, 1, x): the exporters' "-1 keeps the input's dim" for
    * Expand; the value is x's wherever x is not -1 (a Shape never is) */

@@ -32,9 +32,7 @@
 #include "ops/math/matmul/select.h"
 #include "ops/dnnl/dnnl_glue.h"
 
-#define MAX_BANDS KEEL_MM_MAX_BANDS
 #define PRIMS 8                 /* bands of two heights at most, or parts  */
-#define MAX_PARTS KEEL_MM_MAX_PARTS
 
 /* key: M, bare. Row mode (one part of B): bands of rows, a primitive per
  * band height; column mode: band q is part q of B's columns over every
@@ -43,9 +41,9 @@ typedef struct mm_entry {
   keel_dnnl_entry base;
   bool bare;
   int nbands, nprims;
-  int64_t r0[MAX_BANDS + 1];    /* band b: rows [r0[b], r0[b+1])            */
+  int64_t r0[KEEL_MM_MAX_BANDS + 1];    /* band b: rows [r0[b], r0[b+1])            */
   int64_t rows[PRIMS];
-  uint8_t prim_of[MAX_BANDS];
+  uint8_t prim_of[KEEL_MM_MAX_BANDS];
   keel_dnnl_prim prim[PRIMS];
   const void *w[PRIMS];
   void *w_own[PRIMS];
@@ -65,9 +63,9 @@ typedef struct mm_state {
    * is too small to give every thread rows (then one part per thread:
    * a classifier's M = 1 product splits its columns) */
   int nparts;                   /* 0 until the first run decides           */
-  int64_t n0[MAX_PARTS + 1];    /* part q: columns [n0[q], n0[q+1])         */
+  int64_t n0[KEEL_MM_MAX_PARTS + 1];    /* part q: columns [n0[q], n0[q+1])         */
   keel_dnnl_store store;
-  keel_dnnl_packed pk[MAX_PARTS]; /* part q packed by its first primitive in
+  keel_dnnl_packed pk[KEEL_MM_MAX_PARTS]; /* part q packed by its first primitive in
                                    the layout it wants                     */
   int packed;                   /* parts packed so far                     */
   const keel_tensor *orig;      /* B as the file has it, until then        */
@@ -307,7 +305,7 @@ static void mm_release(void *state, keel_heap *heap) {
   mm_state *s = state;
   if (!s) return;
   keel_dnnl_cache_free(&s->cache);
-  for (int q = 0; q < MAX_PARTS; q++) keel_prep_free_counted(s->pk[q].w, heap, s->store.bytes);
+  for (int q = 0; q < KEEL_MM_MAX_PARTS; q++) keel_prep_free_counted(s->pk[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }
 
