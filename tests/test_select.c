@@ -60,6 +60,13 @@ static void cuts(void) {
   CHECK(keel_matmul_parts(64, 768, 16) == 8);
   CHECK(keel_matmul_parts(128, 768, 16) == 1);
   CHECK(keel_matmul_parts(16, 768, 2) == 1);
+  /* B's packed rows: strides of a multiple of 512 bytes get a cache line more */
+  CHECK(keel_matmul_ld(1024) == 1040);
+  CHECK(keel_matmul_ld(768) == 784);
+  CHECK(keel_matmul_ld(128) == 144);
+  CHECK(keel_matmul_ld(1000) == 1000);
+  CHECK(keel_matmul_ld(576) == 576);
+  CHECK(keel_matmul_ld(64) == 64);
   /* bands: 8 rows at least, one per split at most */
   CHECK(keel_matmul_bands(128, 1) == 1);
   CHECK(keel_matmul_bands(128, 2) == 2);

@@ -50,6 +50,18 @@ int keel_matmul_bands(int64_t M, int splits) {
   return (int)KEEL_MAX(1, KEEL_MIN(KEEL_MIN((int64_t)splits, M / 8), KEEL_MM_MAX_BANDS));
 }
 
+/* Rows a multiple of 512 bytes apart (N = 512, 768, 1024, ... floats) map
+ * the rows a kernel reads together to few cache sets. oneDNN 2.6's
+ * gemm:jit matmul (its AVX2 kernels) ran 128 x 256 x 1024 at 47 GFLOP/s
+ * against 96 with one cache line (16 floats) more per row, N = 512 at 64
+ * against 94, N = 2048 at 46 against 97; strides that are not such a
+ * multiple (576, 1000) ran at 95-97 either way, and no shape measured was
+ * slower padded beyond noise (AMD EPYC Zen 3, one thread, alternating:
+ * build/gemm_ld, bench/gemm_ld.c). */
+int64_t keel_matmul_ld(int64_t ld) {
+  return ld % 128 == 0 ? ld + 16 : ld;
+}
+
 /* ============================================= 4. keel's own GEMM */
 
 /* Panels of the longer side: 16 rows or 64 columns at least, which keep

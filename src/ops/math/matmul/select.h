@@ -15,7 +15,9 @@
  *     of A: keel_matmul_select_path (a small product on keel's GEMM, a few
  *     rows on keel's gemv, else oneDNN's primitive); its first run with
  *     oneDNN cuts the work for good: keel_matmul_parts (column parts of B)
- *     or, per M, keel_matmul_bands (bands of rows).
+ *     or, per M, keel_matmul_bands (bands of rows); B is packed in the
+ *     layout oneDNN asks for, a plain one with its rows spaced by
+ *     keel_matmul_ld.
  *  4. keel's GEMM (MatMul and Gemm left as they are, the reference
  *     FusedMatMul) splits one product over the pool: keel_gemm_split.
  *
@@ -66,6 +68,11 @@ KEEL_INTERNAL int keel_matmul_parts(int64_t M, int64_t N, int splits);
 
 /* Bands of rows in row mode: at least 8 rows each, at most one per split. */
 KEEL_INTERNAL int keel_matmul_bands(int64_t M, int splits);
+
+/* The row stride (in floats) of B's packed copy when oneDNN asks for a
+ * plain layout with rows `ld` floats apart: `ld`, or more where `ld` would
+ * put the rows a kernel reads together into few cache sets. */
+KEEL_INTERNAL int64_t keel_matmul_ld(int64_t ld);
 
 /* ============================================= 4. keel's own GEMM */
 
