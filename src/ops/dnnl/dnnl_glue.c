@@ -3,6 +3,7 @@
 #include "ops/dnnl/dnnl_glue.h"
 
 #include "ops/common/activation.h"
+#include "ops/math/matmul/select.h"
 #include "base/sysmem.h"
 
 #include <stdlib.h>
@@ -286,6 +287,18 @@ keel_status keel_dnnl_weights(const keel_dnnl_store *st, keel_dnnl_packed *pk,
   else *own = blk;
   *use = blk;
   return KEEL_OK;
+}
+
+bool keel_dnnl_plain_padded(const dnnl_memory_desc_t *w, dnnl_memory_desc_t *padded) {
+  if (!w || w->ndims != 2 || w->format_kind != dnnl_blocked ||
+      w->format_desc.blocking.inner_nblks)
+    return false;
+  const dnnl_dim_t *st = w->format_desc.blocking.strides;
+  int lead = st[0] == 1 ? 1 : st[1] == 1 ? 0 : -1; /* the dim that steps rows */
+  if (lead < 0 || keel_matmul_ld(st[lead]) == st[lead]) return false;
+  dnnl_dims_t ps = {st[0], st[1]};
+  ps[lead] = keel_matmul_ld(st[lead]);
+  return dnnl_memory_desc_init_by_strides(padded, 2, w->dims, dnnl_f32, ps) == dnnl_success;
 }
 
 keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,

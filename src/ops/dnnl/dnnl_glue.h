@@ -150,6 +150,12 @@ KEEL_INTERNAL void keel_dnnl_prim_free(keel_dnnl_prim *p, keel_dnnl_figures *fig
 KEEL_INTERNAL keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
                                             const_dnnl_primitive_attr_t attr, const char *what);
 
+/* A matrix product's B in a plain (unblocked) layout whose row stride
+ * keel_matmul_ld (ops/math/matmul/select.c) would pad: true, and `padded`
+ * the same layout with that stride. Blocked layouts (AVX-512's brgemm
+ * packs B in blocks) are left as they are: false. */
+KEEL_INTERNAL bool keel_dnnl_plain_padded(const dnnl_memory_desc_t *w, dnnl_memory_desc_t *padded);
+
 /* `pd` (made with the weights in any layout) or, when its weights layout
  * is not `w` but a descriptor of `op` (weights in `w`) gets the same
  * kernel, that one instead (so that shapes share one packed copy); a

@@ -85,20 +85,6 @@ static keel_status plain_part(const mm_state *s, int q, dnnl_memory_desc_t *md, 
                          "plain weights");
 }
 
-/* A plain (unblocked) layout of B whose row stride keel_matmul_ld would
- * pad: true, and `padded` the same layout with that stride. Blocked
- * layouts (AVX-512's brgemm packs B in blocks) are left as they are. */
-static bool padded_plain(const dnnl_memory_desc_t *w, dnnl_memory_desc_t *padded) {
-  if (w->ndims != 2 || w->format_kind != dnnl_blocked || w->format_desc.blocking.inner_nblks)
-    return false;
-  const dnnl_dim_t *st = w->format_desc.blocking.strides;
-  int lead = st[0] == 1 ? 1 : st[1] == 1 ? 0 : -1; /* the dim that steps rows */
-  if (lead < 0 || keel_matmul_ld(st[lead]) == st[lead]) return false;
-  dnnl_dims_t ps = {st[0], st[1]};
-  ps[lead] = keel_matmul_ld(st[lead]);
-  return dnnl_memory_desc_init_by_strides(padded, 2, w->dims, dnnl_f32, ps) == dnnl_success;
-}
-
 /* The primitive of `rows` rows by B's part q (a band of rows in row mode,
  * every row in column mode), with B's part in the layout it wants: the
  * part's packed copy, made now when it is the part's first primitive, or
@@ -128,7 +114,7 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
   if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->pk[q].md);
   dnnl_memory_desc_t wpad;
   if (!st && !fixed &&
-      padded_plain(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wpad) &&
+      keel_dnnl_plain_padded(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wpad) &&
       dnnl_matmul_desc_init(&md, &src, &wpad, s->has_bias ? &bmd : NULL, &dst) == dnnl_success)
     pd = keel_dnnl_pd_prefer(pd, &md, attr, &wpad);
   dnnl_primitive_attr_destroy(attr);
