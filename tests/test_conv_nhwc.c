@@ -289,14 +289,14 @@ static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const
   free(wt), free(w2), free(b), free(zc);
 }
 
-/* Runs cases[0..n) (one()); on AVX-512 with oneDNN every case but the last
- * must have put a conv on the kernel *count counts, the last none. */
-static void taken_by(const cv_case *cases, size_t n, const uint64_t *count, const char *kernel) {
-  __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f");
+/* Runs cases[0..n) (one()); where the kernel runs (`isa`) with oneDNN
+ * every case but the last must have put a conv on the kernel *count
+ * counts, the last none; elsewhere none. */
+static void taken_by(const cv_case *cases, size_t n, const uint64_t *count, const char *kernel,
+                     bool isa) {
   for (size_t i = 0; i < n; i++) {
     one(&cases[i]);
-    bool want = g_dnnl && avx512 && i + 1 < n;
+    bool want = g_dnnl && isa && i + 1 < n;
     if ((*count >= 1) != want)
       fprintf(stderr, "%s case %zu: %llu conv(s) on the kernel\n", kernel, i,
               (unsigned long long)*count);
@@ -324,7 +324,9 @@ static void streamed(void) {
       {1, 1100, 256, 1, 1, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Tanh", NULL, 4}, /* one pixel: gemv */
   };
   g_tol_scale = 4; /* sums of up to 2304 products, chained: the references differ more */
-  taken_by(cases, sizeof cases / sizeof *cases, &g_streamed_fast, "streamed");
+  __builtin_cpu_init();
+  taken_by(cases, sizeof cases / sizeof *cases, &g_streamed_fast, "streamed",
+           __builtin_cpu_supports("avx512f"));
   cv_case t = {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   /* 30x36 and 2 x 25x25: more tiles than a span holds (128) */
   static const int64_t shapes[][3] = {{1, 7, 7}, {2, 12, 12}, {1, 30, 36}, {3, 4, 4},
@@ -335,7 +337,7 @@ static void streamed(void) {
 
 /* 3x3 stride-1 convs of 128+ input channels (by 16s) and outputs by 64s
  * on 14x14 maps and more, channels-last both sides: keel's Winograd
- * kernel on AVX-512 (odd sizes whose last tiles are cut, asymmetric pads
+ * kernel on AVX-512 or AVX2+FMA (odd sizes whose last tiles are cut, asymmetric pads
  * up to 2, no pads, batch 2, a residual Z in Y's buffer or read from X,
  * every activation form, counted in keel_stats); then a node that took it
  * on its first run meets other shapes, 7x7 and 1x1 among them. */
@@ -352,7 +354,10 @@ static void winograd(void) {
       {1, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4}, /* 64: oneDNN's */
   };
   g_tol_scale = 2; /* Winograd's transforms: a few ulps more */
-  taken_by(cases, sizeof cases / sizeof *cases, &g_wg_fast, "Winograd");
+  __builtin_cpu_init();
+  taken_by(cases, sizeof cases / sizeof *cases, &g_wg_fast, "Winograd",
+           __builtin_cpu_supports("avx512f") ||
+               (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
   cv_case t = {1, 128, 128, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   /* 2 x 40x30: 600 tiles, three groups */
   static const int64_t shapes[][3] = {{1, 28, 28}, {1, 7, 7}, {3, 9, 30}, {1, 1, 1}, {2, 16, 15},

@@ -63,11 +63,12 @@ static void check_paths(void) {
   f.has_z = false, f.bare = true;
   CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == KEEL_CONV_BANDS);
 
-  /* 256 channels on 14x14: keel's Winograd on AVX-512 (the overlap of the
-   * two Winograd rules goes to keel's), else oneDNN's */
+  /* 256 channels on 14x14: keel's Winograd on AVX-512 or AVX2+FMA (the
+   * overlap of the two Winograd rules goes to keel's), else oneDNN's */
   g = geom(1, 256, 256, 14, 14, 3, 1);
   f = facts(&g, true, 2);
-  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_WG : KEEL_CONV_DNNL_WINO));
+  bool wg_isa = fast || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (wg_isa ? KEEL_CONV_WG : KEEL_CONV_DNNL_WINO));
   CHECK(keel_conv_dnnl_wino_fits(&g, false) && !keel_conv_dnnl_wino_fits(&g, true));
 
   /* 512 -> 512 3x3 on 7x7 (W 9.4 MB, 49 pixels): streamed on AVX-512;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "ops/common/conv_util.h"
 #include "ops/common/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -34,6 +35,7 @@ void keel_wg_free(keel_wg_w *p, keel_heap *heap, _Atomic uint64_t *counter) {
 #ifdef WG_X86
 
 #define WG512 __attribute__((target("avx512f")))
+#define WG256 __attribute__((target("avx2,fma")))
 
 /* What the kernel computes, whatever the map's size. */
 static bool wg_can(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
@@ -50,7 +52,9 @@ static bool wg_can(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
 
 bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && wg_can(g, kh, kw) && g->c >= 128 &&
+  bool isa = __builtin_cpu_supports("avx512f") ||
+             (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  return isa && wg_can(g, kh, kw) && g->c >= 128 &&
          g->w.out[0] * g->w.out[1] >= 14 * 14;
 }
 
@@ -66,90 +70,42 @@ typedef struct wg_job {
   bool act_inline;
 } wg_job;
 
-/* One side of U = G g Gᵀ: the 4 rows G (a, b, d) of 3, for 16 output
- * channels at a time. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
-WG512 static void g_rows(__m512 a, __m512 b, __m512 d, __m512 o[4]) {
-  const __m512 h = _mm512_set1_ps(0.5f);
-  o[0] = a;
-  o[1] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_add_ps(a, b), d));
-  o[2] = _mm512_mul_ps(h, _mm512_add_ps(_mm512_sub_ps(a, b), d));
-  o[3] = d;
-}
-
-/* U[ξ] for ξ = 4 i + k, i in [2 h, 2 h + 2), of output block b, into a
- * worker's panel [8][C][64] (in L2 while its products run). */
-WG512 static void wg_weights(const wg_job *j, int64_t b, int h, float *U) {
-  int64_t C = j->C, M = j->M;
-  for (int64_t c = 0; c < C; c++)
-    for (int64_t l = 0; l < 64; l += 16) {
-      const float *g = j->p->w + c * 9 * M + b * 64 + l;
-      __m512 gg[3][4]; /* G g, per kernel column: its 4 rows */
-      for (int k = 0; k < 3; k++)
-        g_rows(_mm512_loadu_ps(g + k * M), _mm512_loadu_ps(g + (3 + k) * M),
-               _mm512_loadu_ps(g + (6 + k) * M), gg[k]);
-      for (int i = 2 * h; i < 2 * h + 2; i++) {
-        __m512 u[4];
-        g_rows(gg[0][i], gg[1][i], gg[2][i], u);
-        for (int k = 0; k < 4; k++)
-          _mm512_storeu_ps(U + (((i - 2 * h) * 4 + k) * C + c) * 64 + l, u[k]);
-      }
-    }
-}
-
 /* Tile g of all images: its image and first output row and column. */
 static void tile_at(const wg_job *j, int64_t g, int64_t *n, int64_t *oy, int64_t *ox) {
   *n = g / j->T;
   *oy = 2 * ((g % j->T) / j->tw), *ox = 2 * ((g % j->T) % j->tw);
 }
 
-/* V = Bᵀ d B for the group's tiles [i0, i1), 16 channels at a time.
- * Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
-WG512 static keel_status wg_input(void *ctx, int64_t q0, int64_t q1, int worker) {
-  const wg_job *j = ctx;
-  const keel_win *w = &j->a->g->w;
-  int64_t C = j->C, H = w->in[0], W = w->in[1];
-  const __m512 z = _mm512_setzero_ps();
-  (void)worker;
-  for (int64_t i = j->tn * q0 / j->ntask; i < j->tn * q1 / j->ntask; i++) {
-    int64_t n, oy, ox;
-    tile_at(j, j->t0 + i, &n, &oy, &ox);
-    const float *x = j->a->x + n * H * W * C;
-    for (int64_t c = 0; c < C; c += 16) {
-      __m512 d[4][4], e[4][4];
-      for (int r = 0; r < 4; r++)
-        for (int s = 0; s < 4; s++) {
-          int64_t iy = oy - w->pb[0] + r, ix = ox - w->pb[1] + s;
-          d[r][s] = iy >= 0 && iy < H && ix >= 0 && ix < W
-                        ? _mm512_loadu_ps(x + (iy * W + ix) * C + c)
-                        : z;
-        }
-      for (int s = 0; s < 4; s++) {
-        e[0][s] = _mm512_sub_ps(d[0][s], d[2][s]);
-        e[1][s] = _mm512_add_ps(d[1][s], d[2][s]);
-        e[2][s] = _mm512_sub_ps(d[2][s], d[1][s]);
-        e[3][s] = _mm512_sub_ps(d[1][s], d[3][s]);
-      }
-      for (int r = 0; r < 4; r++) {
-        __m512 v[4] = {_mm512_sub_ps(e[r][0], e[r][2]), _mm512_add_ps(e[r][1], e[r][2]),
-                       _mm512_sub_ps(e[r][2], e[r][1]), _mm512_sub_ps(e[r][1], e[r][3])};
-        for (int s = 0; s < 4; s++)
-          _mm512_storeu_ps(j->V + ((r * 4 + s) * j->tn + i) * C + c, v[s]);
-      }
-    }
-  }
-  return KEEL_OK;
-}
+/* The transforms, once per ISA (conv_wg_xf.h): _512 with AVX-512F (the
+ * activation inline where act512.h computes it), _256 with AVX2 and FMA. */
+#define WG_L 16
+#define WG_SFX _512
+#define WG_TARGET WG512
+#define WG_ACT(act, y) ((wg_vec_512)keel_act512(act, (__m512)(y)))
+#include "ops/nn/conv/conv_wg_xf.h"
+#undef WG_ACT
+#undef WG_TARGET
+#undef WG_SFX
+#undef WG_L
+
+#define WG_L 8
+#define WG_SFX _256
+#define WG_TARGET WG256
+#include "ops/nn/conv/conv_wg_xf.h"
+#undef WG_TARGET
+#undef WG_SFX
+#undef WG_L
 
 /* The products V[ξ] U[ξ] of task q: output block q / 2, the half q % 2
  * of the 16 ξ (U made here: W's transform never leaves the worker's L2). */
-static keel_status wg_products(void *ctx, int64_t q0, int64_t q1, int worker) {
+static keel_status wg_products_512(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wg_job *j = ctx;
   int64_t C = j->C, M = j->M, nt = (j->tn + KEEL_TILE512_PX - 1) / KEEL_TILE512_PX;
   float *U = j->U + (int64_t)worker * 8 * C * 64;
   for (int64_t q = q0; q < q1; q++) {
     int64_t b = q / 2;
     int h = (int)(q % 2);
-    wg_weights(j, b, h, U);
+    wg_weights_512(j, b, h, U);
     for (int64_t xh = 0; xh < 8; xh++) {
       int64_t xi = 8 * h + xh;
       keel_tile512 t = {.w = U + xh * C * 64, .cc = C, .rs = M};
@@ -165,37 +121,21 @@ static keel_status wg_products(void *ctx, int64_t q0, int64_t q1, int worker) {
   return KEEL_OK;
 }
 
-/* Y = Aᵀ m A + B (+ Z), through the activation, for the group's tiles
- * [i0, i1). Aᵀ = [1 1 1 0; 0 1 -1 -1]. */
-WG512 static keel_status wg_output(void *ctx, int64_t q0, int64_t q1, int worker) {
+/* The same products without AVX-512: per ξ, one product of the group's
+ * tiles [tn, C] by U[ξ]'s [C, 64] panel on keel's GEMM (oneDNN's sgemm or
+ * OpenBLAS, on this worker alone). */
+static keel_status wg_products_256(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wg_job *j = ctx;
-  const keel_nhwc_args *a = j->a;
-  const keel_win *w = &a->g->w;
-  int64_t M = j->M, OH = w->out[0], OW = w->out[1];
-  const float *z = a->z_in_y ? a->y : a->z;
-  (void)worker;
-  for (int64_t i = j->tn * q0 / j->ntask; i < j->tn * q1 / j->ntask; i++) {
-    int64_t n, oy, ox;
-    tile_at(j, j->t0 + i, &n, &oy, &ox);
-    for (int64_t m = 0; m < M; m += 16) {
-      __m512 q[16], r[2][4];
-      for (int k = 0; k < 16; k++) q[k] = _mm512_loadu_ps(j->Mx + (k * j->tn + i) * M + m);
-      for (int s = 0; s < 4; s++) {
-        r[0][s] = _mm512_add_ps(_mm512_add_ps(q[s], q[4 + s]), q[8 + s]);
-        r[1][s] = _mm512_sub_ps(_mm512_sub_ps(q[4 + s], q[8 + s]), q[12 + s]);
-      }
-      __m512 bv = a->b ? _mm512_loadu_ps(a->b + m) : _mm512_setzero_ps();
-      for (int u = 0; u < 2 && oy + u < OH; u++) {
-        __m512 o[2] = {_mm512_add_ps(_mm512_add_ps(r[u][0], r[u][1]), r[u][2]),
-                       _mm512_sub_ps(_mm512_sub_ps(r[u][1], r[u][2]), r[u][3])};
-        for (int v = 0; v < 2 && ox + v < OW; v++) {
-          int64_t at = ((n * OH + oy + u) * OW + ox + v) * M + m;
-          __m512 y = _mm512_add_ps(o[v], bv);
-          if (z) y = _mm512_add_ps(y, _mm512_loadu_ps(z + at));
-          if (j->act_inline) y = keel_act512(&a->act, y);
-          _mm512_storeu_ps(a->y + at, y);
-        }
-      }
+  int64_t C = j->C, M = j->M;
+  float *U = j->U + (int64_t)worker * 8 * C * 64;
+  for (int64_t q = q0; q < q1; q++) {
+    int64_t b = q / 2;
+    int h = (int)(q % 2);
+    wg_weights_256(j, b, h, U);
+    for (int64_t xh = 0; xh < 8; xh++) {
+      int64_t xi = 8 * h + xh;
+      keel_gemm_f32(NULL, false, false, j->tn, 64, C, 1.0f, j->V + xi * j->tn * C, C,
+                    U + xh * C * 64, 64, 0.0f, j->Mx + xi * j->tn * M + b * 64, M);
     }
   }
   return KEEL_OK;
@@ -210,7 +150,8 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   int64_t all = g->n * j.T;
   if (all == 0) return KEEL_OK;
   j.a = a;
-  j.act_inline = keel_act512_inline(a->act.kind);
+  bool avx512 = __builtin_cpu_supports("avx512f");
+  j.act_inline = avx512 && keel_act512_inline(a->act.kind);
   int64_t group = KEEL_MIN(all, KEEL_MAX(KEEL_TILE512_PX, KEEL_MIN(WG_GROUP, WG_GROUP_BYTES /
                                           (16 * (j.C + j.M) * (int64_t)sizeof(float)))));
   float *s;
@@ -221,9 +162,9 @@ keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *
   j.U = s, j.V = s + threads * 8 * j.C * 64, j.Mx = j.V + 16 * group * j.C;
   for (j.t0 = 0; j.t0 < all; j.t0 += group) {
     j.tn = KEEL_MIN(group, all - j.t0);
-    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, wg_input, &j));
-    KEEL_TRY(keel_pool_for(k->pool, 2 * j.nb, 1, wg_products, &j));
-    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, wg_output, &j));
+    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, avx512 ? wg_input_512 : wg_input_256, &j));
+    KEEL_TRY(keel_pool_for(k->pool, 2 * j.nb, 1, avx512 ? wg_products_512 : wg_products_256, &j));
+    KEEL_TRY(keel_pool_for(k->pool, j.ntask, 1, avx512 ? wg_output_512 : wg_output_256, &j));
   }
   if (!j.act_inline) keel_act_apply_fast_f32(&a->act, a->y, g->n * g->w.out[0] * g->w.out[1] * j.M);
   return KEEL_OK;

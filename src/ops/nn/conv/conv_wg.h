@@ -20,9 +20,14 @@
  * [C][9][M], the file's bytes in another order: no second copy of W for
  * good, memory first) into the worker's own panel, which stays in L2 while
  * the products V[ξ] x U[ξ] run on the tile kernel (tile512.h: 7 tiles by
- * 64 outputs in 28 AVX-512 accumulators); then Y = Aᵀ m A of each tile
- * plus B (+ Z), through the activation. Each phase splits over the pool's
- * threads. Float error: F(2x2, 3x3)'s transforms add a few ulps (the
+ * 64 outputs in 28 AVX-512 accumulators; without AVX-512, one product of
+ * the group's tiles by the panel on keel's GEMM); then Y = Aᵀ m A of each
+ * tile plus B (+ Z), through the activation. Each phase splits over the
+ * pool's threads. The transforms are written once (conv_wg_xf.h) and
+ * built for AVX-512 (16 channels a step) and AVX2 (8). On an AVX2-only
+ * AMD EPYC (Zen 3), ResNet-50's 3x3 convs went from 45-47 ms to 37-38.5
+ * per run on one thread (keel bench --flops, "Conv dense KxK", runs
+ * alternating; the machine's noise was several ms). Float error: F(2x2, 3x3)'s transforms add a few ulps (the
  * tests allow twice the direct kernels' tolerance).
  */
 #ifndef KEEL_CONV_WG_H
@@ -36,7 +41,7 @@ typedef struct keel_wg_w {
   float *w;
 } keel_wg_w;
 
-/* True on AVX-512F CPUs for a 3x3 window of stride 1 and dilation 1, one
+/* True on AVX-512F or AVX2+FMA CPUs for a 3x3 window of stride 1 and dilation 1, one
  * group, pads of at most 2, C a multiple of 16 and at least 128 (on
  * ResNet-50's 64-channel layers oneDNN's Winograd measured 0.2-0.3 ms
  * faster), M a multiple of 64, channels-last both sides, and at least
