@@ -4,8 +4,8 @@
 #include "ops/common/conv_util.h"
 #include "ops/common/gemv.h"
 #include "ops/dnnl/dnnl_glue.h"
-#include "ops/nn/conv/conv_stream.h"
-#include "ops/nn/conv/conv_wg.h"
+#include "ops/nn/conv/cpu/conv_stream.h"
+#include "ops/nn/conv/cpu/conv_wg.h"
 
 /* ============================================ 2. binding: the lists */
 

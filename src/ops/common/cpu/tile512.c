@@ -1,6 +1,6 @@
 /* tile512.c: the multiply-add tile of keel's own channels-last conv
  * kernels (tile512.h). */
-#include "ops/common/tile512.h"
+#include "ops/common/cpu/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

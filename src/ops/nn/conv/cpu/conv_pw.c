@@ -36,7 +36,7 @@
 #include "base/pool.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "ops/common/act512.h"
+#include "ops/common/cpu/act512.h"
 #define PW_X86 1
 #endif
 

@@ -1,14 +1,14 @@
 /* conv_wg.c: keel's Winograd F(2x2, 3x3) kernel (conv_wg.h). */
-#include "ops/nn/conv/conv_wg.h"
+#include "ops/nn/conv/cpu/conv_wg.h"
 
 #include <string.h>
 
 #include "base/pool.h"
 #include "ops/common/conv_util.h"
-#include "ops/common/tile512.h"
+#include "ops/common/cpu/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "ops/common/act512.h"
+#include "ops/common/cpu/act512.h"
 #define WG_X86 1
 #endif
 
@@ -82,7 +82,7 @@ static void tile_at(const wg_job *j, int64_t g, int64_t *n, int64_t *oy, int64_t
 #define WG_SFX _512
 #define WG_TARGET WG512
 #define WG_ACT(act, y) ((wg_vec_512)keel_act512(act, (__m512)(y)))
-#include "ops/nn/conv/conv_wg_xf.h"
+#include "ops/nn/conv/cpu/conv_wg_xf.h"
 #undef WG_ACT
 #undef WG_TARGET
 #undef WG_SFX
@@ -91,7 +91,7 @@ static void tile_at(const wg_job *j, int64_t g, int64_t *n, int64_t *oy, int64_t
 #define WG_L 8
 #define WG_SFX _256
 #define WG_TARGET WG256
-#include "ops/nn/conv/conv_wg_xf.h"
+#include "ops/nn/conv/cpu/conv_wg_xf.h"
 #undef WG_TARGET
 #undef WG_SFX
 #undef WG_L

@@ -1,13 +1,13 @@
 /* conv_stream.c: the streamed convolution kernel (conv_stream.h). */
-#include "ops/nn/conv/conv_stream.h"
+#include "ops/nn/conv/cpu/conv_stream.h"
 
 #include <string.h>
 
 #include "base/pool.h"
-#include "ops/common/tile512.h"
+#include "ops/common/cpu/tile512.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include "ops/common/act512.h"
+#include "ops/common/cpu/act512.h"
 #define CS_X86 1
 #endif
 
