@@ -6,6 +6,9 @@
  *        Transpose(0,2,3,1) -> NhwcConv (ops/nn/conv/conv_nhwc.h) -> Transpose(0,3,1,2)
  *      (the transposes' nodes are named "keel.layout/<conv>/to_nhwc" and
  *      ".../to_nchw");
+ *   1b. has a strided 1x1 NhwcConv without pads read a subsample of its
+ *      input (a Slice with steps, "keel.layout/<conv>/subsample") at
+ *      stride 1 where the selection says so (keel_conv_subsample_first);
  *   2. sinks each to_nchw Transpose below the nodes that read it whenever
  *      the node can work on the NHWC tensor as well: elementwise ops (the
  *      other operands being NHWC too, or constants, which get an NHWC
@@ -483,6 +486,62 @@ static keel_status absorb_edges(lay *L) {
   return KEEL_OK;
 }
 
+/* ======================================================= subsample */
+
+/* A strided 1x1 NhwcConv that its selection wants subsampled
+ * (keel_conv_subsample_first) reads Slice(X, [0, 0], [max, max], axes
+ * [1, 2], steps s) (a node named "keel.layout/<conv>/subsample") and runs
+ * at stride 1. */
+static keel_status subsample(lay *L, int32_t i, const int64_t s[2]) {
+  keel_node c = L->g->nodes[i];
+  keel_arena *a = L->m->arena;
+  char nm[512];
+  snprintf(nm, sizeof nm, LAYOUT_PREFIX "%s/subsample", c.name[0] ? c.name : c.out_names[0]);
+  const char *sn = keel_arena_strdup(a, nm), *xn = fresh_name(L, c.out_names[0], "subsampled");
+  int64_t *v = keel_arena_array(a, 8, sizeof(int64_t));
+  const char **ins = keel_arena_array(a, (size_t)c.n_in + 1, sizeof(char *));
+  keel_attr *at = attrs_plus(L, &c, 0);
+  if (!sn || !xn || !v || !ins || !at) return oom(L);
+  const int64_t vals[8] = {0, 0, INT64_MAX, INT64_MAX, 1, 2, s[0], s[1]};
+  memcpy(v, vals, sizeof vals);
+  const char *cn[4];
+  keel_tensor ct[4];
+  static const char *const what[4] = {"starts", "ends", "axes", "steps"};
+  for (int k = 0; k < 4; k++) {
+    cn[k] = fresh_name(L, sn, what[k]);
+    if (!cn[k]) return oom(L);
+    ct[k] = (keel_tensor){.dtype = KEEL_INT64, .rank = 1, .shape = {2}, .data = v + 2 * k};
+  }
+  KEEL_TRY(keel_ir_add_consts(L->m, L->g, 4, cn, ct, NULL));
+  const char *sin[5] = {c.in_names[0], cn[0], cn[1], cn[2], cn[3]};
+  keel_node out[2];
+  KEEL_TRY(make_node(L, &out[0], sn, "Slice", "", 13, 5, sin, xn));
+  memcpy(ins, c.in_names, sizeof(char *) * (size_t)c.n_in);
+  ins[0] = xn;
+  int64_t *ones = keel_arena_array(a, 2, sizeof(int64_t));
+  if (!ones) return oom(L);
+  ones[0] = ones[1] = 1;
+  for (int k = 0; k < c.n_attr; k++)
+    if (!strcmp(at[k].name, "strides")) at[k].ints = ones;
+  out[1] = c;
+  out[1].in_names = ins, out[1].attrs = at;
+  return replace(L, i, out, 2);
+}
+
+static keel_status subsample_all(lay *L) {
+  keel_graph *g = L->g;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    int64_t s[2];
+    if (!is_nhwc_conv(n)) continue;
+    int32_t c = keel_ir_const_of(L->m, g, n->in_names[1]);
+    if (c < 0 || !keel_conv_subsample_first(n, &L->m->consts[c], s)) continue;
+    KEEL_TRY(subsample(L, i, s));
+    i++;
+  }
+  return KEEL_OK;
+}
+
 static keel_status layout_edit(lay *L) {
   keel_graph *g = L->g;
   for (int32_t i = 0; i < g->n_nodes; i++)
@@ -490,6 +549,7 @@ static keel_status layout_edit(lay *L) {
       KEEL_TRY(convert(L, i));
       i += 2;
     }
+  KEEL_TRY(subsample_all(L));
   for (bool moved = true; moved;) KEEL_TRY(sink_once(L, &moved));
   KEEL_TRY(fold_adds(L));
   return absorb_edges(L);

@@ -46,6 +46,23 @@ bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_lib
   return true;
 }
 
+/* oneDNN 2.6 has no channels-last AVX2 kernel for a strided 1x1 conv: its
+ * generic direct kernel made ResNet-50's downsample convs at 21-33
+ * GFLOP/s (1024 -> 2048 channels, 14x14 -> 7x7: 9.8 ms of a 105 ms run),
+ * against 70-84 for its stride-1 1x1 kernel on the same layers' sizes
+ * (AMD EPYC Zen 3, one thread, DNNL_VERBOSE's times in one run). A
+ * subsample is a copy of 1 / (s0 s1) of the input. */
+bool keel_conv_subsample_first(const keel_node *n, const keel_tensor *w, int64_t s[2]) {
+  keel_win win;
+  if (!w || w->rank != 4 || w->shape[2] != 1 || w->shape[3] != 1 ||
+      !keel_nhwc_node_win(n, 1, 1, &win))
+    return false;
+  for (int i = 0; i < 2; i++)
+    if (win.pb[i] || win.pe[i]) return false; /* with auto_pad a 1x1 window has none */
+  s[0] = win.s[0], s[1] = win.s[1];
+  return (s[0] > 1 || s[1] > 1) && !__builtin_cpu_supports("avx512f");
+}
+
 /* ==================================== 3. the first run, in "onednn" */
 
 bool keel_conv_gemv_fits(const keel_conv_facts *f) {

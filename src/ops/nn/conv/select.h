@@ -39,6 +39,13 @@ extern const keel_impl *const keel_nhwc_conv_impls[]; /* NhwcConv            */
 KEEL_INTERNAL bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_library,
                                          const char **why);
 
+/* Whether NhwcConv node n (W the constant `w`), a 1x1 conv of stride
+ * s > 1 without pads, should read its input subsampled: the layout pass
+ * then puts a Slice with steps (s[0], s[1]) on H and W before it and gives
+ * the conv stride 1. On CPUs without AVX-512 (measured there). */
+KEEL_INTERNAL bool keel_conv_subsample_first(const keel_node *n, const keel_tensor *w,
+                                             int64_t s[2]);
+
 /* ==================================== 3. the first run, in "onednn" */
 
 /* The kernel a channels-last convolution runs on, chosen on its first run
