@@ -425,6 +425,26 @@ static void subsampled(void) {
   }
 }
 
+/* Deep strided KxK convs and KxK convs on maps of at most 7x7: without
+ * AVX-512, each output pixel's window as a row on oneDNN's matmul
+ * (ops/nn/conv/select.c, keel_conv_lowered_fits): strides 2 and 3,
+ * asymmetric and large pads (windows wholly in the padding), dilation, a
+ * 5x3 window, batch 2, residual Z in Y's buffer or read from X, every
+ * activation form, 1 and more threads (one()'s variants). */
+static void lowered(void) {
+  static const cv_case cases[] = {
+      {1, 128, 128, 14, 14, 3, 3, 2, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {2, 128, 64, 15, 13, 3, 3, 2, 1, 1, {0, 1, 2, 0}, false, "SiLUGated", NULL, 4},
+      {1, 144, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Clip", NULL, 4},
+      {1, 128, 80, 6, 5, 5, 3, 1, 2, 1, {4, 2, 4, 2}, true, "OddHSigGated", NULL, 4},
+      {1, 160, 64, 11, 12, 3, 3, 3, 1, 1, {1, 1, 1, 1}, true, NULL, "SAME_UPPER", 4},
+      {1, 128, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 5},
+      {2, 128, 128, 5, 6, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "HSwishGated", NULL, 6},
+      {1, 128, 32, 3, 3, 3, 3, 1, 1, 1, {3, 3, 3, 3}, true, "HardSigmoid", NULL, 4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+}
+
 static void parts_then_shapes(void) {
   cv_case t = {1, 64, 96, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HardSigmoid", NULL, 4};
   static const int64_t shapes[][3] = {{1, 7, 7}, {2, 9, 9}, {1, 16, 16}, {3, 5, 6}, {1, 7, 7}};
@@ -664,6 +684,8 @@ int main(void) {
   shared_primitives();
   sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
-  subsampled(); /* last: its random draws leave the other cases' data as it was */
+  /* last: their random draws leave the other cases' data as it was */
+  subsampled();
+  lowered();
   return check_report();
 }

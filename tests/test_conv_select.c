@@ -72,22 +72,53 @@ static void check_paths(void) {
   CHECK(keel_conv_dnnl_wino_fits(&g, false) && !keel_conv_dnnl_wino_fits(&g, true));
 
   /* 512 -> 512 3x3 on 7x7 (W 9.4 MB, 49 pixels): streamed on AVX-512;
-   * else oneDNN in parts of output channels (7 rows over 2 threads) */
+   * else windows as rows on oneDNN's matmul */
   g = geom(1, 512, 512, 7, 7, 3, 1);
   f = facts(&g, true, 2);
   keel_conv_path first = keel_conv_select_path(KEEL_CONV_UNDECIDED, &f);
-  CHECK(first == (fast ? KEEL_CONV_STREAM : KEEL_CONV_OC_PARTS));
+  CHECK(first == (fast ? KEEL_CONV_STREAM : KEEL_CONV_LOWERED));
   CHECK(!keel_conv_dnnl_wino_fits(&g, false)); /* 7x7: fewer than 14x14 outputs */
   /* a later, larger shape of that node stays on the path chosen */
   keel_nhwc_geom big = geom(4, 512, 512, 28, 28, 3, 1);
   keel_conv_facts fb = facts(&big, true, 2);
   CHECK(keel_conv_select_path(first, &fb) == first);
-  /* channel parts need 2-4 threads and a batch of one */
   f.splits = 8;
-  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_STREAM : KEEL_CONV_BANDS));
+  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_STREAM : KEEL_CONV_LOWERED));
+  /* channel parts (where neither takes it) need 2-4 threads and a batch of one */
+  CHECK(keel_conv_oc_parts_win(&f) == false);
+  f.splits = 2;
+  CHECK(keel_conv_oc_parts_win(&f));
   f.splits = 2;
   g.n = 2;
   CHECK(!keel_conv_oc_parts_win(&f));
+
+  /* windows as rows (without AVX-512): deep strided KxK convs and those
+   * on 7x7 maps or less; not 64 channels, 1x1, groups, NCHW edges, or a
+   * 3x3 stride 1 on a larger map */
+  g = geom(1, 128, 128, 56, 56, 3, 2);
+  f = facts(&g, false, 1);
+  CHECK(keel_conv_lowered_fits(&f) == !fast);
+  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_BANDS : KEEL_CONV_LOWERED));
+  g.in_nchw = true;
+  CHECK(!keel_conv_lowered_fits(&f));
+  g = geom(1, 64, 64, 56, 56, 3, 2);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_lowered_fits(&f));
+  g = geom(1, 256, 256, 14, 14, 1, 2);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_lowered_fits(&f));
+  g = geom(1, 256, 256, 14, 14, 3, 1);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_lowered_fits(&f));
+  g = geom(1, 256, 256, 7, 7, 3, 1);
+  f = facts(&g, true, 1);
+  CHECK(keel_conv_lowered_fits(&f) == !fast);
+  /* a node on this path keeps it for a larger shape, Winograd state or not */
+  keel_nhwc_geom big2 = geom(2, 256, 256, 28, 28, 3, 1);
+  keel_conv_facts fb2 = facts(&big2, true, 1);
+  CHECK(keel_conv_select_path(KEEL_CONV_LOWERED, &fb2) == KEEL_CONV_LOWERED);
+  f.group = 2;
+  CHECK(!keel_conv_lowered_fits(&f));
 
   /* a squeeze-excite block's 1x1 on a pooled 1x1 map: the product by W
    * where keel_gemv has its vector kernel; a later larger shape of that

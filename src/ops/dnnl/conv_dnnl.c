@@ -33,6 +33,11 @@
  * file's pages under the original go back. A 3x3 stride-1 conv of 128+
  * input channels whose first run has 14x14 outputs or more runs on keel's
  * Winograd kernel (conv_wg.h, path 6), W kept as [C][9][M] for it.
+ * Without AVX-512, a deep strided KxK conv, or one on a map of at most
+ * 7x7, takes path 7 for good (select.c, keel_conv_lowered_fits): in bands
+ * as path 1, each band's output pixels' windows copied as rows of
+ * kh*kw*C inputs into the worker's scratch (lower_rows) and multiplied by
+ * W packed once as a [kh*kw*C, M] matrix on oneDNN's matmul.
  *
  * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
  * one evicts the least recently used shape no run is using (when every
@@ -51,6 +56,7 @@
 #include "ops/nn/conv/conv_nhwc.h"
 #include "ops/nn/conv/cpu/conv_stream.h"
 #include "ops/nn/conv/cpu/conv_wg.h"
+#include "ops/math/matmul/select.h"
 #include "ops/nn/conv/select.h"
 #include "ops/common/gemv.h"
 #include "ops/dnnl/conv_wino.h"
@@ -84,6 +90,7 @@ typedef struct cd_entry {
   bool gemv;                    /* path 4: keel_gemv on W in place         */
   bool stream;                  /* path 5: keel's streamed kernel           */
   bool wg;                      /* path 6: keel's Winograd kernel           */
+  bool lowered;                 /* path 7: windows as rows, oneDNN's matmul */
   keel_wino_plan *wino;         /* the Winograd path's, instead (conv_wino.h) */
 } cd_entry;
 
@@ -106,9 +113,13 @@ typedef struct cd_state {
   int path;                     /* 0 until the first run: 1 direct, 2 Winograd,
                                    3 direct in output-channel parts, 4 gemv,
                                    5 streamed (conv_stream.h), 6 keel's
-                                   Winograd (conv_wg.h)                    */
+                                   Winograd (conv_wg.h), 7 windows as rows
+                                   on oneDNN's matmul                      */
   keel_stream_w stream;         /* path 5: W packed for it                 */
   keel_wg_w wg;                 /* path 6: W packed for it                 */
+  float *lw;                    /* path 7: W as [kh kw C, M], rows lw_ld apart */
+  int64_t lw_ld;
+  size_t lw_bytes;
   keel_wino_node *wino;         /* the Winograd path's node state; NULL where
                                    the window and channels rule it out     */
   /* path 3: W in parts of output channels (multiples of 16), each packed by
@@ -210,6 +221,58 @@ static keel_status make_prim_of(cd_state *s, cd_entry *e, int p, const keel_win 
   st = keel_dnnl_weights(&s->store, ps->pk, ps->plain, from, wq, &e->w[p], &e->w_own[p],
                          packed_now);
   if (!st) st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
+  dnnl_primitive_desc_destroy(pd);
+  return st;
+}
+
+/* Path 7: W as a [kh kw C, M] matrix, its rows keel_matmul_ld(M) floats
+ * apart (row (ky kw + kx) C + c holds W[:, c, ky, kx]), for good: the
+ * file's pages under W go back when no other node reads them. */
+static keel_status pack_lowered(cd_state *s) {
+  int64_t T = s->kh * s->kw, K = T * s->c, M = s->m, ld = keel_matmul_ld(M);
+  size_t bytes = sizeof(float) * (size_t)(K * ld);
+  void *p;
+  KEEL_TRY(keel_prep_alloc_counted(s->store.heap, s->store.owner, s->store.bytes, bytes, &p));
+  float *b = p;
+  const float *w = s->orig->data;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t c = 0; c < s->c; c++) {
+      float *row = b + (t * s->c + c) * ld;
+      for (int64_t m = 0; m < M; m++) row[m] = w[(m * s->c + c) * T + t];
+      for (int64_t m = M; m < ld; m++) row[m] = 0.0f;
+    }
+  s->lw = b, s->lw_ld = ld, s->lw_bytes = bytes;
+  if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
+  s->drop_orig = false;
+  return KEEL_OK;
+}
+
+/* Path 7, band geometry p: its output pixels' windows [rows, kh kw C]
+ * (made by lower_rows in the worker's scratch) times the packed W on
+ * oneDNN's matmul, into the band's rows of Y; post-ops as for a
+ * convolution. */
+static keel_status make_prim_low(cd_state *s, cd_entry *e, int p, const keel_win *w, bool sum) {
+  int64_t rows = e->geo[p].oh * w->out[1], K = s->kh * s->kw * s->c;
+  dnnl_dims_t sd = {rows, K}, wd = {K, s->m}, dd = {rows, s->m}, bd = {1, s->m};
+  dnnl_dims_t wst = {s->lw_ld, 1};
+  dnnl_memory_desc_t src, wmd, dst, bmd;
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&src, 2, sd, dnnl_f32, dnnl_ab), "src"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_strides(&wmd, 2, wd, dnnl_f32, wst),
+                           "weights"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&dst, 2, dd, dnnl_f32, dnnl_ab), "dst"));
+  KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab), "bias"));
+  dnnl_matmul_desc_t md;
+  KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md, &src, &wmd, s->has_bias ? &bmd : NULL, &dst),
+                           "matmul descriptor"));
+  dnnl_primitive_attr_t attr;
+  KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, sum, e->bare, &e->act_in_post[p]));
+  dnnl_primitive_desc_t pd = NULL;
+  keel_status st = keel_dnnl_pd_make(&pd, &md, attr, "matmul primitive descriptor");
+  dnnl_primitive_attr_destroy(attr);
+  if (st) return st;
+  e->scratch = KEEL_MAX(e->scratch, keel_dnnl_scratch_bytes(pd));
+  e->w[p] = s->lw;
+  st = keel_dnnl_prim_make(pd, s->fig, &e->prim[p]);
   dnnl_primitive_desc_destroy(pd);
   return st;
 }
@@ -369,7 +432,16 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     *out = &e->base;
     return KEEL_OK;
   }
-  s->path = 1;
+  if (path == KEEL_CONV_LOWERED && !s->lw) {
+    keel_status st = pack_lowered(s);
+    if (st) {
+      entry_free(s, e);
+      return st;
+    }
+    drop_wino(s);
+  }
+  e->lowered = path == KEEL_CONV_LOWERED;
+  s->path = e->lowered ? 7 : 1;
   /* bands: one per thread while the batch leaves threads idle; a small
    * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
    * worker costs more than it would save */
@@ -389,7 +461,8 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   /* no primitive when no window reaches an input row: Y is B (+ Z) */
   if (!cut_bands(e, &g->w, nb) && !cut_bands(e, &g->w, 1)) e->nprims = 0;
   keel_status st = KEEL_OK;
-  for (int p = 0; p < e->nprims && !st; p++) st = make_prim(s, e, p, &g->w, arg->sum);
+  for (int p = 0; p < e->nprims && !st; p++)
+    st = e->lowered ? make_prim_low(s, e, p, &g->w, arg->sum) : make_prim(s, e, p, &g->w, arg->sum);
   if (st) {
     entry_free(s, e);
     return st;
@@ -411,6 +484,7 @@ typedef struct cd_job {
                                    staged input and output bands           */
   size_t per_worker, pad, stage_in; /* bytes: all of it; oneDNN's scratchpad
                                    (aligned up); the input band's          */
+  size_t windows;               /* offset of path 7's windows [rows, kh kw C] */
 } cd_job;
 
 /* Primitive p of e from x into y, with the worker's scratchpad ws and the
@@ -433,6 +507,31 @@ static keel_status cd_part(const cd_job *j, int64_t n, int q, uint8_t *ws, float
   for (int64_t i = 0; i < P; i++)
     memcpy(y + i * g->m, part + i * mq, (size_t)mq * sizeof(float));
   return KEEL_OK;
+}
+
+/* Path 7: output rows [oy0, oy1) of one image (img, channels-last): each
+ * pixel's window as a row of kh kw C inputs, zeros where it reads the
+ * padding. */
+static void lower_rows(const keel_nhwc_geom *g, const float *img, int64_t oy0, int64_t oy1,
+                       float *rows) {
+  const keel_win *w = &g->w;
+  int64_t C = g->c, H = w->in[0], W = w->in[1], OW = w->out[1], kh = w->k[0], kw = w->k[1];
+  int64_t K = kh * kw * C;
+  for (int64_t oy = oy0; oy < oy1; oy++)
+    for (int64_t ox = 0; ox < OW; ox++) {
+      float *row = rows + ((oy - oy0) * OW + ox) * K;
+      for (int64_t ky = 0; ky < kh; ky++) {
+        int64_t iy = oy * w->s[0] - w->pb[0] + ky * w->d[0];
+        for (int64_t kx = 0; kx < kw; kx++) {
+          int64_t ix = ox * w->s[1] - w->pb[1] + kx * w->d[1];
+          float *dst = row + (ky * kw + kx) * C;
+          if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+            memcpy(dst, img + (iy * W + ix) * C, (size_t)C * sizeof(float));
+          else
+            memset(dst, 0, (size_t)C * sizeof(float));
+        }
+      }
+    }
 }
 
 static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
@@ -466,7 +565,11 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
       continue;
     }
     const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
-    if (g->in_nchw) { /* this band's rows, channels-last, in the worker's scratch */
+    if (e->lowered) { /* path 7: the band's windows as rows */
+      float *win = (float *)(void *)(ws + j->windows);
+      lower_rows(g, j->x + n * H * W * g->c, e->oh0[b], e->oh0[b + 1], win);
+      x = win;
+    } else if (g->in_nchw) { /* this band's rows, channels-last, in the worker's scratch */
       keel_nchw_rows_to_nhwc(j->x + n * g->c * H * W, g->c, H, W, e->ih0[b], e->geo[p].ih,
                              in_stage);
       x = in_stage;
@@ -515,7 +618,9 @@ static keel_status run_bands(keel_kctx *k, const cd_state *s, const cd_entry *e,
                                                            (s->oc0[q + 1] - s->oc0[q])) * 4,
                                                   align));
   j.pad = keel_align_up(e->scratch, align);
-  j.per_worker = j.pad + j.stage_in + stage_out;
+  j.windows = j.pad + j.stage_in + stage_out;
+  size_t windows = e->lowered ? (size_t)(rows * g->w.out[1] * g->w.k[0] * g->w.k[1] * g->c) * 4 : 0;
+  j.per_worker = j.windows + windows;
   void *sp = NULL;
   keel_status st = j.per_worker ? keel_k_scratch_n(k, threads, j.per_worker, &sp) : KEEL_OK;
   j.scratch = sp;
@@ -596,6 +701,7 @@ static void cd_release(void *state, keel_heap *heap) {
   keel_stream_free(&s->stream, heap, s->store.bytes);
   if (s->path == 5) atomic_fetch_sub(&s->fig->streamed, 1);
   keel_wg_free(&s->wg, heap, s->store.bytes);
+  keel_prep_free_counted(s->lw, heap, s->store.bytes);
   if (s->path == 6) atomic_fetch_sub(&s->fig->winograd, 1);
   for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);

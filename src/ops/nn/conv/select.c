@@ -7,6 +7,13 @@
 #include "ops/nn/conv/cpu/conv_stream.h"
 #include "ops/nn/conv/cpu/conv_wg.h"
 
+/* The rules measured only without AVX-512 leave AVX-512 CPUs as they were. */
+#if defined(__x86_64__) || defined(__i386__)
+#define KEEL_CPU_AVX512() __builtin_cpu_supports("avx512f")
+#else
+#define KEEL_CPU_AVX512() 0
+#endif
+
 /* ============================================ 2. binding: the lists */
 
 /* Conv, channels-first (what stays NCHW: oneDNN absent or disabled, or a
@@ -60,7 +67,7 @@ bool keel_conv_subsample_first(const keel_node *n, const keel_tensor *w, int64_t
   for (int i = 0; i < 2; i++)
     if (win.pb[i] || win.pe[i]) return false; /* with auto_pad a 1x1 window has none */
   s[0] = win.s[0], s[1] = win.s[1];
-  return (s[0] > 1 || s[1] > 1) && !__builtin_cpu_supports("avx512f");
+  return (s[0] > 1 || s[1] > 1) && !KEEL_CPU_AVX512();
 }
 
 /* ==================================== 3. the first run, in "onednn" */
@@ -98,6 +105,24 @@ bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z) {
          g->m >= 64 && w->out[0] * w->out[1] >= 14 * 14;
 }
 
+/* oneDNN 2.6's AVX2 direct kernel (jit:avx2) made ResNet-50's strided 3x3
+ * convs (128 and 256 channels) and its 512-channel 3x3 convs on 7x7 maps at
+ * 57-63 GFLOP/s (3.7-4.1 ms each of a 85 ms run, `keel run --trace`); the
+ * same products as one matrix each, [OH*OW, 9C] x [9C, M], ran at 78-93 on
+ * its matmul (build/gemm_ld 784 1152 128, 196 2304 256, 49 4608 512), the
+ * copy of the windows being a small part (a 9C row per pixel). AMD EPYC
+ * Zen 3, one thread. Its 64-channel 3x3 convs on 56x56 ran at 89 direct
+ * and stay there. */
+bool keel_conv_lowered_fits(const keel_conv_facts *f) {
+  const keel_nhwc_geom *g = f->g;
+  const keel_win *w = &g->w;
+  if (KEEL_CPU_AVX512() || f->group != 1 || f->kh * f->kw < 2 || g->c < 128 ||
+      g->in_nchw || g->out_nchw)
+    return false;
+  bool strided = w->s[0] > 1 || w->s[1] > 1;
+  return strided || w->out[0] * w->out[1] <= 7 * 7;
+}
+
 /* In order:
  *  - the product by W (path 4) for a tiny pointwise conv, on the first
  *    run or on any later shape of a node that took it;
@@ -107,6 +132,8 @@ bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z) {
  *    or more; oneDNN's Winograd (2) for those of 64+ channels it leaves
  *    (the two rules overlap from 128 channels on: keel's measured faster
  *    there, conv_wg.h);
+ *  - without AVX-512, windows as rows on oneDNN's matmul (7) for the deep
+ *    strided or small-map KxK convs oneDNN's AVX2 direct kernel is slow on;
  *  - oneDNN's direct kernel in parts of output channels (3) where bands of
  *    rows would leave threads idle, else in bands (1). */
 keel_conv_path keel_conv_select_path(keel_conv_path so_far, const keel_conv_facts *f) {
@@ -116,10 +143,12 @@ keel_conv_path keel_conv_select_path(keel_conv_path so_far, const keel_conv_fact
   if (so_far == KEEL_CONV_STREAM || (first && f->group == 1 && keel_stream_fits(g, f->kh, f->kw)))
     return KEEL_CONV_STREAM;
   if (so_far == KEEL_CONV_WG || (first && keel_wg_fits(g, f->kh, f->kw))) return KEEL_CONV_WG;
-  if (f->dnnl_wino && so_far != KEEL_CONV_BANDS && so_far != KEEL_CONV_OC_PARTS && !f->bare &&
+  if (f->dnnl_wino && so_far != KEEL_CONV_BANDS && so_far != KEEL_CONV_OC_PARTS &&
+      so_far != KEEL_CONV_LOWERED && !f->bare &&
       !g->in_nchw && !g->out_nchw &&
       (so_far == KEEL_CONV_DNNL_WINO || keel_conv_dnnl_wino_fits(g, f->has_z)))
     return KEEL_CONV_DNNL_WINO;
+  if (so_far == KEEL_CONV_LOWERED || (first && keel_conv_lowered_fits(f))) return KEEL_CONV_LOWERED;
   if (so_far == KEEL_CONV_OC_PARTS || (first && !f->bare && keel_conv_oc_parts_win(f)))
     return KEEL_CONV_OC_PARTS;
   return KEEL_CONV_BANDS;
@@ -134,6 +163,7 @@ const char *keel_conv_path_name(keel_conv_path p) {
     case KEEL_CONV_GEMV: return "product by W (gemv)";
     case KEEL_CONV_STREAM: return "streamed";
     case KEEL_CONV_WG: return "winograd";
+    case KEEL_CONV_LOWERED: return "windows as rows, onednn matmul";
   }
   return "?";
 }

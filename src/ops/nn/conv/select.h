@@ -57,7 +57,8 @@ typedef enum keel_conv_path {
   KEEL_CONV_OC_PARTS = 3,      /* oneDNN's direct kernel, parts of channels */
   KEEL_CONV_GEMV = 4,          /* keel's product by W in place (gemv.h)     */
   KEEL_CONV_STREAM = 5,        /* keel's streamed kernel (conv_stream.h)    */
-  KEEL_CONV_WG = 6             /* keel's Winograd kernel (conv_wg.h)        */
+  KEEL_CONV_WG = 6,            /* keel's Winograd kernel (conv_wg.h)        */
+  KEEL_CONV_LOWERED = 7        /* windows as rows (im2col), oneDNN's matmul */
 } keel_conv_path;
 
 /* What the first run knows. */
@@ -100,5 +101,13 @@ KEEL_INTERNAL bool keel_conv_oc_parts_win(const keel_conv_facts *f);
  * outputs (on ResNet-50's 7x7 layers it measured slower than the direct
  * kernel). */
 KEEL_INTERNAL bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z);
+/* Each output pixel's window as a row of kh*kw*C inputs (im2col, per
+ * band, in the worker's scratch) times W as a [kh*kw*C, M] matrix on
+ * oneDNN's matmul: on CPUs without AVX-512, a KxK conv (not 1x1) of one
+ * group and 128+ input channels, channels-last both sides, that is
+ * strided or makes at most 7x7 outputs per image (where oneDNN's AVX2
+ * direct kernel is slow; 3x3 stride-1 convs on larger maps go to the
+ * Winograd kernel first). */
+KEEL_INTERNAL bool keel_conv_lowered_fits(const keel_conv_facts *f);
 
 #endif /* KEEL_CONV_SELECT_H */
