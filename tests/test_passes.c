@@ -113,10 +113,13 @@ static void one(const char *act, int opset, bool twice, bool dyn) {
  * Identity (a shared weight): one LayerNormalization node after the
  * passes, the same values within float rounding. `opset18` gives
  * ReduceMean its axes as an input; `extra` makes the centered value a
- * graph output too, which must stop the fusion. g_ln_rsqrt writes the
+ * graph output too, which must stop the fusion. Form 1 writes the
  * square as Mul(d, d) and the division as Mul(Reciprocal(s), d), gamma
- * first, as tf2onnx exports keras' rsqrt form. */
-static bool g_ln_rsqrt;
+ * first, as tf2onnx exports keras' rsqrt form; form 2 folds gamma into the
+ * scale, y = x * inv + (beta - mean * inv), inv = rsqrt(var + eps) *
+ * gamma, as tf2onnx exports keras' LayerNormalization (operands in the
+ * orders it writes them). */
+static int g_ln_form;
 
 static mb_graph *ln_model(int opset, bool extra) {
   enum { D = 37 };
@@ -138,13 +141,24 @@ static mb_graph *ln_model(int opset, bool extra) {
     mb_attr_ints(mb_add(g, "ReduceMean", "x", "mean"), "axes", 1, &axes);
   }
   mb_add(g, "Sub", "x,mean", "d");
-  if (g_ln_rsqrt) mb_add(g, "Mul", "d,d", "p");
+  if (g_ln_form) mb_add(g, "Mul", "d,d", "p");
   else mb_add(g, "Pow", "d,two", "p");
   if (opset >= 18) mb_add(g, "ReduceMean", "p,axes", "var");
   else mb_attr_ints(mb_add(g, "ReduceMean", "p", "var"), "axes", 1, &axes);
   mb_add(g, "Add", "var,eps", "ve");
   mb_add(g, "Sqrt", "ve", "s");
-  if (g_ln_rsqrt) {
+  if (g_ln_form == 2) {
+    mb_add(g, "Reciprocal", "s", "rs");
+    mb_add(g, "Mul", "rs,g", "inv");
+    mb_add(g, "Mul", "x,inv", "xs");
+    mb_add(g, "Mul", "mean,inv", "ms");
+    mb_add(g, "Sub", "b,ms", "bb");
+    mb_add(g, "Add", "xs,bb", "y");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (extra) mb_output(g, "d", KEEL_FLOAT, -1, NULL);
+    return g;
+  }
+  if (g_ln_form) {
     mb_add(g, "Reciprocal", "s", "rs");
     mb_add(g, "Mul", "rs,d", "n");
     mb_add(g, "Mul", "g,n", "m");
@@ -167,7 +181,7 @@ static void ln_case(int opset, bool extra) {
   keel_session_t *s1 = mb_session(ln_model(opset, extra), opset);
   CHECK(s0 && s1);
   if (!s0 || !s1) return;
-  int want = extra ? (g_ln_rsqrt ? 10 : 9) : 1;
+  int want = extra ? (g_ln_form == 2 ? 12 : g_ln_form ? 10 : 9) : 1;
   if (node_count(s1) != want) fprintf(stderr, "layernorm opset %d: %d nodes\n", opset, node_count(s1));
   CHECK(node_count(s1) == want);
   float y0[N], y1[N];
@@ -493,11 +507,12 @@ int main(void) {
   ln_case(13, false);
   ln_case(18, false);
   ln_case(13, true);
-  g_ln_rsqrt = true;
-  ln_case(13, false);
-  ln_case(18, false);
-  ln_case(13, true);
-  g_ln_rsqrt = false;
+  for (g_ln_form = 1; g_ln_form <= 2; g_ln_form++) {
+    ln_case(13, false);
+    ln_case(18, false);
+    ln_case(13, true);
+  }
+  g_ln_form = 0;
   fill();
   const char *acts[] = {"Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Sigmoid", "Tanh", "Clip"};
   for (size_t i = 0; i < sizeof acts / sizeof *acts; i++) one(acts[i], 14, false, false);

@@ -10,7 +10,9 @@
  *     var = ReduceMean(p, axes=[-1]); s = Sqrt(Add(var, eps)); n = Div(d, s)
  *     y = Add(Mul(n, gamma), beta)        (gamma, beta constants)
  * (also with Mul(d, d) for the square and Mul(d, Reciprocal(s)) for the
- * Div, as tf2onnx writes keras' rsqrt)
+ * Div, as tf2onnx writes keras' rsqrt; and with gamma folded into the
+ * scale, x * inv + (beta - mean * inv), inv = gamma * rsqrt(var + eps),
+ * tf2onnx's form of keras' LayerNormalization: ln_scale_find)
  * becomes one LayerNormalization(x, gamma, beta, axis=-1, epsilon=eps)
  * node (opset 17's op, whatever the model's opset): one pass over the rows
  * instead of nine kernels and eight intermediate tensors. The node keeps
@@ -78,7 +80,7 @@ keel_status keel_pass_fold_identity(keel_model *m) {
 /* A matched decomposition: its nodes, the last of which becomes the one
  * node `op` (of `opset`) reading `ins` with `attrs`, the others dropped
  * and named in its `fused` list. Shared by fuse-layernorm and fuse-gelu. */
-#define PAT_MAX 10
+#define PAT_MAX 12
 typedef struct pattern {
   int32_t nodes[PAT_MAX];
   int n;
@@ -198,6 +200,86 @@ static bool ln_find(const keel_model *m, const keel_graph *g, int32_t i, pattern
   return true;
 }
 
+/* The one name two nodes' inputs share (two-input nodes), or NULL. */
+static const char *shared_in(const keel_node *a, const keel_node *b) {
+  for (int k = 0; k < 2; k++)
+    if (other_in(b, a->in_names[k])) return a->in_names[k];
+  return NULL;
+}
+
+/* The producer of `name` when it is `op` read only by node `reader`. */
+static int32_t only_for(const keel_graph *g, const char *name, const char *op, int32_t reader) {
+  int32_t p = keel_ir_producer(g, name);
+  return p >= 0 && is_op(&g->nodes[p], op) && keel_ir_only_reader(g, name) == reader ? p : -1;
+}
+
+/* tf2onnx's arrangement of keras' LayerNormalization (batch_normalization's
+ * algebra, the scale folded into one factor), from its final Add (node i):
+ *     inv = Mul(Reciprocal(Sqrt(Add(var, eps))), gamma)
+ *     y   = Add(Mul(x, inv), Sub(beta, Mul(mean, inv)))
+ * with mean and var as above (the square Mul(d, d) or Pow(d, 2)), every
+ * Mul and the Adds in either order. x * inv + beta - mean * inv is
+ * (x - mean) * inv + beta: LayerNormalization's value. */
+static bool ln_scale_find(const keel_model *m, const keel_graph *g, int32_t i, pattern *t) {
+  const keel_node *yn = &g->nodes[i];
+  if (!is_op(yn, "Add") || yn->n_in != 2) return false;
+  for (int k = 0; k < 2; k++) {
+    int32_t xs = only_for(g, yn->in_names[k], "Mul", i);
+    int32_t bb = only_for(g, yn->in_names[1 - k], "Sub", i);
+    if (xs < 0 || bb < 0 || g->nodes[bb].n_in != 2 || g->nodes[xs].n_in != 2) continue;
+    const char *beta = g->nodes[bb].in_names[0];
+    int32_t ms = only_for(g, g->nodes[bb].in_names[1], "Mul", bb);
+    if (!const_vec(m, g, beta) || ms < 0 || g->nodes[ms].n_in != 2) continue;
+    const char *inv = shared_in(&g->nodes[xs], &g->nodes[ms]);
+    if (!inv || keel_ir_uses(g, inv) != 2) continue;
+    const char *x = other_in(&g->nodes[xs], inv), *mean_v = other_in(&g->nodes[ms], inv);
+    int32_t sc = keel_ir_producer(g, inv);
+    if (sc < 0 || !is_op(&g->nodes[sc], "Mul") || g->nodes[sc].n_in != 2) continue;
+    const keel_node *scn = &g->nodes[sc];
+    int32_t rs = -1;
+    const char *gamma = NULL;
+    for (int q = 0; q < 2 && rs < 0; q++) {
+      rs = only_for(g, scn->in_names[q], "Reciprocal", sc);
+      gamma = scn->in_names[1 - q];
+    }
+    if (rs < 0 || !const_vec(m, g, gamma)) continue;
+    int32_t sq = only_for(g, g->nodes[rs].in_names[0], "Sqrt", rs);
+    int32_t add = sq < 0 ? -1 : only_for(g, g->nodes[sq].in_names[0], "Add", sq);
+    if (add < 0 || g->nodes[add].n_in != 2) continue;
+    const keel_node *an = &g->nodes[add];
+    int32_t var = -1;
+    float eps = 0;
+    for (int q = 0; q < 2 && var < 0; q++) {
+      int32_t p = only_for(g, an->in_names[q], "ReduceMean", add);
+      if (p >= 0 && mean_last(m, g, &g->nodes[p]) &&
+          keel_ir_const_f32(m, g, an->in_names[1 - q], &eps))
+        var = p;
+    }
+    int32_t pw = var < 0 ? -1 : keel_ir_producer(g, g->nodes[var].in_names[0]);
+    if (pw < 0 || keel_ir_only_reader(g, g->nodes[pw].out_names[0]) != var) continue;
+    const keel_node *pn = &g->nodes[pw]; /* Mul(d, d), or Pow(d, 2) */
+    float two;
+    bool sq_mul = is_op(pn, "Mul") && pn->n_in == 2 && !strcmp(pn->in_names[0], pn->in_names[1]);
+    if (!sq_mul && (!is_op(pn, "Pow") || pn->n_in != 2 ||
+                    !keel_ir_const_f32(m, g, pn->in_names[1], &two) || two != 2.0f))
+      continue;
+    const char *d = pn->in_names[0];
+    int32_t sub = keel_ir_producer(g, d);
+    int32_t mean = keel_ir_producer(g, mean_v);
+    if (sub < 0 || mean < 0 || !is_op(&g->nodes[sub], "Sub") || g->nodes[sub].n_in != 2 ||
+        strcmp(g->nodes[sub].in_names[0], x) || strcmp(g->nodes[sub].in_names[1], mean_v) ||
+        !mean_last(m, g, &g->nodes[mean]) || strcmp(g->nodes[mean].in_names[0], x) ||
+        keel_ir_uses(g, d) != (sq_mul ? 2 : 1) || keel_ir_uses(g, mean_v) != 2)
+      continue;
+    *t = (pattern){{mean, sub, pw, var, add, sq, rs, sc, xs, ms, bb, i}, 12, "LayerNormalization", 17,
+                   {x, gamma, beta}, 3,
+                   {{.name = "axis", .type = KEEL_ATTR_INT, .i = -1},
+                    {.name = "epsilon", .type = KEEL_ATTR_FLOAT, .f = eps}}, 2};
+    return true;
+  }
+  return false;
+}
+
 static keel_status rewrite(keel_model *m, keel_graph *g, const pattern *t, bool *drop) {
   keel_arena *a = m->arena;
   keel_node *n = &g->nodes[t->nodes[t->n - 1]];
@@ -226,7 +308,8 @@ static keel_status fuse_with(keel_model *m, keel_graph *g, int32_t i, bool *drop
 }
 
 static keel_status ln_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, bool *fused) {
-  return fuse_with(m, g, i, drop, fused, ln_find);
+  KEEL_TRY(fuse_with(m, g, i, drop, fused, ln_find));
+  return *fused ? KEEL_OK : fuse_with(m, g, i, drop, fused, ln_scale_find);
 }
 
 keel_status keel_pass_fuse_layernorm(keel_model *m) {
