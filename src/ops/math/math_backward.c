@@ -1,34 +1,22 @@
-/* grad_math.c: helper kernels for the derivative rules of autodiff/grad_math.c,
- * in the domain "ai.keel.internal":
+/* math_backward.c: the backward kernels of the elementwise ops of unary.c
+ * (rules in autodiff/grad_math.c; Relu's, Sigmoid's and Tanh's in
+ * autodiff/grad_basic.c, Dropout's in autodiff/grad_nn.c), in the domain
+ * "ai.keel.internal":
  *   UnaryGrad(gy, x [, min, max])      dx = gy * f'(x) for the elementwise
  *       activation named by the attribute `op` (its own attributes copied
  *       from the forward node: alpha, beta, gamma, approximate, min, max);
- *   MatMulGrad(gy, A, B) -> (dA, dB)   MatMul's gradients for every rank
- *       (1-D operands, batches, broadcast batch dims summed away), one GEMM
- *       per batch through keel_gemm_f32/f64 with the transposes folded in;
- *   NegativeLogLikelihoodLossGrad(gy, x, target [, weight]) -> dx, with the
- *       forward's reduction and ignore_index.
- * Float32 runs in float, float64 in double. The rules emit ONNX ops where
- * those do the job; these exist where a rule would otherwise need the rank
- * at load (MatMul) or a chain of ten elementwise passes (Gelu, Mish). */
+ *   ReluGrad, SigmoidGrad, TanhGrad(gy, v)  gy * f'(v), v the forward's
+ *       input (Relu) or output (Sigmoid, Tanh), any float type;
+ *   DropoutGrad(gY, mask, ratio?, training_mode?)  gY * mask / (1 - ratio).
+ * Float32 runs in float, float64 in double (ReluGrad and the like: the
+ * other float types through double). The rules emit ONNX ops where those
+ * do the job; UnaryGrad exists where a rule would otherwise need a chain of
+ * ten elementwise passes (Gelu, Mish).
+ */
 #include <math.h>
 
 #include "base/pool.h"
-#include "ops/common/bcast.h"
-#include "ops/common/conv_util.h"
-
-#define FLOAT_DOUBLE (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE))
-
-static keel_status fd_input(keel_kctx *k, int i, int dtype, const keel_tensor **t) {
-  KEEL_TRY(keel_k_in(k, i, t));
-  if ((*t)->dtype != KEEL_FLOAT && (*t)->dtype != KEEL_DOUBLE)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "%s (ai.keel.internal): input %d must be float32 or float64",
-                    k->node->op_type, i);
-  if (dtype >= 0 && (*t)->dtype != dtype)
-    return keel_err(KEEL_ERR_SHAPE, "%s: input %d has another element type than input 0",
-                    k->node->op_type, i);
-  return KEEL_OK;
-}
+#include "ops/common/backward_util.h"
 
 /* ============================================================ UnaryGrad */
 
@@ -152,8 +140,8 @@ static keel_status op_unary_grad(keel_kctx *k) {
     if (!strcmp(name, ug_names[i])) j.op = i;
   if (j.op < 0) return keel_err(KEEL_ERR_UNSUPPORTED, "UnaryGrad: unknown op '%s'", name);
   const keel_tensor *gy, *x;
-  KEEL_TRY(fd_input(k, 0, -1, &gy));
-  KEEL_TRY(fd_input(k, 1, gy->dtype, &x));
+  KEEL_TRY(keel_bw_fd_input_math(k, 0, -1, &gy));
+  KEEL_TRY(keel_bw_fd_input_math(k, 1, gy->dtype, &x));
   if (keel_tensor_numel(gy) != keel_tensor_numel(x))
     return keel_err(KEEL_ERR_SHAPE, "UnaryGrad(%s): the gradient and the input differ in size", name);
   bool selu = j.op == UG_SELU, hs = j.op == UG_HARDSIGMOID;
@@ -168,237 +156,76 @@ static keel_status op_unary_grad(keel_kctx *k) {
   return keel_pool_for(k->pool, keel_tensor_numel(o), 16384, x->dtype == KEEL_FLOAT ? ug_f32 : ug_f64, &j);
 }
 
-/* =========================================================== MatMulGrad */
+/* ==================================================== Relu, Sigmoid, Tanh */
 
-/* MatMul's operands as batches of matrices: a 1-D A is [1, K], a 1-D B
- * is [K, 1]; batch dims broadcast. */
-typedef struct mm_geom {
-  int64_t M, K, N, nb;                    /* nb: broadcast batch count       */
-  int br;                                 /* batch rank                      */
-  int64_t bshape[KEEL_MAX_RANK], sa[KEEL_MAX_RANK], sb[KEEL_MAX_RANK];
-  bool a_full, b_full, b_none;            /* A's (B's) batch is all of it; B has none */
-} mm_geom;
-
-static keel_status mm_geometry(const keel_tensor *gy, const keel_tensor *a, const keel_tensor *b,
-                               mm_geom *g) {
-  if (a->rank < 1 || b->rank < 1)
-    return keel_err(KEEL_ERR_SHAPE, "MatMulGrad: MatMul's operands have rank >= 1");
-  g->M = a->rank == 1 ? 1 : a->shape[a->rank - 2];
-  g->K = a->shape[a->rank - 1];
-  int64_t kb = b->rank == 1 ? b->shape[0] : b->shape[b->rank - 2];
-  g->N = b->rank == 1 ? 1 : b->shape[b->rank - 1];
-  if (kb != g->K) return keel_err(KEEL_ERR_SHAPE, "MatMulGrad: inner dims %lld and %lld differ",
-                                  (long long)g->K, (long long)kb);
-  int ar = a->rank > 2 ? a->rank - 2 : 0, brk = b->rank > 2 ? b->rank - 2 : 0;
-  KEEL_TRY(keel_broadcast_shape(ar, a->shape, brk, b->shape, &g->br, g->bshape));
-  keel_broadcast_strides(ar, a->shape, g->br, g->bshape, g->sa);
-  keel_broadcast_strides(brk, b->shape, g->br, g->bshape, g->sb);
-  g->nb = 1;
-  for (int d = 0; d < g->br; d++) g->nb *= g->bshape[d];
-  int64_t na = 1;
-  for (int d = 0; d < ar; d++) na *= a->shape[d];
-  int64_t nbb = 1;
-  for (int d = 0; d < brk; d++) nbb *= b->shape[d];
-  g->a_full = na == g->nb;
-  g->b_full = nbb == g->nb;
-  g->b_none = brk == 0;
-  if (keel_tensor_numel(gy) != g->nb * g->M * g->N)
-    return keel_err(KEEL_ERR_SHAPE, "MatMulGrad: the gradient has %lld elements, MatMul's output %lld",
-                    (long long)keel_tensor_numel(gy), (long long)(g->nb * g->M * g->N));
-  return KEEL_OK;
-}
-
-/* Offset (in matrices) of batch i in an operand with broadcast strides st. */
-static int64_t mm_batch_off(const mm_geom *g, const int64_t *st, int64_t i) {
-  int64_t off = 0;
-  for (int d = g->br - 1; d >= 0; d--) {
-    off += (i % g->bshape[d]) * st[d];
-    i /= g->bshape[d];
-  }
-  return off;
-}
-
-typedef void (*mm_gemm_fn)(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                           const void *A, int64_t lda, const void *B, int64_t ldb, bool acc,
-                           void *C, int64_t ldc);
-static void mm_gemm32(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      const void *A, int64_t lda, const void *B, int64_t ldb, bool acc, void *C,
-                      int64_t ldc) {
-  keel_gemm_f32(pool, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, acc ? 1.0f : 0.0f, C, ldc);
-}
-static void mm_gemm64(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                      const void *A, int64_t lda, const void *B, int64_t ldb, bool acc, void *C,
-                      int64_t ldc) {
-  keel_gemm_f64(pool, ta, tb, M, N, K, 1.0, A, lda, B, ldb, acc ? 1.0 : 0.0, C, ldc);
-}
-
-/* How the batches run: stacked into one GEMM each (A fills the batch, B
- * has none), split over the pool (neither broadcasts, enough batches), or
- * one after another accumulating (a broadcast operand's gradient sums). */
-enum { MM_STACKED, MM_PARALLEL, MM_LOOP };
-static int mm_plan(const mm_geom *g, keel_pool *pool) {
-  if (g->a_full && g->b_none) return MM_STACKED;
-  if (g->a_full && g->b_full && g->nb >= 2 * keel_pool_splits(pool)) return MM_PARALLEL;
-  return MM_LOOP;
-}
-
-/* Batches split over the pool when neither operand broadcasts (every
- * batch writes its own dA and dB slices). */
-typedef struct mm_job {
-  const mm_geom *g;
-  mm_gemm_fn gemm;
-  size_t es;
-  const char *gy, *a, *b;
-  char *da, *db;
-} mm_job;
-
-static keel_status mm_batches(void *ctx, int64_t begin, int64_t end, int w) {
-  (void)w;
-  const mm_job *j = ctx;
-  int64_t M = j->g->M, K = j->g->K, N = j->g->N;
-  size_t es = j->es;
-  for (int64_t i = begin; i < end; i++) {
-    const char *gi = j->gy + (size_t)(i * M * N) * es, *ai = j->a + (size_t)(i * M * K) * es,
-               *bi = j->b + (size_t)(i * K * N) * es;
-    if (j->da) j->gemm(NULL, false, true, M, K, N, gi, N, bi, N, false, j->da + (size_t)(i * M * K) * es, K);
-    if (j->db) j->gemm(NULL, true, false, K, N, M, ai, K, gi, N, false, j->db + (size_t)(i * K * N) * es, N);
-  }
-  return KEEL_OK;
-}
-
-/* dA[a(i)] += gy_i B_i^T; dB[b(i)] += A_i^T gy_i over the batches i. When A
- * fills the batch and B has none, each is one GEMM over the stacked rows. */
-static void mm_grads(keel_pool *pool, const mm_geom *g, mm_gemm_fn gemm, size_t es, const char *gy,
-                     const char *a, const char *b, char *da, char *db) {
-  int64_t M = g->M, K = g->K, N = g->N;
-  int plan = mm_plan(g, pool);
-  if (plan == MM_STACKED) {
-    if (da) gemm(pool, false, true, g->nb * M, K, N, gy, N, b, N, false, da, K);
-    if (db) gemm(pool, true, false, K, N, g->nb * M, a, K, gy, N, false, db, N);
-    return;
-  }
-  if (plan == MM_PARALLEL) {
-    mm_job j = {g, gemm, es, gy, a, b, da, db};
-    (void)keel_pool_for(pool, g->nb, 1, mm_batches, &j); /* the jobs cannot fail */
-    return;
-  }
-  for (int64_t i = 0; i < g->nb; i++) {
-    int64_t oa = mm_batch_off(g, g->sa, i), ob = mm_batch_off(g, g->sb, i);
-    const char *gi = gy + (size_t)(i * M * N) * es, *ai = a + (size_t)(oa * M * K) * es,
-               *bi = b + (size_t)(ob * K * N) * es;
-    if (da) gemm(pool, false, true, M, K, N, gi, N, bi, N, true, da + (size_t)(oa * M * K) * es, K);
-    if (db) gemm(pool, true, false, K, N, M, ai, K, gi, N, true, db + (size_t)(ob * K * N) * es, N);
-  }
-}
-
-static keel_status op_matmul_grad(keel_kctx *k) {
-  const keel_tensor *gy, *a, *b;
-  KEEL_TRY(fd_input(k, 0, -1, &gy));
-  KEEL_TRY(fd_input(k, 1, gy->dtype, &a));
-  KEEL_TRY(fd_input(k, 2, gy->dtype, &b));
-  mm_geom g;
-  KEEL_TRY(mm_geometry(gy, a, b, &g));
-  keel_tensor *da = NULL, *db = NULL; /* an omitted output is not computed */
-  if (keel_k_has_out(k, 0)) KEEL_TRY(keel_k_out(k, 0, a->dtype, a->rank, a->shape, &da));
-  if (keel_k_has_out(k, 1)) KEEL_TRY(keel_k_out(k, 1, b->dtype, b->rank, b->shape, &db));
-  bool zero = !g.M || !g.N || !g.K || !g.nb || mm_plan(&g, k->pool) == MM_LOOP;
-  if (zero && da && da->data) memset(da->data, 0, keel_tensor_nbytes(da));
-  if (zero && db && db->data) memset(db->data, 0, keel_tensor_nbytes(db));
-  if (!g.M || !g.N || !g.K || !g.nb) return KEEL_OK;
-  bool f32 = a->dtype == KEEL_FLOAT;
-  mm_grads(k->pool, &g, f32 ? mm_gemm32 : mm_gemm64, f32 ? sizeof(float) : sizeof(double),
-           gy->data, a->data, b->data, da ? da->data : NULL, db ? db->data : NULL);
-  return KEEL_OK;
-}
-
-/* ================================================ NegativeLogLikelihoodLossGrad */
-
-typedef struct nll_geom {
-  int64_t N, C, D;                /* x is [N, C, D...], target [N, D...]     */
-  int reduction;                  /* 0 none, 1 sum, 2 mean                   */
-  bool has_ignore;
-  int64_t ignore;
-} nll_geom;
-
-static keel_status nll_geometry(keel_kctx *k, const keel_tensor *x, const keel_tensor *t,
-                                const keel_tensor *w, nll_geom *g) {
-  if (x->rank < 2 || t->rank != x->rank - 1)
-    return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLossGrad: input rank %d, target rank %d",
-                    x->rank, t->rank);
-  g->N = x->shape[0], g->C = x->shape[1], g->D = 1;
-  for (int d = 2; d < x->rank; d++) g->D *= x->shape[d];
-  bool same = t->shape[0] == g->N;
-  for (int d = 2; d < x->rank; d++) same &= t->shape[d - 1] == x->shape[d];
-  if (!same) return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLossGrad: target's shape does not fit the input's");
-  if (t->dtype != KEEL_INT64 && t->dtype != KEEL_INT32)
-    return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLossGrad: target must be int32 or int64");
-  if (w && (w->rank != 1 || w->shape[0] != g->C || w->dtype != x->dtype))
-    return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLossGrad: weight must be [C] of the input's type");
-  const char *red = keel_k_attr_s(k, "reduction", "mean");
-  g->reduction = !strcmp(red, "none") ? 0 : !strcmp(red, "sum") ? 1 : !strcmp(red, "mean") ? 2 : -1;
-  if (g->reduction < 0)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "NegativeLogLikelihoodLoss: reduction '%s'", red);
-  g->has_ignore = keel_k_attr(k, "ignore_index") != NULL;
-  g->ignore = keel_k_attr_i(k, "ignore_index", 0);
-  return KEEL_OK;
-}
-
-static int64_t nll_label(const keel_tensor *t, int64_t i) {
-  return t->dtype == KEEL_INT64 ? ((const int64_t *)t->data)[i] : ((const int32_t *)t->data)[i];
-}
-
-/* dx[n, c, d] = -w[c] * coef(n, d) where c = target[n, d] (not ignored). */
-#define NLL_BODY(T)                                                                       \
-  static keel_status nll_##T(const nll_geom *g, const keel_tensor *gy, const keel_tensor *t, \
-                             const keel_tensor *w, keel_tensor *o) {                      \
-    const T *gv = gy->data, *wv = w ? w->data : NULL;                                     \
-    T *dx = o->data;                                                                      \
-    int64_t cnt = g->N * g->D;                                                            \
-    double wsum = 0;                                                                      \
-    for (int64_t i = 0; i < cnt; i++) {                                                   \
-      int64_t c = nll_label(t, i);                                                        \
-      if (g->has_ignore && c == g->ignore) continue;                                      \
-      if (c < 0 || c >= g->C)                                                             \
-        return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLoss: target %lld outside [0, %lld)", \
-                        (long long)c, (long long)g->C);                                   \
-      wsum += wv ? (double)wv[c] : 1.0;                                                   \
-    }                                                                                     \
-    memset(dx, 0, keel_tensor_nbytes(o));                                                 \
-    T scale = g->reduction == 2 ? (T)(1.0 / wsum) : (T)1;                                 \
-    for (int64_t i = 0; i < cnt; i++) {                                                   \
-      int64_t c = nll_label(t, i), n = i / g->D, d = i % g->D;                            \
-      if (g->has_ignore && c == g->ignore) continue;                                      \
-      T coef = g->reduction ? gv[0] * scale : gv[i];                                      \
-      dx[(n * g->C + c) * g->D + d] = -(wv ? wv[c] : (T)1) * coef;                        \
-    }                                                                                     \
-    return KEEL_OK;                                                                       \
-  }
-NLL_BODY(float)
-NLL_BODY(double)
-
-static keel_status op_nll_grad(keel_kctx *k) {
-  const keel_tensor *gy, *x, *t, *w;
-  KEEL_TRY(fd_input(k, 0, -1, &gy));
-  KEEL_TRY(fd_input(k, 1, gy->dtype, &x));
-  KEEL_TRY(keel_k_in(k, 2, &t));
-  KEEL_TRY(keel_k_in_opt(k, 3, &w));
-  nll_geom g;
-  KEEL_TRY(nll_geometry(k, x, t, w, &g));
-  int64_t want = g.reduction ? 1 : g.N * g.D;
-  if (keel_tensor_numel(gy) != want)
-    return keel_err(KEEL_ERR_SHAPE, "NegativeLogLikelihoodLossGrad: the gradient has %lld elements, the loss %lld",
-                    (long long)keel_tensor_numel(gy), (long long)want);
+/* out = gy * f(v) elementwise, v the forward input (Relu) or output. */
+static keel_status act_grad(keel_kctx *k, double (*f)(double)) {
+  const keel_tensor *gy, *v;
+  KEEL_TRY(keel_bw_float_input(k, 0, &gy));
+  KEEL_TRY(keel_bw_float_input(k, 1, &v));
+  if (keel_tensor_numel(gy) != keel_tensor_numel(v))
+    return keel_err(KEEL_ERR_SHAPE, "gradient and value differ in size");
   keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
-  return x->dtype == KEEL_FLOAT ? nll_float(&g, gy, t, w, o) : nll_double(&g, gy, t, w, o);
+  KEEL_TRY(keel_k_out(k, 0, gy->dtype, gy->rank, gy->shape, &o));
+  if (gy->dtype == KEEL_FLOAT && v->dtype == KEEL_FLOAT) {
+    const float *g = gy->data, *x = v->data;
+    float *out = o->data;
+    for (int64_t i = 0; i < keel_tensor_numel(o); i++) out[i] = g[i] * (float)f(x[i]);
+    return KEEL_OK;
+  }
+  for (int64_t i = 0; i < keel_tensor_numel(o); i++) {
+    double g = keel_elem_get_f64(gy->dtype, gy->data, (size_t)i);
+    keel_elem_set_f64(o->dtype, o->data, (size_t)i, g * f(keel_elem_get_f64(v->dtype, v->data, (size_t)i)));
+  }
+  return KEEL_OK;
 }
+
+static double relu_d(double x) { return x > 0 ? 1.0 : 0.0; }
+static double sigmoid_d(double y) { return y * (1 - y); }
+static double tanh_d(double y) { return 1 - y * y; }
+static keel_status op_relu_grad(keel_kctx *k) { return act_grad(k, relu_d); }
+static keel_status op_sigmoid_grad(keel_kctx *k) { return act_grad(k, sigmoid_d); }
+static keel_status op_tanh_grad(keel_kctx *k) { return act_grad(k, tanh_d); }
+
+/* ========================================================= Dropout */
+
+/* Inputs (gY, mask, ratio?, training_mode?); attributes ratio and training
+ * stand in for the inputs before opset 12. dX = gY * mask / (1 - ratio)
+ * when training with ratio > 0, else gY. */
+static keel_status op_dropout_grad(keel_kctx *k) {
+  const keel_tensor *gy, *mask;
+  KEEL_TRY(keel_bw_fd_input(k, 0, -1, &gy));
+  KEEL_TRY(keel_k_in(k, 1, &mask));
+  KEEL_TRY(keel_bw_same_shape(k, mask, "the mask", gy->rank, gy->shape));
+  double ratio = keel_k_attr_f(k, "ratio", 0.5f);
+  int64_t t = keel_k_attr_i(k, "training", 0);
+  if (keel_k_has_in(k, 2)) KEEL_TRY(keel_k_in_scalar_f64(k, 2, &ratio));
+  if (keel_k_has_in(k, 3)) KEEL_TRY(keel_k_in_scalar_i64(k, 3, &t));
+  bool on = t != 0 && ratio != 0;
+  if (on && !(ratio > 0 && ratio < 1))
+    return keel_err(KEEL_ERR_RUNTIME, "DropoutGrad: ratio %g is outside [0, 1)", ratio);
+  keel_tensor *dx;
+  KEEL_TRY(keel_k_out(k, 0, gy->dtype, gy->rank, gy->shape, &dx));
+  bool dbl = gy->dtype == KEEL_DOUBLE;
+  double scale = on ? 1 / (1 - ratio) : 1;
+  for (int64_t i = 0; i < keel_tensor_numel(gy); i++) {
+    bool keep = !on || keel_elem_get_f64(mask->dtype, mask->data, (size_t)i) != 0;
+    keel_bw_st(dx->data, dbl, i, keep ? keel_bw_ld(gy->data, dbl, i) * scale : 0);
+  }
+  return KEEL_OK;
+}
+
+/* ============================================================= table */
 
 #define D "ai.keel.internal"
+#define FD (KEEL_T(KEEL_FLOAT) | KEEL_T(KEEL_DOUBLE))
 const keel_opdef keel_ops_grad_math[] = {
-    {D, "UnaryGrad", 1, KEEL_OPSET_MAX, op_unary_grad, 0, FLOAT_DOUBLE},
-    {D, "MatMulGrad", 1, KEEL_OPSET_MAX, op_matmul_grad, 0, FLOAT_DOUBLE},
-    {D, "NegativeLogLikelihoodLossGrad", 1, KEEL_OPSET_MAX, op_nll_grad, 0, FLOAT_DOUBLE},
+    {D, "UnaryGrad", 1, KEEL_OPSET_MAX, op_unary_grad, 0, FD},
+    {D, "ReluGrad", 1, KEEL_OPSET_MAX, op_relu_grad, 0, KEEL_TS_FLOAT},
+    {D, "SigmoidGrad", 1, KEEL_OPSET_MAX, op_sigmoid_grad, 0, KEEL_TS_FLOAT},
+    {D, "TanhGrad", 1, KEEL_OPSET_MAX, op_tanh_grad, 0, KEEL_TS_FLOAT},
+    {D, "DropoutGrad", 1, KEEL_OPSET_MAX, op_dropout_grad, 0, FD},
     {0},
 };
+#undef FD
 #undef D
-#undef FLOAT_DOUBLE
