@@ -1,5 +1,8 @@
 /* test_grad_nn.c: the rules of autodiff/grad_nn.c (and the kernels of
- * ops/training/backward_nn.c) against finite differences in float64 (tests/gradcheck.h):
+ * ops/nn/conv/conv_backward.c, ops/nn/pool/pool_backward.c,
+ * ops/nn/norm/norm_backward.c, ops/image/resize_backward.c and DropoutGrad's
+ * in ops/math/math_backward.c) against finite differences in float64
+ * (tests/gradcheck.h):
  * Conv and ConvTranspose with their attributes, the pools, BatchNorm
  * (inference and training, opsets 9/14/15), LayerNorm, InstanceNorm,
  * GroupNorm, Dropout, Resize.

@@ -1,4 +1,4 @@
-/* test_grad_shape_kernels.c: the helper kernels of ops/training/backward_shape.c (and
+/* test_grad_shape_kernels.c: the helper kernels of ops/shape/shape_backward.c (and
  * ZerosLike of a sequence, ops/training/backward.c) run directly from a model importing
  * "ai.keel.internal": GatherGrad against a naive scatter-add in float64 and
  * float32 (sizes large enough for the thread pool to split the work),

@@ -17,8 +17,10 @@
  * nodes and frees their values at last use like any others.
  *
  * It works on names (before ir/scope.c resolves them). Helper kernels the
- * rules need and ONNX lacks live in ops/grad*.c under the domain
- * "ai.keel.internal", which a model file cannot use without importing it.
+ * rules need and ONNX lacks live under the domain "ai.keel.internal",
+ * which a model file cannot use without importing it: each op's beside its
+ * forward kernel (ops/<family>/..._backward.c), the driver's OnesLike,
+ * ZerosLike and SumToShape in ops/training/backward.c.
  */
 #include <stdio.h>
 

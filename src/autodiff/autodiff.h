@@ -8,7 +8,8 @@
  * to which input of the forward node. The driver sums contributions to a
  * value used more than once. Rules reduce broadcast operands themselves
  * (ad_sum_to). Helper kernels that ONNX lacks live in the domain
- * "ai.keel.internal" (AD_INTERNAL), ops/grad*.c.
+ * "ai.keel.internal" (AD_INTERNAL): each op's beside its forward kernel
+ * (ops/<family>/..._backward.c), those of no one op in ops/training/.
  */
 #ifndef KEEL_AUTODIFF_H
 #define KEEL_AUTODIFF_H

@@ -3,11 +3,12 @@
  * LogSoftmax, the two losses, MatMul, Gemm and Einsum.
  *
  * Rules emit ONNX ops at opset >= 13 (axes as inputs: Unsqueeze, ReduceSum;
- * ReduceProd at 18) whatever the model's opset, plus three helper kernels
- * of ops/training/backward_math.c: UnaryGrad (one pass for f'(x) of an activation),
- * MatMulGrad (any rank: the rank is unknown at load, so the transposes and
- * the batch reduction happen in the kernel, on GEMMs) and
- * NegativeLogLikelihoodLossGrad (the scatter of the loss into [N, C, ...]).
+ * ReduceProd at 18) whatever the model's opset, plus three helper kernels:
+ * UnaryGrad (ops/math/math_backward.c; one pass for f'(x) of an activation),
+ * MatMulGrad (ops/math/matmul/matmul_backward.c; any rank: the rank is
+ * unknown at load, so the transposes and the batch reduction happen in the
+ * kernel, on GEMMs) and NegativeLogLikelihoodLossGrad
+ * (ops/nn/norm/norm_backward.c; the scatter of the loss into [N, C, ...]).
  *
  * Ties: Max/Min (variadic) send the gradient to the first input that
  * equals the result; ReduceMax/ReduceMin split it evenly among the tied

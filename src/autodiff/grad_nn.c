@@ -1,5 +1,5 @@
 /* grad_nn.c: derivative rules for the neural-network ops: Conv and
- * ConvTranspose (dX, dW through ops/training/backward_nn.c's GEMM kernels, dB as a
+ * ConvTranspose (dX, dW through ops/nn/conv/conv_backward.c's GEMM kernels, dB as a
  * ReduceSum), MaxPool / AveragePool and their Global forms,
  * BatchNormalization (inference and training mode), LayerNormalization,
  * InstanceNormalization, GroupNormalization,

@@ -4,7 +4,7 @@
  * sequence ops.
  *
  * Gather and Slice, common in training, have kernels of their own
- * (GatherGrad, SliceGrad in ops/training/backward_shape.c); GatherElements and GatherND
+ * (GatherGrad, SliceGrad in ops/shape/shape_backward.c); GatherElements and GatherND
  * scatter-add gy back with ScatterElements / ScatterND (reduction "add").
  * DepthToSpace (DCR) and SpaceToDepth are each other's inverse. The
  * others (Pad, DepthToSpace CRD, GatherND with batch dims) share one
@@ -166,7 +166,7 @@ static keel_status ints_const(ad_builder *b, const keel_node *n, const char *nam
   return ad_const_ints(b, a->n, a->ints, out);
 }
 
-/* Slice: SliceGrad (ops/training/backward_shape.c) puts gy back into zeros; the
+/* Slice: SliceGrad (ops/shape/shape_backward.c) puts gy back into zeros; the
  * attributes of Slice before opset 10 become its inputs. */
 static keel_status r_slice(ad_builder *b, const keel_node *n, const char *const *gy,
                            const char **gx) {

@@ -33,7 +33,11 @@
   X(grad)                \
   X(grad_shape)          \
   X(grad_math)           \
-  X(grad_nn)             \
+  X(grad_matmul)         \
+  X(grad_conv)           \
+  X(grad_pool)           \
+  X(grad_norm)           \
+  X(grad_resize)         \
   X(grad_tape)           \
   X(sequence)            \
   X(attention)           \

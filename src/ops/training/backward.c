@@ -1,24 +1,20 @@
-/* grad.c: helper kernels for the derivative graphs autodiff/autodiff.c builds,
- * in the domain "ai.keel.internal" (not usable from a model file unless it
- * imports that domain): OnesLike, ZerosLike (of a tensor or a sequence),
- * SumToShape, ReluGrad, SigmoidGrad and TanhGrad (MatMulGrad is in
- * grad_math.c).
+/* backward.c: the ops of the derivative graphs autodiff/autodiff.c builds
+ * that belong to no forward op, in the domain "ai.keel.internal" (not
+ * usable from a model file unless it imports that domain): OnesLike (the
+ * seed), ZerosLike (of a tensor or a sequence), SumToShape (what every
+ * broadcasting rule ends with). The backward kernels of single ops sit
+ * beside their forward kernels, in the *_backward.c file of each family's
+ * folder; GradAdd, with which the driver sums gradients, is in
+ * ops/shape/shape_backward.c.
  *
  * They work element by element through double (keel_elem_get/set_f64):
  * correct for every float type, and simple; float32 has direct loops
- * (SumToShape, which every broadcasting rule ends with, row by row). */
-#include "ops/common/bcast.h"
-
-static keel_status float_input(keel_kctx *k, int i, const keel_tensor **t) {
-  KEEL_TRY(keel_k_in(k, i, t));
-  if (!keel_dtype_is_float((*t)->dtype))
-    return keel_err(KEEL_ERR_SHAPE, "input %d must be a float tensor", i);
-  return KEEL_OK;
-}
+ * (SumToShape row by row). */
+#include "ops/common/backward_util.h"
 
 static keel_status filled_like(keel_kctx *k, double v) {
   const keel_tensor *x;
-  KEEL_TRY(float_input(k, 0, &x));
+  KEEL_TRY(keel_bw_float_input(k, 0, &x));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, x->rank, x->shape, &o));
   int64_t n = keel_tensor_numel(o);
@@ -87,7 +83,7 @@ static void sum_to_f32(const keel_tensor *g, int r, const int64_t *shape, const 
 /* g reduced by summation to the shape of x (undoes numpy broadcasting). */
 static keel_status op_sum_to_shape(keel_kctx *k) {
   const keel_tensor *g, *x;
-  KEEL_TRY(float_input(k, 0, &g));
+  KEEL_TRY(keel_bw_float_input(k, 0, &g));
   KEEL_TRY(keel_k_in(k, 1, &x));
   int r;
   int64_t shape[KEEL_MAX_RANK], st[KEEL_MAX_RANK];
@@ -120,43 +116,10 @@ static keel_status op_sum_to_shape(keel_kctx *k) {
   return KEEL_OK;
 }
 
-/* out = gy * f(v) elementwise, v the forward input (Relu) or output. */
-static keel_status act_grad(keel_kctx *k, double (*f)(double)) {
-  const keel_tensor *gy, *v;
-  KEEL_TRY(float_input(k, 0, &gy));
-  KEEL_TRY(float_input(k, 1, &v));
-  if (keel_tensor_numel(gy) != keel_tensor_numel(v))
-    return keel_err(KEEL_ERR_SHAPE, "gradient and value differ in size");
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, gy->dtype, gy->rank, gy->shape, &o));
-  if (gy->dtype == KEEL_FLOAT && v->dtype == KEEL_FLOAT) {
-    const float *g = gy->data, *x = v->data;
-    float *out = o->data;
-    for (int64_t i = 0; i < keel_tensor_numel(o); i++) out[i] = g[i] * (float)f(x[i]);
-    return KEEL_OK;
-  }
-  for (int64_t i = 0; i < keel_tensor_numel(o); i++) {
-    double g = keel_elem_get_f64(gy->dtype, gy->data, (size_t)i);
-    keel_elem_set_f64(o->dtype, o->data, (size_t)i, g * f(keel_elem_get_f64(v->dtype, v->data, (size_t)i)));
-  }
-  return KEEL_OK;
-}
-
-static double relu_d(double x) { return x > 0 ? 1.0 : 0.0; }
-static double sigmoid_d(double y) { return y * (1 - y); }
-static double tanh_d(double y) { return 1 - y * y; }
-static keel_status op_relu_grad(keel_kctx *k) { return act_grad(k, relu_d); }
-static keel_status op_sigmoid_grad(keel_kctx *k) { return act_grad(k, sigmoid_d); }
-static keel_status op_tanh_grad(keel_kctx *k) { return act_grad(k, tanh_d); }
-
 #define D "ai.keel.internal"
-/* Element-type sets used in the table below. */
 const keel_opdef keel_ops_grad[] = {
     {D, "OnesLike", 1, KEEL_OPSET_MAX, op_ones_like, 0, KEEL_TS_FLOAT},
     {D, "ZerosLike", 1, KEEL_OPSET_MAX, op_zeros_like, 0, KEEL_TS_FLOAT},
     {D, "SumToShape", 1, KEEL_OPSET_MAX, op_sum_to_shape, 0, KEEL_TS_FLOAT},
-    {D, "ReluGrad", 1, KEEL_OPSET_MAX, op_relu_grad, 0, KEEL_TS_FLOAT},
-    {D, "SigmoidGrad", 1, KEEL_OPSET_MAX, op_sigmoid_grad, 0, KEEL_TS_FLOAT},
-    {D, "TanhGrad", 1, KEEL_OPSET_MAX, op_tanh_grad, 0, KEEL_TS_FLOAT},
     {0},
 };

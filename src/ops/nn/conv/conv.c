@@ -307,7 +307,7 @@ DEF_DIRECT(direct_f64, double, double)
 DEF_DIRECT(direct_i32, int32_t, uint32_t)
 
 /* The float and double column routines, for the derivative kernels
- * (ops/training/backward_nn.c). */
+ * (conv_backward.c). */
 void keel_conv_im2col(const keel_win *w, bool dbl, const void *x, int64_t ch, int64_t p0,
                       int64_t len, void *col) {
   (dbl ? im2col_f64 : im2col_f32)(w, x, ch, p0, len, col);

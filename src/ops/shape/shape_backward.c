@@ -1,5 +1,7 @@
-/* grad_shape.c: helper kernels for the derivative rules of autodiff/grad_shape.c
- * and the autodiff driver, in the domain "ai.keel.internal":
+/* shape_backward.c: the backward kernels of the shape, index and sequence
+ * ops (forward kernels in gather_scatter.c, shape.c, sequence.c; rules in
+ * autodiff/grad_shape.c) and the driver's GradAdd (autodiff/autodiff.c), in
+ * the domain "ai.keel.internal":
  *   GradAdd(a, b)                       a + b: tensors of one shape, or
  *                                       sequences element by element (the
  *                                       driver sums gradients with it)
