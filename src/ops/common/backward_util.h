@@ -2,12 +2,6 @@
  * the *_backward.c files beside each family's forward kernels) share: the
  * checks of their float inputs, float/double element access, and the
  * shape check of a gradient against the shape it must have.
- *
- * keel_bw_fd_input and keel_bw_fd_input_math check the same thing (float
- * or double, and one type throughout) and differ only in their messages:
- * the first is the nn kernels' (it names the type found), the second the
- * one UnaryGrad, MatMulGrad and NegativeLogLikelihoodLossGrad have always
- * given.
  */
 #ifndef KEEL_BACKWARD_UTIL_H
 #define KEEL_BACKWARD_UTIL_H
@@ -31,19 +25,6 @@ static inline keel_status keel_bw_fd_input(keel_kctx *k, int i, int dtype, const
   if (dtype >= 0 && (*t)->dtype != dtype)
     return keel_err(KEEL_ERR_SHAPE, "%s: input %d is %s, expected %s", k->node->op_type, i,
                     keel_dtype_name((keel_dtype)(*t)->dtype), keel_dtype_name((keel_dtype)dtype));
-  return KEEL_OK;
-}
-
-/* keel_bw_fd_input with the other messages (above). */
-static inline keel_status keel_bw_fd_input_math(keel_kctx *k, int i, int dtype,
-                                                const keel_tensor **t) {
-  KEEL_TRY(keel_k_in(k, i, t));
-  if ((*t)->dtype != KEEL_FLOAT && (*t)->dtype != KEEL_DOUBLE)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "%s (ai.keel.internal): input %d must be float32 or float64",
-                    k->node->op_type, i);
-  if (dtype >= 0 && (*t)->dtype != dtype)
-    return keel_err(KEEL_ERR_SHAPE, "%s: input %d has another element type than input 0",
-                    k->node->op_type, i);
   return KEEL_OK;
 }
 

@@ -140,8 +140,8 @@ static keel_status op_unary_grad(keel_kctx *k) {
     if (!strcmp(name, ug_names[i])) j.op = i;
   if (j.op < 0) return keel_err(KEEL_ERR_UNSUPPORTED, "UnaryGrad: unknown op '%s'", name);
   const keel_tensor *gy, *x;
-  KEEL_TRY(keel_bw_fd_input_math(k, 0, -1, &gy));
-  KEEL_TRY(keel_bw_fd_input_math(k, 1, gy->dtype, &x));
+  KEEL_TRY(keel_bw_fd_input(k, 0, -1, &gy));
+  KEEL_TRY(keel_bw_fd_input(k, 1, gy->dtype, &x));
   if (keel_tensor_numel(gy) != keel_tensor_numel(x))
     return keel_err(KEEL_ERR_SHAPE, "UnaryGrad(%s): the gradient and the input differ in size", name);
   bool selu = j.op == UG_SELU, hs = j.op == UG_HARDSIGMOID;

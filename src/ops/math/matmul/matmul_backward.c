@@ -136,9 +136,9 @@ static void mm_grads(keel_pool *pool, const mm_geom *g, mm_gemm_fn gemm, size_t 
 
 static keel_status op_matmul_grad(keel_kctx *k) {
   const keel_tensor *gy, *a, *b;
-  KEEL_TRY(keel_bw_fd_input_math(k, 0, -1, &gy));
-  KEEL_TRY(keel_bw_fd_input_math(k, 1, gy->dtype, &a));
-  KEEL_TRY(keel_bw_fd_input_math(k, 2, gy->dtype, &b));
+  KEEL_TRY(keel_bw_fd_input(k, 0, -1, &gy));
+  KEEL_TRY(keel_bw_fd_input(k, 1, gy->dtype, &a));
+  KEEL_TRY(keel_bw_fd_input(k, 2, gy->dtype, &b));
   mm_geom g;
   KEEL_TRY(mm_geometry(gy, a, b, &g));
   keel_tensor *da = NULL, *db = NULL; /* an omitted output is not computed */

@@ -387,8 +387,8 @@ NLL_BODY(double)
 
 static keel_status op_nll_grad(keel_kctx *k) {
   const keel_tensor *gy, *x, *t, *w;
-  KEEL_TRY(keel_bw_fd_input_math(k, 0, -1, &gy));
-  KEEL_TRY(keel_bw_fd_input_math(k, 1, gy->dtype, &x));
+  KEEL_TRY(keel_bw_fd_input(k, 0, -1, &gy));
+  KEEL_TRY(keel_bw_fd_input(k, 1, gy->dtype, &x));
   KEEL_TRY(keel_k_in(k, 2, &t));
   KEEL_TRY(keel_k_in_opt(k, 3, &w));
   nll_geom g;
