@@ -3,7 +3,8 @@
  *
  * It maps ONNX's inputs onto the core: 3-D inputs [B, S, H*D] are read
  * in place through strides; past_key/past_value are concatenated into the
- * present outputs, which the core then reads as K and V; masks (bool, or
+ * present outputs, which the core then reads as K and V; masks (bool,
+ * read in place as the core's bool mask: true keeps, -inf fill; or
  * additive float of any float type) broadcast over [B, Hq, Sq, kv] by
  * strides, and a mask shorter than the keys counts as -inf beyond its end
  * (ONNX pads it). is_causal and the windows are aligned bottom-right: the
@@ -118,23 +119,20 @@ static void kv_copy(uint8_t *dst, const uint8_t *src, int rank, int64_t B, int64
     }
 }
 
-/* t as float: its own data, or a converted copy at *dst (advanced). */
+/* t (of a float type) as float: its own data, or a converted copy at
+ * *dst (advanced). */
 static const float *as_f32(const keel_tensor *t, float **dst) {
   if (t->dtype == KEEL_FLOAT) return t->data;
   float *f = *dst;
   int64_t n = keel_tensor_numel(t);
-  if (t->dtype == KEEL_BOOL) {
-    const uint8_t *m = t->data;
-    for (int64_t i = 0; i < n; i++) f[i] = m[i] ? 0.0f : -INFINITY;
-  } else {
-    for (int64_t i = 0; i < n; i++) f[i] = (float)keel_elem_get_f64(t->dtype, t->data, (size_t)i);
-  }
+  for (int64_t i = 0; i < n; i++) f[i] = (float)keel_elem_get_f64(t->dtype, t->data, (size_t)i);
   *dst += n;
   return f;
 }
 
+/* Floats a staged copy of t takes (a bool mask is read as it is). */
 static int64_t f32_need(const keel_tensor *t) {
-  return t && t->dtype != KEEL_FLOAT ? keel_tensor_numel(t) : 0;
+  return t && t->dtype != KEEL_FLOAT && t->dtype != KEEL_BOOL ? keel_tensor_numel(t) : 0;
 }
 
 /* The mask's strides over [B, Hq, Sq] (right-aligned, 0 where broadcast)
@@ -296,7 +294,10 @@ static keel_status op_attention(keel_kctx *k) {
   float *cur = (float *)(off + a.B);
   const float *qf = as_f32(a.q, &cur), *kf = as_f32(a.k, &cur), *vf = as_f32(a.v, &cur);
   const float *pkf = a.pk ? as_f32(a.pk, &cur) : NULL, *pvf = a.pv ? as_f32(a.pv, &cur) : NULL;
-  s.mask.p = a.mask ? as_f32(a.mask, &cur) : NULL;
+  if (a.mask && a.mask->dtype == KEEL_BOOL) /* true keeps a key: the core's bool mask */
+    s.cond = a.mask->data, s.keep = true, s.fill = -INFINITY;
+  else if (a.mask)
+    s.mask.p = as_f32(a.mask, &cur);
   s.B = a.B, s.Hq = a.Hq, s.Hkv = a.Hkv, s.Sq = a.Sq, s.Skv = a.T, s.Dk = a.Dk, s.Dv = a.Dv;
   s.q = operand(qf, a.rank, a.Hq, a.Sq, a.Dk);
   s.k = att_present(&a, a.pk, a.k, pkf, kf, o.pk, a.Dk, &cur);
