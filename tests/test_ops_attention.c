@@ -10,7 +10,7 @@
  * score_mod/prob_mod sub-graphs against the same reference loop. Bad
  * shapes give errors. */
 #include "opcase.h"
-#include "ops/nn/attention/attention.h"
+#include "ops/common/vmath.h"
 
 /* ================================================ the reference */
 

@@ -2,7 +2,7 @@
  * for the hot loops where a general GEMM's per-call packing and dispatch
  * cost more than the arithmetic: a recurrence's steps (rnn_fast.c, rnn.c;
  * a batch of one is bound by reading its weights from L2 every step) and
- * the blocks of fused attention (attention_fused.c).
+ * the blocks of the attention core (ops/nn/attention/attention.c).
  *
  * B (K x N) is stored as panels of KEEL_PANEL_NP columns: panel q holds
  * columns q*NP .. q*NP+NP-1 as K rows of NP floats (the last one

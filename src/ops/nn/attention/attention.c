@@ -1,113 +1,223 @@
-/* attention.c: the scaled-dot-product attention core (attention.h) and the
- * ONNX Attention op (opsets 23, 24 and 25) built on it.
+/* attention.c: the scaled-dot-product attention core (attention.h).
  *
- * The core walks (batch, query head, block of query rows); when decoding
- * (one query row) a block is instead the heads of one GQA group, which
- * share their K and V. A block's scores are one sgemm over the union of its rows' allowed keys (causal
- * rows near the top of a block skip the keys no row of it may see), the
- * softmax is a pass over each row, and the output rows are a second sgemm
- * of the probabilities with the same keys of V. Scratch is one block of
- * QB x Skv floats, whatever the sequence lengths.
+ * Its stages, each written once: the score product and the value product
+ * (OpenBLAS, float or double; on packed panels, float), a row's keys (the
+ * intervals, cut by a -inf bool mask), a row's softcap, mask and softmax
+ * (keel_vm_softmax_row; a double row for FlexAttention), the blocks that
+ * chain them, and the tasks that run the blocks on the pool: blocks of
+ * query rows, or whole heads on K and V packed once. The stages over
+ * whole heads (keel_sdpa_scores, _softmax, _values) are the same products
+ * and softmax for FlexAttention.
  *
- * The op maps ONNX's inputs onto the core: 3-D inputs [B, S, H*D] are read
- * in place through strides; past_key/past_value are concatenated into the
- * present outputs, which the core then reads as K and V; masks (bool, or
- * additive float of any float type) broadcast over [B, Hq, Sq, kv] by
- * strides, and a mask shorter than the keys counts as -inf beyond its end
- * (ONNX pads it). is_causal and the windows are aligned bottom-right: the
- * query offset is past_key's length, or nonpad_kv_seqlen[b] - Sq for an
- * external cache. float16/bfloat16/double inputs run in float on staged
- * copies and round once into the outputs; softmax_precision is met by
- * computing in float for every input type (for double inputs that is less
- * than double precision: a known limit).
+ * Compiled with -fno-trapping-math (CMakeLists.txt): the mask loops are
+ * selects that the compilers vectorize only without trapping math.
  */
 #include <math.h>
 
 #include "ops/nn/attention/attention.h"
-#include "ops/common/bcast.h"
+#include "base/pool.h"
 #include "ops/common/conv_util.h"
+#include "ops/common/panel_gemm.h"
+#include "ops/common/vmath.h"
+#include "ops/nn/attention/select.h"
 
-/* ========================================================= softmax */
+#define QB_MAX KEEL_ATTN_QB_MAX /* query rows per block, at most */
+#define NP KEEL_PANEL_NP
 
-/* ===================================================== the core */
+/* ===================================================== the products */
 
-#define QB 64 /* query rows per block */
+/* S (m x n, lds) = alpha * Q (m x dk, ldq) K^T, K as n rows of dk (ldk),
+ * or with k_t given transposed, dk rows of n keys; in ct (float or
+ * double). */
+static void qk_product(int ct, int64_t m, int64_t n, int64_t dk, double alpha, const void *q,
+                       int64_t ldq, const void *k, int64_t ldk, bool k_t, void *s, int64_t lds) {
+  if (ct == KEEL_FLOAT)
+    keel_gemm_f32(NULL, false, !k_t, m, n, dk, (float)alpha, q, ldq, k, ldk, 0, s, lds);
+  else
+    keel_gemm_f64(NULL, false, !k_t, m, n, dk, alpha, q, ldq, k, ldk, 0, s, lds);
+}
 
-/* The allowed keys [*lo, *hi) of query row i of batch b; empty as 0, 0. */
-static void row_range(const keel_sdpa *a, int64_t b, int64_t i, int64_t *lo, int64_t *hi) {
-  int64_t p = i + (a->offset ? a->offset[b] : 0);
-  int64_t l = 0, h = a->Skv;
-  if (a->causal && p + 1 < h) h = p + 1;
-  if (a->right >= 0 && p + a->right + 1 < h) h = p + a->right + 1;
-  if (a->left >= 0 && p - a->left > l) l = p - a->left;
-  if (a->kv_len && a->kv_len[b] < h) h = a->kv_len[b];
-  if (a->mask.p && a->mask_len < h) h = a->mask_len;
-  if (h <= l) l = h = 0;
-  *lo = l, *hi = h;
+/* Y (m x dv, ldy) = P (m x n, ldp) V (n rows of dv, ldv). */
+static void pv_product(int ct, int64_t m, int64_t dv, int64_t n, const void *p, int64_t ldp,
+                       const void *v, int64_t ldv, void *y, int64_t ldy) {
+  if (ct == KEEL_FLOAT)
+    keel_gemm_f32(NULL, false, false, m, dv, n, 1.0f, p, ldp, v, ldv, 0, y, ldy);
+  else
+    keel_gemm_f64(NULL, false, false, m, dv, n, 1.0, p, ldp, v, ldv, 0, y, ldy);
+}
+
+/* ====================================================== softmax rows */
+
+/* keel_vm_softmax_row in double: false, s untouched, when every score is
+ * -inf; a NaN score makes the row NaN. */
+static bool softmax_row_f64(double *s, int64_t n) {
+  double mx = -INFINITY, sum = 0;
+  for (int64_t j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  if (mx == -INFINITY) return false;
+  for (int64_t j = 0; j < n; j++) sum += s[j] = exp(s[j] - mx);
+  for (int64_t j = 0; j < n; j++) s[j] /= sum;
+  return true;
 }
 
 static void fill(float *p, int64_t n, float v) {
   for (int64_t j = 0; j < n; j++) p[j] = v;
 }
 
-/* Max and sum of x[0, n) in 8 lanes (the compilers vectorize explicit
- * lanes; a single accumulator would serialize on its latency). The max
- * skips NaN, which then reaches the row through exp(NaN) anyway. */
-#define LANES 8
-static float lanes_max(const float *x, int64_t n) {
-  float m[LANES];
-  for (int u = 0; u < LANES; u++) m[u] = -INFINITY;
-  int64_t j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int u = 0; u < LANES; u++) m[u] = x[j + u] > m[u] ? x[j + u] : m[u];
-  for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
-  for (int u = 1; u < LANES; u++) m[0] = m[u] > m[0] ? m[u] : m[0];
-  return m[0];
+/* ===================================================== a row's keys */
+
+/* A run of the core: the call, how its tasks are cut, and a shared bool
+ * mask's kept keys read once. */
+typedef struct job {
+  const keel_sdpa *a;
+  int64_t reps;                 /* query heads per kv head                 */
+  bool by_head;                 /* a block is a GQA group's heads at one query */
+  bool panels;                  /* tasks of whole heads on packed K and V  */
+  bool cut;                     /* a bool mask with a -inf fill: rows keep
+                                   their first to last kept key            */
+  bool same;                    /* every row of a block keeps the same keys */
+  int64_t qb, run, nblk;        /* rows per block; rows of a (b, head or
+                                   group) and its blocks                   */
+  /* with a cut and a mask shared by every batch and head (a causal one):
+   * each query row's kept keys [rk[2i], rk[2i+1]), and whether they are
+   * all kept (then the row needs no per-key masking) */
+  const int64_t *rk;
+  const uint8_t *rk_whole;
+  float *scratch;               /* per worker: qb * Skv scores (then, with
+                                   panels, K's and V's panels)             */
+  size_t per_worker;
+} job;
+
+/* The element offset of (b, h, i)'s row in the mask. */
+static int64_t mask_off(const keel_sdpa *a, int64_t b, int64_t h, int64_t i) {
+  return b * a->mask.sb + h * a->mask.sh + i * a->mask.ss;
 }
 
-static float lanes_sum(const float *x, int64_t n) {
-  float t[LANES] = {0};
-  int64_t j = 0;
-  for (; j + LANES <= n; j += LANES)
-    for (int u = 0; u < LANES; u++) t[u] += x[j + u];
-  for (; j < n; j++) t[0] += x[j];
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+static bool kept(const keel_sdpa *a, const uint8_t *c, int64_t j) {
+  return (c[a->mask_bcast_keys ? 0 : j] != 0) == a->keep;
 }
 
-/* One row's softmax in place over s[l, h) (s holds columns c0.., n of
- * them); mrow is the mask row at column c0 or NULL. Columns outside
- * [l, h) become 0. Returns false when the row is fully masked (then the
- * row is all zeros). x holds the biased scores for KEEL_SDPA_QK_BIAS. */
-static bool row_softmax(float *s, int64_t n, int64_t l, int64_t h, const float *mrow) {
-  float xmax = -INFINITY, bmax = mrow ? -INFINITY : 0.0f;
-  if (mrow) {
-    for (int64_t j = l; j < h; j++) {
-      s[j] += mrow[j];
-      bmax = mrow[j] > bmax ? mrow[j] : bmax;
+/* Narrows [*lo, *hi) to its first and last key that cond row c keeps
+ * (empty: 0, 0). */
+static void kept_keys(const keel_sdpa *a, const uint8_t *c, int64_t *lo, int64_t *hi) {
+  int64_t l = *lo, h = *hi;
+  while (l < h && !kept(a, c, l)) l++;
+  while (h > l && !kept(a, c, h - 1)) h--;
+  if (h <= l) l = h = 0;
+  *lo = l, *hi = h;
+}
+
+/* The keys [*lo, *hi) of query row i of head h, batch b (empty: 0, 0):
+ * the intervals of attention.h, cut to the kept keys of a -inf mask.
+ * Returns true when no key in them needs masking. */
+static bool row_keys(const job *j, int64_t b, int64_t h, int64_t i, int64_t *lo, int64_t *hi) {
+  const keel_sdpa *a = j->a;
+  int64_t p = i + (a->offset ? a->offset[b] : 0);
+  int64_t l = 0, e = a->Skv;
+  bool whole = !a->mask.p && !a->cond;
+  if (a->causal && p + 1 < e) e = p + 1;
+  if (a->right >= 0 && p + a->right + 1 < e) e = p + a->right + 1;
+  if (a->left >= 0 && p - a->left > l) l = p - a->left;
+  if (a->kv_len && a->kv_len[b] < e) e = a->kv_len[b];
+  if (!whole && a->mask_len < e) e = a->mask_len;
+  if (j->cut && e > l) {
+    if (j->rk) {
+      l = j->rk[2 * i] > l ? j->rk[2 * i] : l;
+      e = j->rk[2 * i + 1] < e ? j->rk[2 * i + 1] : e;
+      whole = j->rk_whole[i];
+    } else {
+      kept_keys(a, a->cond + mask_off(a, b, h, i), &l, &e);
     }
   }
-  xmax = lanes_max(s + l, h - l);
-  fill(s, l, 0);
-  fill(s + h, n - h, 0);
-  if (h <= l || bmax == -INFINITY || xmax == -INFINITY) {
-    fill(s + l, h - l, 0);
-    return false;
-  }
-  for (int64_t j = l; j < h; j++) s[j] -= xmax;
-  keel_exp_neg_f32(s + l, s + l, h - l);
-  float inv = 1.0f / lanes_sum(s + l, h - l);
-  for (int64_t j = l; j < h; j++) s[j] *= inv;
-  return true;
+  if (e <= l) l = e = 0;
+  *lo = l, *hi = e;
+  return whole;
 }
 
-/* Copies the biased scores of one row into the qk output: -inf outside
- * [lo, hi), s + mask inside (computed here: row_softmax has not run). */
-static void qk_bias_row(float *dst, int64_t Skv, int64_t c0, const float *s, int64_t lo,
-                        int64_t hi, const float *mrow) {
-  fill(dst, lo, -INFINITY);
-  fill(dst + hi, Skv - hi, -INFINITY);
-  for (int64_t j = lo; j < hi; j++) dst[j] = s[j - c0] + (mrow ? mrow[j] : 0.0f);
+/* A -inf bool mask shared by every batch and head: each query row's kept
+ * keys and whether every key between them is kept, read once per call
+ * instead of once per head. */
+static keel_status shared_keys(keel_kctx *k, job *j) {
+  const keel_sdpa *a = j->a;
+  void *rk, *whole;
+  KEEL_TRY(keel_k_scratch_n(k, 2 * a->Sq, sizeof(int64_t), &rk));
+  KEEL_TRY(keel_k_scratch_n(k, a->Sq, 1, &whole));
+  for (int64_t i = 0; i < a->Sq; i++) {
+    int64_t *r = (int64_t *)rk + 2 * i, x;
+    const uint8_t *c = a->cond + mask_off(a, 0, 0, i);
+    r[0] = 0, r[1] = a->Skv < a->mask_len ? a->Skv : a->mask_len;
+    kept_keys(a, c, &r[0], &r[1]);
+    for (x = r[0]; x < r[1] && kept(a, c, x);) x++;
+    ((uint8_t *)whole)[i] = x == r[1];
+  }
+  j->rk = rk, j->rk_whole = whole;
+  return KEEL_OK;
 }
+
+/* ===================================================== a row's softmax */
+
+/* The mask on keys [c0 + l, c0 + e) of the row at element off of the
+ * mask; s holds the row's scores from key c0. */
+static void row_mask(const keel_sdpa *a, int64_t off, float *s, int64_t c0, int64_t l,
+                     int64_t e) {
+  if (a->mask.p) {
+    const float *m = a->mask.p + off;
+    if (a->mask_bcast_keys) {
+      float v = m[0];
+      for (int64_t x = l; x < e; x++) s[x] += v;
+    } else {
+      m += c0;
+      for (int64_t x = l; x < e; x++) s[x] += m[x];
+    }
+    return;
+  }
+  if (!a->cond) return;
+  const uint8_t *c = a->cond + off;
+  float f = a->fill;
+  if (a->mask_bcast_keys) {
+    if (!kept(a, c, 0)) fill(s + l, e - l, f);
+    return;
+  }
+  c += c0;
+  if (a->keep)
+    for (int64_t x = l; x < e; x++) s[x] = c[x] ? s[x] : f;
+  else
+    for (int64_t x = l; x < e; x++) s[x] = c[x] ? f : s[x];
+}
+
+/* Query row i of head h, batch b: s holds its scores of keys [c0, c0 + n),
+ * which hold its keys [lo, hi) (or these are empty). Softcap, the score
+ * output, the mask and the softmax in place; the other columns become 0.
+ * Returns false when the row is fully masked (then it is all zeros). */
+static bool sdpa_row(const job *j, int64_t b, int64_t h, int64_t i, float *s, int64_t c0,
+                     int64_t n, int64_t lo, int64_t hi, bool whole) {
+  const keel_sdpa *a = j->a;
+  float *qk = a->qk ? a->qk + ((b * a->Hq + h) * a->Sq + i) * a->Skv : NULL;
+  if (a->softcap > 0) {
+    float c = a->softcap, ic = 1.0f / a->softcap;
+    for (int64_t x = 0; x < n; x++) s[x] = c * tanhf(s[x] * ic);
+  }
+  if (qk && a->qk_mode <= KEEL_SDPA_QK_SOFTCAP && n) /* all keys: c0 = 0, n = Skv */
+    memcpy(qk, s, (size_t)n * sizeof(float));
+  int64_t l = hi > lo ? lo - c0 : 0, e = hi > lo ? hi - c0 : 0;
+  if (!whole) row_mask(a, mask_off(a, b, h, i), s, c0, l, e);
+  if (qk && a->qk_mode == KEEL_SDPA_QK_BIAS) {
+    fill(qk, lo, -INFINITY);
+    if (e > l) memcpy(qk + lo, s + l, (size_t)(e - l) * sizeof(float));
+    fill(qk + hi, a->Skv - hi, -INFINITY);
+  }
+  bool ok = e > l && keel_vm_softmax_row(s + l, e - l);
+  fill(s, l, 0);
+  if (!ok) fill(s + l, e - l, 0);
+  fill(s + e, n - e, 0);
+  if (qk && a->qk_mode == KEEL_SDPA_QK_PROBS) {
+    fill(qk, c0, 0);
+    if (n) memcpy(qk + c0, s, (size_t)n * sizeof(float));
+    fill(qk + c0 + n, a->Skv - c0 - n, 0);
+  }
+  return ok;
+}
+
+/* ========================================================== a block */
 
 /* A block of m query rows of batch b sharing one kv head: row r is query
  * i0 + r*di of head h0 + r*dh. (dh, di) = (0, 1) walks the queries of one
@@ -120,56 +230,128 @@ typedef struct blk {
 /* Leading dimension of a block's rows in an operand with strides sh, ss. */
 static int64_t blk_ld(const blk *k, int64_t sh, int64_t ss) { return k->dh ? sh : ss; }
 
-static void sdpa_rows(const keel_sdpa *a, const blk *k, const int64_t *lo, const int64_t *hi,
-                      int64_t c0, int64_t c1, bool raw, float *S) {
-  int64_t n = c1 - c0;
+/* Scores, softmax and output of one block, over the union of its rows'
+ * keys (all of them when raw scores are wanted). S is the worker's
+ * scratch; pk, pv the head's packed panels, or NULL for OpenBLAS
+ * products. */
+static void sdpa_block(const job *j, const blk *k, float *S, const float *pk, const float *pv) {
+  const keel_sdpa *a = j->a;
+  keel_assert_internal(k->m <= QB_MAX);
+  int64_t g = k->h0 / j->reps, b = k->b, c0 = a->Skv, c1 = 0;
+  int64_t lo[QB_MAX], hi[QB_MAX];
+  bool whole[QB_MAX], ok[QB_MAX];
   for (int64_t r = 0; r < k->m; r++) {
-    float *s = S + r * n;
-    int64_t h = k->h0 + r * k->dh, i = k->i0 + r * k->di;
-    float *qk = a->qk ? a->qk + ((k->b * a->Hq + h) * a->Sq + i) * a->Skv : NULL;
-    const float *mrow =
-        a->mask.p ? a->mask.p + k->b * a->mask.sb + h * a->mask.sh + i * a->mask.ss : NULL;
-    if (a->softcap > 0) {
-      float c = a->softcap, ic = 1.0f / a->softcap;
-      for (int64_t j = 0; j < n; j++) s[j] = c * tanhf(s[j] * ic);
-    }
-    if (raw && n) memcpy(qk, s, (size_t)n * sizeof(float));
-    if (qk && a->qk_mode == KEEL_SDPA_QK_BIAS) qk_bias_row(qk, a->Skv, c0, s, lo[r], hi[r], mrow);
-    int64_t l = hi[r] > lo[r] ? lo[r] - c0 : 0, e = hi[r] > lo[r] ? hi[r] - c0 : 0;
-    row_softmax(s, n, l, e, mrow ? mrow + c0 : NULL);
-    if (qk && a->qk_mode == KEEL_SDPA_QK_PROBS) {
-      fill(qk, c0, 0);
-      if (n) memcpy(qk + c0, s, (size_t)n * sizeof(float));
-      fill(qk + c1, a->Skv - c1, 0);
-    }
-  }
-}
-
-/* Scores, softmax and output of one block: the keys are the union of its
- * rows' allowed ranges (all of them when raw scores are wanted). */
-static void sdpa_block(const keel_sdpa *a, const blk *k, float *S) {
-  int64_t g = k->h0 / (a->Hq / a->Hkv), b = k->b;
-  int64_t lo[QB], hi[QB], c0 = a->Skv, c1 = 0;
-  for (int64_t r = 0; r < k->m; r++) {
-    row_range(a, b, k->i0 + r * k->di, &lo[r], &hi[r]);
+    if (j->same && r > 0)
+      whole[r] = whole[0], lo[r] = lo[0], hi[r] = hi[0];
+    else
+      whole[r] = row_keys(j, b, k->h0 + r * k->dh, k->i0 + r * k->di, &lo[r], &hi[r]);
     if (hi[r] > lo[r]) {
       c0 = lo[r] < c0 ? lo[r] : c0;
       c1 = hi[r] > c1 ? hi[r] : c1;
     }
   }
-  bool raw = a->qk && a->qk_mode <= KEEL_SDPA_QK_SOFTCAP;
-  if (raw) c0 = 0, c1 = a->Skv;
-  if (c1 < c0) c0 = c1 = 0;
-  int64_t n = c1 - c0;
-  const float *q = a->q.p + b * a->q.sb + k->h0 * a->q.sh + k->i0 * a->q.ss;
-  const float *kp = a->k.p + b * a->k.sb + g * a->k.sh + c0 * a->k.ss;
-  const float *vp = a->v.p + b * a->v.sb + g * a->v.sh + c0 * a->v.ss;
+  if (a->qk && a->qk_mode <= KEEL_SDPA_QK_SOFTCAP) c0 = 0, c1 = a->Skv;
+  if (c1 <= c0) c0 = c1 = 0;
+  int64_t n = c1 - c0, ldy = blk_ld(k, a->y_sh, a->y_ss);
   float *y = a->y + b * a->y_sb + k->h0 * a->y_sh + k->i0 * a->y_ss;
-  keel_gemm_f32(NULL, false, true, k->m, n, a->Dk, a->scale, q, blk_ld(k, a->q.sh, a->q.ss), kp,
-                a->k.ss, 0, S, n);
-  sdpa_rows(a, k, lo, hi, c0, c1, raw, S);
-  keel_gemm_f32(NULL, false, false, k->m, a->Dv, n, 1.0f, S, n > 0 ? n : 1, vp, a->v.ss, 0, y,
-                blk_ld(k, a->y_sh, a->y_ss));
+  if (n == 0) { /* no row keeps a key */
+    for (int64_t r = 0; r < k->m; r++) {
+      if (a->qk) sdpa_row(j, b, k->h0 + r * k->dh, k->i0 + r * k->di, S, 0, 0, 0, 0, true);
+      fill(y + r * ldy, a->Dv, a->nan_rows ? NAN : 0.0f);
+    }
+    return;
+  }
+  const float *q = a->q.p + b * a->q.sb + k->h0 * a->q.sh + k->i0 * a->q.ss;
+  int64_t ldq = blk_ld(k, a->q.sh, a->q.ss);
+  /* panels: S holds the scores of keys [0, c1) (a cut's first c0 for
+   * nothing: the panels start at key 0), the rows from column c0 */
+  int64_t lds = pk ? c1 : n;
+  if (pk) {
+    keel_panel_gemm(k->m, c1, a->Dk, q, ldq, pk, false, S, c1);
+  } else {
+    const float *kp = a->k.p + b * a->k.sb + g * a->k.sh + (a->k_t ? c0 : c0 * a->k.ss);
+    qk_product(KEEL_FLOAT, k->m, n, a->Dk, a->scale, q, ldq, kp, a->k.ss, a->k_t, S, lds);
+  }
+  float *S0 = pk ? S + c0 : S;
+  for (int64_t r = 0; r < k->m; r++)
+    ok[r] = sdpa_row(j, b, k->h0 + r * k->dh, k->i0 + r * k->di, S0 + r * lds, c0, n, lo[r],
+                     hi[r], whole[r]);
+  if (pk) {
+    keel_panel_gemm(k->m, a->Dv, n, S0, lds, pv + c0 * NP, false, y, ldy);
+  } else {
+    const float *vp = a->v.p + b * a->v.sb + g * a->v.sh + c0 * a->v.ss;
+    pv_product(KEEL_FLOAT, k->m, a->Dv, n, S0, lds, vp, a->v.ss, y, ldy);
+  }
+  if (a->nan_rows)
+    for (int64_t r = 0; r < k->m; r++)
+      if (!ok[r]) fill(y + r * ldy, a->Dv, NAN);
+}
+
+/* ====================================================== packed panels */
+
+/* Panels (where keel's panel product has AVX-512, or as the caller asks):
+ * a task is one (b, h), all its query blocks. K is packed once per task
+ * as the panels of keel_panel_gemm (Dk rows of 128 keys, scale folded
+ * in), V as one panel (Skv rows of 128 value columns, zero-padded), so
+ * each block's two products run on keel's register-tiled kernel without
+ * the per-call packing of a general sgemm (which had them at 140 GFLOP/s
+ * on 32 x 128 x 64 blocks). The panel product reads up to NP floats past
+ * a panel's end: one more NP allocated. */
+static size_t panel_floats(const keel_sdpa *a) {
+  return (size_t)((a->Skv + NP - 1) / NP * a->Dk * NP) + (size_t)(a->Skv * NP) + NP;
+}
+
+static void pack_head(const keel_sdpa *a, int64_t b, int64_t g, float *pk, float *pv) {
+  const float *kp = a->k.p + b * a->k.sb + g * a->k.sh, *v = a->v.p + b * a->v.sb + g * a->v.sh;
+  int64_t D = a->Dk, Skv = a->Skv;
+  for (int64_t p = 0; p * NP < Skv; p++) {
+    int64_t w = KEEL_MIN(NP, Skv - p * NP);
+    float *pan = pk + p * D * NP;
+    if (!a->k_t) /* key by key: its D values read in a row, written down a column */
+      for (int64_t c = 0; c < w; c++) {
+        const float *kr = kp + (p * NP + c) * a->k.ss;
+        for (int64_t d = 0; d < D; d++) pan[d * NP + c] = kr[d] * a->scale;
+      }
+    else
+      for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < w; c++) pan[d * NP + c] = kp[d * a->k.ss + p * NP + c] * a->scale;
+    if (w < NP)
+      for (int64_t d = 0; d < D; d++) memset(pan + d * NP + w, 0, (size_t)(NP - w) * sizeof(float));
+  }
+  for (int64_t c = 0; c < Skv; c++) {
+    memcpy(pv + c * NP, v + c * a->v.ss, (size_t)a->Dv * sizeof(float));
+    memset(pv + c * NP + a->Dv, 0, (size_t)(NP - a->Dv) * sizeof(float));
+  }
+}
+
+/* ============================================================ tasks */
+
+static keel_status sdpa_tasks(void *ctx, int64_t begin, int64_t end, int worker) {
+  const job *j = ctx;
+  const keel_sdpa *a = j->a;
+  float *S = j->scratch + (size_t)worker * j->per_worker;
+  if (j->panels) { /* task t: head t % Hq of batch t / Hq */
+    float *pk = S + j->qb * a->Skv, *pv = pk + (a->Skv + NP - 1) / NP * a->Dk * NP;
+    for (int64_t t = begin; t < end; t++) {
+      int64_t b = t / a->Hq, h = t % a->Hq;
+      pack_head(a, b, h / j->reps, pk, pv);
+      for (int64_t i0 = 0; i0 < a->Sq; i0 += j->qb) {
+        blk bk = {b, h, i0, KEEL_MIN(j->qb, a->Sq - i0), 0, 1};
+        sdpa_block(j, &bk, S, pk, pv);
+      }
+    }
+    return KEEL_OK;
+  }
+  /* task t: block t % nblk of unit t / nblk, a unit a (b, head) or, by
+   * head, a (b, GQA group) */
+  int64_t units = j->by_head ? a->Hkv : a->Hq;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t u = t / j->nblk, r0 = t % j->nblk * j->qb, b = u / units, x = u % units;
+    int64_t m = KEEL_MIN(j->qb, j->run - r0);
+    blk bk = j->by_head ? (blk){b, x * j->reps + r0, 0, m, 1, 0} : (blk){b, x, r0, m, 0, 1};
+    sdpa_block(j, &bk, S, NULL, NULL);
+  }
+  return KEEL_OK;
 }
 
 keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
@@ -184,322 +366,78 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
   if (a->Skv == 0 || a->Dk == 0) /* empty operands have NULL data */
     return keel_err(KEEL_ERR_UNSUPPORTED, "attention over %lld keys of head size %lld",
                     (long long)a->Skv, (long long)a->Dk);
-  int64_t reps = a->Hq / a->Hkv;
+  job j = {.a = a, .reps = a->Hq / a->Hkv};
+  j.cut = a->cond && !a->mask.p && a->fill == -INFINITY;
   /* one query row and a group of heads: the group's rows form a block */
-  bool by_head = a->Sq == 1 && reps > 1;
-  int64_t run = by_head ? reps : a->Sq, rows = run < QB ? run : QB;
+  j.by_head = a->Sq == 1 && j.reps > 1;
+  int splits = keel_pool_splits(k->pool);
+  j.same = !j.cut && !a->causal && a->left < 0 && a->right < 0;
+  keel_attn_facts f = {a->B, a->Hq, a->Dk, a->Dv, a->Skv, !j.same};
+  j.panels = !j.by_head && a->Dv <= NP &&
+             (a->path == KEEL_SDPA_PANELS ||
+              (a->path == KEEL_SDPA_AUTO && keel_attention_panels(&f, splits))); /* select.c */
+  j.run = j.by_head ? j.reps : a->Sq;
+  j.qb = a->block_rows > 0 ? a->block_rows
+         : j.by_head       ? j.reps
+         : j.panels        ? 32
+                           : keel_attention_block_rows(&f, splits, a->Sq);
+  j.qb = KEEL_MIN(j.qb, QB_MAX);
+  j.nblk = (j.run + j.qb - 1) / j.qb;
+  if (j.cut && !a->mask.sb && !a->mask.sh) KEEL_TRY(shared_keys(k, &j));
+  j.per_worker = (size_t)(j.qb * a->Skv) + (j.panels ? panel_floats(a) : 0);
   void *p;
-  KEEL_TRY(keel_k_scratch_n(k, rows * (a->Skv > 0 ? a->Skv : 1), sizeof(float), &p));
-  for (int64_t b = 0; b < a->B; b++)
-    for (int64_t h = 0; h < a->Hq; h += by_head ? reps : 1)
-      for (int64_t r0 = 0; r0 < run; r0 += QB) {
-        int64_t m = run - r0 < QB ? run - r0 : QB;
-        blk bk = by_head ? (blk){b, h + r0, 0, m, 1, 0} : (blk){b, h, r0, m, 0, 1};
-        sdpa_block(a, &bk, p);
-      }
-  return KEEL_OK;
+  KEEL_TRY(keel_k_scratch_n(k, (int64_t)keel_pool_threads(k->pool) * (int64_t)j.per_worker,
+                            sizeof(float), &p));
+  j.scratch = p;
+  /* a task's work for the pool's grain: its products and softmax */
+  int64_t rows = j.panels ? a->Sq : j.qb;
+  int64_t tasks = j.panels ? a->B * a->Hq : a->B * (j.by_head ? a->Hkv : a->Hq) * j.nblk;
+  double flops = (double)rows * (double)a->Skv * (2.0 * (double)(a->Dk + a->Dv) + 20.0);
+  double bytes = 4.0 * (double)(rows + a->Skv) * (double)(a->Dk + a->Dv);
+  return keel_pool_for(k->pool, tasks, keel_pool_grain(bytes, flops), sdpa_tasks, &j);
 }
 
-/* ===================================================== ONNX Attention */
+/* ============================================ the stages, whole heads */
 
-/* The op's operands, shapes and sizes. Q, K and V are 3-D [B, S, H*D] or
- * 4-D [B, H, S, D]; past/present are always 4-D. */
-typedef struct att {
-  const keel_tensor *q, *k, *v, *mask, *pk, *pv, *nonpad;
-  int rank;
-  int64_t B, Hq, Hkv, Sq, S, P, T, Dk, Dv; /* S new keys, P past, T = P + S */
-} att;
+static size_t ct_size(int ct) { return keel_dtype_size((keel_dtype)ct); }
 
-static keel_status att_dims(keel_kctx *k, att *a) {
-  const keel_tensor *q = a->q, *kk = a->k, *v = a->v;
-  char s1[96], s2[96], s3[96];
-  if ((q->rank != 3 && q->rank != 4) || kk->rank != q->rank || v->rank != q->rank)
-    return keel_err(KEEL_ERR_SHAPE, "Q, K and V must all be 3-D or all 4-D, got %s, %s and %s",
-                    keel_shape_str(q->rank, q->shape, s1, sizeof s1),
-                    keel_shape_str(kk->rank, kk->shape, s2, sizeof s2),
-                    keel_shape_str(v->rank, v->shape, s3, sizeof s3));
-  a->rank = q->rank;
-  a->B = q->shape[0];
-  int64_t hq = keel_k_attr_i(k, "q_num_heads", 0), hkv = keel_k_attr_i(k, "kv_num_heads", 0);
-  if (a->rank == 4) {
-    a->Hq = q->shape[1], a->Sq = q->shape[2], a->Dk = q->shape[3];
-    a->Hkv = kk->shape[1], a->S = kk->shape[2], a->Dv = v->shape[3];
-    if ((hq && hq != a->Hq) || (hkv && hkv != a->Hkv))
-      return keel_err(KEEL_ERR_INVALID_MODEL,
-                      "q_num_heads %lld / kv_num_heads %lld disagree with 4-D inputs of %lld "
-                      "and %lld heads", (long long)hq, (long long)hkv, (long long)a->Hq,
-                      (long long)a->Hkv);
-    if (kk->shape[3] != a->Dk || v->shape[1] != a->Hkv || v->shape[2] != a->S)
-      goto bad;
-  } else {
-    if (hq <= 0 || hkv <= 0)
-      return keel_err(KEEL_ERR_INVALID_MODEL,
-                      "3-D inputs need q_num_heads and kv_num_heads (> 0), got %lld and %lld",
-                      (long long)hq, (long long)hkv);
-    a->Hq = hq, a->Hkv = hkv, a->Sq = q->shape[1], a->S = kk->shape[1];
-    if (q->shape[2] % hq || kk->shape[2] % hkv || v->shape[2] % hkv) goto bad;
-    a->Dk = q->shape[2] / hq, a->Dv = v->shape[2] / hkv;
-    if (kk->shape[2] / hkv != a->Dk || v->shape[1] != a->S) goto bad;
-  }
-  if (kk->shape[0] != a->B || v->shape[0] != a->B) goto bad;
-  if (a->Hq % a->Hkv)
-    return keel_err(KEEL_ERR_SHAPE, "%lld query heads are not a multiple of %lld kv heads",
-                    (long long)a->Hq, (long long)a->Hkv);
-  return KEEL_OK;
-bad:
-  return keel_err(KEEL_ERR_SHAPE, "Q %s, K %s and V %s do not agree (heads %lld / %lld)",
-                  keel_shape_str(q->rank, q->shape, s1, sizeof s1),
-                  keel_shape_str(kk->rank, kk->shape, s2, sizeof s2),
-                  keel_shape_str(v->rank, v->shape, s3, sizeof s3), (long long)a->Hq,
-                  (long long)a->Hkv);
-}
-
-/* past_key [B, Hkv, P, Dk] and past_value [B, Hkv, P, Dv], both or none. */
-static keel_status att_past(att *a) {
-  a->P = 0;
-  if (!a->pk && !a->pv) return KEEL_OK;
-  if (!a->pk || !a->pv)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "past_key and past_value must be given together");
-  if (a->nonpad)
-    return keel_err(KEEL_ERR_INVALID_MODEL,
-                    "nonpad_kv_seqlen cannot be combined with past_key/past_value");
-  const int64_t ek[4] = {a->B, a->Hkv, a->pk->rank == 4 ? a->pk->shape[2] : -1, a->Dk};
-  const int64_t ev[4] = {a->B, a->Hkv, ek[2], a->Dv};
-  bool ok = a->pk->rank == 4 && a->pv->rank == 4 && a->pk->dtype == a->k->dtype &&
-            a->pv->dtype == a->v->dtype;
-  for (int i = 0; ok && i < 4; i++) ok = a->pk->shape[i] == ek[i] && a->pv->shape[i] == ev[i];
-  if (!ok) {
-    char s1[96], s2[96];
-    return keel_err(KEEL_ERR_SHAPE,
-                    "past_key %s / past_value %s must be [%lld, %lld, P, %lld] / [.., %lld] "
-                    "of K's / V's type",
-                    keel_shape_str(a->pk->rank, a->pk->shape, s1, sizeof s1),
-                    keel_shape_str(a->pv->rank, a->pv->shape, s2, sizeof s2), (long long)a->B,
-                    (long long)a->Hkv, (long long)a->Dk, (long long)a->Dv);
-  }
-  a->P = ek[2];
-  return KEEL_OK;
-}
-
-/* Copies the S rows of each (b, h) of src (3-D [B, S, H*D] or 4-D) into
- * dst [B, H, T, D] from row t0 on; es bytes an element. */
-static void kv_copy(uint8_t *dst, const uint8_t *src, int rank, int64_t B, int64_t H,
-                    int64_t S, int64_t D, int64_t T, int64_t t0, size_t es) {
-  size_t row = (size_t)D * es;
-  if (row == 0 || S == 0) return; /* empty: data may be NULL */
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t h = 0; h < H; h++) {
-      uint8_t *d = dst + ((size_t)((b * H + h) * T + t0)) * row;
-      if (rank == 4) {
-        memcpy(d, src + (size_t)((b * H + h) * S) * row, (size_t)S * row);
-        continue;
-      }
-      for (int64_t s = 0; s < S; s++)
-        memcpy(d + (size_t)s * row, src + (size_t)((b * S + s) * H + h) * row, row);
+void keel_sdpa_scores(const keel_sdpa_heads *h, const void *q, const void *k, void *s) {
+  size_t es = ct_size(h->ct);
+  int64_t reps = h->Hq / h->Hkv;
+  for (int64_t b = 0; b < h->B; b++)
+    for (int64_t x = 0; x < h->Hq; x++) {
+      int64_t qi = b * h->Hq + x, ki = b * h->Hkv + x / reps;
+      qk_product(h->ct, h->Sq, h->Skv, h->Dk, h->scale,
+                 (const char *)q + (size_t)(qi * h->Sq * h->Dk) * es, h->Dk,
+                 (const char *)k + (size_t)(ki * h->Skv * h->Dk) * es, h->Dk, false,
+                 (char *)s + (size_t)(qi * h->Sq * h->Skv) * es, h->Skv);
     }
 }
 
-/* t as float: its own data, or a converted copy at *dst (advanced). */
-static const float *as_f32(const keel_tensor *t, float **dst) {
-  if (t->dtype == KEEL_FLOAT) return t->data;
-  float *f = *dst;
-  int64_t n = keel_tensor_numel(t);
-  if (t->dtype == KEEL_BOOL) {
-    const uint8_t *m = t->data;
-    for (int64_t i = 0; i < n; i++) f[i] = m[i] ? 0.0f : -INFINITY;
-  } else {
-    for (int64_t i = 0; i < n; i++) f[i] = (float)keel_elem_get_f64(t->dtype, t->data, (size_t)i);
+void keel_sdpa_softmax(const keel_sdpa_heads *h, const void *s, void *p) {
+  int64_t rows = h->B * h->Hq * h->Sq, n = h->Skv;
+  if (rows * n == 0) return;
+  memcpy(p, s, (size_t)(rows * n) * ct_size(h->ct));
+  for (int64_t r = 0; r < rows; r++) {
+    if (h->ct == KEEL_FLOAT) {
+      float *x = (float *)p + r * n;
+      if (!keel_vm_softmax_row(x, n)) fill(x, n, NAN);
+    } else {
+      double *x = (double *)p + r * n;
+      if (!softmax_row_f64(x, n))
+        for (int64_t j = 0; j < n; j++) x[j] = NAN;
+    }
   }
-  *dst += n;
-  return f;
 }
 
-static int64_t f32_need(const keel_tensor *t) {
-  return t && t->dtype != KEEL_FLOAT ? keel_tensor_numel(t) : 0;
+void keel_sdpa_values(const keel_sdpa_heads *h, const void *p, const void *v, void *y) {
+  size_t es = ct_size(h->ct);
+  int64_t reps = h->Hq / h->Hkv;
+  for (int64_t b = 0; b < h->B; b++)
+    for (int64_t x = 0; x < h->Hq; x++) {
+      int64_t qi = b * h->Hq + x, vi = b * h->Hkv + x / reps;
+      pv_product(h->ct, h->Sq, h->Dv, h->Skv, (const char *)p + (size_t)(qi * h->Sq * h->Skv) * es,
+                 h->Skv, (const char *)v + (size_t)(vi * h->Skv * h->Dv) * es, h->Dv,
+                 (char *)y + (size_t)(qi * h->Sq * h->Dv) * es, h->Dv);
+    }
 }
-
-/* The mask's strides over [B, Hq, Sq] (right-aligned, 0 where broadcast)
- * and its row length. */
-static keel_status att_mask_shape(const att *a, keel_sdpa *s) {
-  const keel_tensor *m = a->mask;
-  int64_t d[4] = {1, 1, 1, 1}, st[4], acc = 1;
-  bool ok = m->rank >= 1 && m->rank <= 4 &&
-            (m->dtype == KEEL_BOOL || keel_dtype_is_float(m->dtype));
-  for (int i = 0; ok && i < m->rank; i++) d[4 - m->rank + i] = m->shape[i];
-  for (int i = 3; i >= 0; i--) st[i] = d[i] == 1 ? 0 : acc, acc *= d[i];
-  const int64_t want[3] = {a->B, a->Hq, a->Sq};
-  for (int i = 0; ok && i < 3; i++) ok = d[i] == 1 || d[i] == want[i];
-  if (!ok || d[3] > a->T || d[3] < 1) {
-    char s1[96];
-    return keel_err(KEEL_ERR_SHAPE,
-                    "attn_mask %s (%s) does not broadcast to [%lld, %lld, %lld, <= %lld]",
-                    keel_shape_str(m->rank, m->shape, s1, sizeof s1),
-                    keel_dtype_name((keel_dtype)m->dtype), (long long)a->B, (long long)a->Hq,
-                    (long long)a->Sq, (long long)a->T);
-  }
-  s->mask.sb = st[0], s->mask.sh = st[1], s->mask.ss = st[2];
-  s->mask_len = d[3];
-  return KEEL_OK;
-}
-
-/* Operand strides of a Q/K/V-like tensor read in place. */
-static keel_sdpa_t operand(const float *p, int rank, int64_t H, int64_t S, int64_t D) {
-  keel_sdpa_t o = {p, H * S * D, 0, 0};
-  if (rank == 4) o.sh = S * D, o.ss = D;
-  else o.sh = D, o.ss = H * D;
-  return o;
-}
-
-static keel_status att_read(keel_kctx *k, att *a) {
-  memset(a, 0, sizeof *a);
-  KEEL_TRY(keel_k_in(k, 0, &a->q));
-  KEEL_TRY(keel_k_in(k, 1, &a->k));
-  KEEL_TRY(keel_k_in(k, 2, &a->v));
-  KEEL_TRY(keel_k_in_opt(k, 3, &a->mask));
-  KEEL_TRY(keel_k_in_opt(k, 4, &a->pk));
-  KEEL_TRY(keel_k_in_opt(k, 5, &a->pv));
-  if (keel_k_opset(k) >= 24) KEEL_TRY(keel_k_in_opt(k, 6, &a->nonpad));
-  const keel_tensor *t[3] = {a->q, a->k, a->v};
-  for (int i = 0; i < 3; i++)
-    if (!keel_dtype_is_float(t[i]->dtype))
-      return keel_err(KEEL_ERR_UNSUPPORTED, "Attention does not support %s inputs",
-                      keel_dtype_name((keel_dtype)t[i]->dtype));
-  if (a->k->dtype != a->q->dtype)
-    return keel_err(KEEL_ERR_SHAPE, "Q is %s but K is %s",
-                    keel_dtype_name((keel_dtype)a->q->dtype),
-                    keel_dtype_name((keel_dtype)a->k->dtype));
-  KEEL_TRY(att_dims(k, a));
-  KEEL_TRY(att_past(a));
-  a->T = a->P + a->S;
-  if (a->nonpad && (a->nonpad->dtype != KEEL_INT64 || keel_tensor_numel(a->nonpad) != a->B ||
-                    a->nonpad->rank != 1))
-    return keel_err(KEEL_ERR_SHAPE, "nonpad_kv_seqlen must be int64 [%lld]", (long long)a->B);
-  return KEEL_OK;
-}
-
-/* Attributes into the core's description. */
-static keel_status att_attrs(keel_kctx *k, const att *a, keel_sdpa *s) {
-  const keel_attr *sc = keel_k_attr(k, "scale");
-  s->scale = sc ? keel_k_attr_f(k, "scale", 1) : (float)(1.0 / sqrt((double)a->Dk));
-  s->softcap = keel_k_attr_f(k, "softcap", 0);
-  s->causal = keel_k_attr_i(k, "is_causal", 0) != 0;
-  s->qk_mode = (int)keel_k_attr_i(k, "qk_matmul_output_mode", 0);
-  s->left = s->right = -1;
-  if (keel_k_opset(k) >= 25) {
-    s->left = keel_k_attr_i(k, "left_window_size", -1);
-    s->right = keel_k_attr_i(k, "right_window_size", -1);
-  }
-  if (s->qk_mode < 0 || s->qk_mode > 3 || s->left < -1 || s->right < -1)
-    return keel_err(KEEL_ERR_INVALID_MODEL,
-                    "qk_matmul_output_mode %d (0..3), left_window_size %lld, "
-                    "right_window_size %lld (>= -1): out of range",
-                    s->qk_mode, (long long)s->left, (long long)s->right);
-  return KEEL_OK;
-}
-
-/* n floats carved from *cur. */
-static float *take(float **cur, int64_t n) {
-  float *p = *cur;
-  *cur += n;
-  return p;
-}
-
-/* Float results into a float16/bfloat16/double output. */
-static void store_f32(const float *src, keel_tensor *dst) {
-  if (keel_is_half(dst->dtype)) {
-    keel_f32_store(src, dst);
-    return;
-  }
-  int64_t n = keel_tensor_numel(dst);
-  for (int64_t i = 0; i < n; i++) keel_elem_set_f64(dst->dtype, dst->data, (size_t)i, src[i]);
-}
-
-/* The outputs: Y, present_key/value (always made when a past is given:
- * the core reads K and V from them) and qk_matmul_output when listed. */
-typedef struct att_out {
-  keel_tensor *y, *pk, *pv, *qk;
-} att_out;
-
-static keel_status att_outputs(keel_kctx *k, const att *a, att_out *o) {
-  int64_t ys[4] = {a->B, a->Hq, a->Sq, a->Dv};
-  if (a->rank == 3) ys[1] = a->Sq, ys[2] = a->Hq * a->Dv;
-  memset(o, 0, sizeof *o);
-  KEEL_TRY(keel_k_out(k, 0, a->q->dtype, a->rank, ys, &o->y));
-  if (a->pk || keel_k_has_out(k, 1))
-    KEEL_TRY(keel_k_out(k, 1, a->k->dtype, 4, (int64_t[]){a->B, a->Hkv, a->T, a->Dk}, &o->pk));
-  if (a->pv || keel_k_has_out(k, 2))
-    KEEL_TRY(keel_k_out(k, 2, a->v->dtype, 4, (int64_t[]){a->B, a->Hkv, a->T, a->Dv}, &o->pv));
-  if (keel_k_has_out(k, 3))
-    KEEL_TRY(keel_k_out(k, 3, a->q->dtype, 4, (int64_t[]){a->B, a->Hq, a->Sq, a->T}, &o->qk));
-  return KEEL_OK;
-}
-
-/* Floats of scratch the op needs besides the core's. */
-static int64_t att_scratch(const att *a, const att_out *o) {
-  int64_t n = 2 * a->B + f32_need(a->q) + f32_need(a->k) + f32_need(a->v) + f32_need(a->mask) +
-              f32_need(a->pk) + f32_need(a->pv) + f32_need(o->y) + f32_need(o->qk);
-  if (a->pk && a->k->dtype != KEEL_FLOAT) n += keel_tensor_numel(o->pk);
-  if (a->pv && a->v->dtype != KEEL_FLOAT) n += keel_tensor_numel(o->pv);
-  return n;
-}
-
-/* present = concat(past, new) in the input type; returns the float
- * [B, H, T, D] operand the core reads (the present itself for float). */
-static keel_sdpa_t att_present(const att *a, const keel_tensor *past, const keel_tensor *nw,
-                               const float *pastf, const float *nwf, keel_tensor *pres,
-                               int64_t D, float **cur) {
-  size_t es = keel_dtype_size((keel_dtype)nw->dtype);
-  if (!pres) return operand(nwf, a->rank, a->Hkv, a->S, D);
-  if (past) kv_copy(pres->data, past->data, 4, a->B, a->Hkv, a->P, D, a->T, 0, es);
-  kv_copy(pres->data, nw->data, a->rank, a->B, a->Hkv, a->S, D, a->T, a->P, es);
-  if (!past) return operand(nwf, a->rank, a->Hkv, a->S, D);
-  float *f = pres->data;
-  if (nw->dtype != KEEL_FLOAT) {
-    f = take(cur, keel_tensor_numel(pres));
-    kv_copy((uint8_t *)f, (const uint8_t *)pastf, 4, a->B, a->Hkv, a->P, D, a->T, 0, 4);
-    kv_copy((uint8_t *)f, (const uint8_t *)nwf, a->rank, a->B, a->Hkv, a->S, D, a->T, a->P, 4);
-  }
-  return operand(f, 4, a->Hkv, a->T, D);
-}
-
-static keel_status op_attention(keel_kctx *k) {
-  att a;
-  att_out o;
-  keel_sdpa s;
-  memset(&s, 0, sizeof s);
-  KEEL_TRY(att_read(k, &a));
-  KEEL_TRY(att_attrs(k, &a, &s));
-  if (a.mask) KEEL_TRY(att_mask_shape(&a, &s));
-  KEEL_TRY(att_outputs(k, &a, &o));
-  void *base;
-  KEEL_TRY(keel_k_scratch_n(k, att_scratch(&a, &o), sizeof(float), &base));
-  int64_t *off = base; /* first: 8-byte aligned */
-  float *cur = (float *)(off + a.B);
-  const float *qf = as_f32(a.q, &cur), *kf = as_f32(a.k, &cur), *vf = as_f32(a.v, &cur);
-  const float *pkf = a.pk ? as_f32(a.pk, &cur) : NULL, *pvf = a.pv ? as_f32(a.pv, &cur) : NULL;
-  s.mask.p = a.mask ? as_f32(a.mask, &cur) : NULL;
-  s.B = a.B, s.Hq = a.Hq, s.Hkv = a.Hkv, s.Sq = a.Sq, s.Skv = a.T, s.Dk = a.Dk, s.Dv = a.Dv;
-  s.q = operand(qf, a.rank, a.Hq, a.Sq, a.Dk);
-  s.k = att_present(&a, a.pk, a.k, pkf, kf, o.pk, a.Dk, &cur);
-  s.v = att_present(&a, a.pv, a.v, pvf, vf, o.pv, a.Dv, &cur);
-  keel_sdpa_t y = operand(NULL, a.rank, a.Hq, a.Sq, a.Dv);
-  s.y = a.q->dtype == KEEL_FLOAT ? o.y->data : take(&cur, keel_tensor_numel(o.y));
-  s.y_sb = y.sb, s.y_sh = y.sh, s.y_ss = y.ss;
-  if (o.qk)
-    s.qk = a.q->dtype == KEEL_FLOAT ? o.qk->data : take(&cur, keel_tensor_numel(o.qk));
-  const int64_t *np = a.nonpad ? a.nonpad->data : NULL;
-  for (int64_t b = 0; b < a.B; b++) off[b] = a.pk ? a.P : np ? np[b] - a.Sq : 0;
-  s.offset = off;
-  s.kv_len = np;
-  KEEL_TRY(keel_sdpa_f32(k, &s));
-  if (a.q->dtype != KEEL_FLOAT) {
-    store_f32(s.y, o.y);
-    if (o.qk) store_f32(s.qk, o.qk);
-  }
-  return KEEL_OK;
-}
-
-const keel_opdef keel_ops_attention[] = {
-    {"", "Attention", 23, KEEL_OPSET_MAX, op_attention, 0, KEEL_TS_FLOAT},
-    {0},
-};

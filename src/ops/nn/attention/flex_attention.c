@@ -13,13 +13,15 @@
  * softmax_precision attribute says; float and double are supported) and
  * run in this node's frame through the executor's keel_exec_graph, the way
  * If runs a branch: the score tensor is moved in, the result moved out and
- * released here. Scores and outputs are sgemm/dgemm products per head.
+ * released here. The products and the softmax are the attention core's
+ * stages over whole heads (attention.h: keel_sdpa_scores, _softmax,
+ * _values; sgemm/dgemm per head, keel_vm_softmax_row or its double form).
  * A row whose scores are all -inf gives NaN, as the reference's softmax
  * does (this op has no fully-masked-row rule).
  */
 #include <math.h>
 
-#include "ops/kernel.h"
+#include "ops/nn/attention/attention.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
 
@@ -76,37 +78,6 @@ static keel_status staged(keel_kctx *k, const keel_tensor *t, int ct, const void
   return KEEL_OK;
 }
 
-/* out (B, Hq, M, N) = alpha * A_bh B_bg(^T) for every (b, h), g = h / group;
- * a, b are (.., M, K) and (.., N, K) (tb) or (.., K, N). */
-static void gemm_heads(const flex *f, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                       const void *a, const void *b, void *out) {
-  int64_t grp = f->Hq / f->Hkv;
-  for (int64_t bb = 0; bb < f->B; bb++)
-    for (int64_t h = 0; h < f->Hq; h++) {
-      int64_t ai = bb * f->Hq + h, bi = bb * f->Hkv + h / grp;
-      if (f->ct == KEEL_FLOAT)
-        keel_gemm_f32(NULL, false, tb, M, N, K, (float)alpha, (const float *)a + ai * M * K, K,
-                      (const float *)b + bi * N * K, tb ? K : N, 0, (float *)out + ai * M * N, N);
-      else
-        keel_gemm_f64(NULL, false, tb, M, N, K, alpha, (const double *)a + ai * M * K, K,
-                      (const double *)b + bi * N * K, tb ? K : N, 0, (double *)out + ai * M * N,
-                      N);
-    }
-}
-
-#define DEF_SOFTMAX(T, EXP)                                            \
-  static void softmax_##T(const T *x, T *y, int64_t rows, int64_t n) { \
-    for (int64_t r = 0; r < rows; r++) {                               \
-      const T *xr = x + r * n;                                         \
-      T *yr = y + r * n, mx = -INFINITY, sum = 0;                      \
-      for (int64_t j = 0; j < n; j++) mx = xr[j] > mx ? xr[j] : mx;    \
-      for (int64_t j = 0; j < n; j++) sum += yr[j] = EXP(xr[j] - mx);  \
-      for (int64_t j = 0; j < n; j++) yr[j] /= sum;                    \
-    }                                                                  \
-  }
-DEF_SOFTMAX(float, expf)
-DEF_SOFTMAX(double, exp)
-
 /* Runs the modifier `name` (if the node has it) on *v (moved in), leaving
  * its result in *v: a tensor of v's type and shape. */
 static keel_status run_mod(keel_kctx *k, const char *name, keel_val *v) {
@@ -138,18 +109,17 @@ static keel_status run_mod(keel_kctx *k, const char *name, keel_val *v) {
 static keel_status flex_body(keel_kctx *k, const flex *f, const void *q, const void *kk,
                              const void *v, keel_val *sc, keel_val *pr, void *y) {
   int64_t shape[4] = {f->B, f->Hq, f->L, f->S};
+  keel_sdpa_heads h = {f->ct, f->B, f->Hq, f->Hkv, f->L, f->S, f->E, f->Dv, f->scale};
   KEEL_TRY(keel_tensor_alloc(k->heap, f->ct, 4, shape, k->owner, &sc->t));
   sc->kind = KEEL_V_TENSOR;
-  gemm_heads(f, true, f->L, f->S, f->E, f->scale, q, kk, sc->t.data);
+  keel_sdpa_scores(&h, q, kk, sc->t.data);
   KEEL_TRY(run_mod(k, "score_mod", sc));
   KEEL_TRY(keel_tensor_alloc(k->heap, f->ct, 4, shape, k->owner, &pr->t));
   pr->kind = KEEL_V_TENSOR;
-  int64_t rows = f->B * f->Hq * f->L;
-  if (f->ct == KEEL_FLOAT) softmax_float(sc->t.data, pr->t.data, rows, f->S);
-  else softmax_double(sc->t.data, pr->t.data, rows, f->S);
+  keel_sdpa_softmax(&h, sc->t.data, pr->t.data);
   keel_val_clear(sc);
   KEEL_TRY(run_mod(k, "prob_mod", pr));
-  gemm_heads(f, false, f->L, f->Dv, f->S, 1.0, pr->t.data, v, y);
+  keel_sdpa_values(&h, pr->t.data, v, y);
   return KEEL_OK;
 }
 

@@ -1,4 +1,4 @@
-/* select.c: how FusedAttention runs, and why (select.h). */
+/* select.c: how the attention core runs, and why (select.h). */
 #include "ops/nn/attention/select.h"
 
 #include "ops/common/panel_gemm.h"
@@ -10,6 +10,7 @@ bool keel_attention_panels(const keel_attn_facts *f, int splits) {
 
 int64_t keel_attention_block_rows(const keel_attn_facts *f, int splits, int64_t Sq) {
   int64_t qb = 32;
+  if (f->cut) return qb;
   while (qb < KEEL_ATTN_QB_MAX && qb < Sq && 2 * qb * f->Skv * (int64_t)sizeof(float) <= ((int64_t)128 << 10) &&
          f->B * f->H * ((Sq + 2 * qb - 1) / (2 * qb)) >= 4 * (int64_t)splits)
     qb *= 2;
