@@ -289,14 +289,15 @@ static void shapes_after(cv_case t, const int64_t (*shapes)[3], int count, const
   free(wt), free(w2), free(b), free(zc);
 }
 
-/* Runs cases[0..n) (one()); where the kernel runs (`isa`) with oneDNN
- * every case but the last must have put a conv on the kernel *count
- * counts, the last none; elsewhere none. */
+/* Runs cases[0..n) (one()); where the kernel runs (`runs`: the CPU, and
+ * oneDNN where the kernel is reached only through it) every case but the
+ * last must have put a conv on the kernel *count counts, the last none;
+ * elsewhere none. */
 static void taken_by(const cv_case *cases, size_t n, const uint64_t *count, const char *kernel,
-                     bool isa) {
+                     bool runs) {
   for (size_t i = 0; i < n; i++) {
     one(&cases[i]);
-    bool want = g_dnnl && isa && i + 1 < n;
+    bool want = runs && i + 1 < n;
     if ((*count >= 1) != want)
       fprintf(stderr, "%s case %zu: %llu conv(s) on the kernel\n", kernel, i,
               (unsigned long long)*count);
@@ -326,7 +327,7 @@ static void streamed(void) {
   g_tol_scale = 4; /* sums of up to 2304 products, chained: the references differ more */
   __builtin_cpu_init();
   taken_by(cases, sizeof cases / sizeof *cases, &g_streamed_fast, "streamed",
-           __builtin_cpu_supports("avx512f"));
+           g_dnnl && __builtin_cpu_supports("avx512f"));
   cv_case t = {1, 256, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4};
   /* 30x36 and 2 x 25x25: more tiles than a span holds (128) */
   static const int64_t shapes[][3] = {{1, 7, 7}, {2, 12, 12}, {1, 30, 36}, {3, 4, 4},
@@ -443,6 +444,73 @@ static void lowered(void) {
       {1, 128, 32, 3, 3, 3, 3, 1, 1, 1, {3, 3, 3, 3}, true, "HardSigmoid", NULL, 4},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+}
+
+/* Without oneDNN (KEEL_OPT_NO_ONEDNN) the layout pass makes a Conv
+ * channels-last only where keel's Winograd kernel takes it (3x3, stride
+ * 1, 128+ channels by 16s, outputs by 64s, an output of 14x14 or more:
+ * ops/nn/conv/select.c) and binds it to that kernel ("winograd"); the
+ * chain's edge Transposes stay (no keel.in_nchw: the kernel reads NHWC
+ * only). Each case against the reference at 1 and 2 threads, with a
+ * residual Z, Z broadcast, Z being X, auto_pad, asymmetric pads, batch 2
+ * and every activation form; the last three must stay NCHW (a 7x7 output,
+ * 64 channels, 80 outputs). */
+static void without_library(void) {
+  static const cv_case cases[] = {
+      {1, 128, 128, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 0},
+      {1, 128, 64, 15, 17, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "SiLUGated", NULL, 4},
+      {1, 144, 128, 15, 17, 3, 3, 1, 1, 1, {2, 0, 1, 2}, true, "Clip", NULL, 4},
+      {2, 128, 192, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HSwishGated", NULL, 1},
+      {1, 128, 128, 16, 16, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, NULL, NULL, 5},
+      {1, 128, 128, 14, 15, 3, 3, 1, 1, 1, {1, 1, 1, 1}, false, "Relu", NULL, 6},
+      {1, 128, 64, 20, 20, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "OddHSigGated", "SAME_UPPER", 2},
+      {1, 160, 64, 18, 16, 3, 3, 1, 1, 1, {0, 0, 0, 0}, true, "HardSigmoid", "VALID", 3},
+      {1, 128, 128, 7, 7, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 128, 80, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 0},
+  };
+  size_t n = sizeof cases / sizeof *cases;
+  __builtin_cpu_init();
+  bool isa = __builtin_cpu_supports("avx512f") ||
+             (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+  for (size_t i = 0; i < n; i++) {
+    const cv_case *t = &cases[i];
+    int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * t->c * 9;
+    int64_t nw2 = KEEL_MAX(KEEL_MAX(nw, t->m * t->m), t->c * t->c);
+    float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
+    float *w2 = malloc(sizeof(float) * (size_t)nw2), *b = malloc(sizeof(float) * (size_t)t->m);
+    float *zc = malloc(sizeof(float) * (size_t)t->m);
+    for (int64_t k = 0; k < nx; k++) x[k] = rnd() * 4;
+    for (int64_t k = 0; k < nw; k++) wt[k] = rnd();
+    for (int64_t k = 0; k < nw2; k++) w2[k] = rnd();
+    for (int64_t k = 0; k < t->m; k++) b[k] = rnd(), zc[k] = rnd();
+    keel_status st;
+    keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
+                            1, &st, NULL);
+    CHECK_OK(st);
+    double tol = 4e-6 * sqrt((double)(t->c * 9) + 1);
+    bool want = isa && i + 3 < n;
+    for (int threads = 1; threads <= 2 && ref; threads++) {
+      char *desc = NULL;
+      keel_value_t *got = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_ONEDNN, threads, &st, &desc);
+      CHECK_OK(st);
+      bool taken = desc && strstr(desc, "NhwcConv winograd");
+      if (taken != want || g_wg != (uint64_t)taken * (t->residual == 1 ? 2 : 1))
+        fprintf(stderr, "without oneDNN, case %zu: %s (%llu counted)\n", i, desc ? desc : "-",
+                (unsigned long long)g_wg);
+      CHECK(taken == want);
+      CHECK(g_wg == (uint64_t)taken * (t->residual == 1 ? 2 : 1));
+      keel_free(desc);
+      double worst = got ? worst_of(ref, got, tol) : INFINITY;
+      if (!(worst <= 1))
+        fprintf(stderr, "without oneDNN, case %zu, %d thread(s): worst %g of the tolerance\n", i,
+                threads, worst);
+      CHECK(worst <= 1);
+      keel_value_release(got);
+    }
+    keel_value_release(ref);
+    free(x), free(wt), free(w2), free(b), free(zc);
+  }
 }
 
 static void parts_then_shapes(void) {
@@ -687,5 +755,6 @@ int main(void) {
   /* last: their random draws leave the other cases' data as it was */
   subsampled();
   lowered();
+  without_library();
   return check_report();
 }

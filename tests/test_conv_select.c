@@ -139,23 +139,54 @@ static void check_paths(void) {
   CHECK(!strcmp(keel_conv_path_name(KEEL_CONV_STREAM), "streamed"));
 }
 
+static bool wg_isa(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return avx512() || (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+#else
+  return false;
+#endif
+}
+
 static void check_layout(void) {
-  int64_t shape[4] = {8, 4, 3, 3};
   static float wf[8 * 4 * 3 * 3];
   keel_tensor w = {.dtype = KEEL_FLOAT, .rank = 4, .shape = {8, 4, 3, 3}, .data = wf};
-  (void)shape;
   keel_node n;
   memset(&n, 0, sizeof n);
   n.op_type = "Conv", n.domain = "";
   const char *why = NULL;
-  CHECK(keel_conv_layout_nhwc(&n, &w, false, &why) == keel_dnnl_available());
+  const int64_t big[2] = {28, 28}, small[2] = {7, 7};
+  CHECK(keel_conv_layout_nhwc(&n, &w, false, NULL, &why) == keel_dnnl_available());
   CHECK(why && why[0]);
-  CHECK(!keel_conv_layout_nhwc(&n, &w, true, &why));
+  CHECK(!keel_conv_layout_nhwc(&n, &w, true, big, &why));
   CHECK(strstr(why, "oneDNN") != NULL);
   keel_tensor d = w;
   d.dtype = KEEL_DOUBLE;
-  CHECK(!keel_conv_layout_nhwc(&n, &d, false, &why));
-  CHECK(!keel_conv_layout_nhwc(&n, NULL, false, &why));
+  CHECK(!keel_conv_layout_nhwc(&n, &d, false, NULL, &why));
+  CHECK(!keel_conv_layout_nhwc(&n, NULL, false, NULL, &why));
+  /* without oneDNN: channels-last only where keel's Winograd kernel takes
+   * the conv (3x3, stride 1, 128+ channels by 16s, outputs by 64s) and the
+   * output is 14x14 or more */
+  static float wb[128 * 128 * 9];
+  keel_tensor w128 = {.dtype = KEEL_FLOAT, .rank = 4, .shape = {128, 128, 3, 3}, .data = wb};
+  int64_t pads[4] = {1, 1, 1, 1};
+  keel_attr pa = {.name = "pads", .type = KEEL_ATTR_INTS, .n = 4, .ints = pads};
+  n.attrs = &pa, n.n_attr = 1;
+  CHECK(keel_conv_layout_nhwc(&n, &w128, true, big, &why) == wg_isa());
+  CHECK(strstr(why, wg_isa() ? "Winograd kernel, channels-last" : "does not take it"));
+  CHECK(!keel_conv_layout_nhwc(&n, &w128, true, small, &why));
+  CHECK(!keel_conv_layout_nhwc(&n, &w128, true, NULL, &why));
+  keel_tensor w64 = w128;
+  w64.shape[1] = 64;
+  CHECK(!keel_conv_layout_nhwc(&n, &w64, true, big, &why));
+  int64_t strides[2] = {2, 2};
+  keel_attr two[2] = {pa, {.name = "strides", .type = KEEL_ATTR_INTS, .n = 2, .ints = strides}};
+  n.attrs = two, n.n_attr = 2;
+  CHECK(!keel_conv_layout_nhwc(&n, &w128, true, (const int64_t[]){56, 56}, &why));
+  CHECK(keel_conv_layout_wants_size(true));
+  CHECK(keel_conv_layout_wants_size(false) == !keel_dnnl_available());
+  CHECK(!keel_conv_takes_edges(true));
+  CHECK(keel_conv_takes_edges(false) == keel_dnnl_available());
 }
 
 int main(void) {

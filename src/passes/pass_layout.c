@@ -24,7 +24,10 @@
  *   4. hands the Transposes left at the chain's edges to the convs next to
  *      them where it can (keel.in_nchw, keel.out_nchw: conv_nhwc.h).
  * Which Convs go channels-last is the convolutions' selection's call
- * (ops/nn/conv/select.h, keel_conv_layout_nhwc).
+ * (ops/nn/conv/select.h, keel_conv_layout_nhwc): with oneDNN, every one;
+ * without it, those keel's own channels-last kernel takes and wins on
+ * (it then needs the input sizes: shape inference, once). Step 4 too
+ * (keel_conv_takes_edges: only oneDNN's kernels read NCHW bands).
  * A node the pass makes or moves keeps the names of the file: NhwcConv is
  * the Conv's node with its name and lists the Add it took over; moved
  * nodes keep their names; only values and Transposes get new names.
@@ -33,6 +36,7 @@
 
 #include "base/status.h"
 #include "base/sysmem.h"
+#include "ir/shapes.h"
 #include "ops/nn/conv/conv_nhwc.h"
 #include "ops/nn/conv/select.h"
 #include "passes/pass.h"
@@ -52,6 +56,8 @@ typedef struct lay {
   int32_t fresh;               /* counter for new value names              */
   keel_node *v;                /* the working array (keel_sys memory)      */
   int32_t cap;
+  const keel_shapes *shapes;   /* the model's inferred shapes, where the
+                                  selection needs the input sizes, or NULL */
 } lay;
 
 static keel_status oom(const lay *L) {
@@ -144,8 +150,12 @@ static bool convertible(const lay *L, const keel_node *n) {
     return false;
   int32_t c = keel_ir_const_of(L->m, L->g, n->in_names[1]);
   if (c < 0) return false;
+  const keel_sshape *x = L->shapes ? keel_shapes_find(L->shapes, L->g, n->in_names[0]) : NULL;
+  int64_t hw[2];
+  bool sized = x && x->rank == 4 && x->d[2].sym == KEEL_SYM_KNOWN && x->d[3].sym == KEEL_SYM_KNOWN;
+  if (sized) hw[0] = x->d[2].add, hw[1] = x->d[3].add;
   const char *why;
-  return keel_conv_layout_nhwc(n, &L->m->consts[c], L->m->no_library, &why);
+  return keel_conv_layout_nhwc(n, &L->m->consts[c], L->m->no_library, sized ? hw : NULL, &why);
 }
 
 /* Conv i becomes to_nhwc -> NhwcConv -> to_nchw. */
@@ -552,11 +562,11 @@ static keel_status layout_edit(lay *L) {
   KEEL_TRY(subsample_all(L));
   for (bool moved = true; moved;) KEEL_TRY(sink_once(L, &moved));
   KEEL_TRY(fold_adds(L));
-  return absorb_edges(L);
+  return keel_conv_takes_edges(L->m->no_library) ? absorb_edges(L) : KEEL_OK;
 }
 
-static keel_status layout_graph(keel_model *m, keel_graph *g) {
-  lay L = {m, g, keel_model_opset(m, ""), 0, NULL, 0};
+static keel_status layout_graph(keel_model *m, keel_graph *g, const keel_shapes *shapes) {
+  lay L = {m, g, keel_model_opset(m, ""), 0, NULL, 0, shapes};
   if (L.opset < 1) return KEEL_OK;
   bool any = false;
   for (int32_t i = 0; i < g->n_nodes && !any; i++) any = convertible(&L, &g->nodes[i]);
@@ -577,7 +587,13 @@ static keel_status layout_graph(keel_model *m, keel_graph *g) {
   return st;
 }
 
+/* The shapes are inferred once, before any graph changes: the pass only
+ * asks for the inputs of the file's Convs, whose names it keeps. */
 keel_status keel_pass_layout(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(layout_graph(m, m->graphs[i]));
-  return KEEL_OK;
+  keel_shapes *shapes = NULL;
+  if (keel_conv_layout_wants_size(m->no_library)) KEEL_TRY(keel_shapes_infer(m, &shapes));
+  keel_status st = KEEL_OK;
+  for (int32_t i = 0; i < m->n_graphs && !st; i++) st = layout_graph(m, m->graphs[i], shapes);
+  keel_shapes_free(shapes);
+  return st;
 }

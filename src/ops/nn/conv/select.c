@@ -26,32 +26,71 @@ const keel_impl *const keel_conv_impls[] = {&keel_conv_dw, &keel_conv_dense, NUL
 /* NhwcConv, channels-last. keel's kernels first, each for the narrow
  * shapes it wins on: 1-4 input channels (a stem: oneDNN's kernels vectorize
  * over input channels, which a stem does not have), 1x1 convolutions of
- * few input channels, depthwise 5x5; then oneDNN's, which takes every
- * other case and decides the rest on the first run (section 3). */
+ * few input channels, depthwise 5x5; where no oneDNN runs, 3x3 convs of
+ * 128+ channels on keel's Winograd kernel from binding; then oneDNN's,
+ * which takes every other case and decides the rest on the first run
+ * (section 3). */
 #if KEEL_HAVE_DNNL
 const keel_impl *const keel_nhwc_conv_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
-                                                 &keel_conv_nhwc_dw, &keel_conv_nhwc_dnnl, NULL};
+                                                 &keel_conv_nhwc_dw,   &keel_conv_nhwc_wg,
+                                                 &keel_conv_nhwc_dnnl, NULL};
 #else
 const keel_impl *const keel_nhwc_conv_impls[] = {&keel_conv_nhwc_stem, &keel_conv_nhwc_pw,
-                                                 &keel_conv_nhwc_dw, NULL};
+                                                 &keel_conv_nhwc_dw, &keel_conv_nhwc_wg, NULL};
 #endif
+
+/* Whether oneDNN runs this session's convolutions: built in, usable on
+ * this CPU (AVX2+FMA), not turned off (KEEL_NO_ONEDNN=1, or
+ * KEEL_OPT_NO_ONEDNN: no_library). */
+static bool library_runs(bool no_library) { return !no_library && keel_dnnl_available(); }
+
+bool keel_conv_wg_at_binding(const keel_prep_ctx *p) {
+  const keel_node *n = p->node;
+  return !library_runs(p->no_library) && n->n_in > 1 && keel_wg_takes(n, p->consts[1]);
+}
 
 /* =========================================== 1. the layout decision */
 
+bool keel_conv_layout_wants_size(bool no_library) { return !library_runs(no_library); }
+
 bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_library,
-                           const char **why) {
-  (void)n;
+                           const int64_t *hw, const char **why) {
   if (!w || w->dtype != KEEL_FLOAT || w->rank != 4 || keel_tensor_numel(w) == 0) {
     *why = "not a 2-D float convolution by a constant W";
     return false;
   }
-  if (no_library || !keel_dnnl_available()) {
-    *why = "oneDNN absent or disabled: the NCHW kernels";
+  if (library_runs(no_library)) {
+    *why = "oneDNN present: channels-last";
+    return true;
+  }
+  /* Without oneDNN the channels-last kernels are keel's own: a Conv goes
+   * channels-last only where one of them takes it and wins, since each
+   * such conv between NCHW neighbours costs two Transposes. Measured on
+   * an AVX2 Zen 3 (no AVX-512): keel's Winograd against the NCHW
+   * reference (im2col + OpenBLAS) on ResNet-50's 3x3 layers of 128 and
+   * 256 channels (README, "Without oneDNN"). The AVX-512 kernels (stem,
+   * pointwise, depthwise, streamed) were measured only beside oneDNN and
+   * are not chosen without it. */
+  if (!keel_wg_takes(n, w)) {
+    *why = "oneDNN absent or disabled, and keel's Winograd kernel does not take it: NCHW";
     return false;
   }
-  *why = "oneDNN present: channels-last";
+  keel_win win;
+  if (!hw || !keel_nhwc_node_win(n, 3, 3, &win)) {
+    *why = "oneDNN absent or disabled, and the input's size is not known at load: NCHW";
+    return false;
+  }
+  win.in[0] = hw[0], win.in[1] = hw[1];
+  if (keel_win_forward(&win, false) || win.out[0] * win.out[1] < 14 * 14) {
+    keel_err_clear();
+    *why = "oneDNN absent or disabled, and the output is under 14x14: NCHW";
+    return false;
+  }
+  *why = "oneDNN absent or disabled: keel's Winograd kernel, channels-last";
   return true;
 }
+
+bool keel_conv_takes_edges(bool no_library) { return library_runs(no_library); }
 
 /* oneDNN 2.6 has no channels-last AVX2 kernel for a strided 1x1 conv: its
  * generic direct kernel made ResNet-50's downsample convs at 21-33

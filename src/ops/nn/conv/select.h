@@ -31,13 +31,27 @@ extern const keel_impl *const keel_nhwc_conv_impls[]; /* NhwcConv            */
 
 /* =========================================== 1. the layout decision */
 
-/* Whether Conv node n (W the constant `w`, 4-D float) should run as
+/* Whether Conv node n (W the constant `w`, 4-D float; hw its input's
+ * height and width where known at load, else NULL) should run as
  * NhwcConv. With oneDNN present and allowed (no_library false), every such
  * Conv: oneDNN's channels-last kernels, and keel's own beside them, beat
- * the NCHW kernels on every model measured. *why: the rule, for keel info
- * and the tests. */
+ * the NCHW kernels on every model measured. Without it, only a Conv that
+ * keel's own channels-last kernel takes and wins on (the Winograd kernel,
+ * 3x3 convs of 128+ channels with an output of 14x14 or more). *why: the
+ * rule, for keel info and the tests. */
 KEEL_INTERNAL bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_library,
-                                         const char **why);
+                                         const int64_t *hw, const char **why);
+/* Whether keel_conv_layout_nhwc needs the input sizes (shape inference at
+ * load): only where no oneDNN runs. */
+KEEL_INTERNAL bool keel_conv_layout_wants_size(bool no_library);
+/* Whether the layout pass may hand a chain's edge Transposes to its convs
+ * (keel.in_nchw, keel.out_nchw): only oneDNN's implementation reads and
+ * writes NCHW bands; keel's kernels without it would leave such a conv on
+ * the naive reference. */
+KEEL_INTERNAL bool keel_conv_takes_edges(bool no_library);
+/* supports() of keel_conv_nhwc_wg: no oneDNN runs, and the Winograd
+ * kernel takes the node (keel_wg_takes). */
+KEEL_INTERNAL bool keel_conv_wg_at_binding(const keel_prep_ctx *p);
 
 /* Whether NhwcConv node n (W the constant `w`), a 1x1 conv of stride
  * s > 1 without pads, should read its input subsampled: the layout pass

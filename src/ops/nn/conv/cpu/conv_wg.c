@@ -6,6 +6,8 @@
 #include "base/pool.h"
 #include "ops/common/conv_util.h"
 #include "ops/common/cpu/tile512.h"
+#include "ops/dnnl/dnnl_glue.h"
+#include "ops/nn/conv/select.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include "ops/common/cpu/act512.h"
@@ -50,12 +52,28 @@ static bool wg_can(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
   return true;
 }
 
-bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
+static bool wg_isa(void) {
   __builtin_cpu_init();
-  bool isa = __builtin_cpu_supports("avx512f") ||
-             (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-  return isa && wg_can(g, kh, kw) && g->c >= 128 &&
-         g->w.out[0] * g->w.out[1] >= 14 * 14;
+  return __builtin_cpu_supports("avx512f") ||
+         (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+}
+
+bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
+  return wg_isa() && wg_can(g, kh, kw) && g->c >= 128 && g->w.out[0] * g->w.out[1] >= 14 * 14;
+}
+
+bool keel_wg_takes(const keel_node *n, const keel_tensor *w) {
+  if (!wg_isa() || !w || w->dtype != KEEL_FLOAT || w->rank != 4 || w->shape[2] != 3 ||
+      w->shape[3] != 3)
+    return false;
+  const keel_attr *ga = keel_node_attr(n, "group");
+  if ((ga && ga->i != 1) || keel_nhwc_attr_on(n, "keel.in_nchw") ||
+      keel_nhwc_attr_on(n, "keel.out_nchw"))
+    return false;
+  keel_nhwc_geom g = {.n = 1, .c = w->shape[1], .m = w->shape[0], .group = 1};
+  /* explicit pads as written; auto_pad's (resolved per run) are 1 on each
+   * side of a 3x3 window at stride 1, or none for VALID */
+  return keel_nhwc_node_win(n, 3, 3, &g.w) && wg_can(&g, 3, 3) && g.c >= 128;
 }
 
 typedef struct wg_job {
@@ -177,9 +195,71 @@ bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw) {
   return false;
 }
 
+bool keel_wg_takes(const keel_node *n, const keel_tensor *w) {
+  (void)n, (void)w;
+  return false;
+}
+
 keel_status keel_wg_run(keel_kctx *k, const keel_wg_w *p, const keel_nhwc_args *a) {
   (void)k, (void)p, (void)a;
   return keel_err(KEEL_ERR_INTERNAL, "the Winograd kernel is not built for this CPU");
 }
 
 #endif
+
+/* ================================ the implementation bound at binding */
+
+/* Where no oneDNN runs, NhwcConv's implementation list holds this one: the
+ * node runs on the Winograd kernel from its binding (W packed then), for
+ * every input size (the kernel computes any map; the layout pass made the
+ * node channels-last only where the map is large enough for it to win:
+ * ops/nn/conv/select.c). With oneDNN, its implementation takes such a
+ * node and chooses this kernel on the first run instead (path 6). */
+typedef struct wg_state {
+  keel_wg_w w;
+  _Atomic uint64_t *bytes;      /* the session's prepared bytes             */
+  _Atomic uint64_t *count;      /* keel_stats.winograd_convs                */
+} wg_state;
+
+static keel_status wgi_prepare(const keel_prep_ctx *p, void **state) {
+  const keel_tensor *w = p->consts[1];
+  wg_state *s;
+  KEEL_TRY(keel_prep_alloc(p, sizeof *s, (void **)&s));
+  *s = (wg_state){{0}, p->bytes, &p->lib->winograd};
+  keel_status st = keel_wg_pack(p->heap, p->owner, p->bytes, w->data, w->shape[0], w->shape[1], &s->w);
+  if (st) {
+    keel_prep_block_release(s, p->heap);
+    return st;
+  }
+  atomic_fetch_add(s->count, 1);
+  *state = s;
+  return KEEL_OK;
+}
+
+static void wgi_release(void *state, keel_heap *heap) {
+  wg_state *s = state;
+  if (!s) return;
+  keel_wg_free(&s->w, heap, s->bytes);
+  atomic_fetch_sub(s->count, 1);
+  keel_prep_block_release(s, heap);
+}
+
+static keel_status wgi_run(keel_kctx *k) {
+  const wg_state *s = k->prep;
+  keel_nhwc_io io;
+  KEEL_TRY(keel_nhwc_in(k, &io));
+  KEEL_TRY(keel_nhwc_out(k, &io, false));
+  const keel_nhwc_geom *g = &io.g;
+  if (g->n * g->w.out[0] * g->w.out[1] * g->m == 0) return keel_nhwc_finish(k, &io);
+  keel_act act = KEEL_ACT_OFF;
+  if (!io.bare) KEEL_TRY(keel_act_of(k->node, &act));
+  keel_nhwc_args a = {g, io.x->data, io.b ? io.b->data : NULL, io.zc, io.z_in_y, io.c, act};
+  KEEL_TRY(keel_wg_run(k, &s->w, &a));
+  return keel_nhwc_finish(k, &io);
+}
+
+const keel_impl keel_conv_nhwc_wg = {"winograd", keel_conv_wg_at_binding, wgi_prepare, wgi_release,
+                                     wgi_run,
+                                     "no oneDNN: 3x3, stride 1, one group, 128+ channels by 16s, "
+                                     "outputs by 64s, channels-last both sides, AVX2+FMA or "
+                                     "AVX-512"};

@@ -48,6 +48,14 @@ typedef struct keel_wg_w {
  * 14x14 output pixels per image (on 7x7 maps, with W of 2-9 MB,
  * transforming W costs more than it saves: the streamed kernel's). */
 KEEL_INTERNAL bool keel_wg_fits(const keel_nhwc_geom *g, int64_t kh, int64_t kw);
+/* What the kernel can compute for NhwcConv node n whatever the map's size:
+ * the CPU, W (a constant float [M, C, 3, 3]: C >= 128 by 16s, M by 64s)
+ * and the attributes (stride 1, dilation 1, one group, pads of at most 2,
+ * channels-last both sides). */
+KEEL_INTERNAL bool keel_wg_takes(const keel_node *n, const keel_tensor *w);
+/* NhwcConv on this kernel from binding, where no oneDNN runs (select.c:
+ * keel_conv_wg_at_binding). */
+extern const keel_impl keel_conv_nhwc_wg;
 KEEL_INTERNAL keel_status keel_wg_pack(keel_heap *heap, keel_owner owner,
                                        _Atomic uint64_t *counter, const float *w, int64_t m,
                                        int64_t c, keel_wg_w *out);
