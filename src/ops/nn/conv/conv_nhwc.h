@@ -21,7 +21,9 @@
  * The reference kernel (conv_nhwc.c) is naive loops. On AVX-512 CPUs keel's
  * own kernels take, in this order, convs of 1-4 input channels (a
  * network's stem, conv_stem.c), 1x1 convs of few input channels
- * (conv_pw.c) and 5x5 depthwise convs (conv_dw.c); the others run on the
+ * (conv_pw.c) and 5x5 depthwise convs (conv_dw.c); where no oneDNN runs,
+ * keel's Winograd kernel takes the 3x3 convs of 128+ channels from
+ * binding (cpu/conv_wg.h); the others run on the
  * oneDNN implementation (dnnl/conv_dnnl.c) when keel has oneDNN, which
  * hands a conv of large W and few output pixels to keel's streamed
  * kernel (conv_stream.h), and a 3x3 of 128+ channels on a larger map to
