@@ -178,8 +178,8 @@ expect_out '"node_list": \[{"graph": "main"' "info --nodes --json"
 expect_out '"kernel": "reference", "rule": "the op.s kernel"' "info --nodes --json: the rule that chose the kernel"
 # --shapes: every value's inferred shape (a Loop body's growing row is a symbol) and the counts
 expect_rc 0 "info --shapes" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes
-expect_out "main             h0  *\\[1, 8\\]" "info --shapes lists a graph input"
-expect_out "main/Loop/body   tokens.9  *\\[s[0-9]*\\]" "info --shapes: the carried row is a symbol of the body"
+expect_out "main             h0  *float32  *\\[1, 8\\]" "info --shapes lists a graph input and its element type"
+expect_out "main/Loop/body   tokens.9  *int64  *\\[s[0-9]*\\]" "info --shapes: the carried row is a symbol of the body, int64"
 expect_out "shapes     [0-9]* value(s): [0-9]* fully known, [1-9][0-9]* symbolic, 0 unknown" "info --shapes counts"
 expect_rc 0 "info --shapes --json" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes --json
 expect_out '"shape_counts": {"known": [0-9]*, "symbolic": [1-9]' "info --shapes --json counts"

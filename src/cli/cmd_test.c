@@ -383,6 +383,7 @@ static void run_test(const char *dir, const char *name, const keel_options *opts
   keel_shapecheck_counts sc = keel_shapecheck_get(s);
   g_shapes.checked += sc.checked, g_shapes.known += sc.known;
   g_shapes.symbolic += sc.symbolic, g_shapes.unknown += sc.unknown, g_shapes.runs_off += sc.runs_off;
+  g_shapes.typed += sc.typed;
   keel_session_destroy(s);
   uint64_t after = keel_process_bytes();
   if (rk == R_PASS && after != before) {
@@ -561,10 +562,11 @@ int cmd_test(int argc, char **argv) {
   else printf("%zu passed, %zu failed\n", pass, fail);
   if (flags & KEEL_OPT_CHECK_SHAPES)
     printf("shapes: %llu values compared with their inferred shapes: %llu fully known, %llu symbolic, "
-           "%llu unknown; %llu run(s) not checked (inputs not of the declared shapes)\n",
+           "%llu unknown; %llu with their inferred element type; %llu run(s) not checked (inputs "
+           "not of the declared shapes)\n",
            (unsigned long long)g_shapes.checked, (unsigned long long)g_shapes.known,
            (unsigned long long)g_shapes.symbolic, (unsigned long long)g_shapes.unknown,
-           (unsigned long long)g_shapes.runs_off);
+           (unsigned long long)g_shapes.typed, (unsigned long long)g_shapes.runs_off);
   int rc = fail ? 1 : 0;
   if (json && write_json(json, &R, pass, fail, skip)) rc = 1;
   if (expect) rc = check_expected(expect, &R);

@@ -337,14 +337,17 @@ static void shape_entry(sbuf *b, const keel_shapes *S, const keel_graph *g, cons
   keel_sshape_text(S, sh, text, sizeof text);
   int c = keel_sshape_class(sh);
   count[c]++;
+  const char *type = sh && sh->dtype ? keel_dtype_name((keel_dtype)sh->dtype) : "?";
   if (!json) {
-    put(b, "  %-16s %-40s %s\n", g->path, name, text);
+    put(b, "  %-16s %-40s %-8s %s\n", g->path, name, type, text);
     return;
   }
   put(b, "%s{\"graph\": ", *first ? "" : ", ");
   put_json_str(b, g->path);
   put(b, ", \"value\": ");
   put_json_str(b, name);
+  put(b, ", \"dtype\": ");
+  put_json_str(b, type);
   put(b, ", \"shape\": ");
   put_json_str(b, text);
   put(b, ", \"class\": \"%s\"}", cls[c]);
@@ -363,7 +366,7 @@ static void shape_list(sbuf *b, const keel_model *m, bool json) {
     return;
   }
   int64_t count[3] = {0};
-  put(b, json ? ", \"shape_list\": [" : "shapes (graph, value, inferred shape)\n");
+  put(b, json ? ", \"shape_list\": [" : "shapes (graph, value, element type, inferred shape)\n");
   bool first = true;
   for (int32_t i = 0; i < m->n_graphs; i++) {
     const keel_graph *g = m->graphs[i];

@@ -23,7 +23,7 @@
 typedef struct keel_shapecheck {
   keel_shapes *shapes;
   int32_t n_syms;
-  _Atomic uint64_t checked, cls[3], runs_off;
+  _Atomic uint64_t checked, cls[3], typed, runs_off;
 } keel_shapecheck;
 
 /* Called from the session's creation after the passes, resolve and plan
@@ -76,7 +76,7 @@ static void dims_text(const keel_tensor *t, char *buf, size_t cap) {
   if (at < cap) snprintf(buf + at, cap - at, "]");
 }
 
-/* One value against its inferred shape. Only tensors are compared (a
+/* One value against its inferred shape and element type (where known). Only tensors are compared (a
  * sequence or a map has no one shape to compare), and omitted inputs and
  * outputs ("" names) are skipped. The first value that shows a main-graph
  * symbol binds it (keel_sshape_agrees writes R->bind); every later value
@@ -97,7 +97,9 @@ static keel_status check_value(keel_runctx *R, const keel_frame *f, const keel_n
   if (!sh) return KEEL_OK;
   atomic_fetch_add_explicit(&c->checked, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&c->cls[keel_sshape_class(sh)], 1, memory_order_relaxed);
-  if (keel_sshape_agrees(c->shapes, sh, v->t.rank, v->t.shape, R->bind)) return KEEL_OK;
+  if (sh->dtype) atomic_fetch_add_explicit(&c->typed, 1, memory_order_relaxed);
+  bool type_ok = !sh->dtype || sh->dtype == v->t.dtype;
+  if (type_ok && keel_sshape_agrees(c->shapes, sh, v->t.rank, v->t.shape, R->bind)) return KEEL_OK;
   char lb[256], want[512], got[256];
   keel_sshape_text(c->shapes, sh, want, sizeof want);
   dims_text(&v->t, got, sizeof got);
@@ -112,8 +114,10 @@ static keel_status check_value(keel_runctx *R, const keel_frame *f, const keel_n
     atomic_fetch_add_explicit(&c->runs_off, 1, memory_order_relaxed);
     return KEEL_OK;
   }
-  return keel_err(KEEL_ERR_INTERNAL, "shape check: graph '%s': %s '%s' of node %s: inferred %s, ran with %s",
-                  g->path, is_input ? "input" : "output", name, keel_node_label(n, lb, sizeof lb), want, got);
+  return keel_err(KEEL_ERR_INTERNAL, "shape check: graph '%s': %s '%s' of node %s: inferred %s %s, ran with %s %s",
+                  g->path, is_input ? "input" : "output", name, keel_node_label(n, lb, sizeof lb),
+                  sh->dtype ? keel_dtype_name((keel_dtype)sh->dtype) : "(type unknown)", want,
+                  keel_dtype_name((keel_dtype)v->t.dtype), got);
 }
 
 /* Called by run_node_observed (run.c) after the kernel and before the
@@ -140,6 +144,7 @@ keel_shapecheck_counts keel_shapecheck_get(const struct keel_session_s *s) {
   r.known = atomic_load(&c->cls[0]);
   r.symbolic = atomic_load(&c->cls[1]);
   r.unknown = atomic_load(&c->cls[2]);
+  r.typed = atomic_load(&c->typed);
   r.runs_off = atomic_load(&c->runs_off);
   return r;
 }

@@ -30,6 +30,8 @@ KEEL_INTERNAL keel_status keel_shapecheck_node(keel_runctx *R, const keel_frame 
  * symbolic and unknown (keel_sshape_class). */
 typedef struct keel_shapecheck_counts {
   uint64_t checked, known, symbolic, unknown;
+  uint64_t typed;              /* of the checked, those whose element type
+                                  was inferred (and agreed)               */
   uint64_t runs_off;           /* runs not checked: inputs not as declared */
 } keel_shapecheck_counts;
 KEEL_INTERNAL keel_shapecheck_counts keel_shapecheck_get(const struct keel_session_s *s);

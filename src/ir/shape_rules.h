@@ -48,6 +48,10 @@ KEEL_INTERNAL const keel_tensor *keel_shape_const_in(const keel_shape_ctx *c, in
  * unknown). Control flow (If, Loop, Scan) is shapes.c's. */
 KEEL_INTERNAL bool keel_shape_rule(keel_shape_ctx *c);
 
+/* Sets node c->n's output element types that its shape rule left unknown
+ * (dtype_rules.c). */
+KEEL_INTERNAL void keel_dtype_rule(keel_shape_ctx *c);
+
 /* A value of rank r with every dim unknown; one with the given dims. */
 KEEL_INTERNAL void keel_ss_rank(keel_sshape *v, int32_t r);
 KEEL_INTERNAL void keel_ss_unknown(keel_sshape *v);

@@ -107,6 +107,7 @@ keel_sdim keel_sd_bcast(keel_sdim a, keel_sdim b) {
 }
 
 void keel_ss_unknown(keel_sshape *v) {
+  v->dtype = 0;
   v->rank = -1;
   v->nv = -1;
 }
@@ -242,6 +243,7 @@ const keel_sshape *keel_shapes_find(const keel_shapes *s, const keel_graph *g, c
 /* ===================================================== from tensors */
 
 void keel_ss_from_tensor(keel_sshape *v, const keel_tensor *t) {
+  v->dtype = t->dtype;
   v->rank = t->rank;
   for (int32_t i = 0; i < t->rank; i++) v->d[i] = keel_sd_known(t->shape[i]);
   int64_t n = keel_tensor_numel(t);
@@ -255,6 +257,7 @@ void keel_ss_from_tensor(keel_sshape *v, const keel_tensor *t) {
 /* A declared type of a main-graph input. */
 static void from_type(keel_shapes *S, keel_sshape *v, const keel_type *ty, const char *input) {
   keel_ss_unknown(v);
+  if (ty && ty->kind == KEEL_TYPE_TENSOR) v->dtype = ty->dtype;
   if (!ty || ty->kind != KEEL_TYPE_TENSOR || ty->rank < 0 || ty->rank > KEEL_MAX_RANK) return;
   v->rank = ty->rank;
   for (int32_t i = 0; i < ty->rank; i++) {
@@ -303,6 +306,7 @@ static void rule_if(keel_shape_ctx *c) {
   infer_graph(c->S, e);
   for (int32_t k = 0; k < c->n->n_out; k++) {
     const keel_sshape *a = sub_out(c->S, t, k), *b = sub_out(c->S, e, k);
+    if (a && b && a->dtype == b->dtype) c->out[k].dtype = a->dtype;
     if (!a || !b || a->rank < 0 || a->rank != b->rank) continue;
     keel_sshape *o = &c->out[k];
     o->rank = a->rank;
@@ -329,7 +333,9 @@ static bool carry_pass(keel_shapes *S, const keel_graph *b, int32_t first, int32
   tab_clear(t);
   for (int32_t k = 0; k < first && k < b->n_in; k++) { /* Loop: iteration number, condition */
     keel_sshape sc;
+    keel_ss_unknown(&sc);
     keel_ss_rank(&sc, 0);
+    sc.dtype = k == 0 ? KEEL_INT64 : KEEL_BOOL;
     tab_put(S, t, b->in_names[k], &sc);
   }
   for (int32_t k = 0; k < n && first + k < b->n_in; k++) {
@@ -366,6 +372,7 @@ static bool carry_pass(keel_shapes *S, const keel_graph *b, int32_t first, int32
 static void carried_outs(keel_shape_ctx *c, const keel_sshape *const *init, int32_t n,
                          bool (*var)[KEEL_MAX_RANK + 1]) {
   for (int32_t k = 0; k < n && k < c->n->n_out; k++) {
+    if (init[k]) c->out[k].dtype = init[k]->dtype; /* a carried value keeps its type */
     if (!init[k] || init[k]->rank < 0 || var[k][KEEL_MAX_RANK]) continue;
     keel_sshape *o = &c->out[k];
     *o = *init[k];
@@ -393,6 +400,7 @@ static void rule_loop(keel_shape_ctx *c) {
   if (c->n->in_names[1][0] == 0 && M && M->nv == 1) trip = lift(c->S, c->g, M->v[0], false);
   for (int32_t j = n; j < c->n->n_out; j++) {
     const keel_sshape *p = sub_out(c->S, b, 1 + j);
+    if (p) c->out[j].dtype = p->dtype;
     if (!p || p->rank < 0 || p->rank + 1 > KEEL_MAX_RANK) continue;
     if (keel_sd_unk(trip)) trip = keel_shapes_fresh(c->S, c->g, "Loop trip count");
     keel_sshape *o = &c->out[j];
@@ -434,6 +442,7 @@ static void rule_scan(keel_shape_ctx *c) {
     keel_ss_unknown(&sl[j]);
     const keel_sshape *x = c->in[n + j];
     int64_t ax = attr_list(c->n, "scan_input_axes", j, 0);
+    if (x) sl[j].dtype = x->dtype;
     if (!x || x->rank <= 0) continue;
     if (ax < 0) ax += x->rank;
     if (ax < 0 || ax >= x->rank) continue;
@@ -448,6 +457,7 @@ static void rule_scan(keel_shape_ctx *c) {
   carried_outs(c, c->in, n, var);
   for (int32_t j = n; j < c->n->n_out; j++) {
     const keel_sshape *p = sub_out(c->S, b, j);
+    if (p) c->out[j].dtype = p->dtype;
     if (!p || p->rank < 0 || p->rank + 1 > KEEL_MAX_RANK) continue;
     int64_t ax = attr_list(c->n, "scan_output_axes", j - n, 0);
     if (ax < 0) ax += p->rank + 1;
@@ -477,7 +487,13 @@ static void infer_node(keel_shapes *S, const keel_graph *g, const keel_node *n) 
     if (onnx && !strcmp(n->op_type, "If")) rule_if(&c);
     else if (onnx && !strcmp(n->op_type, "Loop")) rule_loop(&c);
     else if (onnx && !strcmp(n->op_type, "Scan")) rule_scan(&c);
-    else if (!n->n_subs) keel_shape_rule(&c);
+    else if (!n->n_subs) {
+      keel_shape_rule(&c);
+      /* the shape rules leave dtype as it falls: the types are the
+       * dtype rule's alone */
+      for (int32_t k = 0; k < n->n_out; k++) outs[k].dtype = 0;
+      keel_dtype_rule(&c);
+    }
   }
   gtab *t = &S->tabs[g->id];
   for (int32_t k = 0; k < n->n_out; k++) tab_put(S, t, n->out_names[k], &outs[k]);

@@ -1,7 +1,8 @@
 /* shapes.h: symbolic shape inference over a whole model (shapes.c, the
  * walk and the dim algebra; shape_rules.c, one rule per op family).
  *
- * Every tensor value gets a rank where it can be known and, per axis, a dim
+ * Every tensor value gets its element type where the op's definition fixes
+ * it (dtype_rules.c) and a rank where it can be known and, per axis, a dim
  * that is an integer, a symbol with simple arithmetic (T, T+1, 2*T, T/8
  * where the division is exact), or unknown. Symbols come from the graph
  * inputs' dim_params (or a fresh symbol per unnamed dim), from
@@ -38,6 +39,7 @@ typedef struct keel_sdim {
 } keel_sdim;
 
 typedef struct keel_sshape {
+  int32_t dtype;               /* element type (keel_dtype); 0: unknown    */
   int32_t rank;                /* -1: unknown (or not a tensor)            */
   int32_t nv;                  /* element values known: numel, else -1    */
   keel_sdim d[KEEL_MAX_RANK];
