@@ -264,7 +264,12 @@ enum {
    * rounds otherwise). Costs some speed at few threads (README,
    * "Threads"). Inference kernels; training's weight gradients sum
    * per-worker parts and are not covered. */
-  KEEL_OPT_DETERMINISTIC = 64
+  KEEL_OPT_DETERMINISTIC = 64,
+  /* With keel_options.device a GPU: the placement is made without opening
+   * the device (keel info --device cuda, on any machine), and runs execute
+   * every node on the CPU, the copies as host copies: the placed graph
+   * checked against the plain one anywhere. */
+  KEEL_OPT_PLAN_ONLY = 128
 };
 
 /* The parts work is cut into under KEEL_OPT_DETERMINISTIC. */
@@ -308,6 +313,15 @@ typedef struct keel_options {
    * runs on, an `MPI_Comm *` (read at session creation), or NULL for
    * MPI_COMM_WORLD. Ignored by models without collectives. */
   void *comm;
+  /* Where the session runs: NULL or "cpu" (the default), "cuda" or
+   * "cuda:N" (GPU N: each node whose op has a GPU kernel for its types is
+   * placed there, the others stay on the CPU, with MemcpyFromHost /
+   * MemcpyToHost nodes between; `keel info --device cuda` prints the
+   * placement). Running GPU nodes on the GPU is not built yet: such a
+   * session fails to create with KEEL_ERR_UNSUPPORTED saying why (no GPU,
+   * or not built), unless KEEL_OPT_PLAN_ONLY asks for the plan (run on the
+   * CPU). */
+  const char *device;
 } keel_options;
 
 /* Load a model from a file, mapped into memory: initializer bytes are not

@@ -183,6 +183,18 @@ expect_out "main/Loop/body   tokens.9  *int64  *\\[s[0-9]*\\]" "info --shapes: t
 expect_out "shapes     [0-9]* value(s): [0-9]* fully known, [1-9][0-9]* symbolic, 0 unknown" "info --shapes counts"
 expect_rc 0 "info --shapes --json" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --shapes --json
 expect_out '"shape_counts": {"known": [0-9]*, "symbolic": [1-9]' "info --shapes --json counts"
+# --device: the placement on a GPU, on any machine (info); run refuses with the reason
+expect_rc 0 "info --device cuda" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --device cuda --nodes
+expect_out "placement  cuda:0: [1-9][0-9]* of [0-9]* nodes on the GPU" "info --device cuda: the placement"
+expect_out "main/Loop/body   gpu '/cell/Tanh' (Tanh)" "info --device cuda --nodes: a body node on the GPU"
+expect_out "(MemcpyFromHost)" "info --device cuda: the copies"
+expect_rc 0 "info --device cuda --json" "$KEEL" info "$(dirname "$0")/models/greedy_decode/model.onnx" --device cuda --json
+expect_out '"placement": {"device": "cuda:0", "gpu_nodes": [1-9]' "info --device cuda --json"
+expect_rc 1 "run --device cuda refused" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device cuda
+expect_out "device cuda:0: " "run --device cuda: the reason, naming the device"
+expect_rc 1 "run --device bogus" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device tpu
+expect_out "device 'tpu': expected cpu, cuda or cuda:N" "run --device bogus: the message"
+expect_rc 0 "run --device cpu" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device cpu
 expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
 expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"
 expect_rc 0 "run shows the pool" "$KEEL" run "$(dirname "$0")/models/nested_loop_if/model.onnx" --iters 3 --trim-window 4

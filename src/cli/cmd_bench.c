@@ -16,6 +16,7 @@ typedef struct bench_args {
   size_t n_inputs;
   long iters, warmup, profile_runs;
   int threads;
+  const char *device;          /* --device: keel_options.device            */
   bool flops;
   bool deterministic;          /* --deterministic                          */
   double peak_gflops;
@@ -61,6 +62,7 @@ static int parse_opt(int argc, char **argv, int *i, bench_args *a) {
   else if (!strcmp(s, "--iters") && v) return parse_long(v, 1, &a->iters) ? 0 : cli_usage("bench", "--iters needs a positive number");
   else if (!strcmp(s, "--warmup") && v) return parse_long(v, 0, &a->warmup) ? 0 : cli_usage("bench", "--warmup needs a number >= 0");
   else if (!strcmp(s, "--threads") && v) return cli_parse_threads(v, &a->threads) ? 0 : cli_usage("bench", "bad --threads (0..256)");
+  else if (!strcmp(s, "--device") && v) a->device = v;
   else if (!strcmp(s, "--profile-runs") && v) return parse_long(v, 0, &a->profile_runs) ? 0 : cli_usage("bench", "--profile-runs needs a number >= 0");
   else if (!strcmp(s, "--mem-limit") && v) return cli_parse_size(v, &a->mem_limit) ? 0 : cli_usage("bench", "bad --mem-limit");
   else if (!strcmp(s, "--peak") && v) {
@@ -461,7 +463,7 @@ int cmd_bench(int argc, char **argv) {
   bench_args a;
   int rc = parse(argc, argv, &a);
   if (rc) return rc;
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads,
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads, .device = a.device,
                        .flags = a.deterministic ? KEEL_OPT_DETERMINISTIC : 0};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);

@@ -71,10 +71,11 @@ static int shard_info(const char *dir, int json) {
 }
 
 int cmd_info(int argc, char **argv) {
-  const char *model = NULL;
+  const char *model = NULL, *device = NULL;
   int json = 0, nodes = 0, shapes = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--json")) json = 1;
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--nodes")) nodes = 1;
     else if (!strcmp(argv[i], "--shapes")) shapes = 1;
     else if (argv[i][0] == '-') return cli_usage("info", "unknown option");
@@ -84,8 +85,11 @@ int cmd_info(int argc, char **argv) {
   if (!model) return cli_usage("info", "no model given");
   if (cli_is_shard_dir(model)) return shard_info(model, json);
   if (!cli_is_file(model)) return cli_usage("info", "no such model file");
+  /* with --device, the placement the session would run with, made
+   * without opening the device (KEEL_OPT_PLAN_ONLY): on any machine */
+  keel_options o = {.size = sizeof o, .device = device, .flags = device ? KEEL_OPT_PLAN_ONLY : 0};
   keel_session_t *s;
-  keel_status st = keel_session_create(model, NULL, &s);
+  keel_status st = keel_session_create(model, &o, &s);
   if (st) {
     fprintf(stderr, "keel: %s: %s\n", keel_status_str(st), keel_last_error());
     return 1;

@@ -18,6 +18,7 @@ typedef struct mc_args {
   long iters;
   size_t mem_limit;
   int threads;
+  const char *device;          /* --device: keel_options.device            */
   bool leak;
 } mc_args;
 
@@ -74,6 +75,8 @@ static int parse(int argc, char **argv, mc_args *a) {
       if (*end || a->iters < 1) return cli_usage("memcheck", "--iters needs a positive number");
     } else if (!strcmp(s, "--threads") && v) {
       if (!cli_parse_threads(argv[++i], &a->threads)) return cli_usage("memcheck", "bad --threads");
+    } else if (!strcmp(s, "--device") && i + 1 < argc) {
+      a->device = argv[++i];
     } else if (!strcmp(s, "--mem-limit") && v) {
       if (!cli_parse_size(argv[++i], &a->mem_limit)) return cli_usage("memcheck", "bad --mem-limit");
     } else if (s[0] == '-') return cli_usage("memcheck", "unknown or incomplete option");
@@ -160,7 +163,7 @@ static int memcheck_model(mc_args a, const char *model) {
   a.model = model;
   int rc = 0;
   iter_log L = {.loop = a.loop};
-  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads, .on_iteration = on_iteration,
+  keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .threads = a.threads, .device = a.device, .on_iteration = on_iteration,
                        .iteration_ud = &L};
   keel_session_t *s;
   keel_status st = keel_session_create(a.model, &opts, &s);

@@ -14,6 +14,7 @@ typedef struct run_args {
   long iters;
   size_t mem_limit;
   int threads;
+  const char *device;          /* --device: keel_options.device            */
   long timeout_ms;          /* --timeout: per-run deadline; 0 = none       */
   long long max_iterations; /* --max-iterations: the iteration guard       */
   bool no_auto_trim;        /* --no-auto-trim                              */
@@ -45,6 +46,8 @@ static int parse(int argc, char **argv, run_args *a) {
       if (*end || a->iters < 1) return cli_usage("run", "--iters needs a positive number");
     } else if (!strcmp(s, "--threads") && has_val) {
       if (!cli_parse_threads(argv[++i], &a->threads)) return cli_usage("run", "bad --threads");
+    } else if (!strcmp(s, "--device") && has_val) {
+      a->device = argv[++i];
     } else if (!strcmp(s, "--timeout") && has_val) {
       char *end;
       a->timeout_ms = strtol(argv[++i], &end, 10);
@@ -212,7 +215,7 @@ static int run_model(const run_args *ra, const char *model) {
   a.model = model;
   int rc = 0;
   keel_options opts = {.size = sizeof opts, .mem_limit = a.mem_limit, .log = log_stderr,
-                       .threads = a.threads,
+                       .threads = a.threads, .device = a.device,
                        .flags = (a.no_auto_trim ? KEEL_OPT_NO_AUTO_TRIM : 0u) |
                                 (a.deterministic ? KEEL_OPT_DETERMINISTIC : 0u),
                        .trim_window = (unsigned)a.trim_window, .trim_margin_pct = (int)a.trim_margin};

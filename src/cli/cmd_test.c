@@ -510,6 +510,7 @@ int cmd_test(int argc, char **argv) {
   const char *json = NULL, *expect = NULL, *paths[1024];
   size_t n_paths = 0, mem_limit = 0;
   int threads = 0;
+  const char *device = NULL;   /* --device: keel_options.device            */
   int repeat = 1;
   unsigned flags = 0;
   for (int i = 0; i < argc; i++) {
@@ -519,11 +520,13 @@ int cmd_test(int argc, char **argv) {
     else if (!strcmp(argv[i], "--check-shapes")) flags |= KEEL_OPT_CHECK_SHAPES;
     else if (!strcmp(argv[i], "--no-passes")) flags |= KEEL_OPT_NO_GRAPH_PASSES;
     else if (!strcmp(argv[i], "--deterministic")) flags |= KEEL_OPT_DETERMINISTIC;
+    else if (!strcmp(argv[i], "--plan-only")) flags |= KEEL_OPT_PLAN_ONLY;
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) {
       repeat = atoi(argv[++i]);
       if (repeat < 1) return cli_usage("test", "--repeat needs a positive number");
     }
     else if (!strcmp(argv[i], "--expect") && i + 1 < argc) expect = argv[++i];
+    else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
       if (!cli_parse_threads(argv[++i], &threads)) return cli_usage("test", "bad --threads");
     } else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) {
@@ -542,7 +545,8 @@ int cmd_test(int argc, char **argv) {
     }
   }
   if (!n_paths) return cli_usage("test", "no test folder given");
-  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads, .flags = flags};
+  keel_options opts = {.size = sizeof opts, .mem_limit = mem_limit, .threads = threads, .flags = flags,
+                       .device = device};
   bool shards = keel_dist_launched();
   for (size_t i = 0; i < n_paths; i++) shards = shards || cli_is_shard_dir(paths[i]);
   if (shards && cli_dist_start()) return 1;

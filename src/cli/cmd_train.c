@@ -112,6 +112,8 @@ static int parse_value(train_args *a, const char *opt, const char *v) {
     if (!cli_parse_size(v, &a->so.mem_limit)) return cli_usage("train", "bad --mem-limit");
   } else if (!strcmp(opt, "--threads")) {
     if (!cli_parse_threads(v, &a->so.threads)) return cli_usage("train", "bad --threads");
+  } else if (!strcmp(opt, "--device")) {
+    a->so.device = v;
   } else return cli_usage("train", "unknown option or bad number");
   return 0;
 }

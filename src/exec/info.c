@@ -192,6 +192,43 @@ static void tree_json(sbuf *b, const keel_graph *g) {
 
 /* ---------------------------------------------------------- whole */
 
+/* The placement of a session made for a GPU (passes/pass_place.c): nodes
+ * on the GPU, nodes of the model on the CPU (the copies apart), copies. */
+typedef struct placement {
+  int64_t gpu, cpu, to_gpu, to_host;
+} placement;
+
+static placement placement_of(const keel_model *m) {
+  placement p = {0};
+  for (int32_t i = 0; i < m->n_graphs; i++)
+    for (int32_t k = 0; k < m->graphs[i]->n_nodes; k++) {
+      const keel_node *n = &m->graphs[i]->nodes[k];
+      if (!n->domain[0] && !strcmp(n->op_type, "MemcpyFromHost")) p.to_gpu++;
+      else if (!n->domain[0] && !strcmp(n->op_type, "MemcpyToHost")) p.to_host++;
+      else if (n->device == KEEL_NODE_GPU) p.gpu++;
+      else p.cpu++;
+    }
+  return p;
+}
+
+static void placement_text(sbuf *b, const keel_model *m) {
+  if (!m->gpu) return;
+  placement p = placement_of(m);
+  int64_t all = p.gpu + p.cpu;
+  put(b, "placement  cuda:%d: %lld of %lld nodes on the GPU (%.1f%%), %lld on the CPU; copies: %lld "
+      "MemcpyFromHost, %lld MemcpyToHost\n",
+      m->gpu - 1, (long long)p.gpu, (long long)all, all ? 100.0 * (double)p.gpu / (double)all : 0.0,
+      (long long)p.cpu, (long long)p.to_gpu, (long long)p.to_host);
+}
+
+static void placement_json(sbuf *b, const keel_model *m) {
+  if (!m->gpu) return;
+  placement p = placement_of(m);
+  put(b, ", \"placement\": {\"device\": \"cuda:%d\", \"gpu_nodes\": %lld, \"cpu_nodes\": %lld, "
+      "\"memcpy_from_host\": %lld, \"memcpy_to_host\": %lld}",
+      m->gpu - 1, (long long)p.gpu, (long long)p.cpu, (long long)p.to_gpu, (long long)p.to_host);
+}
+
 /* The text form. Everything is of the model after the passes (folded
  * constants, removed nodes): what the session runs, not what the file
  * says. The default domain "" is printed as ai.onnx. The last line is
@@ -229,7 +266,9 @@ static void describe_text(sbuf *b, const keel_session_t *s, const opcount *c, si
     fast += ic[i].n;
   }
   put(b, "%s reference %lld", nic ? ";" : "", (long long)(nodes - fast));
-  put(b, "\ncontrol flow\n  main (%d nodes)\n", g->n_nodes);
+  put(b, "\n");
+  placement_text(b, m);
+  put(b, "control flow\n  main (%d nodes)\n", g->n_nodes);
   tree_text(b, g, 4);
   put(b, "weights    %llu bytes in %d constants (%llu bytes copied, the rest mapped)\n",
       (unsigned long long)m->weight_bytes, m->n_consts, (unsigned long long)m->weight_bytes_copied);
@@ -286,6 +325,7 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
       m->fold.folded, (unsigned long long)m->fold.folded_bytes, m->fold.over_cap, m->fold.dead);
   put(b, ", \"run_context_bytes\": %zu, \"run_pool_cap\": %zu", keel_run_ctx_bytes(m),
       s->pool_cap);
+  placement_json(b, m);
 }
 
 /* Every node of every graph with the kernel bound to it: an
@@ -306,8 +346,10 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
                          : n->op && n->op->impls && n->op->impls[0]
                              ? "no faster implementation of the op's list takes it"
                              : "the op's kernel";
+      const char *dev = n->device == KEEL_NODE_GPU ? "gpu" : "cpu";
       if (!json) {
-        put(b, "  %-16s %s  [%s]%s%s\n", g->path, lb, kern, rule[0] ? ": " : "", rule);
+        if (m->gpu) put(b, "  %-16s %s %s  [%s]%s%s\n", g->path, dev, lb, kern, rule[0] ? ": " : "", rule);
+        else put(b, "  %-16s %s  [%s]%s%s\n", g->path, lb, kern, rule[0] ? ": " : "", rule);
         continue;
       }
       put(b, "%s{\"graph\": ", first ? "" : ", ");
@@ -318,6 +360,7 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
       put_json_str(b, kern);
       put(b, ", \"rule\": ");
       put_json_str(b, rule);
+      if (m->gpu) put(b, ", \"device\": \"%s\"", dev);
       put(b, "}");
       first = false;
     }

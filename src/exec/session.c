@@ -22,6 +22,7 @@
 #include "exec/exec.h"
 #include "exec/profile.h"
 #include "exec/session.h"
+#include "keel_stats.h"
 
 /* ============================================================ binding */
 
@@ -220,6 +221,41 @@ static keel_status make_consts(keel_session_t *s) {
   return KEEL_OK;
 }
 
+/* keel_options.device: NULL, "" or "cpu": 0; "cuda": GPU 0; "cuda:N": GPU
+ * N. *gpu is the ordinal + 1 (ir.h's keel_model.gpu). */
+static keel_status parse_device(const char *d, int32_t *gpu) {
+  *gpu = 0;
+  if (!d || !d[0] || !strcmp(d, "cpu")) return KEEL_OK;
+  if (!strcmp(d, "cuda")) {
+    *gpu = 1;
+    return KEEL_OK;
+  }
+  if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
+    char *end;
+    long n = strtol(d + 5, &end, 10);
+    if (!*end && n >= 0 && n < 1024) {
+      *gpu = (int32_t)n + 1;
+      return KEEL_OK;
+    }
+  }
+  return keel_err(KEEL_ERR_INVALID_ARG, "device '%s': expected cpu, cuda or cuda:N", d);
+}
+
+/* A session for a GPU, made to run (not KEEL_OPT_PLAN_ONLY): refused with
+ * the reason. The placement is made (the place pass) and shown by keel
+ * info --device cuda, but the executor does not run GPU nodes yet. */
+static keel_status gpu_refusal(int32_t gpu) {
+  char why[512];
+  int n = keel_gpu_count(why, sizeof why);
+  if (n < gpu)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "device cuda:%d: %s", gpu - 1,
+                    n ? "no such GPU (fewer GPUs)" : why);
+  return keel_err(KEEL_ERR_UNSUPPORTED,
+                  "device cuda:%d: running nodes on the GPU is not built yet (keel info --device "
+                  "cuda shows the placement)",
+                  gpu - 1);
+}
+
 /* The trim policy and the pool cap from the options (0 = defaults). */
 static void configure_memory(keel_session_t *s) {
   const keel_options *o = &s->opts;
@@ -262,7 +298,9 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
   m->no_library = (s->opts.flags & KEEL_OPT_NO_ONEDNN) != 0;
-  keel_status st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
+  keel_status st = parse_device(s->opts.device, &m->gpu);
+  if (!st && m->gpu && !(s->opts.flags & KEEL_OPT_PLAN_ONLY)) st = gpu_refusal(m->gpu);
+  if (!st) st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
   const char *chk = getenv("KEEL_CHECK_SHAPES");

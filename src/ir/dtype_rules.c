@@ -25,12 +25,14 @@ static const char *const SAME[] = {
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "CumSum", "CumProd",
     /* moving data */
     "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Concat", "Split",
-    "Identity", "Pad", "Slice", "Gather", "GatherElements", "GatherND", "ScatterND",
+    "Identity", "MemcpyFromHost", "MemcpyToHost", "Pad", "Slice", "Gather", "GatherElements",
+    "GatherND", "ScatterND",
     "ScatterElements", "Scatter", "Compress", "Trilu", "DepthToSpace", "SpaceToDepth",
     "ReverseSequence", "Resize", "Upsample", "CenterCropPad", "Col2Im",
     /* networks */
     "Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
-    "GlobalLpPool", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+    "GlobalLpPool", "InstanceNormalization", "GroupNormalization", "RMSNormalization",
+    "LpNormalization",
     "MeanVarianceNormalization", "Softmax", "LogSoftmax", "Hardmax", "LRN", "Gemm", "MatMul",
     "Einsum", "RNN", "GRU", "LSTM", "Det", "Range", "RoiAlign", "MaxRoiPool", "DeformConv",
     /* keel's (ai.keel.internal) */

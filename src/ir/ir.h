@@ -91,6 +91,8 @@ typedef struct keel_attr {
 
 struct keel_opdef; /* ops/kernel.h */
 
+enum { KEEL_NODE_CPU = 0, KEEL_NODE_GPU = 1 };
+
 typedef struct keel_node {
   const char *name;            /* never NULL; "" when the file has none   */
   const char *op_type;
@@ -115,6 +117,8 @@ typedef struct keel_node {
   int32_t n_implicit;
   keel_ref *implicit;
   /* -- bound at session creation */
+  uint8_t device;              /* KEEL_NODE_CPU, or KEEL_NODE_GPU (passes/
+                                  pass_place.c)                           */
   const struct keel_opdef *op;
   const struct keel_impl *impl; /* a faster implementation, or NULL: op->fn */
   void *prep;                  /* impl's prepared state (session-owned)    */
@@ -241,6 +245,9 @@ typedef struct keel_model {
   struct keel_shard_cfg *shard; /* set only by `keel shard` (passes/shard.h)  */
   bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)
                                   before the passes: no layout pass        */
+  int32_t gpu;                 /* set by the session before the passes: 0,
+                                  or the ordinal + 1 of the GPU the place
+                                  pass places nodes on                    */
 } keel_model;
 
 /* Opset version of `domain` in the model; 0 when not imported. */

@@ -1154,7 +1154,8 @@ static const rule g_rules[] = {
     {"ScatterElements", r_same}, {"ScatterND", r_same}, {"RandomNormalLike", r_same},
     {"RandomUniformLike", r_same}, {"Bernoulli", r_same}, {"GroupNormalization", r_same},
     {"RMSNormalization", r_same}, {"Swish", r_same}, {"Binarizer", r_same},
-    {"Identity", r_copy}, {"Cast", r_copy}, {"CastLike", r_copy},
+    {"Identity", r_copy}, {"MemcpyFromHost", r_copy}, {"MemcpyToHost", r_copy},
+    {"Cast", r_copy}, {"CastLike", r_copy},
     /* broadcasting */
     {"Add", r_bcast}, {"Sub", r_bcast}, {"Mul", r_bcast}, {"Div", r_bcast}, {"Pow", r_bcast},
     {"Mod", r_bcast}, {"BitShift", r_bcast}, {"And", r_bcast}, {"Or", r_bcast}, {"Xor", r_bcast},

@@ -25,6 +25,7 @@ static const keel_pass g_passes[] = {
     {"fuse-matmul", keel_pass_fuse_matmul, true},
     {"layout", keel_pass_layout, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
+    {"place", keel_pass_place, false}, /* a no-op unless m->gpu is set */
 };
 
 static keel_status fuse_graph(keel_model *m, keel_graph *g, keel_fuse_fn try_at) {

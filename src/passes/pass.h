@@ -3,7 +3,7 @@
  *
  *   inline functions (in the loader) -> train -> autodiff -> [shard] -> identity
  *   and constant folding, dead nodes -> fusion -> layout -> activation fusion
- *   -> resolve -> plan
+ *   -> place (only for a GPU) -> resolve -> plan
  *
  * A pass is a function of the whole model: it sees every graph, sub-graphs
  * of If/Loop/Scan included (m->graphs), works on value names, and may
@@ -82,5 +82,8 @@ KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_layout(keel_model *m);
 /* Attention (pass_attention.c): MatMul..Softmax..MatMul into one node. */
 KEEL_INTERNAL keel_status keel_pass_fuse_attention(keel_model *m);
+/* pass_place.c: nodes a GPU kernel computes go to the GPU (m->gpu),
+ * with MemcpyFromHost / MemcpyToHost nodes where values cross. */
+KEEL_INTERNAL keel_status keel_pass_place(keel_model *m);
 
 #endif /* KEEL_PASS_H */

@@ -328,7 +328,7 @@ static keel_status op_unsqueeze(keel_kctx *k) {
 /* Identity passes any value through (tensor; sequence from opset 14,
  * optional from 16) as a new reference: no bytes move. */
 static keel_status op_identity(keel_kctx *k) {
-  if (!keel_k_has_in(k, 0)) return keel_err(KEEL_ERR_INVALID_MODEL, "Identity: input is missing");
+  if (!keel_k_has_in(k, 0)) return keel_err(KEEL_ERR_INVALID_MODEL, "%s: input is missing", k->node->op_type);
   return keel_k_out_ref(k, 0, k->in[0]);
 }
 
@@ -1388,6 +1388,10 @@ const keel_opdef keel_ops_shape[] = {
     {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    /* ONNX Runtime's copies between devices (in its saved optimized
+     * models, and made by the place pass): on the host, the value itself */
+    {"", "MemcpyFromHost", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "MemcpyToHost", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space, 0, KEEL_TS_ALL},
     {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth, 0, KEEL_TS_ALL},
