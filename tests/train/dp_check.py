@@ -286,14 +286,30 @@ def check_fewer_steps(a, launcher):
     base = [a.keel, "train", os.path.join(ROOT, "tests", "train", "mlp_plain", "model.onnx")] + data + \
         ["--data-parallel", "--threads", "1"]
     cmd = launcher + ["-np", "1"] + base + read_args("mlp_plain", 3) + [":", "-np", "1"] + base + read_args("mlp_plain", 5)
+    # Open MPI 4.1's mpirun sometimes never exits after rank 1's MPI_Abort
+    # when rank 0 has already finalized (seen about once in 15 jobs on a
+    # loaded 2-core machine: both keel processes gone, mpirun waiting, deaf
+    # to SIGTERM). What keel owes is rank 1's error naming rank 0 and both
+    # ranks ending; so on a timeout mpirun is killed, and the job passes
+    # when its output closed (every rank had exited) with that error.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    launcher_hung = False
     try:
-        p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        out, _ = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
-        print("FAIL rank 0 stopping after 3 steps of 5: the job hung (60 s)")
-        return False
-    named = "rank 0 of 2 stopped training" in p.stdout and "step 4" in p.stdout
-    return report(p.returncode != 0 and named, f"rank 0 stops after 3 steps, rank 1 goes on: exit {p.returncode}, "
-                  f"rank 1's step 4 names rank 0: {named}", p)
+        launcher_hung = True
+        proc.kill()
+        try:
+            out, _ = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            print("FAIL rank 0 stopping after 3 steps of 5: the job hung (60 s) and a rank is still running")
+            return False
+    p = subprocess.CompletedProcess(cmd, proc.returncode, out)
+    named = "rank 0 of 2 stopped training" in out and "step 4" in out
+    how = "mpirun did not exit after MPI_Abort (killed after 60 s; every rank had ended)" if launcher_hung \
+        else f"exit {p.returncode}"
+    return report((launcher_hung or p.returncode != 0) and named,
+                  f"rank 0 stops after 3 steps, rank 1 goes on: {how}, rank 1's step 4 names rank 0: {named}", p)
 
 
 def check_rank_differs(a, launcher):
