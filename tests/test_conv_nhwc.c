@@ -198,16 +198,30 @@ static uint64_t g_streamed_fast; /* one(): the most convs any fast variant strea
 static uint64_t g_wg_fast;       /* ... put on keel's Winograd kernel */
 static double g_tol_scale = 1;   /* the tolerance's factor (streamed())          */
 
-static void one(const cv_case *t) {
+/* A case's random input, weights (W, a second W for the extra convs, B)
+ * and residual constant, drawn in this order. */
+typedef struct cv_data {
+  float *x, *wt, *w2, *b, *zc;
+} cv_data;
+
+static cv_data cv_data_new(const cv_case *t) {
   int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * (t->c / t->group) * t->kh * t->kw;
-  float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
   int64_t nw2 = KEEL_MAX(KEEL_MAX(nw, t->m * t->m), t->c * t->c);
-  float *w2 = malloc(sizeof(float) * (size_t)nw2), *b = malloc(sizeof(float) * (size_t)t->m);
-  float *zc = malloc(sizeof(float) * (size_t)t->m);
-  for (int64_t i = 0; i < nx; i++) x[i] = rnd() * 4;
-  for (int64_t i = 0; i < nw; i++) wt[i] = rnd();
-  for (int64_t i = 0; i < nw2; i++) w2[i] = rnd();
-  for (int64_t i = 0; i < t->m; i++) b[i] = rnd(), zc[i] = rnd();
+  cv_data d = {malloc(sizeof(float) * (size_t)nx), malloc(sizeof(float) * (size_t)nw),
+               malloc(sizeof(float) * (size_t)nw2), malloc(sizeof(float) * (size_t)t->m),
+               malloc(sizeof(float) * (size_t)t->m)};
+  for (int64_t i = 0; i < nx; i++) d.x[i] = rnd() * 4;
+  for (int64_t i = 0; i < nw; i++) d.wt[i] = rnd();
+  for (int64_t i = 0; i < nw2; i++) d.w2[i] = rnd();
+  for (int64_t i = 0; i < t->m; i++) d.b[i] = rnd(), d.zc[i] = rnd();
+  return d;
+}
+
+static void cv_data_free(cv_data *d) { free(d->x), free(d->wt), free(d->w2), free(d->b), free(d->zc); }
+
+static void one(const cv_case *t) {
+  cv_data d = cv_data_new(t);
+  float *x = d.x, *wt = d.wt, *w2 = d.w2, *b = d.b, *zc = d.zc;
   keel_status st;
   keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
                           1, &st, NULL);
@@ -247,7 +261,7 @@ static void one(const cv_case *t) {
     keel_value_release(got);
   }
   keel_value_release(ref);
-  free(x), free(wt), free(w2), free(b), free(zc);
+  cv_data_free(&d);
   g_cases++;
 }
 
@@ -475,15 +489,8 @@ static void without_library(void) {
              (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
   for (size_t i = 0; i < n; i++) {
     const cv_case *t = &cases[i];
-    int64_t nx = t->n * t->c * t->h * t->w, nw = t->m * t->c * 9;
-    int64_t nw2 = KEEL_MAX(KEEL_MAX(nw, t->m * t->m), t->c * t->c);
-    float *x = malloc(sizeof(float) * (size_t)nx), *wt = malloc(sizeof(float) * (size_t)nw);
-    float *w2 = malloc(sizeof(float) * (size_t)nw2), *b = malloc(sizeof(float) * (size_t)t->m);
-    float *zc = malloc(sizeof(float) * (size_t)t->m);
-    for (int64_t k = 0; k < nx; k++) x[k] = rnd() * 4;
-    for (int64_t k = 0; k < nw; k++) wt[k] = rnd();
-    for (int64_t k = 0; k < nw2; k++) w2[k] = rnd();
-    for (int64_t k = 0; k < t->m; k++) b[k] = rnd(), zc[k] = rnd();
+    cv_data d = cv_data_new(t);
+    float *x = d.x, *wt = d.wt, *w2 = d.w2, *b = d.b, *zc = d.zc;
     keel_status st;
     keel_value_t *ref = run(t, x, wt, b, w2, zc, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS,
                             1, &st, NULL);
@@ -509,7 +516,7 @@ static void without_library(void) {
       keel_value_release(got);
     }
     keel_value_release(ref);
-    free(x), free(wt), free(w2), free(b), free(zc);
+    cv_data_free(&d);
   }
 }
 
