@@ -317,10 +317,13 @@ typedef struct keel_options {
    * "cuda:N" (GPU N: each node whose op has a GPU kernel for its types is
    * placed there, the others stay on the CPU, with MemcpyFromHost /
    * MemcpyToHost nodes between; `keel info --device cuda` prints the
-   * placement). Running GPU nodes on the GPU is not built yet: such a
-   * session fails to create with KEEL_ERR_UNSUPPORTED saying why (no GPU,
-   * or not built), unless KEEL_OPT_PLAN_ONLY asks for the plan (run on the
-   * CPU). */
+   * placement), or "emu" (the same placement on a GPU emulated on the host:
+   * device memory the host cannot address, the GPU kernels' reference in
+   * C; for testing the device path on a machine without a GPU). Without
+   * the device (no driver, no such GPU) the session fails to create with
+   * KEEL_ERR_UNSUPPORTED saying why, unless KEEL_OPT_PLAN_ONLY asks for the
+   * plan alone (placed, then run on the CPU). keel_stats_get_device gives
+   * the device memory's figures; the cap (mem_limit) applies per device. */
   const char *device;
 } keel_options;
 

@@ -85,7 +85,14 @@ typedef struct keel_stats {
 
 /* Fill `st` (st->size must be set). */
 KEEL_API keel_status keel_stats_get(const keel_session_t *s, keel_stats *st);
-/* Reset the peaks to the current values. */
+/* The allocator figures of the session's device memory (keel_options.device
+ * "cuda[:N]" or "emu"): the same fields as keel_stats_get's allocator
+ * figures, for the device's heap (its cap is the session's mem_limit). *name,
+ * when name is not NULL, is the device ("cuda:0"). KEEL_ERR_INVALID_ARG when
+ * the session runs on the CPU alone. */
+KEEL_API keel_status keel_stats_get_device(const keel_session_t *s, keel_stats *st,
+                                           const char **name);
+/* Reset the peaks to the current values (host and device). */
 KEEL_API void keel_stats_reset_peaks(keel_session_t *s);
 /* Return every free segment to the system; returns the bytes released. */
 KEEL_API size_t keel_mem_trim(keel_session_t *s);

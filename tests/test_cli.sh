@@ -193,7 +193,7 @@ expect_out '"placement": {"device": "cuda:0", "gpu_nodes": [1-9]' "info --device
 expect_rc 1 "run --device cuda refused" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device cuda
 expect_out "device cuda:0: " "run --device cuda: the reason, naming the device"
 expect_rc 1 "run --device bogus" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device tpu
-expect_out "device 'tpu': expected cpu, cuda or cuda:N" "run --device bogus: the message"
+expect_out "device 'tpu': expected cpu, cuda, cuda:N or emu" "run --device bogus: the message"
 expect_rc 0 "run --device cpu" "$KEEL" run "$(dirname "$0")/models/greedy_decode/model.onnx" --device cpu
 expect_rc 0 "info shows the run context" "$KEEL" info "$(dirname "$0")/models/nested_loop_if/model.onnx"
 expect_out "run context [0-9]* bytes per run in flight (frames of 5 graphs); at most 16 kept idle" "info run context"

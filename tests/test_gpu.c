@@ -113,12 +113,12 @@ static void drop(keel_heap *h, dbuf *x) {
 
 static double ref_binary(int op, double a, double b) {
   switch (op) {
-    case KEEL_CUDA_ADD: return (float)a + (float)b;
-    case KEEL_CUDA_SUB: return (float)a - (float)b;
-    case KEEL_CUDA_MUL: return (float)a * (float)b;
-    case KEEL_CUDA_DIV: return (float)a / (float)b;
-    case KEEL_CUDA_MAX: return a > b ? a : b;
-    case KEEL_CUDA_MIN: return a < b ? a : b;
+    case KEEL_DEV_ADD: return (float)a + (float)b;
+    case KEEL_DEV_SUB: return (float)a - (float)b;
+    case KEEL_DEV_MUL: return (float)a * (float)b;
+    case KEEL_DEV_DIV: return (float)a / (float)b;
+    case KEEL_DEV_MAX: return a > b ? a : b;
+    case KEEL_DEV_MIN: return a < b ? a : b;
     default: return pow(a, b);
   }
 }
@@ -128,7 +128,7 @@ static void binary_case(keel_cuda_dev *d, keel_heap *h, int op, int rank, const 
   int64_t n = 1, na = 1, nb = 1;
   for (int i = 0; i < rank; i++) n *= yd[i], na *= ad[i], nb *= bd[i];
   float *a = malloc(sizeof(float) * (size_t)na), *b = malloc(sizeof(float) * (size_t)nb);
-  bool positive = op == KEEL_CUDA_POW || op == KEEL_CUDA_DIV;
+  bool positive = op == KEEL_DEV_POW || op == KEEL_DEV_DIV;
   for (int64_t i = 0; i < na; i++) a[i] = positive ? frand(0.1f, 3.0f) : frand(-3.0f, 3.0f);
   for (int64_t i = 0; i < nb; i++) b[i] = positive ? frand(0.5f, 2.5f) : frand(-3.0f, 3.0f);
   dbuf da = up(d, h, a, (size_t)na), db = up(d, h, b, (size_t)nb), dy = up(d, h, NULL, (size_t)n);
@@ -149,7 +149,7 @@ static void binary_case(keel_cuda_dev *d, keel_heap *h, int op, int rank, const 
     double err = fabs(y[i] - want) / (1e-6 + fabs(want));
     if (err > worst) worst = err;
   }
-  double tol = op == KEEL_CUDA_POW ? 1e-5 : 0;
+  double tol = op == KEEL_DEV_POW ? 1e-5 : 0;
   if (worst > tol) fprintf(stderr, "binary op %d rank %d: worst relative error %g\n", op, rank, worst);
   CHECK(worst <= tol);
   drop(h, &da), drop(h, &db), drop(h, &dy);
@@ -157,29 +157,29 @@ static void binary_case(keel_cuda_dev *d, keel_heap *h, int op, int rank, const 
 }
 
 static void binary_ops(keel_cuda_dev *d, keel_heap *h) {
-  for (int op = KEEL_CUDA_ADD; op <= KEEL_CUDA_POW; op++) {
+  for (int op = KEEL_DEV_ADD; op <= KEEL_DEV_POW; op++) {
     binary_case(d, h, op, 1, (int64_t[]){100003}, (int64_t[]){100003}, (int64_t[]){100003});
     binary_case(d, h, op, 2, (int64_t[]){257, 33}, (int64_t[]){257, 33}, (int64_t[]){1, 1});
     binary_case(d, h, op, 3, (int64_t[]){4, 65, 31}, (int64_t[]){4, 1, 31}, (int64_t[]){1, 65, 1});
     binary_case(d, h, op, 4, (int64_t[]){2, 3, 128, 5}, (int64_t[]){2, 3, 128, 5}, (int64_t[]){1, 3, 1, 5});
   }
   /* no elements: nothing launched, no error */
-  CHECK_OK(keel_cuda_binary(d, KEEL_CUDA_ADD, 2, (int64_t[]){0, 4}, (int64_t[]){0, 4}, NULL,
+  CHECK_OK(keel_cuda_binary(d, KEEL_DEV_ADD, 2, (int64_t[]){0, 4}, (int64_t[]){0, 4}, NULL,
                             (int64_t[]){1, 4}, NULL, NULL));
-  CHECK_STATUS(keel_cuda_binary(d, KEEL_CUDA_ADD, 1, (int64_t[]){4}, (int64_t[]){3}, NULL, (int64_t[]){4}, NULL,
+  CHECK_STATUS(keel_cuda_binary(d, KEEL_DEV_ADD, 1, (int64_t[]){4}, (int64_t[]){3}, NULL, (int64_t[]){4}, NULL,
                                 NULL),
                KEEL_ERR_SHAPE);
 }
 
 static double ref_unary(int op, double x) {
   switch (op) {
-    case KEEL_CUDA_RELU: return x > 0 ? x : 0;
-    case KEEL_CUDA_NEG: return -x;
-    case KEEL_CUDA_ABS: return fabs(x);
-    case KEEL_CUDA_SQRT: return sqrt(x);
-    case KEEL_CUDA_EXP: return exp(x);
-    case KEEL_CUDA_SIGMOID: return 1 / (1 + exp(-x));
-    case KEEL_CUDA_TANH: return tanh(x);
+    case KEEL_DEV_RELU: return x > 0 ? x : 0;
+    case KEEL_DEV_NEG: return -x;
+    case KEEL_DEV_ABS: return fabs(x);
+    case KEEL_DEV_SQRT: return sqrt(x);
+    case KEEL_DEV_EXP: return exp(x);
+    case KEEL_DEV_SIGMOID: return 1 / (1 + exp(-x));
+    case KEEL_DEV_TANH: return tanh(x);
     default: return log(x);
   }
 }
@@ -187,8 +187,8 @@ static double ref_unary(int op, double x) {
 static void unary_ops(keel_cuda_dev *d, keel_heap *h) {
   enum { N = 200001 };
   float *x = malloc(sizeof(float) * N);
-  for (int op = KEEL_CUDA_RELU; op <= KEEL_CUDA_LOG; op++) {
-    bool positive = op == KEEL_CUDA_SQRT || op == KEEL_CUDA_LOG;
+  for (int op = KEEL_DEV_RELU; op <= KEEL_DEV_LOG; op++) {
+    bool positive = op == KEEL_DEV_SQRT || op == KEEL_DEV_LOG;
     for (int i = 0; i < N; i++) x[i] = positive ? frand(1e-3f, 50.0f) : frand(-20.0f, 20.0f);
     x[0] = 0.0f, x[1] = positive ? 1.0f : -0.0001f;
     dbuf dx = up(d, h, x, N), dy = up(d, h, NULL, N);
@@ -198,7 +198,7 @@ static void unary_ops(keel_cuda_dev *d, keel_heap *h) {
     for (int i = 0; i < N; i++) {
       double want = ref_unary(op, x[i]);
       double err = fabs(y[i] - want) / (1e-6 + fabs(want));
-      if (op == KEEL_CUDA_LOG) err = fabs(y[i] - want) / (1e-6 + fmax(fabs(want), 1.0));
+      if (op == KEEL_DEV_LOG) err = fabs(y[i] - want) / (1e-6 + fmax(fabs(want), 1.0));
       if (err > worst) worst = err;
     }
     fprintf(stderr, "unary op %d: worst relative error %.2e\n", op, worst);
@@ -249,7 +249,7 @@ static void figures(keel_cuda_dev *d, keel_heap *h) {
   dbuf x = up(d, h, NULL, 1), y = up(d, h, NULL, 1);
   CHECK_OK(keel_cuda_sync(d));
   t0 = now_us();
-  for (int i = 0; i < 1000; i++) (void)keel_cuda_unary(d, KEEL_CUDA_NEG, 1, (float *)x.b->ptr, (float *)y.b->ptr);
+  for (int i = 0; i < 1000; i++) (void)keel_cuda_unary(d, KEEL_DEV_NEG, 1, (float *)x.b->ptr, (float *)y.b->ptr);
   CHECK_OK(keel_cuda_sync(d));
   double launch = (now_us() - t0) / 1000;
   drop(h, &x), drop(h, &y);

@@ -111,9 +111,9 @@ static int plot(const mc_args *a, const double *alloc, const double *res, long n
 }
 
 /* The runs; fills alloc/res per run and returns the first run at which
- * allocated bytes exceeded those of run 1 (0 = none). */
+ * allocated bytes, host or device, exceeded those of run 1 (0 = none). */
 static keel_status runs(keel_session_t *s, const mc_args *a, cli_inputs *in, double *alloc,
-                        double *res, long *grew_at, uint64_t *mark) {
+                        double *res, long *grew_at, uint64_t *mark, uint64_t *dev_first) {
   size_t nout = keel_session_output_count(s);
   keel_value_t **outs = calloc(nout + 1, sizeof *outs);
   cli_progress pr;
@@ -123,16 +123,23 @@ static keel_status runs(keel_session_t *s, const mc_args *a, cli_inputs *in, dou
     st = keel_run(s, in->names, in->values, in->n, outs);
     for (size_t i = 0; i < nout; i++) keel_value_release(outs[i]), outs[i] = NULL;
     if (st) break;
-    keel_stats ks = {.size = sizeof ks};
+    keel_stats ks = {.size = sizeof ks}, kd = {.size = sizeof kd};
     keel_stats_get(s, &ks);
+    /* a session with a device: its heap's figures too, under the same rule */
+    const char *dev = NULL;
+    bool has_dev = keel_stats_get_device(s, &kd, &dev) == KEEL_OK;
     alloc[it - 1] = (double)ks.allocated, res[it - 1] = (double)ks.reserved;
-    char b1[32], b2[32];
+    char b1[32], b2[32], b3[32], b4[32], dl[128] = "";
+    if (has_dev)
+      snprintf(dl, sizeof dl, "; %s: allocated %s, reserved %s", dev, cli_bytes(kd.allocated, b3, sizeof b3),
+               cli_bytes(kd.reserved, b4, sizeof b4));
     cli_progress_clear(&pr);
-    printf("run %ld: allocated %s, reserved %s\n", it, cli_bytes(ks.allocated, b1, sizeof b1),
-           cli_bytes(ks.reserved, b2, sizeof b2));
+    printf("run %ld: allocated %s, reserved %s%s\n", it, cli_bytes(ks.allocated, b1, sizeof b1),
+           cli_bytes(ks.reserved, b2, sizeof b2), dl);
     fflush(stdout);
-    if (it == 1) *mark = keel_mem_mark(s);
-    else if (ks.allocated > (uint64_t)alloc[0] && !*grew_at) *grew_at = it;
+    if (it == 1) *mark = keel_mem_mark(s), *dev_first = kd.allocated;
+    else if ((ks.allocated > (uint64_t)alloc[0] || (has_dev && kd.allocated > *dev_first)) && !*grew_at)
+      *grew_at = it;
     cli_progress_update(&pr, it);
   }
   cli_progress_end(&pr);
@@ -179,8 +186,8 @@ static int memcheck_model(mc_args a, const char *model) {
   if (!st) st = cli_generate_missing(s, &in, stdout);
   double *alloc = calloc((size_t)a.iters, sizeof *alloc), *res = calloc((size_t)a.iters, sizeof *res);
   long grew_at = 0;
-  uint64_t mark = 0;
-  if (!st) st = runs(s, &a, &in, alloc, res, &grew_at, &mark);
+  uint64_t mark = 0, dev_first = 0;
+  if (!st) st = runs(s, &a, &in, alloc, res, &grew_at, &mark, &dev_first);
   if (st) {
     fprintf(stderr, "keel: %s%s: %s\n", cli_dist_tag(), keel_status_str(st), keel_last_error());
     rc = 1;

@@ -64,7 +64,6 @@ static cuda_api g_api;
 static void *g_lib;
 static char g_why[512];           /* why there is no API, once known       */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static _Atomic uint64_t g_device_bytes; /* cuMemAlloc'd by keel, all devices */
 
 /* Embedded PTX (cmake/embed_ptx.cmake), when built with kernels. */
 #ifdef KEEL_HAVE_PTX
@@ -143,8 +142,6 @@ static keel_status cu_err(CUresult r, const char *what) {
     if (cu_r_) return cu_err(cu_r_, (what)); \
   } while (0)
 
-uint64_t keel_process_device_bytes(void) { return atomic_load(&g_device_bytes); }
-
 int keel_cuda_count(void) {
   if (!have_api()) {
     keel_err(KEEL_ERR_UNSUPPORTED, "%s", g_why);
@@ -197,7 +194,7 @@ static void *dev_pages(void *ctx, size_t size) {
   keel_cuda_dev *d = ctx;
   CUdeviceptr p = 0;
   if (use(d) || g_api.mem_alloc(&p, size)) return NULL;
-  atomic_fetch_add(&g_device_bytes, size);
+  keel_device_bytes_add((int64_t)size);
   atomic_fetch_add(&d->driver_allocs, 1);
   return (void *)(uintptr_t)p;
 }
@@ -209,7 +206,7 @@ static void dev_pages_free(void *ctx, void *p, size_t size) {
    * it back (cuMemFree does not wait for other streams' work) */
   g_api.stream_sync(d->stream);
   g_api.mem_free((CUdeviceptr)(uintptr_t)p);
-  atomic_fetch_sub(&g_device_bytes, size);
+  keel_device_bytes_add(-(int64_t)size);
 }
 
 static keel_status load_module(keel_cuda_dev *d) {
@@ -373,4 +370,43 @@ keel_status keel_cuda_softmax(keel_cuda_dev *d, int64_t rows, int64_t cols, cons
   void *args[] = {&rows, &cols, &x, &y};
   unsigned grid = (unsigned)(rows < 65535 ? rows : 65535);
   return launch(d, K_SOFTMAX, grid, 256, args);
+}
+
+/* ============================================================ backend */
+
+/* cuda.h's calls as device.h's interface (the device is the impl). */
+static void be_close(void *d) { keel_cuda_close(d); }
+static const keel_mem_provider *be_provider(void *d) { return keel_cuda_provider(d); }
+static keel_status be_to_device(void *d, void *dst, const void *src, size_t n) {
+  return keel_cuda_to_device(d, dst, src, n);
+}
+/* the copy is queued on the stream: the host's bytes are there once the
+ * stream has reached it */
+static keel_status be_to_host(void *d, void *dst, const void *src, size_t n) {
+  KEEL_TRY(keel_cuda_to_host(d, dst, src, n));
+  return keel_cuda_sync(d);
+}
+static keel_status be_sync(void *d) { return keel_cuda_sync(d); }
+static keel_status be_binary(void *d, keel_dev_binop op, int rank, const int64_t *dims,
+                             const int64_t *a_dims, const float *a, const int64_t *b_dims,
+                             const float *b, float *y) {
+  return keel_cuda_binary(d, op, rank, dims, a_dims, a, b_dims, b, y);
+}
+static keel_status be_unary(void *d, keel_dev_unop op, int64_t n, const float *x, float *y) {
+  return keel_cuda_unary(d, op, n, x, y);
+}
+static keel_status be_softmax(void *d, int64_t rows, int64_t cols, const float *x, float *y) {
+  return keel_cuda_softmax(d, rows, cols, x, y);
+}
+
+static const keel_device_ops g_cuda_ops = {be_close,  be_provider, be_to_device, be_to_host,
+                                           be_sync,   be_binary,   be_unary,     be_softmax};
+
+keel_status keel_cuda_device_open(int ordinal, keel_device *d) {
+  keel_cuda_dev *c;
+  KEEL_TRY(keel_cuda_open(ordinal, &c));
+  d->ops = &g_cuda_ops, d->impl = c;
+  snprintf(d->desc, sizeof d->desc, "%s, sm_%d%d, %.0f GiB, driver %d", c->info.name, c->info.cc_major,
+           c->info.cc_minor, (double)c->info.total_bytes / (double)(1ull << 30), c->info.driver_version);
+  return KEEL_OK;
 }

@@ -23,6 +23,7 @@
 #define KEEL_DEVICE_CUDA_H
 
 #include "base/common.h"
+#include "device/device.h"
 #include "mem/alloc.h"
 
 typedef struct keel_cuda_dev keel_cuda_dev;
@@ -63,17 +64,11 @@ KEEL_INTERNAL keel_status keel_cuda_sync(keel_cuda_dev *d);
 
 /* ------------------------------------------------------------ kernels */
 
-/* Element-wise float32 ops; the codes are the kernels' (kernels/ew.cu). */
-typedef enum keel_cuda_binop {
-  KEEL_CUDA_ADD, KEEL_CUDA_SUB, KEEL_CUDA_MUL, KEEL_CUDA_DIV, KEEL_CUDA_MAX, KEEL_CUDA_MIN,
-  KEEL_CUDA_POW
-} keel_cuda_binop;
-typedef enum keel_cuda_unop {
-  KEEL_CUDA_RELU, KEEL_CUDA_NEG, KEEL_CUDA_ABS, KEEL_CUDA_SQRT, KEEL_CUDA_EXP, KEEL_CUDA_SIGMOID,
-  KEEL_CUDA_TANH, KEEL_CUDA_LOG
-} keel_cuda_unop;
+/* The kernels' op codes are device.h's (keel_dev_binop, keel_dev_unop). */
+typedef keel_dev_binop keel_cuda_binop;
+typedef keel_dev_unop keel_cuda_unop;
 
-#define KEEL_CUDA_MAX_RANK 8
+#define KEEL_CUDA_MAX_RANK KEEL_DEV_MAX_RANK
 
 /* y = a op b with ONNX broadcasting: y has rank `rank` and dims `dims`;
  * a and b have the same rank (leading 1s added by the caller) and dims

@@ -91,6 +91,15 @@ struct keel_session_s {
   _Atomic uint64_t prepared_bytes; /* kernels' prepared state (keel_impl)   */
   keel_dnnl_figures lib;        /* what oneDNN holds outside keel          */
   keel_val *consts;             /* m->n_consts, kind TENSOR (STATIC)       */
+  /* the device the place pass put nodes on (keel_options.device), or
+   * NULL: CPU only, or a placed graph run on the host (PLAN_ONLY) */
+  struct keel_device *dev;
+  keel_heap *dev_heap;          /* the device's memory: keel's allocator on
+                                   its provider; cap, trim, owner tags as
+                                   the host heap's                        */
+  keel_val *dev_consts;         /* m->n_consts entries: the constants GPU
+                                   nodes read, copied to the device once
+                                   (TENSOR); EMPTY for the others          */
   keel_options opts;
   uint32_t owner_mask;          /* ~0u, or 0 with KEEL_OPT_NO_OWNER_TAGS   */
   keel_mutex pool_lock;

@@ -215,18 +215,18 @@ static void placement_text(sbuf *b, const keel_model *m) {
   if (!m->gpu) return;
   placement p = placement_of(m);
   int64_t all = p.gpu + p.cpu;
-  put(b, "placement  cuda:%d: %lld of %lld nodes on the GPU (%.1f%%), %lld on the CPU; copies: %lld "
+  put(b, "placement  %s: %lld of %lld nodes on the GPU (%.1f%%), %lld on the CPU; copies: %lld "
       "MemcpyFromHost, %lld MemcpyToHost\n",
-      m->gpu - 1, (long long)p.gpu, (long long)all, all ? 100.0 * (double)p.gpu / (double)all : 0.0,
+      m->gpu_name, (long long)p.gpu, (long long)all, all ? 100.0 * (double)p.gpu / (double)all : 0.0,
       (long long)p.cpu, (long long)p.to_gpu, (long long)p.to_host);
 }
 
 static void placement_json(sbuf *b, const keel_model *m) {
   if (!m->gpu) return;
   placement p = placement_of(m);
-  put(b, ", \"placement\": {\"device\": \"cuda:%d\", \"gpu_nodes\": %lld, \"cpu_nodes\": %lld, "
+  put(b, ", \"placement\": {\"device\": \"%s\", \"gpu_nodes\": %lld, \"cpu_nodes\": %lld, "
       "\"memcpy_from_host\": %lld, \"memcpy_to_host\": %lld}",
-      m->gpu - 1, (long long)p.gpu, (long long)p.cpu, (long long)p.to_gpu, (long long)p.to_host);
+      m->gpu_name, (long long)p.gpu, (long long)p.cpu, (long long)p.to_gpu, (long long)p.to_host);
 }
 
 /* The text form. Everything is of the model after the passes (folded
@@ -341,8 +341,14 @@ static void node_list(sbuf *b, const keel_model *m, bool json) {
       const keel_node *n = &g->nodes[g->order ? g->order[k] : k];
       char lb[512];
       keel_node_label(n, lb, sizeof lb);
-      const char *kern = n->impl ? n->impl->name : "reference";
-      const char *rule = n->impl ? (n->impl->rule ? n->impl->rule : "")
+      /* a node placed on the device, listed without opening it (keel info
+       * --device): the GPU implementation binding will give it */
+      const keel_impl *im = n->impl;
+      for (const keel_impl *const *l = n->op ? n->op->impls : NULL;
+           !im && n->device == KEEL_NODE_GPU && l && *l; l++)
+        if ((*l)->device == KEEL_NODE_GPU) im = *l;
+      const char *kern = im ? im->name : "reference";
+      const char *rule = im ? (im->rule ? im->rule : "")
                          : n->op && n->op->impls && n->op->impls[0]
                              ? "no faster implementation of the op's list takes it"
                              : "the op's kernel";

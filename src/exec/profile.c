@@ -251,24 +251,34 @@ static int by_bytes(const void *a, const void *b) {
                                                                 : (x->owner.iter > y->owner.iter) - (x->owner.iter < y->owner.iter));
 }
 
-static void live_format(const live_walk *w, int json, text *t) {
+/* The lines of one heap's walk; `dev` names a device heap's ("cuda:0"),
+ * NULL for the host's. `first` is the number of entries already written
+ * (the JSON separator). */
+static void live_lines(const live_walk *w, const char *dev, size_t first, int json, text *t) {
   char who[700], b[32];
-  if (json) put(t, "[");
   for (size_t i = 0; i < w->n; i++) {
     const owner_sum *o = &w->sums[i];
     keel_site_text(w->s, o->owner.site, who, sizeof who);
     if (json) {
-      put(t, "%s{\"bytes\": %llu, \"blocks\": %llu, \"iteration\": %u, \"owner\": ", i ? ", " : "",
-          (unsigned long long)o->bytes, (unsigned long long)o->blocks, o->owner.iter);
+      put(t, "%s{\"bytes\": %llu, \"blocks\": %llu, \"iteration\": %u, \"device\": \"%s\", \"owner\": ",
+          i + first ? ", " : "", (unsigned long long)o->bytes, (unsigned long long)o->blocks, o->owner.iter,
+          dev ? dev : "cpu");
       put_json_str(t, who);
       put(t, "}");
     } else {
-      put(t, "%10s in %llu block(s): %s iteration %u\n", bytes_text(o->bytes, b, sizeof b),
-          (unsigned long long)o->blocks, who, o->owner.iter);
+      put(t, "%10s in %llu block(s): %s iteration %u%s%s\n", bytes_text(o->bytes, b, sizeof b),
+          (unsigned long long)o->blocks, who, o->owner.iter, dev ? " on " : "", dev ? dev : "");
     }
   }
+}
+
+/* Host blocks, then the device's (w[1], when the session has a device). */
+static void live_format(const live_walk *w, const char *dev, int json, text *t) {
+  if (json) put(t, "[");
+  live_lines(&w[0], NULL, 0, json, t);
+  if (dev) live_lines(&w[1], dev, w[0].n, json, t);
   if (json) put(t, "]\n");
-  else if (!w->n) put(t, "no live blocks\n");
+  else if (!w[0].n && !(dev && w[1].n)) put(t, "no live blocks\n");
 }
 
 uint64_t keel_mem_mark(const keel_session_t *s) { return s ? keel_heap_mark(s->heap) : 0; }
@@ -282,18 +292,23 @@ uint64_t keel_mem_mark(const keel_session_t *s) { return s ? keel_heap_mark(s->h
 keel_status keel_mem_live_report(const keel_session_t *s, const keel_live_filter *f, int json,
                                  char **out, uint64_t *bytes) {
   if (!s || !out) return keel_err(KEEL_ERR_INVALID_ARG, "keel_mem_live_report: NULL argument");
-  live_walk w = {.s = s};
-  if (f) memcpy(&w.f, f, KEEL_MIN(f->size ? f->size : sizeof w.f, sizeof w.f));
-  keel_runctx *R = w.f.unreferenced ? keel_exec_hook_run() : NULL;
-  if (R && R->s == s) KEEL_TRY(keel_exec_referenced(R, &w.held, &w.n_held));
-  keel_heap_foreach_live(s->heap, live_one, &w);
-  keel_sys_free((void *)w.held, w.n_held * sizeof *w.held);
-  if (w.n) qsort(w.sums, w.n, sizeof *w.sums, by_bytes);
+  /* w[0]: the host's heap; w[1]: the device's (the same filter: the two
+   * heaps share one sequence, so a mark holds for both) */
+  live_walk w[2] = {{.s = s}, {.s = s}};
+  if (f) memcpy(&w[0].f, f, KEEL_MIN(f->size ? f->size : sizeof w[0].f, sizeof w[0].f));
+  keel_runctx *R = w[0].f.unreferenced ? keel_exec_hook_run() : NULL;
+  if (R && R->s == s) KEEL_TRY(keel_exec_referenced(R, &w[0].held, &w[0].n_held));
+  w[1].f = w[0].f, w[1].held = w[0].held, w[1].n_held = w[0].n_held;
+  keel_heap_foreach_live(s->heap, live_one, &w[0]);
+  if (s->dev_heap) keel_heap_foreach_live(s->dev_heap, live_one, &w[1]);
+  keel_sys_free((void *)w[0].held, w[0].n_held * sizeof *w[0].held);
+  for (int i = 0; i < 2; i++)
+    if (w[i].n) qsort(w[i].sums, w[i].n, sizeof *w[i].sums, by_bytes);
   text t = {0};
-  if (w.failed) t.failed = true;
-  else live_format(&w, json, &t);
-  free(w.sums);
-  if (bytes) *bytes = w.total;
+  if (w[0].failed || w[1].failed) t.failed = true;
+  else live_format(w, s->dev_heap ? keel_heap_device(s->dev_heap) : NULL, json, &t);
+  free(w[0].sums), free(w[1].sums);
+  if (bytes) *bytes = w[0].total + w[1].total;
   return finish(&t, out);
 }
 

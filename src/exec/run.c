@@ -308,6 +308,11 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
+  /* a node placed on the device reads the constants' device copies */
+  if (KEEL_UNLIKELY(n->device == KEEL_NODE_GPU) && R->s->dev_consts)
+    for (int32_t i = 0; i < n->n_in; i++)
+      if (n->in[i] != KEEL_REF_NONE && keel_ref_kind(n->in[i]) == KEEL_REF_CONST)
+        f->in[i] = &R->s->dev_consts[keel_ref_const_index(n->in[i])];
   /* narrow types (float8, int4, ...) only reach kernels that list them:
    * the cheap scan runs on every node, the table lookup only when it hits */
   if (KEEL_UNLIKELY(keel_k_has_narrow(f->in, n->n_in)) &&
@@ -326,6 +331,8 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
   keel_kctx k;
   k.node = n, k.in = f->in, k.out = f->out, k.n_in = n->n_in, k.n_out = n->n_out;
   k.heap = R->s->heap, k.pool = R->s->threads, k.prep = n->prep;
+  k.dev = R->s->dev, k.dev_heap = R->s->dev_heap;
+  if (KEEL_UNLIKELY(n->device == KEEL_NODE_GPU) && k.dev_heap) k.heap = k.dev_heap;
   /* with KEEL_OPT_NO_OWNER_TAGS the mask is 0: every block is the
    * session's, iteration 0 */
   k.owner = (keel_owner){n->site & R->s->owner_mask, f->iter & R->s->owner_mask};

@@ -22,6 +22,7 @@
 #include "exec/exec.h"
 #include "exec/profile.h"
 #include "exec/session.h"
+#include "device/device.h"
 #include "keel_stats.h"
 
 /* ============================================================ binding */
@@ -95,9 +96,14 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
   /* KEEL_OPT_REFERENCE_KERNELS: every node on its op's reference kernel,
    * the baseline the faster implementations are tested against */
   const keel_impl *const *im = n->op->impls;
-  if (!im || (s->opts.flags & KEEL_OPT_REFERENCE_KERNELS)) return KEEL_OK;
+  /* a node placed on the device runs the GPU implementation, the only one
+   * that reads device memory; placed but run on the host (PLAN_ONLY), it
+   * runs as a CPU node */
+  uint8_t dev = s->dev ? n->device : KEEL_NODE_CPU;
+  if (!dev && (!im || (s->opts.flags & KEEL_OPT_REFERENCE_KERNELS))) return KEEL_OK;
   const keel_tensor *consts[KEEL_IMPL_MAX_IN];
-  if (n->n_in > KEEL_IMPL_MAX_IN) return KEEL_OK; /* such nodes keep the reference */
+  if (!dev && n->n_in > KEEL_IMPL_MAX_IN) return KEEL_OK; /* such nodes keep the reference */
+  if (n->n_in > KEEL_IMPL_MAX_IN) return keel_err(KEEL_ERR_INTERNAL, "node '%s': too many inputs for %s", n->name, s->dev->name);
   node_consts(s, n, consts);
   keel_prep_ctx p = {n,
                      consts,
@@ -111,8 +117,8 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
   /* the list's order is the preference (each family's select.c): the
    * first that takes the node wins. A prepare that fails is an error of
    * the session, not a reason to fall back to the next implementation. */
-  for (; *im; im++) {
-    if (!(*im)->supports(&p)) continue;
+  for (; im && *im; im++) {
+    if ((*im)->device != dev || !(*im)->supports(&p)) continue;
     void *state = NULL;
     if ((*im)->prepare) {
       keel_status st = (*im)->prepare(&p, &state);
@@ -125,6 +131,11 @@ static keel_status prepare_node(keel_session_t *s, keel_node *n) {
     n->impl = *im;
     n->prep = state;
     return KEEL_OK;
+  }
+  if (dev) {
+    char lb[256];
+    return keel_err(KEEL_ERR_INTERNAL, "graph '%s': node %s is placed on %s, but no GPU implementation takes it",
+                    n->graph->path, keel_node_label(n, lb, sizeof lb), s->dev->name);
   }
   return KEEL_OK;
 }
@@ -221,39 +232,71 @@ static keel_status make_consts(keel_session_t *s) {
   return KEEL_OK;
 }
 
-/* keel_options.device: NULL, "" or "cpu": 0; "cuda": GPU 0; "cuda:N": GPU
- * N. *gpu is the ordinal + 1 (ir.h's keel_model.gpu). */
-static keel_status parse_device(const char *d, int32_t *gpu) {
-  *gpu = 0;
-  if (!d || !d[0] || !strcmp(d, "cpu")) return KEEL_OK;
-  if (!strcmp(d, "cuda")) {
-    *gpu = 1;
-    return KEEL_OK;
-  }
-  if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
-    char *end;
-    long n = strtol(d + 5, &end, 10);
-    if (!*end && n >= 0 && n < 1024) {
-      *gpu = (int32_t)n + 1;
-      return KEEL_OK;
-    }
-  }
-  return keel_err(KEEL_ERR_INVALID_ARG, "device '%s': expected cpu, cuda or cuda:N", d);
+/* keel_options.device: the model's placement target (m->gpu, read by the
+ * place pass) and, for a session made to run, the device itself: opened
+ * before the passes, so that a missing GPU fails first, with the reason
+ * (no driver, no such GPU). KEEL_OPT_PLAN_ONLY places without a device
+ * and runs the placed graph on the host. */
+static keel_status open_device(keel_session_t *s) {
+  keel_device_kind kind;
+  int ordinal;
+  KEEL_TRY(keel_device_parse(s->opts.device, &kind, &ordinal));
+  if (!kind) return KEEL_OK;
+  s->m->gpu = ordinal + 1;
+  snprintf(s->m->gpu_name, sizeof s->m->gpu_name, "%s:%d", kind == KEEL_DEVICE_EMU ? "emu" : "cuda",
+           ordinal);
+  if (s->opts.flags & KEEL_OPT_PLAN_ONLY) return KEEL_OK;
+  KEEL_TRY(keel_device_open(kind, ordinal, &s->dev));
+  /* the same cap as the host's, per device (keel_options.mem_limit) */
+  if (!(s->dev_heap = keel_heap_create_on(s->opts.mem_limit, keel_device_provider(s->dev))))
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator of %s", s->dev->name);
+  return KEEL_OK;
 }
 
-/* A session for a GPU, made to run (not KEEL_OPT_PLAN_ONLY): refused with
- * the reason. The placement is made (the place pass) and shown by keel
- * info --device cuda, but the executor does not run GPU nodes yet. */
-static keel_status gpu_refusal(int32_t gpu) {
-  char why[512];
-  int n = keel_gpu_count(why, sizeof why);
-  if (n < gpu)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "device cuda:%d: %s", gpu - 1,
-                    n ? "no such GPU (fewer GPUs)" : why);
-  return keel_err(KEEL_ERR_UNSUPPORTED,
-                  "device cuda:%d: running nodes on the GPU is not built yet (keel info --device "
-                  "cuda shows the placement)",
-                  gpu - 1);
+/* The constants that nodes placed on the device read, copied there once,
+ * tagged as the session's. */
+static keel_status device_consts(keel_session_t *s) {
+  if (!s->dev) return KEEL_OK;
+  keel_model *m = s->m;
+  s->dev_consts = keel_sys_calloc((size_t)m->n_consts + 1, sizeof(keel_val));
+  if (!s->dev_consts) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "constants on %s", s->dev->name);
+  for (int32_t gi = 0; gi < m->n_graphs; gi++)
+    for (int32_t ni = 0; ni < m->graphs[gi]->n_nodes; ni++) {
+      const keel_node *n = &m->graphs[gi]->nodes[ni];
+      if (n->device != KEEL_NODE_GPU) continue;
+      for (int32_t i = 0; i < n->n_in; i++) {
+        if (n->in[i] == KEEL_REF_NONE || keel_ref_kind(n->in[i]) != KEEL_REF_CONST) continue;
+        int32_t c = (int32_t)keel_ref_const_index(n->in[i]);
+        keel_val *v = &s->dev_consts[c];
+        if (v->kind != KEEL_V_EMPTY) continue;
+        const keel_tensor *h = &s->consts[c].t;
+        keel_status st = keel_tensor_alloc(s->dev_heap, h->dtype, h->rank, h->shape,
+                                           (keel_owner){KEEL_SITE_SESSION, 0}, &v->t);
+        if (!st) {
+          v->kind = KEEL_V_TENSOR;
+          if (h->data) st = keel_device_to_device(s->dev, v->t.data, h->data, keel_tensor_nbytes(h));
+        }
+        if (st) return keel_err_prefix(st, "copying constant input %d of node '%s' to %s", i, n->name, s->dev->name);
+      }
+    }
+  return keel_device_sync(s->dev);
+}
+
+/* At destroy: the device copies of the constants, the device's heap (no
+ * value outlives the session on a device: graph outputs are copied to
+ * the host), then the device. A heap still holding blocks would free
+ * them later through the device's provider: then the device is left open
+ * rather than freed under it (a leak the report at destroy names). */
+static void close_device(keel_session_t *s) {
+  if (s->dev_consts)
+    for (int32_t i = 0; i < s->m->n_consts; i++) keel_val_clear(&s->dev_consts[i]);
+  keel_sys_free(s->dev_consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
+  s->dev_consts = NULL;
+  bool empty = !s->dev_heap || !keel_heap_allocated(s->dev_heap);
+  keel_heap_release(s->dev_heap);
+  s->dev_heap = NULL;
+  if (empty) keel_device_close(s->dev);
+  s->dev = NULL;
 }
 
 /* The trim policy and the pool cap from the options (0 = defaults). */
@@ -266,6 +309,10 @@ static void configure_memory(keel_session_t *s) {
                     : o->trim_margin_pct == 0 ? KEEL_DEFAULT_TRIM_MARGIN_PCT
                                               : 0};
   keel_heap_set_trim(s->heap, p);
+  if (s->dev_heap) {
+    keel_heap_set_trim(s->dev_heap, p);
+    keel_heap_share_seq(s->dev_heap, s->heap); /* one mark for both (keel_mem_mark) */
+  }
   s->lib.heap = s->heap; /* the per-shape caches follow the trim policy */
   s->pool_cap = o->run_pool_cap ? o->run_pool_cap : KEEL_DEFAULT_RUN_POOL_CAP;
 }
@@ -298,8 +345,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
   s->opts.size = sizeof s->opts;
   s->owner_mask = (s->opts.flags & KEEL_OPT_NO_OWNER_TAGS) ? 0 : ~0u;
   m->no_library = (s->opts.flags & KEEL_OPT_NO_ONEDNN) != 0;
-  keel_status st = parse_device(s->opts.device, &m->gpu);
-  if (!st && m->gpu && !(s->opts.flags & KEEL_OPT_PLAN_ONLY)) st = gpu_refusal(m->gpu);
+  keel_status st = open_device(s);
   if (!st) st = keel_ir_passes(m, !(s->opts.flags & KEEL_OPT_NO_GRAPH_PASSES));
   if (!st) st = keel_ir_resolve(m);
   if (!st) st = keel_ir_plan(m);
@@ -317,6 +363,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
                     s->opts.threads,
                     (s->opts.flags & KEEL_OPT_DETERMINISTIC) ? KEEL_DETERMINISTIC_SPLITS : 0, &s->threads);
   if (!st) keel_blas_init();
+  if (!st) st = device_consts(s);
   if (!st) st = prepare(s);
   if (st) {
     keel_err_prefix(st, "%s", m->path);
@@ -412,6 +459,7 @@ void keel_session_destroy(keel_session_t *s) {
   const keel_graph *g = s->m->main;
   keel_sys_free(s->in_info, ((size_t)g->n_in + 1) * sizeof(keel_io_info));
   keel_sys_free(s->out_info, ((size_t)g->n_out + 1) * sizeof(keel_io_info));
+  close_device(s);
   keel_sys_free(s->consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
   keel_sys_free(s->sites, (size_t)s->n_sites * sizeof(keel_site));
   keel_shapecheck_free(s->shapecheck);
@@ -601,6 +649,7 @@ keel_status keel_run_tagged(keel_session_t *s, const char *const *names,
   for (size_t i = 0; i < nout; i++) keel_val_clear(&out[i]);
   keel_sys_free(in, (nin + nout + 1) * sizeof(keel_val));
   keel_heap_run_end(s->heap); /* the trim policy: after the run's temporaries are gone */
+  if (s->dev_heap) keel_heap_run_end(s->dev_heap);
   return st;
 }
 
@@ -665,12 +714,33 @@ keel_status keel_debug_plant_leak(keel_session_t *s, const char *value) {
   return keel_err(KEEL_ERR_INVALID_ARG, "no node produces a value named '%s'", value);
 }
 
-void keel_stats_reset_peaks(keel_session_t *s) {
-  if (s) keel_heap_reset_peaks(s->heap);
+/* The device's heap: the allocator's figures only (prepared state, the
+ * libraries' and the run pool's figures are the host's). */
+keel_status keel_stats_get_device(const keel_session_t *s, keel_stats *st, const char **name) {
+  if (!s || !st || st->size < sizeof(size_t) + sizeof(uint32_t))
+    return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get_device: NULL or unsized struct");
+  if (!s->dev_heap) return keel_err(KEEL_ERR_INVALID_ARG, "keel_stats_get_device: the session has no device");
+  keel_stats full = {.size = sizeof full};
+  keel_heap_stats(s->dev_heap, &full);
+  size_t n = KEEL_MIN(st->size, sizeof full);
+  memcpy((uint8_t *)st + sizeof(size_t), (uint8_t *)&full + sizeof(size_t), n - sizeof(size_t));
+  if (name) *name = s->dev->name;
+  return KEEL_OK;
 }
-size_t keel_mem_trim(keel_session_t *s) { return s ? keel_heap_trim(s->heap) : 0; }
+
+/* The cap, trim and peaks apply to each device's heap alike. */
+void keel_stats_reset_peaks(keel_session_t *s) {
+  if (!s) return;
+  keel_heap_reset_peaks(s->heap);
+  if (s->dev_heap) keel_heap_reset_peaks(s->dev_heap);
+}
+size_t keel_mem_trim(keel_session_t *s) {
+  return s ? keel_heap_trim(s->heap) + (s->dev_heap ? keel_heap_trim(s->dev_heap) : 0) : 0;
+}
 void keel_mem_set_limit(keel_session_t *s, size_t limit) {
-  if (s) keel_heap_set_limit(s->heap, limit);
+  if (!s) return;
+  keel_heap_set_limit(s->heap, limit);
+  if (s->dev_heap) keel_heap_set_limit(s->dev_heap, limit);
 }
 
 static void human(uint64_t b, char *buf, size_t cap) {

@@ -248,6 +248,7 @@ typedef struct keel_model {
   int32_t gpu;                 /* set by the session before the passes: 0,
                                   or the ordinal + 1 of the GPU the place
                                   pass places nodes on                    */
+  char gpu_name[16];           /* "cuda:N" or "emu:N" when gpu is set      */
 } keel_model;
 
 /* Opset version of `domain` in the model; 0 when not imported. */

@@ -85,7 +85,9 @@ struct keel_heap {
   uint64_t n_alloc, n_free, n_cache_hit, n_seg_alloc, n_seg_free, n_segments;
   uint64_t n_oom, meta_bytes, bytes_total;
   uint64_t n_retries;            /* cap reached: cached segments given back */
-  uint64_t seq;
+  _Atomic uint64_t seq;          /* this heap's allocation sequence, or ... */
+  _Atomic uint64_t *seq_src;     /* ... another heap's (keel_heap_share_seq) */
+  keel_heap *seq_heap;           /* that heap, retained                    */
   keel_oom_info last_oom;
   keel_heap_hook hook;
   void *hook_ud;
@@ -329,11 +331,20 @@ keel_heap *keel_heap_create_on(size_t mem_limit, const keel_mem_provider *prov) 
   keel_mutex_init(&h->lock);
   atomic_init(&h->refs, 1);
   atomic_init(&h->allocated, 0);
+  atomic_init(&h->seq, 0);
+  h->seq_src = &h->seq;
   h->limit = mem_limit;
   return h;
 }
 
 void keel_heap_retain(keel_heap *h) { atomic_fetch_add(&h->refs, 1); }
+
+void keel_heap_share_seq(keel_heap *h, keel_heap *from) {
+  keel_heap_retain(from);
+  keel_heap_release(h->seq_heap);
+  h->seq_heap = from;
+  h->seq_src = from->seq_src;
+}
 
 void keel_heap_release(keel_heap *h) {
   if (!h || atomic_fetch_sub(&h->refs, 1) != 1) return;
@@ -353,7 +364,9 @@ void keel_heap_release(keel_heap *h) {
   free_chunks(h->desc_chunks);
   free_chunks(h->obj_chunks);
   keel_mutex_destroy(&h->lock);
+  keel_heap *seq_heap = h->seq_heap;
   keel_sys_free(h, sizeof *h);
+  keel_heap_release(seq_heap);
 }
 
 /* Cuts `b` (free, already out of its bin) to `n` bytes when the rest is
@@ -423,7 +436,7 @@ static keel_block *heap_alloc(keel_heap *h, size_t n, keel_owner owner, bool kep
   b->is_free = 0;
   b->req = n;
   atomic_store_explicit(&b->tag, keel_owner_pack(owner), memory_order_relaxed);
-  b->seq = ++h->seq;
+  b->seq = atomic_fetch_add_explicit(h->seq_src, 1, memory_order_relaxed) + 1;
   b->lprev = NULL;
   b->lnext = h->live;
   if (h->live) h->live->lprev = b;
@@ -698,10 +711,7 @@ void keel_heap_set_hook(keel_heap *h, keel_heap_hook fn, void *ud) {
 }
 
 uint64_t keel_heap_mark(keel_heap *h) {
-  keel_mutex_lock(&h->lock);
-  uint64_t m = h->seq + 1;
-  keel_mutex_unlock(&h->lock);
-  return m;
+  return atomic_load_explicit(h->seq_src, memory_order_relaxed) + 1;
 }
 
 keel_oom_info keel_heap_oom_info(keel_heap *h) {

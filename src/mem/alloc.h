@@ -117,6 +117,10 @@ KEEL_INTERNAL void keel_heap_run_end(keel_heap *h);
  * (the per-shape caches of oneDNN kernels). */
 KEEL_INTERNAL uint64_t keel_heap_clock(keel_heap *h, unsigned *window);
 KEEL_INTERNAL void keel_heap_retain(keel_heap *h);
+/* h numbers its blocks from `from`'s sequence (retained until h is freed),
+ * so that one mark (keel_heap_mark) tells "allocated since" for both: a
+ * session's device heap shares its host heap's. Before any allocation. */
+KEEL_INTERNAL void keel_heap_share_seq(keel_heap *h, keel_heap *from);
 /* Drops a reference; the last one frees every segment. */
 KEEL_INTERNAL void keel_heap_release(keel_heap *h);
 

@@ -9,6 +9,7 @@
   X(elementwise)         \
   X(unary)               \
   X(shape)               \
+  X(memcpy)              \
   X(shape_gen)           \
   X(gather_scatter)      \
   X(matmul)              \

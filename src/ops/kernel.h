@@ -38,6 +38,7 @@
 struct keel_runctx;
 struct keel_frame;
 struct keel_kctx;
+struct keel_device;
 
 /* What the executor lends a kernel, so that ops/ never includes exec/
  * (exec/run.c fills it): running a graph attribute of the node on one
@@ -59,8 +60,13 @@ typedef struct keel_kctx {
                                   on entry; omitted or unlisted outputs point
                                   at scratch the executor drops */
   int32_t n_in, n_out;
-  keel_heap *heap;
+  keel_heap *heap;             /* where outputs go: the device's heap for a
+                                  node placed on the device                */
   keel_owner owner;            /* site of output 0, current iteration      */
+  struct keel_device *dev;     /* the session's device (device/device.h),
+                                  or NULL: a CPU-only session, or a placed
+                                  one run on the host (KEEL_OPT_PLAN_ONLY) */
+  keel_heap *dev_heap;         /* the device's heap, or NULL              */
   struct keel_pool *pool;      /* the session's threads (base/pool.h)     */
   const void *prep;            /* the node's prepared state (keel_impl), or
                                   NULL; read-only while runs use it        */
@@ -152,6 +158,10 @@ typedef struct keel_impl {
   const char *rule;            /* when it takes a node, in words (keel info
                                   --nodes); the family's select.c orders
                                   the list                                */
+  uint8_t device;              /* the nodes it runs: KEEL_NODE_CPU (0), or
+                                  KEEL_NODE_GPU: nodes the place pass put
+                                  on the session's device, whose inputs
+                                  and outputs are device memory           */
 } keel_impl;
 
 /* Prepared-state memory: `bytes` (KEEL_ALIGN-aligned) of the session's

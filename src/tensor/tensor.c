@@ -80,18 +80,21 @@ void keel_buffer_release(keel_buffer *b) {
 
 static keel_status oom(keel_heap *h, size_t nbytes) {
   keel_oom_info i = keel_heap_oom_info(h);
+  /* a device's heap says which device */
+  const char *dev = keel_heap_device(h);
+  bool on = strcmp(dev, "cpu") != 0;
   if (i.by_cap)
     return keel_err(KEEL_ERR_OUT_OF_MEMORY,
-                    "cannot allocate %zu bytes: the cap of %llu reserved bytes "
+                    "cannot allocate %zu bytes%s%s: the cap of %llu reserved bytes "
                     "is reached (allocated %llu, reserved %llu)",
-                    nbytes, (unsigned long long)i.limit,
+                    nbytes, on ? " on " : "", on ? dev : "", (unsigned long long)i.limit,
                     (unsigned long long)i.allocated,
                     (unsigned long long)i.reserved);
   return keel_err(KEEL_ERR_OUT_OF_MEMORY,
-                  "cannot allocate %zu bytes: the system refused (allocated "
+                  "cannot allocate %zu bytes%s%s: the %s refused (allocated "
                   "%llu, reserved %llu)",
-                  nbytes, (unsigned long long)i.allocated,
-                  (unsigned long long)i.reserved);
+                  nbytes, on ? " on " : "", on ? dev : "", on ? "device" : "system",
+                  (unsigned long long)i.allocated, (unsigned long long)i.reserved);
 }
 
 /* ============================================================= tensors */

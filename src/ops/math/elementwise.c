@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "base/pool.h"
+#include "ops/math/math_gpu.h"
 #include "ops/common/bcast.h"
 
 /* ================================================= broadcast driver */
@@ -703,11 +704,11 @@ static keel_status op_where(keel_kctx *k) {
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 #define INT_BOOL (KEEL_TS_INT | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_elementwise[] = {
-    {"", "Add", 1, KEEL_OPSET_MAX, op_add, 0, KEEL_TS_NUM},
-    {"", "Sub", 1, KEEL_OPSET_MAX, op_sub, 0, KEEL_TS_NUM},
-    {"", "Mul", 1, KEEL_OPSET_MAX, op_mul, 0, KEEL_TS_NUM},
-    {"", "Div", 1, KEEL_OPSET_MAX, op_div, 0, KEEL_TS_NUM},
-    {"", "Pow", 1, KEEL_OPSET_MAX, op_pow, 0, KEEL_TS_NUM},
+    {"", "Add", 1, KEEL_OPSET_MAX, op_add, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
+    {"", "Sub", 1, KEEL_OPSET_MAX, op_sub, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
+    {"", "Mul", 1, KEEL_OPSET_MAX, op_mul, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
+    {"", "Div", 1, KEEL_OPSET_MAX, op_div, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
+    {"", "Pow", 1, KEEL_OPSET_MAX, op_pow, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
     {"", "Mod", 10, KEEL_OPSET_MAX, op_mod, 0, KEEL_TS_NUM},
     {"", "Equal", 1, KEEL_OPSET_MAX, op_equal, 0, NUM_BOOL | KEEL_T(KEEL_STRING)},
     {"", "Greater", 1, KEEL_OPSET_MAX, op_greater, 0, KEEL_TS_NUM},
@@ -724,8 +725,8 @@ const keel_opdef keel_ops_elementwise[] = {
     {"", "PRelu", 1, KEEL_OPSET_MAX, op_prelu, 0, KEEL_TS_NUM},
     {"", "Sum", 1, KEEL_OPSET_MAX, op_sum, 0, KEEL_TS_NUM},
     {"", "Mean", 1, KEEL_OPSET_MAX, op_mean, 0, KEEL_TS_FLOAT},
-    {"", "Max", 1, KEEL_OPSET_MAX, op_max, 0, KEEL_TS_NUM},
-    {"", "Min", 1, KEEL_OPSET_MAX, op_min, 0, KEEL_TS_NUM},
+    {"", "Max", 1, KEEL_OPSET_MAX, op_max, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
+    {"", "Min", 1, KEEL_OPSET_MAX, op_min, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
     {"", "Where", 9, KEEL_OPSET_MAX, op_where, 0, KEEL_TS_ALL},
     {0},
 };

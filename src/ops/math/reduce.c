@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "base/pool.h"
+#include "ops/math/math_gpu.h"
 #include "ops/common/bcast.h"
 #include "ops/common/vmath.h"
 
@@ -646,7 +647,7 @@ static keel_status op_softmax_vector(keel_kctx *k) {
                        softmax_rows_fast, &r);
 }
 static const keel_impl softmax_vector_impl = {"vector", keel_prep_always, NULL, NULL, op_softmax_vector};
-static const keel_impl *const softmax_impls[] = {&softmax_vector_impl, NULL};
+static const keel_impl *const softmax_impls[] = {&keel_gpu_softmax_impl, &softmax_vector_impl, NULL};
 static keel_status op_log_softmax(keel_kctx *k) { return softmax(k, true); }
 
 /* Hardmax: 1 at the first maximum of each slice, 0 elsewhere. */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 
 #include "base/pool.h"
+#include "ops/math/math_gpu.h"
 #include "ops/common/bcast.h"
 #include "ops/common/vmath.h"
 #include "ops/random/rng.h"
@@ -893,12 +894,12 @@ static keel_status op_bitcast(keel_kctx *k) {
  * experimental versions (ThresholdedRelu before 10) are not registered. */
 
 const keel_opdef keel_ops_unary[] = {
-    {"", "Abs", 1, KEEL_OPSET_MAX, op_abs, 0, KEEL_TS_NUM},
-    {"", "Neg", 1, KEEL_OPSET_MAX, op_neg, 0, KEEL_TS_FLOAT | KEEL_TS_SINT},
+    {"", "Abs", 1, KEEL_OPSET_MAX, op_abs, 0, KEEL_TS_NUM, keel_gpu_unary_impls},
+    {"", "Neg", 1, KEEL_OPSET_MAX, op_neg, 0, KEEL_TS_FLOAT | KEEL_TS_SINT, keel_gpu_unary_impls},
     {"", "Reciprocal", 1, KEEL_OPSET_MAX, op_reciprocal, 0, KEEL_TS_FLOAT},
-    {"", "Sqrt", 1, KEEL_OPSET_MAX, op_sqrt, 0, KEEL_TS_FLOAT},
-    {"", "Exp", 1, KEEL_OPSET_MAX, op_exp, 0, KEEL_TS_FLOAT},
-    {"", "Log", 1, KEEL_OPSET_MAX, op_log, 0, KEEL_TS_FLOAT},
+    {"", "Sqrt", 1, KEEL_OPSET_MAX, op_sqrt, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
+    {"", "Exp", 1, KEEL_OPSET_MAX, op_exp, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
+    {"", "Log", 1, KEEL_OPSET_MAX, op_log, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
     {"", "Ceil", 1, KEEL_OPSET_MAX, op_ceil, 0, KEEL_TS_FLOAT},
     {"", "Floor", 1, KEEL_OPSET_MAX, op_floor, 0, KEEL_TS_FLOAT},
     {"", "Round", 11, KEEL_OPSET_MAX, op_round, 0, KEEL_TS_FLOAT},
@@ -919,9 +920,9 @@ const keel_opdef keel_ops_unary[] = {
     {"", "BitwiseNot", 18, KEEL_OPSET_MAX, op_bitwise_not, 0, KEEL_TS_INT},
     {"", "IsNaN", 9, KEEL_OPSET_MAX, op_isnan, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
     {"", "IsInf", 10, KEEL_OPSET_MAX, op_isinf, 0, KEEL_TS_FLOAT | KEEL_TS_FLOAT8},
-    {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM},
-    {"", "Sigmoid", 1, KEEL_OPSET_MAX, op_sigmoid, 0, KEEL_TS_FLOAT},
-    {"", "Tanh", 1, KEEL_OPSET_MAX, op_tanh, 0, KEEL_TS_FLOAT},
+    {"", "Relu", 1, KEEL_OPSET_MAX, op_relu, 0, KEEL_TS_NUM, keel_gpu_unary_impls},
+    {"", "Sigmoid", 1, KEEL_OPSET_MAX, op_sigmoid, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
+    {"", "Tanh", 1, KEEL_OPSET_MAX, op_tanh, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
     {"", "LeakyRelu", 1, KEEL_OPSET_MAX, op_leaky_relu, 0, KEEL_TS_FLOAT},
     {"", "Elu", 1, KEEL_OPSET_MAX, op_elu, 0, KEEL_TS_FLOAT},
     {"", "Selu", 1, KEEL_OPSET_MAX, op_selu, 0, KEEL_TS_FLOAT},

@@ -1,0 +1,102 @@
+/* math_gpu.c: element-wise binary ops, unary ops and Softmax on a device
+ * (device/device.h: the GPU's kernels, or the emulated device's).
+ *
+ * Which nodes run here is the place pass's decision (passes/pass_place.c:
+ * float32, rank up to 8, Softmax over the last axis); binding gives a node
+ * placed on the device the implementation whose `device` is the GPU's,
+ * and these supports() only confirm the placement. Inputs and outputs are
+ * device memory: k->heap is the device's heap for such a node, and
+ * nothing here reads or writes their bytes on the host. */
+#include "ops/math/math_gpu.h"
+
+#include <string.h>
+
+#include "base/status.h"
+#include "device/device.h"
+
+static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
+
+/* The op's code, kept as the node's prepared state: a pointer into a
+ * static table (nothing to free). */
+static const char *const BIN_OPS[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
+static const keel_dev_binop BIN_CODES[] = {KEEL_DEV_ADD, KEEL_DEV_SUB, KEEL_DEV_MUL, KEEL_DEV_DIV,
+                                           KEEL_DEV_MAX, KEEL_DEV_MIN, KEEL_DEV_POW};
+static const char *const UN_OPS[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log"};
+static const keel_dev_unop UN_CODES[] = {KEEL_DEV_RELU, KEEL_DEV_NEG,     KEEL_DEV_ABS,  KEEL_DEV_SQRT,
+                                         KEEL_DEV_EXP,  KEEL_DEV_SIGMOID, KEEL_DEV_TANH, KEEL_DEV_LOG};
+
+static keel_status code_of(const keel_prep_ctx *p, const char *const *names, const void *codes,
+                           size_t size, size_t n, void **state) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(p->node->op_type, names[i])) {
+      *state = (void *)((const char *)codes + i * size);
+      return KEEL_OK;
+    }
+  return keel_err(KEEL_ERR_UNSUPPORTED, "no GPU kernel for op %s (domain ai.onnx, opset %d)",
+                  p->node->op_type, (int)p->node->opset);
+}
+static keel_status bin_prepare(const keel_prep_ctx *p, void **state) {
+  return code_of(p, BIN_OPS, BIN_CODES, sizeof *BIN_CODES, sizeof BIN_CODES / sizeof *BIN_CODES, state);
+}
+static keel_status un_prepare(const keel_prep_ctx *p, void **state) {
+  return code_of(p, UN_OPS, UN_CODES, sizeof *UN_CODES, sizeof UN_CODES / sizeof *UN_CODES, state);
+}
+
+static keel_status float_in(keel_kctx *k, int i, const keel_tensor **t) {
+  KEEL_TRY(keel_k_in(k, i, t));
+  if ((*t)->dtype != KEEL_FLOAT)
+    return keel_err(KEEL_ERR_SHAPE, "GPU kernel: input %d is %s, the placement expected float32", i,
+                    keel_dtype_name((keel_dtype)(*t)->dtype));
+  return KEEL_OK;
+}
+
+static keel_status gpu_binary(keel_kctx *k) {
+  const keel_tensor *a, *b;
+  KEEL_TRY(float_in(k, 0, &a));
+  KEEL_TRY(float_in(k, 1, &b));
+  int rank;
+  int64_t dims[KEEL_MAX_RANK], ad[KEEL_MAX_RANK], bd[KEEL_MAX_RANK];
+  KEEL_TRY(keel_broadcast_shape(a->rank, a->shape, b->rank, b->shape, &rank, dims));
+  if (rank > KEEL_DEV_MAX_RANK)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU kernel: rank %d (at most %d)", rank, KEEL_DEV_MAX_RANK);
+  for (int i = 0; i < rank; i++) {
+    ad[i] = i < rank - a->rank ? 1 : a->shape[i - (rank - a->rank)];
+    bd[i] = i < rank - b->rank ? 1 : b->shape[i - (rank - b->rank)];
+  }
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, rank, dims, &y));
+  if (!keel_tensor_numel(y)) return KEEL_OK;
+  return keel_device_binary(k->dev, *(const keel_dev_binop *)k->prep, rank, dims, ad, a->data, bd,
+                            b->data, y->data);
+}
+
+static keel_status gpu_unary(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(float_in(k, 0, &x));
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(y);
+  return n ? keel_device_unary(k->dev, *(const keel_dev_unop *)k->prep, n, x->data, y->data) : KEEL_OK;
+}
+
+/* Softmax over the last axis (the placement's condition: at opset 13 and
+ * later the axis is the last; before, it flattens the dims from the axis
+ * on, which is the last dim alone). */
+static keel_status gpu_softmax(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(float_in(k, 0, &x));
+  if (x->rank < 1) return keel_err(KEEL_ERR_SHAPE, "GPU Softmax: a scalar input");
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(y), cols = x->shape[x->rank - 1];
+  return n ? keel_device_softmax(k->dev, n / cols, cols, x->data, y->data) : KEEL_OK;
+}
+
+#define GPU_IMPL(fn, prep, rule) {"gpu", on_gpu, prep, NULL, fn, rule, KEEL_NODE_GPU}
+static const keel_impl gpu_binary_impl =
+    GPU_IMPL(gpu_binary, bin_prepare, "placed on the GPU (float32, broadcast up to rank 8)");
+static const keel_impl gpu_unary_impl = GPU_IMPL(gpu_unary, un_prepare, "placed on the GPU (float32)");
+const keel_impl keel_gpu_softmax_impl = GPU_IMPL(gpu_softmax, NULL, "placed on the GPU (float32, last axis)");
+
+const keel_impl *const keel_gpu_binary_impls[] = {&gpu_binary_impl, NULL};
+const keel_impl *const keel_gpu_unary_impls[] = {&gpu_unary_impl, NULL};
