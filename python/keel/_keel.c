@@ -460,18 +460,20 @@ static int load_infos(SessionObject *S) {
 }
 
 /* Session(model, mem_limit=0, log_level=2, owner_tags=True, on_iteration=None,
- * threads=0, deterministic=False): model is a path (str or os.PathLike) or
- * the model's bytes; threads 0 = every CPU the process may use;
- * deterministic: KEEL_OPT_DETERMINISTIC (the same bits at any thread count). */
+ * threads=0, deterministic=False, device=None): model is a path (str or
+ * os.PathLike) or the model's bytes; threads 0 = every CPU the process may
+ * use; deterministic: KEEL_OPT_DETERMINISTIC (the same bits at any thread
+ * count); device: keel_options.device ("cuda:0", "emu"; None = the CPU). */
 static int session_init(SessionObject *S, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"model", "mem_limit", "log_level", "owner_tags", "on_iteration",
-                           "threads", "deterministic", NULL};
+                           "threads", "deterministic", "device", NULL};
   PyObject *model, *on_iter = Py_None;
   Py_ssize_t mem_limit = 0;
   int log_level = 2, tags = 1, threads = 0, det = 0;
+  const char *device = NULL;
   if (S->s) return keelpy_invalid("Session.__init__ called twice"), -1;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|nipOip:Session", kwlist, &model, &mem_limit,
-                                   &log_level, &tags, &on_iter, &threads, &det))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O|nipOipz:Session", kwlist, &model, &mem_limit,
+                                   &log_level, &tags, &on_iter, &threads, &det, &device))
     return -1;
   if (mem_limit < 0) return keelpy_invalid("mem_limit must be >= 0, got %zd", mem_limit), -1;
   if (threads < 0 || threads > 256)
@@ -484,7 +486,7 @@ static int session_init(SessionObject *S, PyObject *args, PyObject *kw) {
                     .log_ud = S,
                     .flags = (tags ? 0u : (unsigned)KEEL_OPT_NO_OWNER_TAGS) |
                              (det ? (unsigned)KEEL_OPT_DETERMINISTIC : 0u),
-                    .threads = threads};
+                    .threads = threads, .device = device};
   if (S->on_iteration) o.on_iteration = iteration_to_python, o.iteration_ud = S;
   keel_status st;
   Py_buffer buf;
@@ -826,7 +828,18 @@ static PyObject *mod_process_bytes(PyObject *m, PyObject *unused) {
   return PyLong_FromUnsignedLongLong(keel_process_bytes());
 }
 
+static PyObject *mod_gpu_count(PyObject *m, PyObject *unused) {
+  return PyLong_FromLong(keel_gpu_count(NULL, 0));
+}
+
+static PyObject *mod_process_device_bytes(PyObject *m, PyObject *unused) {
+  return PyLong_FromUnsignedLongLong(keel_process_device_bytes());
+}
+
 static PyMethodDef module_methods[] = {
+    {"gpu_count", mod_gpu_count, METH_NOARGS, "the NVIDIA GPUs keel can use (0 without a driver)"},
+    {"process_device_bytes", mod_process_device_bytes, METH_NOARGS,
+     "device bytes keel holds in this process, over all sessions and devices"},
     {"process_bytes", mod_process_bytes, METH_NOARGS,
      "bytes keel holds from the system in this process, over all sessions"},
     {NULL, NULL, 0, NULL}};

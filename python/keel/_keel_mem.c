@@ -21,14 +21,20 @@ static PyObject *take_text(char *text) {
   return r;
 }
 
-/* stats() -> dict of keel_stats, by field name. */
-static PyObject *mem_stats(SessionObject *S, PyObject *unused) {
+/* stats(device=False) -> dict of keel_stats, by field name: the host
+ * heap's, or with device=True the device heap's (keel_stats_get_device;
+ * its "device" entry names it). */
+static PyObject *mem_stats(SessionObject *S, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"device", NULL};
+  int dev = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:stats", kwlist, &dev)) return NULL;
   if (!ready(S)) return NULL;
   keel_stats st = {.size = sizeof st};
-  keel_status rc = keel_stats_get(S->s, &st);
+  const char *name = "cpu";
+  keel_status rc = dev ? keel_stats_get_device(S->s, &st, &name) : keel_stats_get(S->s, &st);
   if (rc) return keelpy_raise(rc, "stats");
   return Py_BuildValue(
-      "{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K}",
+      "{s:s,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:d,s:K,s:K,s:K}", "device", name,
       "allocated", st.allocated, "allocated_peak", st.allocated_peak, "reserved", st.reserved,
       "reserved_peak", st.reserved_peak, "active_split", st.active_split, "inactive_split",
       st.inactive_split, "n_alloc", st.n_alloc, "n_free", st.n_free, "n_cache_hit",
@@ -182,7 +188,8 @@ static PyObject *plant_leak(SessionObject *S, PyObject *arg) {
 }
 
 PyMethodDef keelpy_mem_methods[] = {
-    {"stats", (PyCFunction)mem_stats, METH_NOARGS, "keel_stats_get as a dict"},
+    {"stats", (PyCFunction)(void (*)(void))mem_stats, METH_VARARGS | METH_KEYWORDS,
+     "keel_stats_get (device=True: keel_stats_get_device) as a dict"},
     {"reset_peaks", (PyCFunction)mem_reset_peaks, METH_NOARGS, "peaks back to the current values"},
     {"trim", (PyCFunction)mem_trim, METH_NOARGS, "give free segments back; returns the bytes"},
     {"set_mem_limit", (PyCFunction)mem_set_limit, METH_O, "cap on reserved bytes (0 = none)"},

@@ -39,17 +39,22 @@ class ExecutionOrder(enum.IntEnum):
     MEMORY_EFFICIENT = 2
 
 
+_CUDA = "CUDAExecutionProvider"
+
+
 def get_available_providers():
-    """['CPUExecutionProvider']: keel runs on the CPU."""
-    return list(_PROVIDERS)
+    """['CUDAExecutionProvider', 'CPUExecutionProvider'] where an NVIDIA GPU
+    is usable (keel opens libcuda.so.1 at run time), else
+    ['CPUExecutionProvider']."""
+    return ([_CUDA] if _keel.gpu_count() > 0 else []) + list(_PROVIDERS)
 
 
 def get_all_providers():
-    return list(_PROVIDERS)
+    return [_CUDA] + list(_PROVIDERS)
 
 
 def get_device():
-    return "CPU"
+    return "GPU" if _keel.gpu_count() > 0 else "CPU"
 
 
 def get_version_string():
@@ -187,22 +192,35 @@ class ModelMetadata:
 
 def _check_providers(providers, provider_options):
     """ONNX Runtime's rules: names (or (name, options) pairs); an
-    unavailable one warns and falls back to the CPU."""
+    unavailable one warns and falls back to the CPU. Returns the device the
+    session runs on: "cuda:N" when CUDAExecutionProvider comes first among
+    the available ones (its option device_id gives N), else None (the
+    CPU)."""
     if providers is None:
-        return
+        return None
     if provider_options is not None and len(provider_options) != len(providers):
         raise ValueError("'providers' and 'provider_options' should be the same length if both are given.")
-    for p in providers:
+    available = get_available_providers()
+    device = None
+    chosen = False
+    for i, p in enumerate(providers):
+        opts = provider_options[i] if provider_options is not None else {}
         if isinstance(p, tuple):
             if len(p) != 2 or not isinstance(p[0], str) or not isinstance(p[1], dict):
                 raise ValueError("Only str or (str, dict) tuples are supported as providers: "
                                  f"got {p!r}")
-            p = p[0]
+            p, opts = p
         elif not isinstance(p, str):
             raise ValueError(f"Provider must be a str or a (str, dict) tuple, got {p!r}")
-        if p not in _PROVIDERS:
+        if p not in available:
             warnings.warn(f"Specified provider '{p}' is not in available provider names."
-                          f"Available providers: '{', '.join(_PROVIDERS)}'", UserWarning, 3)
+                          f"Available providers: '{', '.join(available)}'", UserWarning, 3)
+            continue
+        if not chosen:
+            chosen = True
+            if p == _CUDA:
+                device = f"cuda:{int((opts or {}).get('device_id', 0))}"
+    return device
 
 
 def _warn_ignored(options):
@@ -223,7 +241,7 @@ class InferenceSession:
                             f"{type(sess_options).__name__}")
         for k in kwargs:   # ONNX Runtime ignores the keywords it does not read
             warnings.warn(f"keel: InferenceSession keyword '{k}' is ignored", RuntimeWarning, 2)
-        _check_providers(providers, provider_options)
+        self._device = _check_providers(providers, provider_options)
         self._options = sess_options if sess_options is not None else SessionOptions()
         _warn_ignored(self._options)
         o = self._options
@@ -239,9 +257,8 @@ class InferenceSession:
             raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
         if o.mem_limit < 0:
             raise _keel.InvalidArgument(f"mem_limit must be >= 0, got {o.mem_limit}")
-        self._sess = _keel.Session(model, mem_limit=o.mem_limit, log_level=o.log_severity_level,
-                                   threads=o.intra_op_num_threads,
-                                   deterministic=o.use_deterministic_compute)
+        self._model_src = model
+        self._sess = self._create()
         self._inputs = [NodeArg(d) for d in self._sess.inputs()]
         self._outputs = [NodeArg(d) for d in self._sess.outputs()]
         self._profiling = bool(o.enable_profiling or o.enable_mem_report)
@@ -250,6 +267,12 @@ class InferenceSession:
             self._sess.profile_start(memory=True, trace=bool(o.enable_profiling))
             self._profile_start_ns = int(datetime.datetime.now().timestamp() * 1e9)
         self.run = self._make_run()
+
+    def _create(self):
+        o = self._options
+        return _keel.Session(self._model_src, mem_limit=o.mem_limit, log_level=o.log_severity_level,
+                             threads=o.intra_op_num_threads,
+                             deterministic=o.use_deterministic_compute, device=self._device)
 
     # --------------------------------------------------------- ORT's API
     def _make_run(self):
@@ -289,10 +312,13 @@ class InferenceSession:
         return ModelMetadata(self._sess.meta())
 
     def get_providers(self):
-        return list(_PROVIDERS)
+        return ([_CUDA] if self._device else []) + list(_PROVIDERS)
 
     def get_provider_options(self):
-        return {p: {} for p in _PROVIDERS}
+        opts = {p: {} for p in self.get_providers()}
+        if self._device:
+            opts[_CUDA] = {"device_id": self._device.split(":")[1]}
+        return opts
 
     def get_session_options(self):
         return self._options
@@ -301,7 +327,12 @@ class InferenceSession:
         return self._profile_start_ns
 
     def set_providers(self, providers=None, provider_options=None):
-        _check_providers(providers, provider_options)
+        """As ONNX Runtime: the session is made again for the providers."""
+        device = _check_providers(providers, provider_options)
+        if device != self._device:
+            self._device = device
+            self._sess = self._create()
+            self.run = self._make_run()
 
     def disable_fallback(self):
         pass
@@ -324,10 +355,18 @@ class InferenceSession:
         return path
 
     # ------------------------------------------------------- keel's own
-    def memory_stats(self):
+    def memory_stats(self, device=None):
         """The allocator's figures under PyTorch's names
-        (torch.cuda.memory_stats), plus keel's own under 'keel.'."""
-        return _torch_stats(self._sess.stats())
+        (torch.cuda.memory_stats), plus keel's own under 'keel.': the host's,
+        or with device="cuda:0" (the session's device; "cuda" alike) its
+        device memory's."""
+        if device is None or device == "cpu":
+            return _torch_stats(self._sess.stats())
+        if not self._device or str(device).split(":")[0] != self._device.split(":")[0] or \
+                (":" in str(device) and str(device) != self._device):
+            raise ValueError(f"keel: this session has no device {device!r} "
+                             f"(it runs on {self._device or 'the CPU'})")
+        return _torch_stats(self._sess.stats(device=True))
 
     def reset_peak_memory_stats(self):
         self._sess.reset_peaks()

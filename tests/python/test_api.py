@@ -12,20 +12,56 @@ import keel
 from conftest import ROOT, model
 
 
+GPUS = keel._keel.gpu_count()
+
+
 def test_providers_and_device():
-    assert keel.get_available_providers() == ["CPUExecutionProvider"]
-    assert keel.get_device() == "CPU"
+    cuda = ["CUDAExecutionProvider"] if GPUS else []
+    assert keel.get_available_providers() == cuda + ["CPUExecutionProvider"]
+    assert keel.get_device() == ("GPU" if GPUS else "CPU")
+    assert keel.get_all_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     s = keel.InferenceSession(model("one_node.onnx"), providers=["CPUExecutionProvider"])
     assert s.get_providers() == ["CPUExecutionProvider"]
     assert keel.__version__.count(".") == 2
 
 
+@pytest.mark.skipif(GPUS > 0, reason="a GPU is there: CUDAExecutionProvider is available")
 def test_unavailable_provider_warns_and_falls_back():
     with pytest.warns(UserWarning, match="CUDAExecutionProvider"):
         s = keel.InferenceSession(model("one_node.onnx"),
                                   providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
     x = np.ones((1, 16), np.float32)
     assert s.run(None, {"x": x})[0].sum() == 16
+
+
+@pytest.mark.skipif(GPUS == 0, reason="no NVIDIA GPU")
+def test_cuda_provider_runs_on_the_gpu():
+    s = keel.InferenceSession(model("one_node.onnx"),
+                              providers=[("CUDAExecutionProvider", {"device_id": 0}), "CPUExecutionProvider"])
+    assert s.get_providers() == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    x = np.ones((1, 16), np.float32)
+    assert s.run(None, {"x": x})[0].sum() == 16
+    assert "allocated_bytes.all.current" in s.memory_stats("cuda:0")
+
+
+def test_device_session_through_the_extension():
+    """The emulated device (no GPU needed): the same outputs as the CPU,
+    device memory figures of their own, nothing held afterwards."""
+    path = model("one_node.onnx")
+    x = np.linspace(-2, 2, 16, dtype=np.float32).reshape(1, 16)
+    cpu = keel.InferenceSession(path).run(None, {"x": x})[0]
+    s = keel._keel.Session(path, device="emu")
+    out = s.run(None, {"x": x})[0]
+    np.testing.assert_allclose(out, cpu, rtol=1e-6, atol=1e-7)
+    st = s.stats(device=True)
+    assert st["device"] == "emu:0" and st["allocated"] == 0 and st["allocated_peak"] > 0
+    assert s.stats()["device"] == "cpu"
+    del s
+    assert keel._keel.process_device_bytes() == 0
+    with pytest.raises(keel.InvalidArgument):
+        keel._keel.Session(path).stats(device=True)
+    with pytest.raises(Exception, match="emu:3"):
+        keel._keel.Session(path, device="emu:3")
 
 
 def test_malformed_providers_are_refused():
