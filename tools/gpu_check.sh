@@ -4,15 +4,23 @@
 # binaries and a tarball of their shared libraries there:
 #
 #   cmake --build build -j2
-#   ldd build/keel build/test_gpu | awk '/=>/ {print $3}' | sort -u |
+#   ldd build/keel build/test_gpu build/test_device | awk '/=>/ {print $3}' | sort -u |
 #     grep -vE 'libc.so|libm.so|ld-linux|libpthread|libdl.so|librt.so' > libs.txt
 #   mkdir -p .devcarry && tar cJhf .devcarry/libs.tar.xz -C / $(sed 's|^/||' libs.txt)
 #   # there:  tools/gpu_check.sh [OUTDIR]
 #
 # It unpacks the libraries onto LD_LIBRARY_PATH, prints the machine (GPU,
-# driver, CPU), runs every test binary of the `gpu` label that was carried
-# (build/test_gpu), and writes each one's output and a summary under OUTDIR
-# ($OUT, else ./gpu-check). Exits non-zero when a test fails.
+# driver, CPU), then runs, each with a time limit, its output under OUTDIR
+# ($OUT, else ./gpu-check):
+#   1. test_gpu: the driver layer, the allocator on device memory, every
+#      kernel against a float64 reference;
+#   2. test_device with KEEL_TEST_DEVICE=cuda:0: sessions on the GPU against
+#      the CPU, steady device bytes, a planted leak, the cap, 0 bytes after;
+#   3. the ONNX node tests with --device cuda (onnx's own copy, from the
+#      Python package there) against the pass list;
+#   4. memcheck --device cuda --iters 1000 on the control-flow models;
+#   5. keel train --device cuda against the CPU's losses (tests/train_cli).
+# Exits non-zero when a step fails; summary.txt lists each step's result.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=${1:-${OUT:-gpu-check}}
@@ -32,15 +40,58 @@ fi
   which mpirun node 2>&1 | head -2
 } > "$OUTDIR/machine.txt" 2>&1
 cat "$OUTDIR/machine.txt"
+: > "$OUTDIR/summary.txt"
 fails=0
-for t in build/test_gpu; do
-  [[ -x $t ]] || { echo "missing $t"; fails=$((fails + 1)); continue; }
-  name=$(basename "$t")
-  timeout 300 "$t" > "$OUTDIR/$name.txt" 2>&1
-  rc=$?
-  echo "== $name: exit $rc"
-  tail -40 "$OUTDIR/$name.txt"
-  [[ $rc -eq 0 ]] || fails=$((fails + 1))
+# KEEL_CHECK_DEVICE=emu rehearses the script where there is no GPU
+DEV=${KEEL_CHECK_DEVICE:-cuda}
+[[ $DEV == emu ]] && TDEV=emu:0 || TDEV=cuda:0
+
+# step NAME LIMIT_S COMMAND...: runs it, keeps its output, records the result
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUTDIR/$name.txt" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc ($((SECONDS - t0)) s)" | tee -a "$OUTDIR/summary.txt"
+  tail -25 "$OUTDIR/$name.txt"
+  [[ $rc -eq 0 || $rc -eq 77 ]] || fails=$((fails + 1)) # 77: skipped (no GPU)
+}
+
+step test_gpu 120 build/test_gpu
+step test_device 120 env KEEL_TEST_DEVICE=$TDEV build/test_device
+
+NODE=${KEEL_NODE_TESTS:-$(python3 -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend/test/data/node'))" 2>/dev/null)}
+if [[ -d ${NODE:-/nonexistent} ]]; then
+  # onnx's copy there may be newer than ours: the list of what passes here
+  # is the bar, tests it does not name are reported, not judged
+  step node_suite_cuda 240 build/keel test --device "$DEV" "$NODE" --expect tests/conformance/onnx-node-current.pass
+  grep -E "^FAIL" "$OUTDIR/node_suite_cuda.txt" | head -40
+else
+  echo "== node_suite_cuda: no onnx node tests on this machine" | tee -a "$OUTDIR/summary.txt"
+fi
+
+for m in tests/models/*/model.onnx; do
+  name=memcheck_$(basename "$(dirname "$m")")
+  step "$name" 60 build/keel memcheck "$m" --device "$DEV" --iters 1000
 done
-echo "gpu_check: $fails failed" | tee "$OUTDIR/summary.txt"
+
+D=tests/train_cli
+TRAIN=(build/keel train "$D/model.onnx" --loss loss --data "$D/data_0" --data "$D/data_1" --freeze c
+       --steps 40 --optimizer adam --lr 0.01)
+"${TRAIN[@]}" > "$OUTDIR/train_cpu.txt" 2>&1
+step train_cuda 60 "${TRAIN[@]}" --device "$DEV"
+# the same losses within 1e-4 (relative): the GPU's exp and log are the
+# hardware's approximations
+paste <(grep -E "^step" "$OUTDIR/train_cpu.txt" | awk '{print $4}') \
+      <(grep -E "^step" "$OUTDIR/train_cuda.txt" | awk '{print $4}') > "$OUTDIR/train_losses.txt"
+if awk 'BEGIN {bad = 0; n = 0} {n++; d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1;
+        if (d > 1e-4 * (s > 1 ? s : 1)) bad++} END {exit !(n == 40 && bad == 0)}' "$OUTDIR/train_losses.txt"; then
+  echo "== train losses: $TDEV within 1e-4 of the CPU's over 40 steps" | tee -a "$OUTDIR/summary.txt"
+else
+  echo "== train losses: differ or missing (train_losses.txt: cpu, cuda)" | tee -a "$OUTDIR/summary.txt"
+  fails=$((fails + 1))
+fi
+
+echo "gpu_check: $fails failed" | tee -a "$OUTDIR/summary.txt"
 exit $((fails > 0))
