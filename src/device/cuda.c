@@ -169,6 +169,13 @@ enum { K_BIN_FLAT, K_BIN_BCAST, K_UNARY, K_SOFTMAX, K_COUNT };
 static const char *const k_names[K_COUNT] = {"keel_ew_binary_flat", "keel_ew_binary_bcast",
                                              "keel_ew_unary", "keel_softmax_rows"};
 
+/* Kernels launched by name (keel_cuda_launch), looked up once per device. */
+#define NAMED_MAX 128
+typedef struct named_fn {
+  const char *name;
+  CUfunction fn;
+} named_fn;
+
 struct keel_cuda_dev {
   int ordinal;
   CUdevice dev;
@@ -180,6 +187,9 @@ struct keel_cuda_dev {
   int n_sm;
   keel_mem_provider prov;
   char prov_name[32];
+  pthread_mutex_t named_lock;
+  named_fn named[NAMED_MAX];
+  int n_named;
   _Atomic uint64_t driver_allocs;
   keel_cuda_info info;
 };
@@ -266,6 +276,7 @@ keel_status keel_cuda_open(int ordinal, keel_cuda_dev **out) {
     return keel_err(KEEL_ERR_INVALID_ARG, "GPU: no device cuda:%d (%d found)", ordinal, n);
   keel_cuda_dev *d = keel_sys_calloc(1, sizeof *d);
   if (!d) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "GPU: device");
+  pthread_mutex_init(&d->named_lock, NULL);
   keel_status st = open_dev(d, ordinal);
   if (st) {
     keel_cuda_close(d);
@@ -285,6 +296,7 @@ void keel_cuda_close(keel_cuda_dev *d) {
 #ifdef KEEL_HAVE_PTX
   keel_sys_free(d->modules, ((size_t)keel_cuda_ptx_count + 1) * sizeof(CUmodule));
 #endif
+  pthread_mutex_destroy(&d->named_lock);
   keel_sys_free(d, sizeof *d);
 }
 
@@ -322,6 +334,43 @@ static unsigned grid_for(const keel_cuda_dev *d, int64_t n) {
 static keel_status launch(keel_cuda_dev *d, int k, unsigned grid, unsigned block, void **args) {
   KEEL_TRY(use(d));
   CU_TRY(g_api.launch(d->fn[k], grid, 1, 1, block, 1, 1, 0, d->stream, args, NULL), k_names[k]);
+  return KEEL_OK;
+}
+
+keel_status keel_cuda_use(keel_cuda_dev *d) { return use(d); }
+void *keel_cuda_stream_handle(keel_cuda_dev *d) { return d->stream; }
+int keel_cuda_sm_count(const keel_cuda_dev *d) { return d->n_sm; }
+unsigned keel_cuda_grid_for(const keel_cuda_dev *d, int64_t n) { return grid_for(d, n); }
+
+/* The kernel `name` of the embedded PTX: found in the modules once, then
+ * from the device's table (a few dozen names; a linear scan under a lock
+ * costs less than the launch). */
+static keel_status named(keel_cuda_dev *d, const char *name, CUfunction *fn) {
+  pthread_mutex_lock(&d->named_lock);
+  for (int i = 0; i < d->n_named; i++)
+    if (d->named[i].name == name || !strcmp(d->named[i].name, name)) {
+      *fn = d->named[i].fn;
+      pthread_mutex_unlock(&d->named_lock);
+      return KEEL_OK;
+    }
+  CUfunction f = NULL;
+  for (int i = 0; i < d->n_modules && !f; i++)
+    if (g_api.module_fn(&f, d->modules[i], name)) f = NULL;
+  keel_status st = KEEL_OK;
+  if (!f) st = keel_err(KEEL_ERR_INTERNAL, "GPU: kernel %s is not in the embedded PTX", name);
+  else if (d->n_named == NAMED_MAX) st = keel_err(KEEL_ERR_INTERNAL, "GPU: more than %d named kernels", NAMED_MAX);
+  else d->named[d->n_named++] = (named_fn){name, f};
+  pthread_mutex_unlock(&d->named_lock);
+  *fn = f;
+  return st;
+}
+
+keel_status keel_cuda_launch(keel_cuda_dev *d, const char *kernel, unsigned grid_x, unsigned grid_y,
+                             unsigned block_x, unsigned shared_bytes, void **args) {
+  CUfunction f;
+  KEEL_TRY(use(d));
+  KEEL_TRY(named(d, kernel, &f));
+  CU_TRY(g_api.launch(f, grid_x, grid_y, 1, block_x, 1, 1, shared_bytes, d->stream, args, NULL), kernel);
   return KEEL_OK;
 }
 

@@ -84,4 +84,22 @@ KEEL_INTERNAL keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, i
 KEEL_INTERNAL keel_status keel_cuda_softmax(keel_cuda_dev *d, int64_t rows, int64_t cols,
                                             const float *x, float *y);
 
+/* ------------------------------------------------- for kernel groups
+ * (cuda_<group>.c: the CUDA side of a device.h kernel group) */
+
+/* The device's context current on the calling thread. */
+KEEL_INTERNAL keel_status keel_cuda_use(keel_cuda_dev *d);
+/* The device's stream (a CUstream), for libraries that take one (cuBLAS). */
+KEEL_INTERNAL void *keel_cuda_stream_handle(keel_cuda_dev *d);
+KEEL_INTERNAL int keel_cuda_sm_count(const keel_cuda_dev *d);
+/* Blocks of 256 threads for a grid-stride loop over n items. */
+KEEL_INTERNAL unsigned keel_cuda_grid_for(const keel_cuda_dev *d, int64_t n);
+/* Launches the embedded PTX's kernel `kernel` (its extern "C" name) on the
+ * device's stream: a grid of grid_x x grid_y blocks of block_x threads,
+ * shared_bytes of dynamic shared memory, args as cuLaunchKernel takes
+ * them (one pointer to each argument's value). */
+KEEL_INTERNAL keel_status keel_cuda_launch(keel_cuda_dev *d, const char *kernel, unsigned grid_x,
+                                           unsigned grid_y, unsigned block_x, unsigned shared_bytes,
+                                           void **args);
+
 #endif /* KEEL_DEVICE_CUDA_H */

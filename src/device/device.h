@@ -52,9 +52,23 @@ typedef struct keel_device_ops {
   keel_status (*softmax)(void *impl, int64_t rows, int64_t cols, const float *x, float *y);
 } keel_device_ops;
 
+/* Kernel groups beyond the element-wise ones above: each a table of its
+ * own in device/dev_<group>.h, filled by both backends (emu_<group>.c and
+ * cuda_<group>.c), set by the backend when it opens the device; a group's
+ * per-device state (a library handle) sits in the device beside it. */
+struct keel_dev_blas; /* dev_blas.h: MatMul, Gemm                         */
+struct keel_dev_move; /* dev_move.h: views, Transpose, Concat, Gather, ... */
+struct keel_dev_norm; /* dev_norm.h: LayerNorm, reductions, ...           */
+
 typedef struct keel_device {
   const keel_device_ops *ops;
   void *impl;
+  const struct keel_dev_blas *blas;
+  void *blas_state;
+  const struct keel_dev_move *move;
+  void *move_state;
+  const struct keel_dev_norm *norm;
+  void *norm_state;
   keel_device_kind kind;
   int ordinal;
   char name[32];               /* "cuda:0", "emu:0"                       */
