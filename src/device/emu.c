@@ -22,10 +22,12 @@
 #include "base/status.h"
 #include "base/sysmem.h"
 #include "device/device.h"
+#include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
 
 static void *host_of(const void *p) { return (void *)((uintptr_t)p ^ EMU_TAG); }
+void *keel_emu_host(const void *p) { return host_of(p); }
 
 typedef struct emu {
   keel_mem_provider prov;

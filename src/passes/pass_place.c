@@ -52,9 +52,32 @@ static bool gpu_tensor(const keel_shapes *S, const keel_graph *g, const char *na
   return v && v->dtype == KEEL_FLOAT && v->rank >= 0 && v->rank <= GPU_MAX_RANK;
 }
 
+/* The kernel groups' rules (device/device.h): whether the group's GPU
+ * implementation computes node n, its inputs and outputs as inferred. */
+
+/* MatMul, Gemm (device/dev_blas.h) */
+static bool gpu_takes_blas(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  (void)S, (void)g, (void)n;
+  return false;
+}
+
+/* views, Transpose, Concat, Gather, ... (device/dev_move.h) */
+static bool gpu_takes_move(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  (void)S, (void)g, (void)n;
+  return false;
+}
+
+/* LayerNormalization, reductions, ... (device/dev_norm.h) */
+static bool gpu_takes_norm(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  (void)S, (void)g, (void)n;
+  return false;
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  if (gpu_takes_blas(S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(S, g, n)) return true;
+  /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
   const char *op = n->op_type;
