@@ -4,7 +4,7 @@
 # binaries and a tarball of their shared libraries there:
 #
 #   cmake --build build -j2
-#   ldd build/keel build/test_gpu build/test_device | awk '/=>/ {print $3}' | sort -u |
+#   ldd build/keel build/test_gpu* build/test_device* | awk '/=>/ {print $3}' | sort -u |
 #     grep -vE 'libc.so|libm.so|ld-linux|libpthread|libdl.so|librt.so' > libs.txt
 #   mkdir -p .devcarry && tar cJhf .devcarry/libs.tar.xz -C / $(sed 's|^/||' libs.txt)
 #   # there:  tools/gpu_check.sh [OUTDIR]
@@ -12,10 +12,11 @@
 # It unpacks the libraries onto LD_LIBRARY_PATH, prints the machine (GPU,
 # driver, CPU), then runs, each with a time limit, its output under OUTDIR
 # ($OUT, else ./gpu-check):
-#   1. test_gpu: the driver layer, the allocator on device memory, every
-#      kernel against a float64 reference;
-#   2. test_device with KEEL_TEST_DEVICE=cuda:0: sessions on the GPU against
-#      the CPU, steady device bytes, a planted leak, the cap, 0 bytes after;
+#   1. test_gpu and test_gpu_<group>: the driver layer, the allocator on
+#      device memory, every kernel against a host reference;
+#   2. test_device and test_device_<group> with KEEL_TEST_DEVICE=cuda:0:
+#      sessions on the GPU against the CPU, steady device bytes, a planted
+#      leak, the cap, 0 bytes after;
 #   3. the ONNX node tests with --device cuda (onnx's own copy, from the
 #      Python package there) against the pass list;
 #   4. memcheck --device cuda --iters 1000 on the control-flow models;
@@ -58,8 +59,14 @@ step() {
   [[ $rc -eq 0 || $rc -eq 77 ]] || fails=$((fails + 1)) # 77: skipped (no GPU)
 }
 
-step test_gpu 120 build/test_gpu
-step test_device 120 env KEEL_TEST_DEVICE=$TDEV build/test_device
+# every test of the gpu label (test_gpu, test_gpu_<group>), then the device
+# tests (test_device, test_device_<group>) on the GPU
+for t in build/test_gpu build/test_gpu_*; do
+  [[ -x $t ]] && step "$(basename "$t")" 120 "$t"
+done
+for t in build/test_device build/test_device_*; do
+  [[ -x $t ]] && step "$(basename "$t")" 120 env KEEL_TEST_DEVICE=$TDEV "$t"
+done
 
 NODE=${KEEL_NODE_TESTS:-$(python3 -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend/test/data/node'))" 2>/dev/null)}
 if [[ -d ${NODE:-/nonexistent} ]]; then
