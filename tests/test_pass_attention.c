@@ -30,7 +30,8 @@
 #define D 4
 #define E (H * D)
 
-enum { F_ADD, F_ADD_REV, F_CAUSAL, F_GAPS, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T };
+enum { F_ADD, F_ADD_REV, F_CAUSAL, F_GAPS, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T,
+       F_DYNAMO, F_DYNAMO_SHAPES, F_DYNAMO_SYM, F_DYNAMO_BAD };
 
 static float g_q[B * S * E], g_k[B * S * E], g_v[B * S * E], g_mask[B * S];
 
@@ -56,6 +57,60 @@ static void heads(mb_graph *g) {
   mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
 }
 
+/* PyTorch's dynamo exporter (torchlib's scaled_dot_product_attention,
+ * opset 18): K4 = Transpose(k3, 0,2,1,3) is transposed on its last two axes
+ * through a rank-3 Reshape -> Transpose(0,2,1) -> Reshape, and the scale's
+ * square root multiplies Q and K^T each. `computed`: the Reshape shapes
+ * are Shape -> Slice -> Concat of K4 as torchlib writes them (else
+ * constants, as its optimizer leaves them for static shapes); `bad`: the
+ * first Reshape merges the heads into the rows ([B, H * S, D]), so the
+ * chain transposes [H * S, D] matrices and the split back scrambles K4:
+ * not a transpose of it, which canon-transpose must leave alone. Writes
+ * Q4, Kt (scaled) and V4. */
+static void heads_dynamo(mb_graph *g, bool computed, bool bad) {
+  float root = sqrtf(0.5f);
+  int64_t shp[4] = {B, S, H, D}, sq[3] = {bad ? B : -1, bad ? H * S : S, D}, tr[4] = {B, H, D, S};
+  mb_init(g, "root", KEEL_FLOAT, 1, (int64_t[]){1}, &root);
+  if (computed) { /* [B, S] of q, then H, D */
+    int64_t z[1] = {0}, two[1] = {2}, hd[2] = {H, D};
+    mb_init(g, "z", KEEL_INT64, 1, (int64_t[]){1}, z);
+    mb_init(g, "two", KEEL_INT64, 1, (int64_t[]){1}, two);
+    mb_init(g, "hd", KEEL_INT64, 1, (int64_t[]){2}, hd);
+    mb_add(g, "Shape", "q", "qs");
+    mb_add(g, "Slice", "qs,z,two", "bs");
+    mb_attr_i(mb_add(g, "Concat", "bs,hd", "shp"), "axis", 0);
+  } else {
+    mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){4}, shp);
+  }
+  mb_add(g, "Reshape", "q,shp", "q3");
+  mb_add(g, "Reshape", "k,shp", "k3");
+  mb_add(g, "Reshape", "v,shp", "v3");
+  mb_attr_ints(mb_add(g, "Transpose", "q3", "Q0"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_attr_ints(mb_add(g, "Transpose", "k3", "K4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  if (computed) {
+    int64_t m1[1] = {-1}, m2[1] = {-2}, zero[1] = {0}, big[1] = {INT64_MAX};
+    mb_init(g, "m1", KEEL_INT64, 1, (int64_t[]){1}, m1);
+    mb_init(g, "m2", KEEL_INT64, 1, (int64_t[]){1}, m2);
+    mb_init(g, "zero", KEEL_INT64, 1, (int64_t[]){1}, zero);
+    mb_init(g, "big", KEEL_INT64, 1, (int64_t[]){1}, big);
+    mb_add(g, "Shape", "K4", "ks");
+    mb_add(g, "Slice", "ks,m1,big", "k_last");
+    mb_add(g, "Slice", "ks,m2,m1", "k_second");
+    mb_add(g, "Slice", "ks,zero,m2", "k_first");
+    mb_attr_i(mb_add(g, "Concat", "m1,k_second,k_last", "sq"), "axis", 0);
+    mb_attr_i(mb_add(g, "Concat", "k_first,k_last,k_second", "tr"), "axis", 0);
+  } else {
+    mb_init(g, "sq", KEEL_INT64, 1, (int64_t[]){3}, sq);
+    mb_init(g, "tr", KEEL_INT64, 1, (int64_t[]){4}, tr);
+  }
+  mb_add(g, "Reshape", "K4,sq", "K3");
+  mb_attr_ints(mb_add(g, "Transpose", "K3", "K3t"), "perm", 3, (int64_t[]){0, 2, 1});
+  mb_add(g, "Reshape", "K3t,tr", "Kt0");
+  mb_add(g, "Mul", "Q0,root", "Q4");
+  mb_add(g, "Mul", "Kt0,root", "Kt");
+}
+
 /* The causal condition as torch writes it: true above the diagonal. */
 static void causal_cond(mb_graph *g) {
   static uint8_t ones[S * S];
@@ -71,17 +126,25 @@ static void causal_cond(mb_graph *g) {
 static mb_graph *model(int form, int opset) {
   float c = 0.5f, inv = 2.0f, ninf = -INFINITY, big = -1e9f;
   mb_graph *g = mb_graph_new("main");
-  const int64_t qd[3] = {B, S, E};
+  /* F_DYNAMO_SYM: batch and length as symbols (d0, d1), as a dynamic
+   * export declares them */
+  const int64_t qd[3] = {form == F_DYNAMO_SYM ? -1 : B, form == F_DYNAMO_SYM ? -1 : S, E};
   mb_input(g, "q", KEEL_FLOAT, 3, qd);
   mb_input(g, "k", KEEL_FLOAT, 3, qd);
   mb_input(g, "v", KEEL_FLOAT, 3, qd);
   mb_input(g, "mask", KEEL_FLOAT, 4, (int64_t[]){B, 1, 1, S});
   mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
   mb_init(g, "inv", KEEL_FLOAT, 1, (int64_t[]){1}, &inv);
-  heads(g);
+  bool dynamo = form >= F_DYNAMO;
+  if (dynamo) heads_dynamo(g, form == F_DYNAMO_SHAPES || form == F_DYNAMO_SYM, form == F_DYNAMO_BAD);
+  else heads(g);
   mb_add(g, "MatMul", "Q4,Kt", "s");
   const char *x = "x";
   switch (form) {
+    case F_DYNAMO:
+    case F_DYNAMO_SHAPES:
+    case F_DYNAMO_SYM:
+    case F_DYNAMO_BAD: mb_add(g, "Add", "s,mask", "x"); break;
     case F_ADD_REV:
       mb_add(g, "Div", "s,inv", "s2");
       mb_add(g, "Add", "mask,s2", "x");
@@ -293,5 +356,9 @@ int main(void) {
   one("opset 12 Softmax axis 3", F_ADD, 12, true);
   one("Softmax over axis 2", F_AXIS, 14, false);
   one("scores read twice", F_TWICE, 14, false);
+  one("dynamo: K^T by Reshape/Transpose/Reshape, sqrt(scale) on Q and K", F_DYNAMO, 18, true);
+  one("dynamo: the same, Reshape shapes from Shape/Slice/Concat", F_DYNAMO_SHAPES, 18, true);
+  one("dynamo: the same, batch and length symbolic", F_DYNAMO_SYM, 18, true);
+  one("dynamo near miss: the heads merged into the rows", F_DYNAMO_BAD, 18, false);
   return check_report();
 }

@@ -19,6 +19,7 @@ static const keel_pass g_passes[] = {
     {"canon-fusedconv", keel_pass_canon_fusedconv, true},
     {"fold-batchnorm", keel_pass_fold_batchnorm, true},
     {"canon-activation", keel_pass_canon_activation, true},
+    {"canon-transpose", keel_pass_canon_transpose, true},
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},

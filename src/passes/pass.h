@@ -73,6 +73,9 @@ KEEL_INTERNAL keel_status keel_pass_fold_batchnorm(keel_model *m);
 /* pass_canon.c: HardSwish and HardSigmoid written as Add/Clip/Mul/Div in
  * the orders exporters use -> the one ONNX op. */
 KEEL_INTERNAL keel_status keel_pass_canon_activation(keel_model *m);
+/* pass_transpose.c: a last-two-axes swap spelled Reshape -> Transpose ->
+ * Reshape (dynamo's K^T), and Transposes of Transposes, become one Transpose. */
+KEEL_INTERNAL keel_status keel_pass_canon_transpose(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
 /* Products by a constant matrix with their bias, residual and activation
