@@ -126,6 +126,27 @@ static void check_graph(void) {
   }
   for (int run = 1; run < 20; run++) CHECK(dev_after[run] == dev_after[0] && host_after[run] == host_after[0]);
   CHECK(dev_after[0] == d0.allocated); /* runs leave only the constants on the device */
+  /* the profiler: what each node made on the device, in the memory report's
+   * own column, and a device counter in the trace */
+  CHECK_OK(keel_profile_start(s, KEEL_PROFILE_MEMORY | KEEL_PROFILE_TRACE));
+  {
+    keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 8}, x), *outs[3] = {0};
+    CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, outs));
+    keel_value_release(in);
+    for (int i = 0; i < 3; i++) keel_value_release(outs[i]);
+  }
+  keel_profile_stop(s);
+  char *rep = NULL, *trace = NULL;
+  CHECK_OK(keel_profile_mem_report(s, 20, &rep));
+  CHECK_OK(keel_profile_trace_json(s, &trace));
+  /* relu's output (2 x 8 floats) is on the device: 64 bytes there, none on
+   * the host */
+  const char *row = rep ? strstr(rep, "relu (main)") : NULL;
+  CHECK(has(rep, " on ", g_dev) && row && strstr(row, "Relu                  0 B") &&
+        strstr(row, "     64 B\n"));
+  if (!row || !strstr(row, "     64 B\n")) fprintf(stderr, "%s", rep ? rep : "");
+  CHECK(has(trace, "\"name\": \"memory ", g_dev));
+  keel_free(rep), keel_free(trace);
   keel_stats ds = dev_stats(s);
   CHECK(ds.allocated_peak > d0.allocated && ds.reserved > 0);
   keel_session_destroy(s);

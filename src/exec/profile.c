@@ -34,6 +34,7 @@
  * nodes included); executions and ns: how often and how long it ran. */
 typedef struct prof_rec {
   uint64_t bytes, allocs, peak, executions, ns;
+  uint64_t dev_bytes, dev_allocs; /* the same on the session's device        */
 } prof_rec;
 
 /* Shapes of a node's last execution (keel_node_mem.in_rank...). */
@@ -49,6 +50,7 @@ typedef struct prof_event {
   const keel_node *node;
   uint32_t iter;
   uint64_t t0, t1, allocated, reserved;
+  uint64_t dev_allocated, dev_reserved; /* the device's heap, when there is one */
 } prof_event;
 
 /* One profiler per session. The tables, the stack and the events are
@@ -334,6 +336,20 @@ static void on_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allo
   keel_mutex_unlock(&p->lock);
 }
 
+/* The device heap's hook: a node's blocks on the device, counted apart
+ * (the peaks follow the host's figure, which is what peak_live means). */
+static void on_dev_block(void *ud, const keel_block *b, bool is_alloc, uint64_t allocated) {
+  keel_profile *p = ud;
+  (void)allocated;
+  if (!is_alloc) return;
+  keel_mutex_lock(&p->lock);
+  uint32_t os = keel_block_owner(b).site;
+  uint32_t site = os < p->n_sites ? p->base[os] : KEEL_SITE_SESSION;
+  p->rec[site].dev_bytes += b->size;
+  p->rec[site].dev_allocs++;
+  keel_mutex_unlock(&p->lock);
+}
+
 /* The node goes on the stack before it runs, with what is allocated now
  * as a first peak. Past MAX_DEPTH the
  * node is not recorded but depth still counts, so enter and leave stay
@@ -352,7 +368,8 @@ void keel_prof_enter(keel_profile *p, const keel_node *n, uint32_t iter, uint64_
 /* Called under p->lock. A full or failed buffer drops the event rather
  * than fail the node: the trace is an observer, never a cause of error. */
 static void add_event(keel_profile *p, const keel_node *n, uint32_t iter, uint64_t t0,
-                      uint64_t t1, uint64_t allocated, uint64_t reserved) {
+                      uint64_t t1, uint64_t allocated, uint64_t reserved, uint64_t dev_allocated,
+                      uint64_t dev_reserved) {
   if (p->n_ev == p->cap_ev) {
     if (p->cap_ev >= MAX_EVENTS) return; /* the timeline keeps its first 4M events */
     size_t nc = p->cap_ev ? p->cap_ev * 2 : 4096;
@@ -361,7 +378,7 @@ static void add_event(keel_profile *p, const keel_node *n, uint32_t iter, uint64
     p->ev = q;
     p->cap_ev = nc;
   }
-  p->ev[p->n_ev++] = (prof_event){n, iter, t0, t1, allocated, reserved};
+  p->ev[p->n_ev++] = (prof_event){n, iter, t0, t1, allocated, reserved, dev_allocated, dev_reserved};
 }
 
 static int32_t shape_of(const keel_val *v, int64_t *dims) {
@@ -391,14 +408,17 @@ void keel_prof_leave(keel_profile *p, const keel_node *n, uint32_t iter, uint64_
                      const keel_val *const *in, keel_val *const *out) {
   uint64_t t1 = keel_prim_now_ns();
   uint64_t a = keel_heap_allocated(p->s->heap);
-  uint64_t r = (p->what & KEEL_PROFILE_TRACE) ? keel_heap_reserved(p->s->heap) : 0;
+  bool tr = (p->what & KEEL_PROFILE_TRACE) != 0;
+  uint64_t r = tr ? keel_heap_reserved(p->s->heap) : 0;
+  keel_heap *dh = p->s->dev_heap;
+  uint64_t da = tr && dh ? keel_heap_allocated(dh) : 0, dr = tr && dh ? keel_heap_reserved(dh) : 0;
   keel_mutex_lock(&p->lock);
   p->depth--;
   prof_rec *rec = &p->rec[n->site];
   rec->executions++;
   rec->ns += t1 - t0;
   if (in) record_shapes(&p->shapes[n->site], n, in, out);
-  if (p->what & KEEL_PROFILE_TRACE) add_event(p, n, iter, t0, t1, a, r);
+  if (tr) add_event(p, n, iter, t0, t1, a, r, da, dr);
   keel_mutex_unlock(&p->lock);
 }
 
@@ -450,6 +470,7 @@ keel_status keel_profile_start(keel_session_t *s, unsigned what) {
   keel_profile_free(s->profile_done);
   s->profile_done = NULL;
   keel_heap_set_hook(s->heap, on_block, p);
+  if (s->dev_heap) keel_heap_set_hook(s->dev_heap, on_dev_block, p);
   atomic_store(&s->profile, p);
   return KEEL_OK;
 }
@@ -462,6 +483,7 @@ void keel_profile_stop(keel_session_t *s) {
   keel_profile *p = atomic_exchange(&s->profile, NULL);
   if (!p) return;
   keel_heap_set_hook(s->heap, NULL, NULL);
+  if (s->dev_heap) keel_heap_set_hook(s->dev_heap, NULL, NULL);
   keel_profile_free(s->profile_done);
   s->profile_done = p;
 }
@@ -504,7 +526,7 @@ static void copy_shapes(keel_node_mem *m, const prof_shapes *sh) {
  * the live table cannot be allocated, "live now" reads 0 rather than the
  * report failing. */
 static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_mem *out,
-                      size_t cap) {
+                      uint64_t *dev_bytes, size_t cap) {
   uint64_t *live = keel_sys_calloc(p->n_sites, sizeof *live);
   if (live) {
     live_by_node w = {p, live};
@@ -514,7 +536,8 @@ static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_
   for (uint32_t i = KEEL_SITE_FIRST_NODE; i < p->n_sites; i++) {
     const prof_rec *r = &p->rec[i];
     const keel_site *t = &s->sites[i];
-    if (!t->node || t->node->site != i || (!r->executions && !r->allocs)) continue;
+    if (!t->node || t->node->site != i || (!r->executions && !r->allocs && !r->dev_allocs)) continue;
+    if (n < cap && dev_bytes) dev_bytes[n] = r->dev_bytes;
     if (n < cap) {
       out[n] = (keel_node_mem){t->g->path, t->node->name, t->node->op_type, r->bytes, r->allocs,
                                r->peak, live ? live[i] : 0, r->executions, r->ns};
@@ -528,7 +551,7 @@ static size_t collect(const keel_session_t *s, const keel_profile *p, keel_node_
 
 size_t keel_profile_nodes(const keel_session_t *s, keel_node_mem *out, size_t cap) {
   const keel_profile *p = s ? records(s) : NULL;
-  return p ? collect(s, p, out, cap) : 0;
+  return p ? collect(s, p, out, NULL, cap) : 0;
 }
 
 /* What no node made: values made through the API (run inputs) and the
@@ -539,22 +562,36 @@ void keel_profile_other(const keel_session_t *s, uint64_t *bytes, uint64_t *allo
   *allocs = p ? p->rec[KEEL_SITE_USER].allocs + p->rec[KEEL_SITE_SESSION].allocs : 0;
 }
 
+/* A report row: the public record and what the node made on the device. */
+typedef struct report_row {
+  keel_node_mem m;
+  uint64_t dev;
+} report_row;
+
+/* Most bytes first (host and device together); ties by node name. */
 static int by_allocated(const void *a, const void *b) {
-  const keel_node_mem *x = a, *y = b;
-  return x->bytes_allocated != y->bytes_allocated ? (y->bytes_allocated > x->bytes_allocated ? 1 : -1)
-                                                  : strcmp(x->node, y->node);
+  const report_row *x = a, *y = b;
+  uint64_t bx = x->m.bytes_allocated + x->dev, by = y->m.bytes_allocated + y->dev;
+  return bx != by ? (by > bx ? 1 : -1) : strcmp(x->m.node, y->m.node);
 }
 
-static void report_rows(text *t, const keel_node_mem *m, size_t n, int top) {
-  char a[32], pk[32], l[32], who[320];
-  put(t, "%-48s %-14s %10s %10s %10s %8s %6s\n", "node (graph)", "op", "allocated", "peak live",
+/* `dev` names the session's device ("cuda:0"), or NULL: then no device
+ * column. */
+static void report_rows(text *t, const report_row *r, size_t n, int top, const char *dev) {
+  char a[32], pk[32], l[32], d[32], who[320], head[48];
+  put(t, "%-48s %-14s %10s %10s %10s %8s %6s", "node (graph)", "op", "allocated", "peak live",
       "live now", "allocs", "runs");
+  if (dev) snprintf(head, sizeof head, "on %s", dev), put(t, " %10s", head);
+  put(t, "\n");
   for (size_t i = 0; i < n && (int)i < top; i++) {
-    snprintf(who, sizeof who, "%s (%s)", m[i].node[0] ? m[i].node : "?", m[i].path);
-    put(t, "%-48.48s %-14.14s %10s %10s %10s %8llu %6llu\n", who, m[i].op,
-        bytes_text(m[i].bytes_allocated, a, sizeof a), bytes_text(m[i].peak_live, pk, sizeof pk),
-        bytes_text(m[i].live_now, l, sizeof l), (unsigned long long)m[i].n_allocs,
-        (unsigned long long)m[i].executions);
+    const keel_node_mem *m = &r[i].m;
+    snprintf(who, sizeof who, "%s (%s)", m->node[0] ? m->node : "?", m->path);
+    put(t, "%-48.48s %-14.14s %10s %10s %10s %8llu %6llu", who, m->op,
+        bytes_text(m->bytes_allocated, a, sizeof a), bytes_text(m->peak_live, pk, sizeof pk),
+        bytes_text(m->live_now, l, sizeof l), (unsigned long long)m->n_allocs,
+        (unsigned long long)m->executions);
+    if (dev) put(t, " %10s", bytes_text(r[i].dev, d, sizeof d));
+    put(t, "\n");
   }
 }
 
@@ -580,24 +617,37 @@ keel_status keel_profile_mem_report(const keel_session_t *s, int top, char **out
   if (!p || !out) return keel_err(KEEL_ERR_INVALID_ARG, "no profile recorded (keel_profile_start)");
   /* count, allocate (n + 1: never a zero-size request, whose counted size
    * would differ from the one freed), fill */
-  size_t n = collect(s, p, NULL, 0);
+  size_t n = collect(s, p, NULL, NULL, 0);
   keel_node_mem *m = keel_sys_calloc(n + 1, sizeof *m);
-  if (!m) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "memory report");
-  collect(s, p, m, n);
-  qsort(m, n, sizeof *m, by_allocated);
+  uint64_t *dv = keel_sys_calloc(n + 1, sizeof *dv);
+  report_row *r = keel_sys_calloc(n + 1, sizeof *r);
+  if (!m || !dv || !r) {
+    keel_sys_free(m, (n + 1) * sizeof *m), keel_sys_free(dv, (n + 1) * sizeof *dv);
+    keel_sys_free(r, (n + 1) * sizeof *r);
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "memory report");
+  }
+  collect(s, p, m, dv, n);
+  for (size_t i = 0; i < n; i++) r[i] = (report_row){m[i], dv[i]};
+  qsort(r, n, sizeof *r, by_allocated);
+  const char *dev = s->dev_heap ? keel_heap_device(s->dev_heap) : NULL;
   text t = {0};
-  report_rows(&t, m, n, top > 0 ? top : 20);
-  uint64_t bytes = 0, allocs = 0, live = 0, ob, oa;
-  for (size_t i = 0; i < n; i++) bytes += m[i].bytes_allocated, allocs += m[i].n_allocs, live += m[i].live_now;
+  report_rows(&t, r, n, top > 0 ? top : 20, dev);
+  uint64_t bytes = 0, allocs = 0, live = 0, dbytes = 0, ob, oa;
+  for (size_t i = 0; i < n; i++)
+    bytes += m[i].bytes_allocated, allocs += m[i].n_allocs, live += m[i].live_now, dbytes += dv[i];
   keel_profile_other(s, &ob, &oa);
-  char a[32], b[32], c[32];
-  put(&t, "%-63s %10s %10s %10s %8llu\n", "all nodes", bytes_text(bytes, a, sizeof a), "",
+  char a[32], b[32], c[32], d[32];
+  put(&t, "%-63s %10s %10s %10s %8llu", "all nodes", bytes_text(bytes, a, sizeof a), "",
       bytes_text(live, c, sizeof c), (unsigned long long)allocs);
+  if (dev) put(&t, " %6s %10s", "", bytes_text(dbytes, d, sizeof d));
+  put(&t, "\n");
   put(&t, "%-63s %10s %21s %8llu\n", "values made through the API, the session", bytes_text(ob, b, sizeof b), "",
       (unsigned long long)oa);
-  put(&t, "(%zu nodes ran; sizes are the allocator's 64-byte-rounded blocks)\n", n);
+  put(&t, "(%zu nodes ran; sizes are the allocator's 64-byte-rounded blocks%s%s%s)\n", n,
+      dev ? "; the last column: what each node allocated on " : "", dev ? dev : "", dev ? ", summed" : "");
   collective_line(s, p, &t);
-  keel_sys_free(m, (n + 1) * sizeof *m);
+  keel_sys_free(m, (n + 1) * sizeof *m), keel_sys_free(dv, (n + 1) * sizeof *dv);
+  keel_sys_free(r, (n + 1) * sizeof *r);
   return finish(&t, out);
 }
 
@@ -634,6 +684,11 @@ keel_status keel_profile_trace_json(const keel_session_t *s, char **out) {
             "{\"allocated\": %llu, \"reserved\": %llu}}",
         pid, (double)(e->t1 - p->t_origin) / 1e3, (unsigned long long)e->allocated,
         (unsigned long long)e->reserved);
+    if (s->dev_heap) /* a counter of its own for the device's heap */
+      put(&t, ",\n{\"name\": \"memory %s\", \"ph\": \"C\", \"pid\": %d, \"ts\": %.3f, \"args\": "
+              "{\"allocated\": %llu, \"reserved\": %llu}}",
+          keel_heap_device(s->dev_heap), pid, (double)(e->t1 - p->t_origin) / 1e3,
+          (unsigned long long)e->dev_allocated, (unsigned long long)e->dev_reserved);
   }
   put(&t, "\n]}\n");
   return finish(&t, out);
