@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/sysmem.h"
 #include "device/device.h"
+#include "device/dev_move.h"
 #include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
@@ -156,6 +157,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   e->prov = (keel_mem_provider){.name = e->name, .pages = emu_pages, .pages_free = emu_pages_free,
                                 .ctx = e, .host_visible = false};
   d->ops = &g_emu_ops, d->impl = e;
+  d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

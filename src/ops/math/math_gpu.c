@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "device/dev_move.h"
 #include "device/device.h"
 
 static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
@@ -99,4 +100,54 @@ static const keel_impl gpu_unary_impl = GPU_IMPL(gpu_unary, un_prepare, "placed 
 const keel_impl keel_gpu_softmax_impl = GPU_IMPL(gpu_softmax, NULL, "placed on the GPU (float32, last axis)");
 
 const keel_impl *const keel_gpu_binary_impls[] = {&gpu_binary_impl, NULL};
+
+/* Where (device/dev_move.h): a bool condition and float32 values, the
+ * three broadcast together as the CPU kernel does (elementwise.c). */
+static keel_status gpu_where(keel_kctx *k) {
+  const keel_tensor *c, *a, *b;
+  KEEL_TRY(keel_k_in(k, 0, &c));
+  KEEL_TRY(float_in(k, 1, &a));
+  KEEL_TRY(float_in(k, 2, &b));
+  if (c->dtype != KEEL_BOOL) return keel_err(KEEL_ERR_SHAPE, "Where condition must be bool");
+  int r1, r;
+  int64_t s1[KEEL_MAX_RANK], dims[KEEL_MAX_RANK], cs[KEEL_MAX_RANK], as[KEEL_MAX_RANK], bs[KEEL_MAX_RANK];
+  KEEL_TRY(keel_broadcast_shape(c->rank, c->shape, a->rank, a->shape, &r1, s1));
+  KEEL_TRY(keel_broadcast_shape(r1, s1, b->rank, b->shape, &r, dims));
+  if (r > KEEL_DEV_MAX_RANK)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Where: rank %d (at most %d)", r, KEEL_DEV_MAX_RANK);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r, dims, &y));
+  if (!keel_tensor_numel(y)) return KEEL_OK;
+  if (!k->dev->move) return keel_err(KEEL_ERR_UNSUPPORTED, "Where: %s has no move kernels", k->dev->name);
+  keel_broadcast_strides(c->rank, c->shape, r, dims, cs);
+  keel_broadcast_strides(a->rank, a->shape, r, dims, as);
+  keel_broadcast_strides(b->rank, b->shape, r, dims, bs);
+  return k->dev->move->where(k->dev, r, dims, c->data, cs, a->data, as, b->data, bs, y->data);
+}
+
+/* Cast between float32 and int64, int32 or bool (one side float32: the
+ * placement's condition), 'to' an int attribute. */
+static keel_status gpu_cast(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  const keel_attr *a = keel_k_attr(k, "to");
+  int to = a && a->type == KEEL_ATTR_INT ? (int)a->i : 0;
+  bool ok_to = to == KEEL_FLOAT || to == KEEL_INT64 || to == KEEL_INT32 || to == KEEL_BOOL;
+  bool ok_from = x->dtype == KEEL_FLOAT || x->dtype == KEEL_INT64 || x->dtype == KEEL_INT32 ||
+                 x->dtype == KEEL_BOOL;
+  if (!ok_to || !ok_from || (to != KEEL_FLOAT && x->dtype != KEEL_FLOAT))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Cast from %s to type %d (float32 to or from int64, int32, bool)",
+                    keel_dtype_name((keel_dtype)x->dtype), to);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, to, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(y);
+  if (!n) return KEEL_OK;
+  if (!k->dev->move) return keel_err(KEEL_ERR_UNSUPPORTED, "Cast: %s has no move kernels", k->dev->name);
+  return k->dev->move->cast(k->dev, x->dtype, to, n, x->data, y->data);
+}
+
+static const keel_impl gpu_where_impl = GPU_IMPL(gpu_where, NULL, "placed on the GPU (bool condition, float32, broadcast up to rank 8)");
+static const keel_impl gpu_cast_impl = GPU_IMPL(gpu_cast, NULL, "placed on the GPU (float32 to or from int64, int32, bool)");
+const keel_impl *const keel_gpu_where_impls[] = {&gpu_where_impl, NULL};
+const keel_impl *const keel_gpu_cast_impls[] = {&gpu_cast_impl, NULL};
 const keel_impl *const keel_gpu_unary_impls[] = {&gpu_unary_impl, NULL};
