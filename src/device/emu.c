@@ -23,6 +23,7 @@
 #include "base/sysmem.h"
 #include "device/device.h"
 #include "device/dev_move.h"
+#include "device/dev_norm.h"
 #include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
@@ -158,6 +159,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
                                 .ctx = e, .host_visible = false};
   d->ops = &g_emu_ops, d->impl = e;
   d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
+  d->norm = &keel_emu_norm;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

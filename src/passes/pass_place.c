@@ -37,8 +37,6 @@
 
 #define PLACE_PREFIX "keel.place/"
 #define GPU_MAX_RANK 8
-/* 1 once the norm group's GPU implementations exist (gpu_takes_norm) */
-#define GPU_NORM_KERNELS 0
 
 static const char *const GPU_BINARY[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
 static const char *const GPU_UNARY[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log"};
@@ -174,17 +172,18 @@ static int const_ints(const keel_model *m, const keel_graph *g, const char *name
  *     time, stay on the CPU). */
 static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                            const keel_node *n) {
-  /* the group's kernels are not written yet (device/dev_norm.h): these
-   * nodes stay on the CPU until they are; the rule below is what they
-   * will take */
-  if (GPU_NORM_KERNELS == 0) return false;
   if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_out < 1) return false;
   const char *op = n->op_type;
   if (!strcmp(op, "LayerNormalization")) {
     if (n->n_in < 2 || !gpu_tensor(S, g, n->in_names[0]) || !gpu_tensor(S, g, n->in_names[1]))
       return false;
-    for (int32_t i = 0; i < n->n_out; i++)
-      if (n->out_names[i][0] && !gpu_tensor(S, g, n->out_names[i])) return false;
+    if (!gpu_tensor(S, g, n->out_names[0])) return false;
+    /* Mean and InvStdDev: stash_type's type (float32, checked below),
+     * which inference may leave unknown; their rank must be known */
+    for (int32_t i = 1; i < n->n_out; i++) {
+      const keel_sshape *o = n->out_names[i][0] ? keel_shapes_find(S, g, n->out_names[i]) : NULL;
+      if (n->out_names[i][0] && (!o || o->rank < 0 || (o->dtype && o->dtype != KEEL_FLOAT))) return false;
+    }
     const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
     const keel_sshape *sc = keel_shapes_find(S, g, n->in_names[1]);
     const keel_sshape *b = n->n_in > 2 && n->in_names[2][0] ? keel_shapes_find(S, g, n->in_names[2]) : NULL;
@@ -193,6 +192,8 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
     if (axis < 0) axis += x->rank;
     if (axis < 0 || axis >= x->rank) return false;
     if (n->n_in > 2 && n->in_names[2][0] && (!b || b->dtype != KEEL_FLOAT)) return false;
+    const keel_attr *st = keel_node_attr(n, "stash_type");
+    if (st && st->i != KEEL_FLOAT) return false; /* Mean, InvStdDev in float32 only */
     return sc->rank == x->rank - axis && (!b || b->rank == x->rank - axis);
   }
   bool sum = !strcmp(op, "ReduceSum"), mean = !strcmp(op, "ReduceMean"), max = !strcmp(op, "ReduceMax");
@@ -210,8 +211,10 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
     if (!a || a->type != KEEL_ATTR_INTS || a->n != 1) return false;
     na = 1, axes[0] = a->ints[0];
   }
-  if (na != 1 || x->rank < 1) return false;
-  return axes[0] == -1 || axes[0] == x->rank - 1;
+  if (na != 1 || x->rank < 1 || (axes[0] != -1 && axes[0] != x->rank - 1)) return false;
+  /* the last dim known and not 0 (an empty row has no max) */
+  const keel_sdim *last = &x->d[x->rank - 1];
+  return last->sym == KEEL_SYM_KNOWN && last->add > 0;
 }
 
 /* Whether a GPU kernel computes node n (its inputs and outputs as

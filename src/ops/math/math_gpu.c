@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "device/dev_move.h"
+#include "device/dev_norm.h"
 #include "device/device.h"
 
 static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
@@ -148,6 +149,41 @@ static keel_status gpu_cast(keel_kctx *k) {
 
 static const keel_impl gpu_where_impl = GPU_IMPL(gpu_where, NULL, "placed on the GPU (bool condition, float32, broadcast up to rank 8)");
 static const keel_impl gpu_cast_impl = GPU_IMPL(gpu_cast, NULL, "placed on the GPU (float32 to or from int64, int32, bool)");
+/* ReduceSum, ReduceMean, ReduceMax over the last axis (device/dev_norm.h;
+ * the placement's condition: the axes an attribute or a constant input
+ * naming the last axis alone, that dim known and not 0). The output's
+ * shape is the CPU kernel's: keepdims leaves a 1 in its place. */
+static keel_status gpu_reduce(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(float_in(k, 0, &x));
+  const char *op = k->node->op_type;
+  bool sum = !strcmp(op, "ReduceSum"), mean = !strcmp(op, "ReduceMean");
+  int since = sum ? 13 : 18, n = 0;
+  int64_t axes[KEEL_MAX_RANK];
+  if (keel_k_opset(k) >= since) {
+    if (keel_k_has_in(k, 1)) KEEL_TRY(keel_k_in_ints(k, 1, axes, KEEL_MAX_RANK, &n));
+  } else {
+    const int64_t *a = keel_k_attr_ints(k, "axes", &n);
+    for (int i = 0; i < n && i < KEEL_MAX_RANK; i++) axes[i] = a[i];
+  }
+  int ax = -1;
+  if (n == 1) KEEL_TRY(keel_k_axis(axes[0], x->rank, "axes entry", &ax));
+  if (x->rank < 1 || ax != x->rank - 1 || !x->shape[ax])
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: over the last axis alone, not empty", op);
+  bool keep = keel_k_attr_i(k, "keepdims", 1) != 0;
+  int64_t dims[KEEL_MAX_RANK], cols = x->shape[ax];
+  for (int i = 0; i < x->rank; i++) dims[i] = i == ax ? 1 : x->shape[i];
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, keep ? x->rank : x->rank - 1, dims, &y));
+  int64_t rows = keel_tensor_numel(y);
+  if (!rows) return KEEL_OK;
+  if (!k->dev->norm) return keel_err(KEEL_ERR_UNSUPPORTED, "%s: %s has no norm kernels", op, k->dev->name);
+  return k->dev->norm->reduce(k->dev, sum ? KEEL_DEV_RSUM : mean ? KEEL_DEV_RMEAN : KEEL_DEV_RMAX, rows,
+                              cols, x->data, y->data);
+}
+
+static const keel_impl gpu_reduce_impl = GPU_IMPL(gpu_reduce, NULL, "placed on the GPU (float32, the last axis)");
+const keel_impl *const keel_gpu_reduce_impls[] = {&gpu_reduce_impl, NULL};
 const keel_impl *const keel_gpu_where_impls[] = {&gpu_where_impl, NULL};
 const keel_impl *const keel_gpu_cast_impls[] = {&gpu_cast_impl, NULL};
 const keel_impl *const keel_gpu_unary_impls[] = {&gpu_unary_impl, NULL};
