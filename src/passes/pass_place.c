@@ -24,9 +24,23 @@
  *
  * The GPU kernels are those of src/device/kernels (float32): element-wise
  * Add, Sub, Mul, Div, Max, Min, Pow with broadcasting up to rank 8; Relu,
- * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis.
- * When the GPU implementations join the families' selections (select.c),
- * this table becomes their supports().
+ * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis;
+ * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
+ * Split, Slice, Expand, Gather, Where, Cast); the norm group
+ * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
+ * axis). When the GPU implementations join the families' selections
+ * (select.c), this table becomes their supports().
+ *
+ * Inputs read on the host. Some inputs of a GPU node only shape its work
+ * (Reshape's shape, Squeeze's axes, Slice's starts...): the node's kernel
+ * reads them on the host, so they must stay host tensors. Which ones is a
+ * pure function of the node (keel_place_host_input, passes/place.h), read
+ * by everyone who must agree: here (no MemcpyFromHost for them; a GPU
+ * reader of them counts as a host reader, so a value made on the GPU is
+ * copied back for it; gpu_reads_from leaves them alone), session.c (such
+ * a constant is not copied to the device) and run.c (the node gets the
+ * host's constant). Shape and Size on the CPU read only the dims of a
+ * device value: they need no MemcpyToHost (reads_dims_only).
  */
 #include <stdio.h>
 
