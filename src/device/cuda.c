@@ -7,6 +7,8 @@
  * own name and text for the code (cuGetErrorName / cuGetErrorString).
  */
 #include "device/cuda.h"
+#include "device/dev_move.h"
+#include "device/dev_norm.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -455,6 +457,8 @@ keel_status keel_cuda_device_open(int ordinal, keel_device *d) {
   keel_cuda_dev *c;
   KEEL_TRY(keel_cuda_open(ordinal, &c));
   d->ops = &g_cuda_ops, d->impl = c;
+  d->move = &keel_cuda_move; /* the kernel groups (dev_<group>.h) */
+  d->norm = &keel_cuda_norm;
   snprintf(d->desc, sizeof d->desc, "%s, sm_%d%d, %.0f GiB, driver %d", c->info.name, c->info.cc_major,
            c->info.cc_minor, (double)c->info.total_bytes / (double)(1ull << 30), c->info.driver_version);
   return KEEL_OK;

@@ -14,6 +14,7 @@
 #include "dist/comm.h"
 #include "exec/shapecheck.h"
 #include "passes/pass.h"
+#include "passes/place.h"
 #include "base/prim.h"
 #include "ir/scope.h"
 #include "ops/common/conv_util.h"
@@ -266,6 +267,7 @@ static keel_status device_consts(keel_session_t *s) {
       if (n->device != KEEL_NODE_GPU) continue;
       for (int32_t i = 0; i < n->n_in; i++) {
         if (n->in[i] == KEEL_REF_NONE || keel_ref_kind(n->in[i]) != KEEL_REF_CONST) continue;
+        if (keel_place_host_input(n, i)) continue; /* a shape, axes: read on the host (passes/place.h) */
         int32_t c = (int32_t)keel_ref_const_index(n->in[i]);
         keel_val *v = &s->dev_consts[c];
         if (v->kind != KEEL_V_EMPTY) continue;

@@ -24,15 +24,30 @@
  *
  * The GPU kernels are those of src/device/kernels (float32): element-wise
  * Add, Sub, Mul, Div, Max, Min, Pow with broadcasting up to rank 8; Relu,
- * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis.
- * When the GPU implementations join the families' selections (select.c),
- * this table becomes their supports().
+ * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis;
+ * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
+ * Split, Slice, Expand, Gather, Where, Cast); the norm group
+ * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
+ * axis). When the GPU implementations join the families' selections
+ * (select.c), this table becomes their supports().
+ *
+ * Inputs read on the host. Some inputs of a GPU node only shape its work
+ * (Reshape's shape, Squeeze's axes, Slice's starts...): the node's kernel
+ * reads them on the host, so they must stay host tensors. Which ones is a
+ * pure function of the node (keel_place_host_input, passes/place.h), read
+ * by everyone who must agree: here (no MemcpyFromHost for them; a GPU
+ * reader of them counts as a host reader, so a value made on the GPU is
+ * copied back for it; gpu_reads_from leaves them alone), session.c (such
+ * a constant is not copied to the device) and run.c (the node gets the
+ * host's constant). Shape and Size on the CPU read only the dims of a
+ * device value: they need no MemcpyToHost (reads_dims_only).
  */
 #include <stdio.h>
 
 #include "base/status.h"
 #include "ir/shapes.h"
 #include "passes/pass.h"
+#include "passes/place.h"
 
 #define PLACE_PREFIX "keel.place/"
 #define GPU_MAX_RANK 8
@@ -61,22 +76,166 @@ static bool gpu_takes_blas(const keel_shapes *S, const keel_graph *g, const keel
   return false;
 }
 
-/* views, Transpose, Concat, Gather, ... (device/dev_move.h) */
-static bool gpu_takes_move(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
-  (void)S, (void)g, (void)n;
+/* Whether n is the ai.onnx op `op`. */
+static bool is_op(const keel_node *n, const char *op) {
+  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !strcmp(n->op_type, op);
+}
+
+/* The views: their output shares the input's bytes (keel_k_view,
+ * keel_k_out_ref), so on the device they read and write no bytes. */
+static const char *const GPU_VIEWS[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
+
+static bool is_view(const keel_node *n) {
+  return (!n->domain[0] || !strcmp(n->domain, "ai.onnx")) && !n->n_subs && n->n_out == 1 &&
+         one_of(n->op_type, GPU_VIEWS, sizeof GPU_VIEWS / sizeof *GPU_VIEWS);
+}
+
+bool keel_place_host_input(const keel_node *n, int32_t i) {
+  if (i < 1 || (n->domain[0] && strcmp(n->domain, "ai.onnx"))) return false;
+  const char *op = n->op_type;
+  if (!strcmp(op, "Reshape")) return i == 1 && n->opset >= 5;
+  if (!strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) return i == 1 && n->opset >= 13;
+  if (!strcmp(op, "Split")) return i == 1 && (n->opset >= 13 || n->opset == 1);
+  if (!strcmp(op, "Slice")) return n->opset >= 10;
+  if (!strcmp(op, "Expand")) return i == 1;
+  if (!strcmp(op, "ReduceSum")) return i == 1 && n->opset >= 13;
+  if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceMax")) return i == 1 && n->opset >= 18;
   return false;
 }
 
-/* LayerNormalization, reductions, ... (device/dev_norm.h) */
-static bool gpu_takes_norm(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
-  (void)S, (void)g, (void)n;
+/* A fixed-size tensor of known rank up to GPU_MAX_RANK: what the move
+ * kernels copy (they move elements of 1, 2, 4 or 8 bytes). */
+static bool gpu_int_tensor(const keel_shapes *S, const keel_graph *g, const char *name) {
+  const keel_sshape *v = name[0] ? keel_shapes_find(S, g, name) : NULL;
+  return v && (v->dtype == KEEL_INT64 || v->dtype == KEEL_INT32) && v->rank >= 0 &&
+         v->rank <= GPU_MAX_RANK;
+}
+
+/* Every input but the host-read ones (which need only be given) float32. */
+static bool gpu_inputs(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  for (int32_t i = 0; i < n->n_in; i++)
+    if (!keel_place_host_input(n, i) && (i == 0 || n->in_names[i][0]) &&
+        !gpu_tensor(S, g, n->in_names[i]))
+      return false;
+  return n->n_in >= 1;
+}
+
+/* Cast between float32 and int64, int32 or bool (kernels/move.cu) */
+static bool gpu_cast_type(int32_t t) {
+  return t == KEEL_FLOAT || t == KEEL_INT64 || t == KEEL_INT32 || t == KEEL_BOOL;
+}
+
+/* views, Transpose, Concat, Gather, ... (device/dev_move.h). The views
+ * are placed later (place_views: only where their input is on the GPU);
+ * the copies here are every float32 Transpose, Concat, Split, Slice,
+ * Expand, Gather, Where, and Cast to or from float32. */
+static bool gpu_takes_move(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_out < 1) return false;
+  for (int32_t i = 0; i < n->n_out; i++)
+    if (!n->out_names[i][0]) return false; /* an omitted output: keep it simple */
+  const char *op = n->op_type;
+  if (!strcmp(op, "Cast")) {
+    const keel_attr *to = keel_node_attr(n, "to");
+    if (!to || to->type != KEEL_ATTR_INT) return false;
+    const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+    const keel_sshape *y = keel_shapes_find(S, g, n->out_names[0]);
+    return n->n_in == 1 && n->n_out == 1 && x && y && x->rank >= 0 && x->rank <= GPU_MAX_RANK &&
+           gpu_cast_type(x->dtype) && gpu_cast_type(y->dtype) &&
+           (x->dtype == KEEL_FLOAT || y->dtype == KEEL_FLOAT);
+  }
+  if (!gpu_tensor(S, g, n->out_names[0])) return false;
+  if (!strcmp(op, "Gather"))
+    return n->n_in == 2 && n->n_out == 1 && gpu_tensor(S, g, n->in_names[0]) &&
+           gpu_int_tensor(S, g, n->in_names[1]);
+  if (!strcmp(op, "Where")) {
+    const keel_sshape *c = n->n_in == 3 ? keel_shapes_find(S, g, n->in_names[0]) : NULL;
+    return c && c->dtype == KEEL_BOOL && c->rank >= 0 && c->rank <= GPU_MAX_RANK &&
+           gpu_tensor(S, g, n->in_names[1]) && gpu_tensor(S, g, n->in_names[2]);
+  }
+  if (!strcmp(op, "Split")) {
+    if (n->n_out > 64) return false; /* its sizes on the stack (shape.c, op_split) */
+    for (int32_t i = 1; i < n->n_out; i++)
+      if (!gpu_tensor(S, g, n->out_names[i])) return false;
+    return gpu_inputs(S, g, n);
+  }
+  if (n->n_out != 1) return false;
+  if (!strcmp(op, "Transpose") || !strcmp(op, "Concat") || !strcmp(op, "Slice") ||
+      !strcmp(op, "Expand"))
+    return gpu_inputs(S, g, n);
   return false;
+}
+
+/* The constant int64 values of `name`, when it is a constant of at most
+ * cap values: their count, else -1. */
+static int const_ints(const keel_model *m, const keel_graph *g, const char *name, int64_t *buf,
+                      int cap) {
+  int32_t c = name[0] ? keel_ir_const_of(m, g, name) : -1;
+  if (c < 0) return -1;
+  const keel_tensor *t = &m->consts[c];
+  int64_t n = keel_tensor_numel(t);
+  if (t->dtype != KEEL_INT64 || t->rank > 1 || n > cap || (n && !t->data)) return -1;
+  for (int64_t i = 0; i < n; i++) buf[i] = ((const int64_t *)t->data)[i];
+  return (int)n;
+}
+
+/* LayerNormalization, reductions, ... (device/dev_norm.h):
+ *   - LayerNormalization over the axes from `axis` on, scale and bias of
+ *     exactly those dims' rank (no other broadcast);
+ *   - ReduceSum, ReduceMean, ReduceMax over the last axis, the axes an
+ *     attribute or a constant input (other axes, or axes computed at run
+ *     time, stay on the CPU). */
+static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_out < 1) return false;
+  const char *op = n->op_type;
+  if (!strcmp(op, "LayerNormalization")) {
+    if (n->n_in < 2 || !gpu_tensor(S, g, n->in_names[0]) || !gpu_tensor(S, g, n->in_names[1]))
+      return false;
+    if (!gpu_tensor(S, g, n->out_names[0])) return false;
+    /* Mean and InvStdDev: stash_type's type (float32, checked below),
+     * which inference may leave unknown; their rank must be known */
+    for (int32_t i = 1; i < n->n_out; i++) {
+      const keel_sshape *o = n->out_names[i][0] ? keel_shapes_find(S, g, n->out_names[i]) : NULL;
+      if (n->out_names[i][0] && (!o || o->rank < 0 || (o->dtype && o->dtype != KEEL_FLOAT))) return false;
+    }
+    const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+    const keel_sshape *sc = keel_shapes_find(S, g, n->in_names[1]);
+    const keel_sshape *b = n->n_in > 2 && n->in_names[2][0] ? keel_shapes_find(S, g, n->in_names[2]) : NULL;
+    const keel_attr *a = keel_node_attr(n, "axis");
+    int64_t axis = a ? a->i : -1;
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis >= x->rank) return false;
+    if (n->n_in > 2 && n->in_names[2][0] && (!b || b->dtype != KEEL_FLOAT)) return false;
+    const keel_attr *st = keel_node_attr(n, "stash_type");
+    if (st && st->i != KEEL_FLOAT) return false; /* Mean, InvStdDev in float32 only */
+    return sc->rank == x->rank - axis && (!b || b->rank == x->rank - axis);
+  }
+  bool sum = !strcmp(op, "ReduceSum"), mean = !strcmp(op, "ReduceMean"), max = !strcmp(op, "ReduceMax");
+  if (!sum && !mean && !max) return false;
+  if (n->n_out != 1 || !gpu_tensor(S, g, n->in_names[0]) || !gpu_tensor(S, g, n->out_names[0]))
+    return false;
+  const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+  int64_t axes[GPU_MAX_RANK];
+  int na;
+  if ((sum && n->opset >= 13) || (!sum && n->opset >= 18)) {
+    if (n->n_in < 2 || !n->in_names[1][0]) return false; /* no axes: all, or a no-op */
+    na = const_ints(m, g, n->in_names[1], axes, GPU_MAX_RANK);
+  } else {
+    const keel_attr *a = keel_node_attr(n, "axes");
+    if (!a || a->type != KEEL_ATTR_INTS || a->n != 1) return false;
+    na = 1, axes[0] = a->ints[0];
+  }
+  if (na != 1 || x->rank < 1 || (axes[0] != -1 && axes[0] != x->rank - 1)) return false;
+  /* the last dim known and not 0 (an empty row has no max) */
+  const keel_sdim *last = &x->d[x->rank - 1];
+  return last->sym == KEEL_SYM_KNOWN && last->add > 0;
 }
 
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
-static bool gpu_takes(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
-  if (gpu_takes_blas(S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(S, g, n)) return true;
+static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                      const keel_node *n) {
+  if (gpu_takes_blas(S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
@@ -125,25 +284,36 @@ static keel_status copy_node(place *P, keel_graph *g, keel_node *c, const char *
   return KEEL_OK;
 }
 
-/* Whether `name` is read by a CPU node of g, a sub-graph (by capture) or
- * g's outputs: anything but g's own GPU nodes. */
-static bool read_on_host(const keel_graph *g, const char *name) {
-  int32_t gpu_reads = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    const keel_node *n = &g->nodes[i];
-    if (n->device != KEEL_NODE_GPU) continue;
-    for (int32_t k = 0; k < n->n_in; k++) gpu_reads += !strcmp(n->in_names[k], name);
-  }
-  return keel_ir_uses(g, name) > gpu_reads;
+/* Whether CPU node n reads only the dims of its input k, never its bytes:
+ * Shape and Size (their kernels look at the tensor's shape alone), which
+ * may then read a device tensor where it is. */
+static bool reads_dims_only(const keel_node *n, int32_t k) {
+  return k == 0 && n->device != KEEL_NODE_GPU && (is_op(n, "Shape") || is_op(n, "Size"));
 }
 
-/* GPU readers of `from` in g read `to` instead. */
+/* Whether `name` is read by a CPU node of g (but for its dims alone), a
+ * sub-graph (by capture), g's outputs, or a GPU node's host-read input:
+ * anything but g's own GPU nodes reading it on the device. */
+static bool read_on_host(const keel_graph *g, const char *name) {
+  int32_t device_reads = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const keel_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_in; k++)
+      if (!strcmp(n->in_names[k], name))
+        device_reads += (n->device == KEEL_NODE_GPU && !keel_place_host_input(n, k)) ||
+                        reads_dims_only(n, k);
+  }
+  return keel_ir_uses(g, name) > device_reads;
+}
+
+/* GPU readers of `from` in g read `to` instead (but for the inputs they
+ * read on the host). */
 static void gpu_reads_from(keel_graph *g, const char *from, const char *to) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *n = &g->nodes[i];
     if (n->device != KEEL_NODE_GPU) continue;
     for (int32_t k = 0; k < n->n_in; k++)
-      if (!strcmp(n->in_names[k], from)) n->in_names[k] = to;
+      if (!strcmp(n->in_names[k], from) && !keel_place_host_input(n, k)) n->in_names[k] = to;
   }
 }
 
@@ -160,6 +330,7 @@ static keel_status copies_in(place *P, keel_graph *g, int32_t *i) {
   for (int32_t k = 0; k < g->nodes[*i].n_in; k++) {
     const char *v = g->nodes[*i].in_names[k];
     if (!v[0] || made_on_gpu(g, v) || keel_ir_const_of(P->m, g, v) >= 0) continue;
+    if (keel_place_host_input(&g->nodes[*i], k)) continue; /* read where it is */
     const char *dv = keel_pass_fresh(P->m, g, v, "gpu");
     if (!dv) return oom(g);
     keel_node with[2];
@@ -174,28 +345,58 @@ static keel_status copies_in(place *P, keel_graph *g, int32_t *i) {
 }
 
 /* Node i is a GPU node: each output the host reads is written as
- * "<value>.gpu" and copied back by a MemcpyToHost right after it. */
+ * "<value>.gpu" and copied back by a MemcpyToHost right after it (one
+ * per output, in the outputs' order). */
 static keel_status copies_out(place *P, keel_graph *g, int32_t *i) {
-  const char *v = g->nodes[*i].out_names[0];
-  if (!v[0] || !read_on_host(g, v)) return KEEL_OK;
-  const char *dv = keel_pass_fresh(P->m, g, v, "gpu");
-  if (!dv) return oom(g);
-  gpu_reads_from(g, v, dv);
-  keel_node with[2];
-  with[0] = g->nodes[*i];
-  with[0].out_names = keel_arena_array(P->m->arena, 1, sizeof(char *));
-  if (!with[0].out_names) return oom(g);
-  with[0].out_names[0] = dv;
-  KEEL_TRY(copy_node(P, g, &with[1], "MemcpyToHost", dv, v, v, "to_host"));
-  KEEL_TRY(keel_graph_replace_node(P->m->arena, g, *i, with, 2));
-  (*i)++;
-  P->copies_out++;
+  int32_t at = *i;
+  for (int32_t o = 0; o < g->nodes[at].n_out; o++) {
+    const char *v = g->nodes[at].out_names[o];
+    if (!v[0] || !read_on_host(g, v)) continue;
+    const char *dv = keel_pass_fresh(P->m, g, v, "gpu");
+    if (!dv) return oom(g);
+    gpu_reads_from(g, v, dv);
+    keel_node with[2];
+    with[0] = g->nodes[at];
+    const char **outs = keel_arena_array(P->m->arena, (size_t)with[0].n_out, sizeof(char *));
+    if (!outs) return oom(g);
+    memcpy(outs, with[0].out_names, sizeof(char *) * (size_t)with[0].n_out);
+    outs[o] = dv;
+    with[0].out_names = outs;
+    KEEL_TRY(copy_node(P, g, &with[1], "MemcpyToHost", dv, v, v, "to_host"));
+    /* the copy goes right after the node, before the earlier outputs'
+     * copies: the order among copies does not matter */
+    KEEL_TRY(keel_graph_replace_node(P->m->arena, g, at, with, 2));
+    (*i)++;
+    P->copies_out++;
+  }
   return KEEL_OK;
+}
+
+/* A view goes to the GPU when its input is made there (by a GPU node or
+ * a view placed there): it then costs nothing and its readers on the GPU
+ * need no copy. A view of a host value stays on the host (placing it
+ * would only move the copy). Repeated until nothing changes, since nodes
+ * need not be in order. */
+static void place_views(const keel_shapes *S, keel_graph *g) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      keel_node *n = &g->nodes[i];
+      if (n->device == KEEL_NODE_GPU || !is_view(n) || n->n_in < 1 || !n->in_names[0][0]) continue;
+      const keel_sshape *y = keel_shapes_find(S, g, n->out_names[0]);
+      if (!y || y->rank < 0 || y->rank > GPU_MAX_RANK || !gpu_tensor(S, g, n->in_names[0])) continue;
+      int32_t p = keel_ir_producer(g, n->in_names[0]);
+      if (p < 0 || g->nodes[p].device != KEEL_NODE_GPU) continue;
+      n->device = KEEL_NODE_GPU;
+      changed = true;
+    }
+  }
 }
 
 static keel_status place_graph(place *P, keel_graph *g) {
   for (int32_t i = 0; i < g->n_nodes; i++)
-    g->nodes[i].device = gpu_takes(P->S, g, &g->nodes[i]) ? KEEL_NODE_GPU : KEEL_NODE_CPU;
+    g->nodes[i].device = gpu_takes(P->m, P->S, g, &g->nodes[i]) ? KEEL_NODE_GPU : KEEL_NODE_CPU;
+  place_views(P->S, g);
   for (int32_t i = 0; i < g->n_nodes; i++) {
     if (g->nodes[i].device != KEEL_NODE_GPU) continue;
     KEEL_TRY(copies_in(P, g, &i));

@@ -13,6 +13,9 @@
 
 typedef long long i64;
 
+/* each .cu file uses some of the helpers below, not all */
+#pragma clang diagnostic ignored "-Wunused-function"
+
 static __device__ __forceinline__ void sync_threads(void) { __syncthreads(); }
 static __device__ __forceinline__ float f_sqrt(float x) { return __nvvm_sqrt_rn_f(x); }
 static __device__ __forceinline__ float f_div(float a, float b) { return __nvvm_div_rn_f(a, b); }

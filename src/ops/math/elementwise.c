@@ -727,7 +727,7 @@ const keel_opdef keel_ops_elementwise[] = {
     {"", "Mean", 1, KEEL_OPSET_MAX, op_mean, 0, KEEL_TS_FLOAT},
     {"", "Max", 1, KEEL_OPSET_MAX, op_max, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
     {"", "Min", 1, KEEL_OPSET_MAX, op_min, 0, KEEL_TS_NUM, keel_gpu_binary_impls},
-    {"", "Where", 9, KEEL_OPSET_MAX, op_where, 0, KEEL_TS_ALL},
+    {"", "Where", 9, KEEL_OPSET_MAX, op_where, 0, KEEL_TS_ALL, keel_gpu_where_impls},
     {0},
 };
 #undef NUM_BOOL

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "device/dev_move.h"
+#include "device/dev_norm.h"
 #include "device/device.h"
 
 static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
@@ -99,4 +101,89 @@ static const keel_impl gpu_unary_impl = GPU_IMPL(gpu_unary, un_prepare, "placed 
 const keel_impl keel_gpu_softmax_impl = GPU_IMPL(gpu_softmax, NULL, "placed on the GPU (float32, last axis)");
 
 const keel_impl *const keel_gpu_binary_impls[] = {&gpu_binary_impl, NULL};
+
+/* Where (device/dev_move.h): a bool condition and float32 values, the
+ * three broadcast together as the CPU kernel does (elementwise.c). */
+static keel_status gpu_where(keel_kctx *k) {
+  const keel_tensor *c, *a, *b;
+  KEEL_TRY(keel_k_in(k, 0, &c));
+  KEEL_TRY(float_in(k, 1, &a));
+  KEEL_TRY(float_in(k, 2, &b));
+  if (c->dtype != KEEL_BOOL) return keel_err(KEEL_ERR_SHAPE, "Where condition must be bool");
+  int r1, r;
+  int64_t s1[KEEL_MAX_RANK], dims[KEEL_MAX_RANK], cs[KEEL_MAX_RANK], as[KEEL_MAX_RANK], bs[KEEL_MAX_RANK];
+  KEEL_TRY(keel_broadcast_shape(c->rank, c->shape, a->rank, a->shape, &r1, s1));
+  KEEL_TRY(keel_broadcast_shape(r1, s1, b->rank, b->shape, &r, dims));
+  if (r > KEEL_DEV_MAX_RANK)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Where: rank %d (at most %d)", r, KEEL_DEV_MAX_RANK);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r, dims, &y));
+  if (!keel_tensor_numel(y)) return KEEL_OK;
+  if (!k->dev->move) return keel_err(KEEL_ERR_UNSUPPORTED, "Where: %s has no move kernels", k->dev->name);
+  keel_broadcast_strides(c->rank, c->shape, r, dims, cs);
+  keel_broadcast_strides(a->rank, a->shape, r, dims, as);
+  keel_broadcast_strides(b->rank, b->shape, r, dims, bs);
+  return k->dev->move->where(k->dev, r, dims, c->data, cs, a->data, as, b->data, bs, y->data);
+}
+
+/* Cast between float32 and int64, int32 or bool (one side float32: the
+ * placement's condition), 'to' an int attribute. */
+static keel_status gpu_cast(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  const keel_attr *a = keel_k_attr(k, "to");
+  int to = a && a->type == KEEL_ATTR_INT ? (int)a->i : 0;
+  bool ok_to = to == KEEL_FLOAT || to == KEEL_INT64 || to == KEEL_INT32 || to == KEEL_BOOL;
+  bool ok_from = x->dtype == KEEL_FLOAT || x->dtype == KEEL_INT64 || x->dtype == KEEL_INT32 ||
+                 x->dtype == KEEL_BOOL;
+  if (!ok_to || !ok_from || (to != KEEL_FLOAT && x->dtype != KEEL_FLOAT))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Cast from %s to type %d (float32 to or from int64, int32, bool)",
+                    keel_dtype_name((keel_dtype)x->dtype), to);
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, to, x->rank, x->shape, &y));
+  int64_t n = keel_tensor_numel(y);
+  if (!n) return KEEL_OK;
+  if (!k->dev->move) return keel_err(KEEL_ERR_UNSUPPORTED, "Cast: %s has no move kernels", k->dev->name);
+  return k->dev->move->cast(k->dev, x->dtype, to, n, x->data, y->data);
+}
+
+static const keel_impl gpu_where_impl = GPU_IMPL(gpu_where, NULL, "placed on the GPU (bool condition, float32, broadcast up to rank 8)");
+static const keel_impl gpu_cast_impl = GPU_IMPL(gpu_cast, NULL, "placed on the GPU (float32 to or from int64, int32, bool)");
+/* ReduceSum, ReduceMean, ReduceMax over the last axis (device/dev_norm.h;
+ * the placement's condition: the axes an attribute or a constant input
+ * naming the last axis alone, that dim known and not 0). The output's
+ * shape is the CPU kernel's: keepdims leaves a 1 in its place. */
+static keel_status gpu_reduce(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(float_in(k, 0, &x));
+  const char *op = k->node->op_type;
+  bool sum = !strcmp(op, "ReduceSum"), mean = !strcmp(op, "ReduceMean");
+  int since = sum ? 13 : 18, n = 0;
+  int64_t axes[KEEL_MAX_RANK];
+  if (keel_k_opset(k) >= since) {
+    if (keel_k_has_in(k, 1)) KEEL_TRY(keel_k_in_ints(k, 1, axes, KEEL_MAX_RANK, &n));
+  } else {
+    const int64_t *a = keel_k_attr_ints(k, "axes", &n);
+    for (int i = 0; i < n && i < KEEL_MAX_RANK; i++) axes[i] = a[i];
+  }
+  int ax = -1;
+  if (n == 1) KEEL_TRY(keel_k_axis(axes[0], x->rank, "axes entry", &ax));
+  if (x->rank < 1 || ax != x->rank - 1 || !x->shape[ax])
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: over the last axis alone, not empty", op);
+  bool keep = keel_k_attr_i(k, "keepdims", 1) != 0;
+  int64_t dims[KEEL_MAX_RANK], cols = x->shape[ax];
+  for (int i = 0; i < x->rank; i++) dims[i] = i == ax ? 1 : x->shape[i];
+  keel_tensor *y;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, keep ? x->rank : x->rank - 1, dims, &y));
+  int64_t rows = keel_tensor_numel(y);
+  if (!rows) return KEEL_OK;
+  if (!k->dev->norm) return keel_err(KEEL_ERR_UNSUPPORTED, "%s: %s has no norm kernels", op, k->dev->name);
+  return k->dev->norm->reduce(k->dev, sum ? KEEL_DEV_RSUM : mean ? KEEL_DEV_RMEAN : KEEL_DEV_RMAX, rows,
+                              cols, x->data, y->data);
+}
+
+static const keel_impl gpu_reduce_impl = GPU_IMPL(gpu_reduce, NULL, "placed on the GPU (float32, the last axis)");
+const keel_impl *const keel_gpu_reduce_impls[] = {&gpu_reduce_impl, NULL};
+const keel_impl *const keel_gpu_where_impls[] = {&gpu_where_impl, NULL};
+const keel_impl *const keel_gpu_cast_impls[] = {&gpu_cast_impl, NULL};
 const keel_impl *const keel_gpu_unary_impls[] = {&gpu_unary_impl, NULL};

@@ -9,5 +9,10 @@
 extern const keel_impl *const keel_gpu_binary_impls[];
 extern const keel_impl *const keel_gpu_unary_impls[];
 extern const keel_impl keel_gpu_softmax_impl;
+/* Where and Cast (device/dev_move.h) */
+extern const keel_impl *const keel_gpu_where_impls[];
+extern const keel_impl *const keel_gpu_cast_impls[];
+/* ReduceSum, ReduceMean, ReduceMax over the last axis (device/dev_norm.h) */
+extern const keel_impl *const keel_gpu_reduce_impls[];
 
 #endif

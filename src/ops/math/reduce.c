@@ -680,9 +680,9 @@ static keel_status op_hardmax(keel_kctx *k) {
 /* Element-type sets used in the table below. */
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_reduce[] = {
-    {"", "ReduceSum", 1, KEEL_OPSET_MAX, op_reduce_sum, 0, KEEL_TS_NUM},
-    {"", "ReduceMean", 1, KEEL_OPSET_MAX, op_reduce_mean, 0, KEEL_TS_NUM},
-    {"", "ReduceMax", 1, KEEL_OPSET_MAX, op_reduce_max, 0, NUM_BOOL},
+    {"", "ReduceSum", 1, KEEL_OPSET_MAX, op_reduce_sum, 0, KEEL_TS_NUM, keel_gpu_reduce_impls},
+    {"", "ReduceMean", 1, KEEL_OPSET_MAX, op_reduce_mean, 0, KEEL_TS_NUM, keel_gpu_reduce_impls},
+    {"", "ReduceMax", 1, KEEL_OPSET_MAX, op_reduce_max, 0, NUM_BOOL, keel_gpu_reduce_impls},
     {"", "ReduceMin", 1, KEEL_OPSET_MAX, op_reduce_min, 0, NUM_BOOL},
     {"", "ReduceProd", 1, KEEL_OPSET_MAX, op_reduce_prod, 0, KEEL_TS_NUM},
     {"", "ReduceL1", 1, KEEL_OPSET_MAX, op_reduce_l1, 0, KEEL_TS_NUM},

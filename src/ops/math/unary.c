@@ -935,7 +935,7 @@ const keel_opdef keel_ops_unary[] = {
     {"", "Shrink", 9, KEEL_OPSET_MAX, op_shrink, 0, KEEL_TS_NUM},
     {"", "Mish", 18, KEEL_OPSET_MAX, op_mish, 0, KEEL_TS_FLOAT},
     {"", "Clip", 1, KEEL_OPSET_MAX, op_clip, 0, KEEL_TS_NUM},
-    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Cast", 1, KEEL_OPSET_MAX, op_cast, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_cast_impls},
     {"", "CastLike", 15, KEEL_OPSET_MAX, op_cast_like, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "BitCast", 26, KEEL_OPSET_MAX, op_bitcast, 0,
      (KEEL_TS_ALL & ~KEEL_T(KEEL_STRING)) | KEEL_TS_SMALL},

@@ -19,6 +19,7 @@
 
 #include "ops/common/bcast.h"
 #include "ops/families.h"
+#include "ops/shape/shape_gpu.h"
 
 /* ================================================== shared helpers */
 
@@ -1075,7 +1076,7 @@ static keel_status op_tensor_scatter(keel_kctx *k) {
 /* types: the data input's; for OneHot, the indices'. */
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_gather_scatter[] = {
-    {"", "Gather", 1, KEEL_OPSET_MAX, op_gather, 0, KEEL_TS_ALL},
+    {"", "Gather", 1, KEEL_OPSET_MAX, op_gather, 0, KEEL_TS_ALL, keel_gpu_gather_impls},
     {"", "GatherElements", 11, KEEL_OPSET_MAX, op_gather_elements, 0, KEEL_TS_ALL},
     {"", "GatherND", 11, KEEL_OPSET_MAX, op_gather_nd, 0, KEEL_TS_ALL},
     {"", "Scatter", 9, 10, op_scatter, 0, KEEL_TS_ALL},

@@ -26,7 +26,9 @@
 #include <math.h>
 
 #include "base/pool.h"
+#include "device/dev_move.h"
 #include "ops/common/bcast.h"
+#include "ops/shape/shape_gpu.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -216,6 +218,38 @@ static keel_status sh_mark_axes(const int64_t *axes, int n, int rank, const char
     mark[a] = true;
   }
   return KEEL_OK;
+}
+
+/* ================================================ on a device */
+
+/* The device the node runs on, when it runs on one: its tensors (but the
+ * inputs it reads on the host, passes/place.h) are then device memory,
+ * which the copies below move with the device's strided copy
+ * (device/dev_move.h) and the host never reads. NULL on the host, and for
+ * a placed graph run on the host (KEEL_OPT_PLAN_ONLY). */
+static keel_device *sh_dev(const keel_kctx *k) {
+  return k->dev && k->node->device == KEEL_NODE_GPU ? k->dev : NULL;
+}
+
+/* sh_copy for node k: on its device when it has one. The plan, simplified,
+ * has the rank of the tensors or less (Tile's doubled dims are not
+ * placed). */
+static keel_status sh_copy_k(keel_kctx *k, keel_tensor *dst, int64_t doff, const keel_tensor *src,
+                             int64_t soff, const sh_plan *p0) {
+  keel_device *d = sh_dev(k);
+  if (!d) return sh_copy(dst, doff, src, soff, p0);
+  sh_plan p = *p0;
+  int64_t total = 1;
+  for (int i = 0; i < p.r; i++) total *= p.dims[i];
+  if (total == 0) return KEEL_OK;
+  sh_plan_simplify(&p);
+  size_t es = keel_dtype_size((keel_dtype)src->dtype);
+  if (src->dtype == KEEL_STRING || keel_dtype_is_packed(src->dtype) || p.r > KEEL_DEV_MAX_RANK ||
+      !d->move)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "%s on %s: %s elements, a copy of rank %d", k->node->op_type,
+                    d->name, keel_dtype_name((keel_dtype)src->dtype), p.r);
+  return d->move->copy(d, es, p.r, p.dims, (const char *)src->data + (size_t)soff * es, p.ss,
+                       (char *)dst->data + (size_t)doff * es, p.ds);
 }
 
 /* ================================================ views: Reshape ... */
@@ -665,10 +699,10 @@ static keel_status op_transpose(keel_kctx *k) {
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, r, shape, &o));
   size_t es = keel_dtype_size((keel_dtype)x->dtype), ees;
-  if (numel > 0 && x->dtype != KEEL_STRING && !keel_dtype_is_packed(x->dtype) &&
+  if (numel > 0 && x->dtype != KEEL_STRING && !keel_dtype_is_packed(x->dtype) && !sh_dev(k) &&
       sh_tr_batched(&q, es, &B, &R, &C, &ees) && (uintptr_t)x->data % ees == 0)
     return sh_transpose_2d(k, x->data, o->data, B, R, C, ees);
-  return sh_copy(o, 0, x, 0, &p);
+  return sh_copy_k(k, o, 0, x, 0, &p);
 }
 
 /* DepthToSpace / SpaceToDepth are a reshape to 6-D, a transpose and a
@@ -832,7 +866,7 @@ static keel_status op_concat(keel_kctx *k) {
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, t0->dtype, t0->rank, shape, &o));
   keel_status st;
-  if (cat_fast(k, axis, o, &st)) return st;
+  if (!sh_dev(k) && cat_fast(k, axis, o, &st)) return st;
   sh_strides(o->rank, shape, os);
   for (int i = 0; i < k->n_in; i++) {
     const keel_tensor *t = &k->in[i]->t;
@@ -840,7 +874,7 @@ static keel_status op_concat(keel_kctx *k) {
     memcpy(p.dims, t->shape, sizeof(int64_t) * (size_t)t->rank);
     sh_strides(t->rank, t->shape, p.ss);
     memcpy(p.ds, os, sizeof(int64_t) * (size_t)t->rank);
-    KEEL_TRY(sh_copy(o, off * os[axis], t, 0, &p));
+    KEEL_TRY(sh_copy_k(k, o, off * os[axis], t, 0, &p));
     off += t->shape[axis];
   }
   return KEEL_OK;
@@ -888,8 +922,13 @@ static keel_status op_split(keel_kctx *k) {
   if (k->n_out < 1) return keel_err(KEEL_ERR_INVALID_MODEL, "Split: needs at least one output");
   int axis;
   KEEL_TRY(keel_k_axis(keel_k_attr_i(k, "axis", 0), x->rank, "Split axis", &axis));
+  /* the sizes on the stack up to 64 outputs: a node placed on a device
+   * has its scratch on the device too (k->heap), and such a node has at
+   * most 64 outputs (pass_place.c) */
   void *mem;
-  KEEL_TRY(keel_k_scratch(k, sizeof(int64_t) * (size_t)k->n_out, &mem));
+  int64_t few[64];
+  if (k->n_out <= 64) mem = few;
+  else KEEL_TRY(keel_k_scratch(k, sizeof(int64_t) * (size_t)k->n_out, &mem));
   int64_t *sizes = mem, xs[KEEL_MAX_RANK], shape[KEEL_MAX_RANK], off = 0;
   KEEL_TRY(sh_split_sizes(k, x->shape[axis], sizes));
   sh_strides(x->rank, x->shape, xs);
@@ -900,7 +939,7 @@ static keel_status op_split(keel_kctx *k) {
     KEEL_TRY(keel_k_out(k, i, x->dtype, x->rank, shape, &o));
     sh_plan p;
     sh_plan_dense(&p, x->rank, shape, xs);
-    KEEL_TRY(sh_copy(o, 0, x, off * xs[axis], &p));
+    KEEL_TRY(sh_copy_k(k, o, 0, x, off * xs[axis], &p));
     off += sizes[i];
   }
   return KEEL_OK;
@@ -994,7 +1033,7 @@ static keel_status op_slice(keel_kctx *k) {
   sh_strides(r, p.dims, p.ds);
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, r, p.dims, &o));
-  return sh_copy(o, 0, x, soff, &p);
+  return sh_copy_k(k, o, 0, x, soff, &p);
 }
 
 /* ===================================================== CenterCropPad */
@@ -1055,7 +1094,12 @@ static keel_status op_expand(keel_kctx *k) {
   KEEL_TRY(keel_broadcast_shape(x->rank, x->shape, n, want, &r, shape));
   keel_tensor *o;
   KEEL_TRY(keel_k_out(k, 0, x->dtype, r, shape, &o));
-  return keel_bcast_copy(x, o);
+  if (!sh_dev(k)) return keel_bcast_copy(x, o);
+  sh_plan p; /* on a device: x read with stride 0 on its broadcast axes */
+  int64_t xs[KEEL_MAX_RANK];
+  keel_broadcast_strides(x->rank, x->shape, r, shape, xs);
+  sh_plan_dense(&p, r, shape, xs);
+  return sh_copy_k(k, o, 0, x, 0, &p);
 }
 
 /* Repeats per axis: input `repeats` (opset 6+), or opset 1's scalar
@@ -1383,19 +1427,19 @@ static keel_status op_reverse_sequence(keel_kctx *k) {
 /* types: the data input's */
 const keel_opdef keel_ops_shape[] = {
     /* views and shape readers take the narrow types (their bytes are not touched) */
-    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
-    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
+    {"", "Reshape", 1, KEEL_OPSET_MAX, op_reshape, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
+    {"", "Flatten", 1, KEEL_OPSET_MAX, op_flatten, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
+    {"", "Squeeze", 1, KEEL_OPSET_MAX, op_squeeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
+    {"", "Unsqueeze", 1, KEEL_OPSET_MAX, op_unsqueeze, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
+    {"", "Identity", 1, KEEL_OPSET_MAX, op_identity, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
+    {"", "Transpose", 1, KEEL_OPSET_MAX, op_transpose, 0, KEEL_TS_ALL | KEEL_TS_SMALL, keel_gpu_move_impls},
     {"", "DepthToSpace", 1, KEEL_OPSET_MAX, op_depth_to_space, 0, KEEL_TS_ALL},
     {"", "SpaceToDepth", 1, KEEL_OPSET_MAX, op_space_to_depth, 0, KEEL_TS_ALL},
-    {"", "Concat", 1, KEEL_OPSET_MAX, op_concat, 0, KEEL_TS_ALL},
-    {"", "Split", 1, KEEL_OPSET_MAX, op_split, 0, KEEL_TS_ALL},
-    {"", "Slice", 1, KEEL_OPSET_MAX, op_slice, 0, KEEL_TS_ALL},
+    {"", "Concat", 1, KEEL_OPSET_MAX, op_concat, 0, KEEL_TS_ALL, keel_gpu_move_impls},
+    {"", "Split", 1, KEEL_OPSET_MAX, op_split, 0, KEEL_TS_ALL, keel_gpu_move_impls},
+    {"", "Slice", 1, KEEL_OPSET_MAX, op_slice, 0, KEEL_TS_ALL, keel_gpu_move_impls},
     {"", "CenterCropPad", 18, KEEL_OPSET_MAX, op_center_crop_pad, 0, KEEL_TS_ALL},
-    {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL},
+    {"", "Expand", 8, KEEL_OPSET_MAX, op_expand, 0, KEEL_TS_ALL, keel_gpu_move_impls},
     {"", "Tile", 1, KEEL_OPSET_MAX, op_tile, 0, KEEL_TS_ALL},
     {"", "Pad", 1, KEEL_OPSET_MAX, op_pad, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "Trilu", 14, KEEL_OPSET_MAX, op_trilu, 0, KEEL_TS_ALL},

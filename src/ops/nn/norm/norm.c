@@ -18,6 +18,7 @@
 #include "base/pool.h"
 #include "ops/common/bcast.h"
 #include "ops/nn/norm/norm.h"
+#include "ops/nn/norm/norm_gpu.h"
 #include "ops/common/vmath.h"
 
 /* ======================================================== group walk */
@@ -834,7 +835,7 @@ const keel_opdef keel_ops_norm[] = {
     {"", "BatchNormalization", 1, KEEL_OPSET_MAX, op_batchnorm, 0, KEEL_TS_FLOAT},
     {"", "InstanceNormalization", 1, KEEL_OPSET_MAX, op_instancenorm, 0, KEEL_TS_FLOAT},
     {"", "GroupNormalization", 18, KEEL_OPSET_MAX, op_groupnorm, 0, KEEL_TS_FLOAT},
-    {"", "LayerNormalization", 1, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT},
+    {"", "LayerNormalization", 1, KEEL_OPSET_MAX, op_layernorm, 0, KEEL_TS_FLOAT, keel_gpu_layernorm_impls},
     {"", "SimplifiedLayerNormalization", 1, KEEL_OPSET_MAX, op_simplified_layernorm, 0,
      KEEL_TS_FLOAT},
     {"", "MeanVarianceNormalization", 9, KEEL_OPSET_MAX, op_mvn, 0, KEEL_TS_FLOAT},
