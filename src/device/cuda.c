@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "base/sysmem.h"
+#include "device/dev_blas.h"
 #include "keel.h"
 
 typedef int CUresult;
@@ -461,5 +462,6 @@ keel_status keel_cuda_device_open(int ordinal, keel_device *d) {
   d->norm = &keel_cuda_norm;
   snprintf(d->desc, sizeof d->desc, "%s, sm_%d%d, %.0f GiB, driver %d", c->info.name, c->info.cc_major,
            c->info.cc_minor, (double)c->info.total_bytes / (double)(1ull << 30), c->info.driver_version);
+  keel_cuda_blas_open(d); /* d->blas, or NULL and why in d->desc */
   return KEEL_OK;
 }

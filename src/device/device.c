@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "base/sysmem.h"
+#include "device/dev_blas.h"
 #include "keel.h"
 
 static _Atomic int64_t g_device_bytes; /* segments keel holds, all devices */
@@ -55,6 +56,8 @@ keel_status keel_device_open(keel_device_kind kind, int ordinal, keel_device **o
 
 void keel_device_close(keel_device *d) {
   if (!d) return;
+  /* the kernel groups' library handles go before the context they live in */
+  if (d->blas && d->blas->close) d->blas->close(d);
   if (d->ops) d->ops->close(d->impl);
   keel_sys_free(d, sizeof *d);
 }

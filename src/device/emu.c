@@ -21,6 +21,7 @@
 
 #include "base/status.h"
 #include "base/sysmem.h"
+#include "device/dev_blas.h"
 #include "device/device.h"
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
@@ -158,6 +159,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   e->prov = (keel_mem_provider){.name = e->name, .pages = emu_pages, .pages_free = emu_pages_free,
                                 .ctx = e, .host_visible = false};
   d->ops = &g_emu_ops, d->impl = e;
+  d->blas = &keel_emu_blas; /* stateless: no handle to make or free */
   d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
   d->norm = &keel_emu_norm;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");

@@ -248,6 +248,8 @@ static keel_status open_device(keel_session_t *s) {
            ordinal);
   if (s->opts.flags & KEEL_OPT_PLAN_ONLY) return KEEL_OK;
   KEEL_TRY(keel_device_open(kind, ordinal, &s->dev));
+  /* a GPU whose BLAS did not load (d->desc says why) runs the rest */
+  s->m->gpu_no_blas = s->dev->blas == NULL;
   /* the same cap as the host's, per device (keel_options.mem_limit) */
   if (!(s->dev_heap = keel_heap_create_on(s->opts.mem_limit, keel_device_provider(s->dev))))
     return keel_err(KEEL_ERR_OUT_OF_MEMORY, "allocator of %s", s->dev->name);

@@ -25,6 +25,7 @@
  * The GPU kernels are those of src/device/kernels (float32): element-wise
  * Add, Sub, Mul, Div, Max, Min, Pow with broadcasting up to rank 8; Relu,
  * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis;
+ * the blas group's MatMul, Gemm and FusedMatMul (gpu_takes_blas);
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
  * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
@@ -46,6 +47,7 @@
 
 #include "base/status.h"
 #include "ir/shapes.h"
+#include "ops/common/activation.h"
 #include "passes/pass.h"
 #include "passes/place.h"
 
@@ -70,9 +72,44 @@ static bool gpu_tensor(const keel_shapes *S, const keel_graph *g, const char *na
 /* The kernel groups' rules (device/device.h): whether the group's GPU
  * implementation computes node n, its inputs and outputs as inferred. */
 
-/* MatMul, Gemm (device/dev_blas.h) */
-static bool gpu_takes_blas(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
-  (void)S, (void)g, (void)n;
+/* An optional input: absent, or a GPU tensor. */
+static bool gpu_tensor_opt(const keel_shapes *S, const keel_graph *g, const keel_node *n, int i) {
+  return i >= n->n_in || !n->in_names[i][0] || gpu_tensor(S, g, n->in_names[i]);
+}
+
+/* A float32 tensor of known rank 1 to GPU_MAX_RANK: a MatMul operand. */
+static bool gpu_matrix_operand(const keel_shapes *S, const keel_graph *g, const char *name) {
+  const keel_sshape *v = name[0] ? keel_shapes_find(S, g, name) : NULL;
+  return gpu_tensor(S, g, name) && v->rank >= 1;
+}
+
+/* MatMul, Gemm (device/dev_blas.h; ops/math/matmul/matmul_gpu.c): float32
+ * operands of known rank, every attribute and broadcast the ops allow;
+ * FusedMatMul with its bias and residual, when its fused activation is
+ * one the device has (none, Relu, Sigmoid, Tanh). Not on a device whose
+ * BLAS did not load (m->gpu_no_blas). */
+static bool gpu_takes_blas(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if (m->gpu_no_blas || n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
+  bool onnx = !n->domain[0] || !strcmp(n->domain, "ai.onnx");
+  const char *op = n->op_type;
+  if (onnx && !strcmp(op, "MatMul"))
+    return n->n_in == 2 && gpu_matrix_operand(S, g, n->in_names[0]) &&
+           gpu_matrix_operand(S, g, n->in_names[1]);
+  if (onnx && !strcmp(op, "Gemm"))
+    return (n->n_in == 2 || n->n_in == 3) && gpu_tensor(S, g, n->in_names[0]) &&
+           gpu_tensor(S, g, n->in_names[1]) && gpu_tensor_opt(S, g, n, 2);
+  if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(op, "FusedMatMul")) {
+    keel_act act;
+    if (keel_act_of(n, &act)) {
+      keel_err_clear(); /* the binding reports a bad activation */
+      return false;
+    }
+    bool act_ok = act.kind == KEEL_ACT_NONE || act.kind == KEEL_ACT_RELU ||
+                  act.kind == KEEL_ACT_SIGMOID || act.kind == KEEL_ACT_TANH;
+    return act_ok && n->n_in >= 2 && n->n_in <= 4 && gpu_matrix_operand(S, g, n->in_names[0]) &&
+           gpu_tensor(S, g, n->in_names[1]) && gpu_tensor_opt(S, g, n, 2) && gpu_tensor_opt(S, g, n, 3);
+  }
   return false;
 }
 
@@ -235,7 +272,7 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
-  if (gpu_takes_blas(S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
+  if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;

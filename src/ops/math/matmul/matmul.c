@@ -18,6 +18,8 @@
 #include <limits.h>
 
 #include "ops/math/matmul/select.h"
+#include "ops/math/matmul/matmul_gpu.h"
+#include "ops/math/matmul/matmul_plan.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
 #include "base/pool.h"
@@ -170,21 +172,7 @@ void keel_gemm_i32(int64_t M, int64_t N, int64_t K, const int32_t *A, int64_t ld
 
 /* ===================================================== MatMul plans */
 
-/* How a MatMul maps onto GEMMs: sizes, promoted operand shapes, and the
- * batch broadcast. Strides count whole matrices (0: broadcast). */
-typedef struct mm_plan {
-  int64_t M, N, K;
-  int ra, rb;                        /* operand ranks after 1-D promotion  */
-  int64_t as[KEEL_MAX_RANK];         /* A's promoted shape (..., M, K)     */
-  int64_t bs[KEEL_MAX_RANK];         /* B's promoted shape (..., K, N)     */
-  int nb;                            /* broadcast batch rank               */
-  int64_t batch[KEEL_MAX_RANK];
-  int64_t sa[KEEL_MAX_RANK], sb[KEEL_MAX_RANK];
-  int64_t nbatch, na, nbm;           /* output batches; A's, B's matrices  */
-  bool fold;                         /* one (nbatch*M, K) x (K, N) GEMM    */
-  int rank;
-  int64_t shape[KEEL_MAX_RANK];      /* output shape                       */
-} mm_plan;
+typedef keel_mm_plan mm_plan; /* matmul_plan.h */
 
 static int64_t mm_count(int n, const int64_t *d) {
   int64_t p = 1;
@@ -192,7 +180,7 @@ static int64_t mm_count(int n, const int64_t *d) {
   return p;
 }
 
-static keel_status mm_plan_make(const keel_tensor *a, const keel_tensor *b, mm_plan *p) {
+keel_status keel_mm_plan_make(const keel_tensor *a, const keel_tensor *b, mm_plan *p) {
   if (a->rank < 1 || b->rank < 1)
     return keel_err(KEEL_ERR_SHAPE, "inputs must have rank >= 1, got ranks %d and %d", a->rank,
                     b->rank);
@@ -362,7 +350,7 @@ keel_status keel_matmul(keel_kctx *k, const keel_tensor *a, const keel_tensor *b
     return keel_err(KEEL_ERR_UNSUPPORTED, "MatMul does not support %s",
                     keel_dtype_name((keel_dtype)dt));
   mm_plan p;
-  KEEL_TRY(mm_plan_make(a, b, &p));
+  KEEL_TRY(keel_mm_plan_make(a, b, &p));
   if (keel_dtype_is_float(dt)) KEEL_TRY(mm_check_blas(&p));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, dt, p.rank, p.shape, &y));
@@ -397,13 +385,7 @@ static keel_status op_matmul(keel_kctx *k) {
 
 /* ============================================================== Gemm */
 
-typedef struct gemm_args {
-  bool ta, tb;
-  int64_t M, N, K;
-  float alpha, beta;
-  const keel_tensor *c;              /* NULL when absent or beta == 0     */
-  int64_t cst[2];                    /* C's broadcast strides over (M, N) */
-} gemm_args;
+typedef keel_gemm_args gemm_args; /* matmul_plan.h */
 
 /* C must broadcast one way onto (M, N). Before opset 7, broadcast=0 asks
  * for an exact (M, N) shape. */
@@ -426,8 +408,8 @@ static keel_status gemm_check_c(keel_kctx *k, const keel_tensor *c, gemm_args *g
   return KEEL_OK;
 }
 
-static keel_status gemm_setup(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
-                              const keel_tensor *c, gemm_args *g) {
+keel_status keel_gemm_setup(keel_kctx *k, const keel_tensor *a, const keel_tensor *b,
+                     const keel_tensor *c, gemm_args *g) {
   if (a->rank != 2 || b->rank != 2)
     return keel_err(KEEL_ERR_SHAPE, "A and B must be matrices, got ranks %d and %d", a->rank,
                     b->rank);
@@ -534,7 +516,7 @@ static keel_status op_gemm(keel_kctx *k) {
   KEEL_TRY(keel_k_in(k, 1, &b));
   KEEL_TRY(keel_k_in_opt(k, 2, &c));
   gemm_args g;
-  KEEL_TRY(gemm_setup(k, a, b, c, &g));
+  KEEL_TRY(keel_gemm_setup(k, a, b, c, &g));
   int dt = a->dtype;
   bool is_int = dt == KEEL_INT32 || dt == KEEL_INT64 || dt == KEEL_UINT32 || dt == KEEL_UINT64;
   if (!keel_dtype_is_float(dt) && !is_int)
@@ -617,7 +599,7 @@ keel_status keel_matmul_int32(keel_kctx *k, const keel_tensor *a, const keel_ten
     return keel_err(KEEL_ERR_UNSUPPORTED, "A and B must be uint8 or int8, got %s and %s",
                     keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
   mm_plan p;
-  KEEL_TRY(mm_plan_make(a, b, &p));
+  KEEL_TRY(keel_mm_plan_make(a, b, &p));
   r->rank = p.rank;
   memcpy(r->shape, p.shape, sizeof(int64_t) * (size_t)p.rank);
   r->N = p.N;
@@ -730,7 +712,7 @@ static keel_status op_qlinear_matmul(keel_kctx *k) {
     return keel_err(KEEL_ERR_UNSUPPORTED, "a and b must be uint8 or int8, got %s and %s",
                     keel_dtype_name((keel_dtype)a->dtype), keel_dtype_name((keel_dtype)b->dtype));
   mm_plan p;
-  KEEL_TRY(mm_plan_make(a, b, &p));
+  KEEL_TRY(keel_mm_plan_make(a, b, &p));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, dt, p.rank, p.shape, &y));
   int64_t ny = keel_tensor_numel(y);
@@ -762,8 +744,8 @@ static keel_status op_qlinear_matmul(keel_kctx *k) {
 #define GEMM_TYPES (KEEL_TS_FLOAT | KEEL_T(KEEL_INT32) | KEEL_T(KEEL_INT64) | KEEL_T(KEEL_UINT32) | \
                     KEEL_T(KEEL_UINT64))
 const keel_opdef keel_ops_matmul[] = {
-    {"", "MatMul", 1, KEEL_OPSET_MAX, op_matmul, 0, KEEL_TS_NUM},
-    {"", "Gemm", 1, KEEL_OPSET_MAX, op_gemm, 0, GEMM_TYPES},
+    {"", "MatMul", 1, KEEL_OPSET_MAX, op_matmul, 0, KEEL_TS_NUM, keel_gpu_matmul_impls},
+    {"", "Gemm", 1, KEEL_OPSET_MAX, op_gemm, 0, GEMM_TYPES, keel_gpu_gemm_impls},
     {"", "MatMulInteger", 10, KEEL_OPSET_MAX, op_matmul_integer, 0, Q8},
     {"", "QLinearMatMul", 10, KEEL_OPSET_MAX, op_qlinear_matmul, 0, Q8},
     {0},

@@ -3,17 +3,19 @@
 
 #include "ops/common/gemv.h"
 #include "ops/math/matmul/matmul_fused.h"
+#include "ops/math/matmul/matmul_gpu.h"
 
 /* ============================================ 2. binding: the list */
 
-/* FusedMatMul: oneDNN's matmul where B is a constant 2-D float matrix and
- * oneDNN is present and allowed; else the reference, keel's GEMM
- * (OpenBLAS, or oneDNN's sgemm where keel has it), which takes every case
- * the op allows. */
+/* FusedMatMul: a node placed on the GPU runs the device's (matmul_gpu.c;
+ * binding only offers it GPU implementations). On the CPU: oneDNN's
+ * matmul where B is a constant 2-D float matrix and oneDNN is present and
+ * allowed; else the reference, keel's GEMM (OpenBLAS, or oneDNN's sgemm
+ * where keel has it), which takes every case the op allows. */
 #if KEEL_HAVE_DNNL
-const keel_impl *const keel_matmul_fused_impls[] = {&keel_matmul_fused_dnnl, NULL};
+const keel_impl *const keel_matmul_fused_impls[] = {&keel_gpu_fused_matmul_impl, &keel_matmul_fused_dnnl, NULL};
 #else
-const keel_impl *const keel_matmul_fused_impls[] = {NULL};
+const keel_impl *const keel_matmul_fused_impls[] = {&keel_gpu_fused_matmul_impl, NULL};
 #endif
 
 /* ============================================ 3. each run of "onednn" */
