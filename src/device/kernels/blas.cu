@@ -1,8 +1,6 @@
 /* blas.cu: the blas group's own kernels (device/dev_blas.h): what cuBLAS
  * does not do for keel. Compiled to PTX by clang at build time
  * (cmake/ptx.cmake), launched by name from cuda_blas.c. */
-/* the prelude's helpers are static functions; this file uses none of them */
-#pragma clang diagnostic ignored "-Wunused-function"
 #include "prelude.h"
 
 /* C[b] = beta * C[b] over `batch` M x N matrices (rows ldc apart, batches
