@@ -22,6 +22,7 @@
 #include "base/status.h"
 #include "base/sysmem.h"
 #include "device/dev_blas.h"
+#include "device/dev_conv.h"
 #include "device/device.h"
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
@@ -162,6 +163,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   d->blas = &keel_emu_blas; /* stateless: no handle to make or free */
   d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
   d->norm = &keel_emu_norm;
+  d->conv = &keel_emu_conv;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

@@ -588,8 +588,16 @@ static keel_status layout_graph(keel_model *m, keel_graph *g, const keel_shapes 
 }
 
 /* The shapes are inferred once, before any graph changes: the pass only
- * asks for the inputs of the file's Convs, whose names it keeps. */
+ * asks for the inputs of the file's Convs, whose names it keeps.
+ *
+ * A session with a device (m->gpu) keeps its Convs and pools NCHW: the
+ * channels-last form is the CPU kernels' choice, and every Conv the pass
+ * would convert (2-D float32, constant W) is one the place pass then puts
+ * on the device (gpu_takes_conv), whose kernels read NCHW; a Transpose
+ * pair around each would only cost two copies. What stays on the CPU
+ * there runs on the NCHW kernels (Conv's keel_conv_impls, pool.c). */
 keel_status keel_pass_layout(keel_model *m) {
+  if (m->gpu) return KEEL_OK;
   keel_shapes *shapes = NULL;
   if (keel_conv_layout_wants_size(m->no_library)) KEEL_TRY(keel_shapes_infer(m, &shapes));
   keel_status st = KEEL_OK;

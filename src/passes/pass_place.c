@@ -29,8 +29,11 @@
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
  * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
- * axis). When the GPU implementations join the families' selections
- * (select.c), this table becomes their supports().
+ * axis); the conv group (gpu_takes_conv: Conv 1-D and 2-D with its
+ * fused activation, MaxPool, AveragePool, the global pools; the layout
+ * pass leaves them NCHW in such a session). When the GPU implementations
+ * join the families' selections (select.c), this table becomes their
+ * supports().
  *
  * Inputs read on the host. Some inputs of a GPU node only shape its work
  * (Reshape's shape, Squeeze's axes, Slice's starts...): the node's kernel
@@ -268,11 +271,52 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
   return last->sym == KEEL_SYM_KNOWN && last->add > 0;
 }
 
+/* A constant float32 tensor of rank `rank` (any rank when -1). */
+static bool const_f32(const keel_model *m, const keel_graph *g, const char *name, int rank) {
+  int32_t c = name[0] ? keel_ir_const_of(m, g, name) : -1;
+  return c >= 0 && m->consts[c].dtype == KEEL_FLOAT && (rank < 0 || m->consts[c].rank == rank);
+}
+
+/* Conv and the pools (device/dev_conv.h; ops/nn/conv/conv_gpu.c,
+ * ops/nn/pool/pool_gpu.c), float32 NCHW:
+ *   - Conv 1-D or 2-D (X of rank 3 or 4) with a constant W and B, every
+ *     pad, stride, dilation, group and auto_pad, and a fused activation
+ *     the device has (all but the Gelus);
+ *   - MaxPool (without Indices) and AveragePool 1-D or 2-D, every window
+ *     attribute (ceil_mode, count_include_pad, dilations);
+ *   - GlobalMaxPool and GlobalAveragePool of any rank from 2.
+ * 3-D windows stay on the CPU. */
+static bool gpu_takes_conv(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_in < 1 || n->n_out < 1)
+    return false;
+  if (!gpu_tensor(S, g, n->in_names[0]) || !gpu_tensor(S, g, n->out_names[0])) return false;
+  int rank = keel_shapes_find(S, g, n->in_names[0])->rank;
+  const char *op = n->op_type;
+  if (!strcmp(op, "GlobalMaxPool") || !strcmp(op, "GlobalAveragePool"))
+    return n->n_in == 1 && n->n_out == 1 && rank >= 2;
+  if (rank != 3 && rank != 4) return false;
+  if (!strcmp(op, "MaxPool")) /* Indices, when asked for, only on the CPU */
+    return n->n_in == 1 && (n->n_out == 1 || (n->n_out == 2 && !n->out_names[1][0]));
+  if (!strcmp(op, "AveragePool")) return n->n_in == 1 && n->n_out == 1;
+  if (strcmp(op, "Conv") || n->n_out != 1 || n->n_in < 2 || n->n_in > 3) return false;
+  keel_act act;
+  if (keel_act_of(n, &act)) {
+    keel_err_clear(); /* the binding reports a bad activation */
+    return false;
+  }
+  if (act.kind == KEEL_ACT_GELU || act.kind == KEEL_ACT_GELU_TANH) return false;
+  return const_f32(m, g, n->in_names[1], rank) && (n->n_in < 3 || !n->in_names[2][0] ||
+                                                   const_f32(m, g, n->in_names[2], 1));
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
-  if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
+  if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n) ||
+      gpu_takes_conv(m, S, g, n))
+    return true;
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;

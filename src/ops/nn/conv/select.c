@@ -6,6 +6,7 @@
 #include "ops/dnnl/dnnl_glue.h"
 #include "ops/nn/conv/cpu/conv_stream.h"
 #include "ops/nn/conv/cpu/conv_wg.h"
+#include "ops/nn/conv/conv_gpu.h"
 
 /* The rules measured only without AVX-512 leave AVX-512 CPUs as they were. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -20,8 +21,9 @@
  * Conv the layout pass left): the depthwise kernel where group == C (one
  * plane at a time, W in registers), then the dense kernel for one group
  * (blocked products over a packed W); else the reference (im2col + GEMM),
- * which takes every case the op allows. */
-const keel_impl *const keel_conv_impls[] = {&keel_conv_dw, &keel_conv_dense, NULL};
+ * which takes every case the op allows. A Conv placed on the GPU binds to
+ * the device's (conv_gpu.c), the one GPU implementation. */
+const keel_impl *const keel_conv_impls[] = {&keel_conv_dw, &keel_conv_dense, &keel_gpu_conv, NULL};
 
 /* NhwcConv, channels-last. keel's kernels first, each for the narrow
  * shapes it wins on: 1-4 input channels (a stem: oneDNN's kernels vectorize

@@ -16,6 +16,7 @@
 #include "base/pool.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
+#include "ops/nn/pool/pool_gpu.h"
 
 enum { POOL_MAX, POOL_AVG, POOL_LP };
 
@@ -520,11 +521,11 @@ static keel_status op_max_unpool(keel_kctx *k) {
 #define MAXPOOL_TYPES (KEEL_TS_FLOAT | KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 #define NUM_BOOL (KEEL_TS_NUM | KEEL_T(KEEL_BOOL))
 const keel_opdef keel_ops_pool[] = {
-    {"", "MaxPool", 1, KEEL_OPSET_MAX, op_max_pool, 0, MAXPOOL_TYPES},
-    {"", "AveragePool", 1, KEEL_OPSET_MAX, op_average_pool, 0, KEEL_TS_FLOAT},
+    {"", "MaxPool", 1, KEEL_OPSET_MAX, op_max_pool, 0, MAXPOOL_TYPES, keel_gpu_maxpool_impls},
+    {"", "AveragePool", 1, KEEL_OPSET_MAX, op_average_pool, 0, KEEL_TS_FLOAT, keel_gpu_avgpool_impls},
     {"", "LpPool", 1, KEEL_OPSET_MAX, op_lp_pool, 0, KEEL_TS_FLOAT},
-    {"", "GlobalMaxPool", 1, KEEL_OPSET_MAX, op_global_max_pool, 0, KEEL_TS_FLOAT},
-    {"", "GlobalAveragePool", 1, KEEL_OPSET_MAX, op_global_average_pool, 0, KEEL_TS_FLOAT},
+    {"", "GlobalMaxPool", 1, KEEL_OPSET_MAX, op_global_max_pool, 0, KEEL_TS_FLOAT, keel_gpu_global_maxpool_impls},
+    {"", "GlobalAveragePool", 1, KEEL_OPSET_MAX, op_global_average_pool, 0, KEEL_TS_FLOAT, keel_gpu_global_avgpool_impls},
     {"", "GlobalLpPool", 1, KEEL_OPSET_MAX, op_global_lp_pool, 0, KEEL_TS_FLOAT},
     {"", "MaxUnpool", 9, KEEL_OPSET_MAX, op_max_unpool, 0, NUM_BOOL},
     {0},
