@@ -271,23 +271,17 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
   return last->sym == KEEL_SYM_KNOWN && last->add > 0;
 }
 
-/* A constant float32 tensor of rank `rank` (any rank when -1). */
-static bool const_f32(const keel_model *m, const keel_graph *g, const char *name, int rank) {
-  int32_t c = name[0] ? keel_ir_const_of(m, g, name) : -1;
-  return c >= 0 && m->consts[c].dtype == KEEL_FLOAT && (rank < 0 || m->consts[c].rank == rank);
-}
-
 /* Conv and the pools (device/dev_conv.h; ops/nn/conv/conv_gpu.c,
  * ops/nn/pool/pool_gpu.c), float32 NCHW:
- *   - Conv 1-D or 2-D (X of rank 3 or 4) with a constant W and B, every
- *     pad, stride, dilation, group and auto_pad, and a fused activation
- *     the device has (all but the Gelus);
+ *   - Conv 1-D or 2-D (X of rank 3 or 4; W of its rank, B of rank 1,
+ *     constants or computed), every pad, stride, dilation, group and
+ *     auto_pad, and a fused activation the device has (all but the
+ *     Gelus);
  *   - MaxPool (without Indices) and AveragePool 1-D or 2-D, every window
  *     attribute (ceil_mode, count_include_pad, dilations);
  *   - GlobalMaxPool and GlobalAveragePool of any rank from 2.
  * 3-D windows stay on the CPU. */
-static bool gpu_takes_conv(const keel_model *m, const keel_shapes *S, const keel_graph *g,
-                           const keel_node *n) {
+static bool gpu_takes_conv(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
   if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_in < 1 || n->n_out < 1)
     return false;
   if (!gpu_tensor(S, g, n->in_names[0]) || !gpu_tensor(S, g, n->out_names[0])) return false;
@@ -306,8 +300,12 @@ static bool gpu_takes_conv(const keel_model *m, const keel_shapes *S, const keel
     return false;
   }
   if (act.kind == KEEL_ACT_GELU || act.kind == KEEL_ACT_GELU_TANH) return false;
-  return const_f32(m, g, n->in_names[1], rank) && (n->n_in < 3 || !n->in_names[2][0] ||
-                                                   const_f32(m, g, n->in_names[2], 1));
+  /* W and B need not be constants (the kernels read them as any input):
+   * a computed one is copied over like X */
+  const keel_sshape *w = gpu_tensor(S, g, n->in_names[1]) ? keel_shapes_find(S, g, n->in_names[1]) : NULL;
+  const keel_sshape *b = n->n_in > 2 && n->in_names[2][0] ? keel_shapes_find(S, g, n->in_names[2]) : NULL;
+  return w && w->rank == rank && (n->n_in < 3 || !n->in_names[2][0] ||
+                                  (gpu_tensor(S, g, n->in_names[2]) && b->rank == 1));
 }
 
 /* Whether a GPU kernel computes node n (its inputs and outputs as
@@ -315,7 +313,7 @@ static bool gpu_takes_conv(const keel_model *m, const keel_shapes *S, const keel
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n) ||
-      gpu_takes_conv(m, S, g, n))
+      gpu_takes_conv(S, g, n))
     return true;
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;

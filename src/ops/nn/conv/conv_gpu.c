@@ -1,6 +1,6 @@
 /* conv_gpu.c: Conv on a device (device/dev_conv.h), for the nodes the
  * place pass put there (passes/pass_place.c, gpu_takes_conv: float32 X of
- * rank 3 or 4, constant W and B, a fused activation the device has).
+ * rank 3 or 4, W and B float32, a fused activation the device has).
  *
  * The geometry is the CPU kernel's (conv.c, conv_setup and conv_float):
  * W's kernel checked against kernel_shape, the channels against group,
@@ -106,4 +106,4 @@ static keel_status gpu_conv(keel_kctx *k) {
 
 const keel_impl keel_gpu_conv = {
     "gpu", on_gpu, NULL, NULL, gpu_conv,
-    "placed on the GPU (float32, 1-D or 2-D, constant W and B; direct convolution)", KEEL_NODE_GPU};
+    "placed on the GPU (float32, 1-D or 2-D; direct convolution)", KEEL_NODE_GPU};

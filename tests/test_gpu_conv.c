@@ -1,0 +1,191 @@
+/* test_gpu_conv.c: the `conv` kernel group (device/dev_conv.h) on a GPU
+ * (kernels/conv.cu through cuda_conv.c) against its naive reference on
+ * the emulated device (emu_conv.c):
+ *   - conv2d over geometries with pads (asymmetric), strides, dilations,
+ *     groups, depthwise, 1x1, 1-D (height 1), with and without bias, each
+ *     fused activation; relative agreement 1e-4 (float sums against
+ *     double ones, up to 3*3*64 terms);
+ *   - pool2d max (exact: the same taps in the same order) and average
+ *     (1e-6), with and without count_include_pad, windows past the end
+ *     (ceil_mode), NaN taps;
+ *   - global_pool max (exact) and mean (1e-6), planes of 1 to 5000.
+ * ctest label `gpu`; without a GPU it says so and exits 77 (skipped). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "device/cuda.h"
+#include "device/dev_conv.h"
+#include "device/device.h"
+#include "mem/alloc.h"
+
+static keel_device *g_d[2]; /* 0: the GPU, 1: the emulated device */
+static keel_heap *g_h[2];
+
+static unsigned g_seed = 777;
+static float frand(void) {
+  g_seed = g_seed * 1103515245u + 12345u;
+  return (float)((g_seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
+}
+
+static keel_block *put(int s, const void *src, size_t n) {
+  keel_block *b = keel_heap_alloc(g_h[s], n ? n : 4, (keel_owner){0, 0});
+  CHECK(b != NULL);
+  if (b && src && n) CHECK_OK(keel_device_to_device(g_d[s], b->ptr, src, n));
+  return b;
+}
+
+/* The two sides' n floats agree within tol (NaN where the other is). */
+static void close_enough(const char *what, int i, keel_block *const *y, int64_t n, double tol) {
+  float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+  CHECK_OK(keel_device_to_host(g_d[0], a, y[0]->ptr, (size_t)n * sizeof(float)));
+  CHECK_OK(keel_device_to_host(g_d[1], b, y[1]->ptr, (size_t)n * sizeof(float)));
+  double worst = 0;
+  int nan_diff = 0;
+  for (int64_t j = 0; j < n; j++) {
+    if (isnan(a[j]) || isnan(b[j])) nan_diff += isnan(a[j]) != isnan(b[j]);
+    else if (a[j] != b[j]) worst = fmax(worst, fabs((double)a[j] - b[j]) / (1.0 + fabs((double)b[j])));
+  }
+  if (worst > tol || nan_diff) fprintf(stderr, "  %s %d: off by %g, %d NaN differences\n", what, i, worst, nan_diff);
+  CHECK(worst <= tol && !nan_diff);
+  free(a), free(b);
+}
+
+static float *frands(int64_t n) {
+  float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
+  for (int64_t i = 0; i < n; i++) p[i] = frand();
+  return p;
+}
+
+/* output size of a window (floor, or ceil without a window starting in
+ * the end pad), as keel_win_forward computes it */
+static int64_t out_of(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, bool ceil) {
+  int64_t span = in + pb + pe - (k - 1) * d - 1;
+  int64_t o = (ceil ? (span + s - 1) / s : span / s) + 1;
+  if (ceil && (o - 1) * s >= in + pb) o--;
+  return o;
+}
+
+static void fill_out(keel_dev_win2 *w, bool ceil) {
+  w->oh = out_of(w->ih, w->kh, w->sh, w->dh, w->ph, w->peh, ceil);
+  w->ow = out_of(w->iw, w->kw, w->sw, w->dw, w->pw, w->pew, ceil);
+}
+
+typedef struct conv_case {
+  int64_t n, c, m, group, ih, iw, kh, kw, sh, sw, dh, dw, ph, pw, peh, pew;
+} conv_case;
+
+static void check_conv(void) {
+  static const conv_case cases[] = {
+      {2, 3, 4, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {1, 4, 6, 1, 11, 10, 3, 2, 2, 3, 1, 1, 0, 1, 2, 1},
+      {2, 2, 3, 1, 12, 12, 3, 3, 1, 1, 2, 3, 1, 2, 0, 1},
+      {1, 6, 4, 2, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {2, 8, 8, 8, 10, 10, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+      {1, 64, 64, 64, 28, 28, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},
+      {1, 64, 32, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {3, 16, 12, 1, 7, 7, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},
+      {2, 4, 6, 2, 1, 17, 1, 3, 1, 2, 1, 2, 0, 2, 0, 1}, /* 1-D */
+      {1, 3, 8, 1, 224, 224, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3},
+  };
+  for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+    const conv_case *c = &cases[i];
+    keel_dev_conv2 g = {.w = {.ih = c->ih, .iw = c->iw, .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
+                              .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw, .peh = c->peh, .pew = c->pew},
+                        .n = c->n, .c = c->c, .m = c->m, .group = c->group};
+    fill_out(&g.w, false);
+    int64_t nx = c->n * c->c * c->ih * c->iw, nw = c->m * (c->c / c->group) * c->kh * c->kw;
+    int64_t ny = c->n * c->m * g.w.oh * g.w.ow;
+    float *x = frands(nx), *w = frands(nw), *b = frands(c->m);
+    keel_block *xb[2], *wb[2], *bb[2], *yb[2];
+    for (int s = 0; s < 2; s++)
+      xb[s] = put(s, x, (size_t)nx * 4), wb[s] = put(s, w, (size_t)nw * 4), bb[s] = put(s, b, (size_t)c->m * 4),
+      yb[s] = put(s, NULL, (size_t)ny * 4);
+    for (int act = 0; act <= KEEL_DEV_ACT_HSIGMOID_MUL; act++) {
+      g.act = act;
+      g.act_a = act == KEEL_DEV_ACT_CLIP ? -0.5f : act == KEEL_DEV_ACT_LEAKY ? 0.1f : 0.2f;
+      g.act_b = act == KEEL_DEV_ACT_CLIP ? 0.7f : 0.5f;
+      for (int s = 0; s < 2; s++)
+        CHECK_OK(g_d[s]->conv->conv2d(g_d[s], &g, (float *)xb[s]->ptr, (float *)wb[s]->ptr,
+                                      act % 2 ? NULL : (float *)bb[s]->ptr, (float *)yb[s]->ptr));
+      char what[64];
+      snprintf(what, sizeof what, "conv (act %d)", act);
+      close_enough(what, i, yb, ny, 1e-4);
+    }
+    for (int s = 0; s < 2; s++)
+      keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], wb[s]), keel_heap_free(g_h[s], bb[s]),
+      keel_heap_free(g_h[s], yb[s]);
+    free(x), free(w), free(b);
+  }
+}
+
+static void check_pools(void) {
+  /* ih, iw, kh, kw, sh, sw, dh, dw, ph, pw, peh, pew; then ceil_mode */
+  static const int64_t wins[][13] = {
+      {11, 11, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0}, {10, 9, 3, 2, 2, 2, 1, 1, 0, 1, 1, 0, 1},
+      {12, 12, 2, 3, 1, 2, 2, 2, 0, 0, 0, 0, 0}, {10, 9, 3, 3, 2, 2, 1, 1, 1, 0, 1, 2, 1},
+      {1, 15, 1, 4, 1, 3, 1, 1, 0, 1, 0, 2, 1},  {112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0},
+  };
+  for (int i = 0; i < (int)(sizeof wins / sizeof *wins); i++) {
+    const int64_t *v = wins[i];
+    keel_dev_win2 w = {.ih = v[0], .iw = v[1], .kh = v[2], .kw = v[3], .sh = v[4], .sw = v[5], .dh = v[6],
+                       .dw = v[7], .ph = v[8], .pw = v[9], .peh = v[10], .pew = v[11]};
+    fill_out(&w, v[12] != 0);
+    int64_t planes = 6, nx = planes * w.ih * w.iw, ny = planes * w.oh * w.ow;
+    float *x = frands(nx);
+    x[0] = NAN, x[nx / 2] = NAN; /* a NaN tap loses to the others */
+    keel_block *xb[2], *yb[2];
+    for (int s = 0; s < 2; s++) xb[s] = put(s, x, (size_t)nx * 4), yb[s] = put(s, NULL, (size_t)ny * 4);
+    for (int kind = 0; kind < 3; kind++) {
+      keel_dev_pool_kind k = kind ? KEEL_DEV_POOL_AVG : KEEL_DEV_POOL_MAX;
+      for (int s = 0; s < 2; s++)
+        CHECK_OK(g_d[s]->conv->pool2d(g_d[s], k, kind == 2, planes, &w, (float *)xb[s]->ptr, (float *)yb[s]->ptr));
+      close_enough(kind == 0 ? "maxpool" : kind == 1 ? "avgpool" : "avgpool incl", i, yb, ny, kind ? 1e-6 : 0);
+    }
+    for (int s = 0; s < 2; s++) keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], yb[s]);
+    free(x);
+  }
+  static const int64_t sizes[] = {1, 7, 49, 256, 5000};
+  for (int i = 0; i < 5; i++) {
+    int64_t planes = 37, n = sizes[i];
+    float *x = frands(planes * n);
+    x[3 * n] = NAN; /* plane 3: NaN loses the max unless n is 1; the mean is NaN */
+    keel_block *xb[2], *yb[2];
+    for (int s = 0; s < 2; s++) xb[s] = put(s, x, (size_t)(planes * n) * 4), yb[s] = put(s, NULL, (size_t)planes * 4);
+    for (int kind = 0; kind < 2; kind++) {
+      for (int s = 0; s < 2; s++)
+        CHECK_OK(g_d[s]->conv->global_pool(g_d[s], (keel_dev_pool_kind)kind, planes, n, (float *)xb[s]->ptr,
+                                           (float *)yb[s]->ptr));
+      close_enough(kind ? "global mean" : "global max", i, yb, planes, kind ? 1e-6 : 0);
+    }
+    for (int s = 0; s < 2; s++) keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], yb[s]);
+    free(x);
+  }
+}
+
+int main(void) {
+  if (!keel_cuda_count()) {
+    fprintf(stderr, "no GPU here (%s): skipped\n", keel_last_error());
+    if (check_report()) return 1;
+    return 77;
+  }
+  CHECK_OK(keel_device_open(KEEL_DEVICE_CUDA, 0, &g_d[0]));
+  CHECK_OK(keel_device_open(KEEL_DEVICE_EMU, 0, &g_d[1]));
+  if (!g_d[0] || !g_d[1]) return check_report();
+  for (int s = 0; s < 2; s++) {
+    g_h[s] = keel_heap_create_on(0, keel_device_provider(g_d[s]));
+    CHECK(g_h[s] && g_d[s]->conv);
+  }
+  check_conv();
+  check_pools();
+  for (int s = 0; s < 2; s++) {
+    CHECK_OK(keel_device_sync(g_d[s]));
+    CHECK(keel_heap_allocated(g_h[s]) == 0);
+    keel_heap_release(g_h[s]);
+    keel_device_close(g_d[s]);
+  }
+  CHECK(keel_process_device_bytes() == 0);
+  return check_report();
+}
