@@ -11,7 +11,8 @@
  *     with and without B, auto_pad SAME_UPPER / SAME_LOWER / VALID; 1-D;
  *   - Conv -> BatchNormalization -> Relu as the passes fuse it (fold-
  *     batchnorm, fuse-activation), and the other fused activations
- *     (LeakyRelu, Clip, HardSigmoid, HardSwish, Sigmoid, Tanh, SiLU);
+ *     (LeakyRelu, Clip, HardSigmoid, Sigmoid, Tanh, HardSwish at opset
+ *     14, SiLU as Sigmoid and Mul);
  *   - MaxPool and AveragePool: pads, strides, dilations, ceil_mode,
  *     count_include_pad, auto_pad, 1-D; GlobalMaxPool, GlobalAveragePool;
  *   - on the CPU: a 3-D Conv, MaxPool with Indices;
@@ -77,7 +78,10 @@ static mb_graph *make(void) {
     for (int i = 0; i < 4; i++) mb_init(g, names[i], KEEL_FLOAT, 1, m, BN[i]);
     mb_add(g, "BatchNormalization", "c,sc,bb,mu,var", c->act ? "n" : "y");
   }
-  if (c->act) {
+  if (c->act && !strcmp(c->act, "SiLU")) { /* x * Sigmoid(x), as exporters write it */
+    mb_add(g, "Sigmoid", "c", "sg");
+    mb_add(g, "Mul", "c,sg", "y");
+  } else if (c->act) {
     n = mb_add(g, c->act, c->bn ? "n" : "c", "y");
     if (!strcmp(c->act, "LeakyRelu")) mb_attr_f(n, "alpha", 0.2f);
     if (!strcmp(c->act, "HardSigmoid")) mb_attr_f(n, "alpha", 0.3f);
@@ -100,8 +104,9 @@ static void check_case(const spec *c) {
   g_s = c;
   bool clip = c->act && !strcmp(c->act, "Clip");
   keel_options o = {.size = sizeof o, .device = g_dev};
-  keel_session_t *s = mb_session_opts(clip ? make_clip() : make(), 13, &o);
-  keel_session_t *plain = mb_session(clip ? make_clip() : make(), 13);
+  int opset = c->act && !strcmp(c->act, "HardSwish") ? 14 : 13;
+  keel_session_t *s = mb_session_opts(clip ? make_clip() : make(), opset, &o);
+  keel_session_t *plain = mb_session(clip ? make_clip() : make(), opset);
   CHECK(s && plain);
   if (!s || !plain) {
     fprintf(stderr, "  case %s: no session\n", c->what);
@@ -190,6 +195,8 @@ static const spec CONVS[] = {
     {"HardSigmoid", "Conv", X4(1, 3, 9, 9), W4(4, 3, 3, 3), 1, .bias = true, .act = "HardSigmoid", .on_gpu = true},
     {"Sigmoid", "Conv", X4(1, 3, 9, 9), W4(4, 3, 3, 3), 1, .bias = true, .act = "Sigmoid", .on_gpu = true},
     {"Tanh", "Conv", X4(1, 3, 9, 9), W4(4, 3, 3, 3), 1, .bias = true, .act = "Tanh", .on_gpu = true},
+    {"HardSwish", "Conv", X4(1, 3, 9, 9), W4(4, 3, 3, 3), 1, .bias = true, .act = "HardSwish", .on_gpu = true},
+    {"SiLU", "Conv", X4(1, 3, 9, 9), W4(4, 3, 3, 3), 1, .bias = true, .act = "SiLU", .on_gpu = true},
 };
 
 static const spec POOLS[] = {
