@@ -410,11 +410,17 @@ keel_status keel_cuda_binary(keel_cuda_dev *d, keel_cuda_binop op, int rank, con
   return launch(d, K_BIN_BCAST, grid_for(d, n), 256, args);
 }
 
-keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, int64_t n, const float *x, float *y) {
+keel_status keel_cuda_unary_p(keel_cuda_dev *d, keel_cuda_unop op, float a, float b, int64_t n,
+                              const float *x, float *y) {
   if (n <= 0) return KEEL_OK;
+  if ((unsigned)op >= KEEL_DEV_UNOP_COUNT)
+    return keel_err(KEEL_ERR_INTERNAL, "GPU: unary op code %d", (int)op);
   int32_t code = (int32_t)op;
-  void *args[] = {&code, &n, &x, &y};
+  void *args[] = {&code, &a, &b, &n, &x, &y};
   return launch(d, K_UNARY, grid_for(d, n), 256, args);
+}
+keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, int64_t n, const float *x, float *y) {
+  return keel_cuda_unary_p(d, op, 0.0f, 0.0f, n, x, y);
 }
 
 keel_status keel_cuda_softmax(keel_cuda_dev *d, int64_t rows, int64_t cols, const float *x, float *y) {
@@ -444,8 +450,9 @@ static keel_status be_binary(void *d, keel_dev_binop op, int rank, const int64_t
                              const float *b, float *y) {
   return keel_cuda_binary(d, op, rank, dims, a_dims, a, b_dims, b, y);
 }
-static keel_status be_unary(void *d, keel_dev_unop op, int64_t n, const float *x, float *y) {
-  return keel_cuda_unary(d, op, n, x, y);
+static keel_status be_unary(void *d, keel_dev_unop op, float a, float b, int64_t n, const float *x,
+                            float *y) {
+  return keel_cuda_unary_p(d, op, a, b, n, x, y);
 }
 static keel_status be_softmax(void *d, int64_t rows, int64_t cols, const float *x, float *y) {
   return keel_cuda_softmax(d, rows, cols, x, y);

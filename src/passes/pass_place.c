@@ -24,7 +24,9 @@
  *
  * The GPU kernels are those of src/device/kernels (float32): element-wise
  * Add, Sub, Mul, Div, Max, Min, Pow with broadcasting up to rank 8; Relu,
- * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis;
+ * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log, Erf, Gelu (and com.microsoft's),
+ * Reciprocal, Floor, Ceil, Softplus, LeakyRelu, Elu, HardSigmoid,
+ * HardSwish, Cos, Sin, Clip (constant bounds); Softmax over the last axis;
  * the blas group's MatMul, Gemm and FusedMatMul (gpu_takes_blas);
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
@@ -55,7 +57,10 @@
 #define GPU_MAX_RANK 8
 
 static const char *const GPU_BINARY[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
-static const char *const GPU_UNARY[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log"};
+static const char *const GPU_UNARY[] = {"Relu",       "Neg",        "Abs",   "Sqrt",     "Exp",
+                                        "Sigmoid",    "Tanh",       "Log",   "Erf",      "Gelu",
+                                        "Reciprocal", "Floor",      "Ceil",  "Softplus", "LeakyRelu",
+                                        "Elu",        "HardSigmoid", "HardSwish", "Cos", "Sin"};
 
 static bool one_of(const char *op, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -85,8 +90,8 @@ static bool gpu_matrix_operand(const keel_shapes *S, const keel_graph *g, const 
 
 /* MatMul, Gemm (device/dev_blas.h; ops/math/matmul/matmul_gpu.c): float32
  * operands of known rank, every attribute and broadcast the ops allow;
- * FusedMatMul with its bias and residual, when its fused activation is
- * one the device has (none, Relu, Sigmoid, Tanh). Not on a device whose
+ * FusedMatMul with its bias and residual and any fused activation (the
+ * unary kernel has each of activation.h's). Not on a device whose
  * BLAS did not load (m->gpu_no_blas). */
 static bool gpu_takes_blas(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                            const keel_node *n) {
@@ -105,9 +110,7 @@ static bool gpu_takes_blas(const keel_model *m, const keel_shapes *S, const keel
       keel_err_clear(); /* the binding reports a bad activation */
       return false;
     }
-    bool act_ok = act.kind == KEEL_ACT_NONE || act.kind == KEEL_ACT_RELU ||
-                  act.kind == KEEL_ACT_SIGMOID || act.kind == KEEL_ACT_TANH;
-    return act_ok && n->n_in >= 2 && n->n_in <= 4 && gpu_matrix_operand(S, g, n->in_names[0]) &&
+    return n->n_in >= 2 && n->n_in <= 4 && gpu_matrix_operand(S, g, n->in_names[0]) &&
            gpu_tensor(S, g, n->in_names[1]) && gpu_tensor_opt(S, g, n, 2) && gpu_tensor_opt(S, g, n, 3);
   }
   return false;
@@ -268,11 +271,30 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
   return last->sym == KEEL_SYM_KNOWN && last->add > 0;
 }
 
+/* Clip: float32, its bounds absent, attributes (before opset 11) or
+ * float32 scalar constants, which the kernel takes as parameters (read on
+ * the host at binding; a bound computed at run time stays on the CPU). */
+static bool gpu_takes_clip(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if (n->n_in < 1 || n->n_in > 3 || !gpu_tensor(S, g, n->in_names[0])) return false;
+  for (int32_t i = 1; i < n->n_in; i++) {
+    if (!n->in_names[i][0]) continue;
+    int32_t c = n->opset >= 11 ? keel_ir_const_of(m, g, n->in_names[i]) : -1;
+    const keel_tensor *t = c >= 0 ? &m->consts[c] : NULL;
+    if (!t || t->dtype != KEEL_FLOAT || keel_tensor_numel(t) != 1 || !t->data) return false;
+  }
+  return true;
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
+  /* com.microsoft's Gelu: the exact form, one input */
+  if (!strcmp(n->domain, "com.microsoft") && !strcmp(n->op_type, "Gelu"))
+    return !n->n_subs && n->n_in == 1 && n->n_out == 1 && gpu_tensor(S, g, n->in_names[0]) &&
+           gpu_tensor(S, g, n->out_names[0]);
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
@@ -281,6 +303,7 @@ static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_grap
     return n->n_in == 2 && gpu_tensor(S, g, n->in_names[0]) && gpu_tensor(S, g, n->in_names[1]);
   if (one_of(op, GPU_UNARY, sizeof GPU_UNARY / sizeof *GPU_UNARY))
     return n->n_in == 1 && gpu_tensor(S, g, n->in_names[0]);
+  if (!strcmp(op, "Clip")) return gpu_takes_clip(m, S, g, n);
   if (!strcmp(op, "Softmax") && n->n_in == 1 && gpu_tensor(S, g, n->in_names[0])) {
     const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
     const keel_attr *a = keel_node_attr(n, "axis");
