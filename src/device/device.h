@@ -69,6 +69,7 @@ typedef struct keel_device_ops {
 struct keel_dev_blas; /* dev_blas.h: MatMul, Gemm                         */
 struct keel_dev_move; /* dev_move.h: views, Transpose, Concat, Gather, ... */
 struct keel_dev_norm; /* dev_norm.h: LayerNorm, reductions, ...           */
+struct keel_dev_attn; /* dev_attn.h: attention's masked softmax           */
 
 typedef struct keel_device {
   const keel_device_ops *ops;
@@ -79,6 +80,7 @@ typedef struct keel_device {
   void *move_state;
   const struct keel_dev_norm *norm;
   void *norm_state;
+  const struct keel_dev_attn *attn;
   keel_device_kind kind;
   int ordinal;
   char name[32];               /* "cuda:0", "emu:0"                       */

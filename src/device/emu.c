@@ -25,6 +25,7 @@
 #include "device/device.h"
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
+#include "device/dev_attn.h"
 #include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
@@ -186,6 +187,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   d->blas = &keel_emu_blas; /* stateless: no handle to make or free */
   d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
   d->norm = &keel_emu_norm;
+  d->attn = &keel_emu_attn;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

@@ -28,6 +28,7 @@
  * Reciprocal, Floor, Ceil, Softplus, LeakyRelu, Elu, HardSigmoid,
  * HardSwish, Cos, Sin, Clip (constant bounds); Softmax over the last axis;
  * the blas group's MatMul, Gemm and FusedMatMul (gpu_takes_blas);
+ * FusedAttention (gpu_takes_attn: blas products and the attn group);
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
  * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
@@ -286,11 +287,39 @@ static bool gpu_takes_clip(const keel_model *m, const keel_shapes *S, const keel
   return true;
 }
 
+/* FusedAttention (ops/nn/attention/attention_gpu.c: the blas group's two
+ * products around the attn group's masked softmax): float32 Q, K, V all
+ * of rank 4 or all of rank 3, the mask mask_kind names (float32 for add,
+ * bool for where and where_not) of known rank up to 4, a device with a
+ * BLAS. Any layout attribute; the rest the op checks as on the CPU. */
+static bool gpu_takes_attn(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if (m->gpu_no_blas || n->n_subs || n->n_out != 1 || n->n_in < 3 || n->n_in > 4 ||
+      !gpu_tensor(S, g, n->out_names[0]))
+    return false;
+  int32_t r = -1;
+  for (int32_t i = 0; i < 3; i++) {
+    const keel_sshape *v = gpu_tensor(S, g, n->in_names[i]) ? keel_shapes_find(S, g, n->in_names[i]) : NULL;
+    if (!v || (v->rank != 3 && v->rank != 4) || (r >= 0 && v->rank != r)) return false;
+    r = v->rank;
+  }
+  const keel_attr *a = keel_node_attr(n, "mask_kind");
+  if (a && a->type != KEEL_ATTR_STRING) return false;
+  const char *kind = a ? a->s : "none";
+  bool has = n->n_in > 3 && n->in_names[3][0], add = !strcmp(kind, "add");
+  if (!strcmp(kind, "none")) return !has;
+  if (!has || (!add && strcmp(kind, "where") && strcmp(kind, "where_not"))) return false;
+  const keel_sshape *mk = keel_shapes_find(S, g, n->in_names[3]);
+  return mk && mk->rank >= 0 && mk->rank <= 4 && mk->dtype == (add ? KEEL_FLOAT : KEEL_BOOL);
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
+  if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(n->op_type, "FusedAttention"))
+    return gpu_takes_attn(m, S, g, n);
   /* com.microsoft's Gelu: the exact form, one input */
   if (!strcmp(n->domain, "com.microsoft") && !strcmp(n->op_type, "Gelu"))
     return !n->n_subs && n->n_in == 1 && n->n_out == 1 && gpu_tensor(S, g, n->in_names[0]) &&
