@@ -320,10 +320,13 @@ static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_grap
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n)) return true;
   if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(n->op_type, "FusedAttention"))
     return gpu_takes_attn(m, S, g, n);
-  /* com.microsoft's Gelu: the exact form, one input */
-  if (!strcmp(n->domain, "com.microsoft") && !strcmp(n->op_type, "Gelu"))
-    return !n->n_subs && n->n_in == 1 && n->n_out == 1 && gpu_tensor(S, g, n->in_names[0]) &&
-           gpu_tensor(S, g, n->out_names[0]);
+  /* com.microsoft's Gelu: the exact form, one input; Y has X's type (the
+   * schema's; inference gives com.microsoft's ops no types), its rank known */
+  if (!strcmp(n->domain, "com.microsoft") && !strcmp(n->op_type, "Gelu")) {
+    const keel_sshape *y = n->n_out == 1 ? keel_shapes_find(S, g, n->out_names[0]) : NULL;
+    return !n->n_subs && n->n_in == 1 && gpu_tensor(S, g, n->in_names[0]) && y && y->rank >= 0 &&
+           y->rank <= GPU_MAX_RANK && (!y->dtype || y->dtype == KEEL_FLOAT);
+  }
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
