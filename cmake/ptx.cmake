@@ -33,6 +33,7 @@ if(KEEL_CUDA_KERNELS)
               -O3 -S -Wall -Werror -Wno-unknown-cuda-version
               -I ${CMAKE_SOURCE_DIR}/src/device/kernels ${cu} -o ${ptx}
       DEPENDS ${cu} ${CMAKE_SOURCE_DIR}/src/device/kernels/prelude.h
+              ${CMAKE_SOURCE_DIR}/src/device/kernels/fmath.h
       COMMENT "PTX: ${stem}.cu"
       VERBATIM)
     list(APPEND KEEL_PTX_FILES ${ptx})

@@ -14,8 +14,8 @@
  *   - Gemm: transA, transB, alpha, beta; C absent, [N], [M, 1], [1], a
  *     scalar, [M, N]; beta 0 with a C of NaN (never read); C a constant;
  *   - FusedMatMul (the fuse-matmul pass's MatMul by a constant with bias,
- *     residual and Relu, Sigmoid or Tanh) on the device; with LeakyRelu,
- *     which the device has no kernel for, on the CPU;
+ *     residual and Relu, Sigmoid, Tanh or LeakyRelu (its alpha a kernel
+ *     parameter) on the device (test_device_attn.c: every activation);
  *   - each placement as keel_session_describe shows it ("gpu 'mm'
  *     (MatMul)"), device bytes steady over repeated runs, and none left
  *     after the session.
@@ -232,8 +232,8 @@ static const bcase CASES[] = {
      .dims = {D(3, 6), D(2, 3, 5)}, "mm", "FusedMatMul", true},
     {"fused tanh, A 1-D", fused_tanh, .n_in = 2, .in = {"a", "z"}, .rank = {1, 1}, .dims = {D(6), D(5)},
      "mm", "FusedMatMul", true},
-    {"fused leaky relu (CPU)", fused_leaky, .n_in = 2, .in = {"a", "z"}, .rank = {2, 2}, .dims = {D(4, 6), D(4, 5)},
-     "mm", "FusedMatMul", false},
+    {"fused leaky relu", fused_leaky, .n_in = 2, .in = {"a", "z"}, .rank = {2, 2}, .dims = {D(4, 6), D(4, 5)},
+     "mm", "FusedMatMul", true},
 };
 
 int main(void) {

@@ -10,6 +10,7 @@
 #include "device/dev_conv.h"
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
+#include "device/dev_attn.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -411,11 +412,17 @@ keel_status keel_cuda_binary(keel_cuda_dev *d, keel_cuda_binop op, int rank, con
   return launch(d, K_BIN_BCAST, grid_for(d, n), 256, args);
 }
 
-keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, int64_t n, const float *x, float *y) {
+keel_status keel_cuda_unary_p(keel_cuda_dev *d, keel_cuda_unop op, float a, float b, int64_t n,
+                              const float *x, float *y) {
   if (n <= 0) return KEEL_OK;
+  if ((unsigned)op >= KEEL_DEV_UNOP_COUNT)
+    return keel_err(KEEL_ERR_INTERNAL, "GPU: unary op code %d", (int)op);
   int32_t code = (int32_t)op;
-  void *args[] = {&code, &n, &x, &y};
+  void *args[] = {&code, &a, &b, &n, &x, &y};
   return launch(d, K_UNARY, grid_for(d, n), 256, args);
+}
+keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, int64_t n, const float *x, float *y) {
+  return keel_cuda_unary_p(d, op, 0.0f, 0.0f, n, x, y);
 }
 
 keel_status keel_cuda_softmax(keel_cuda_dev *d, int64_t rows, int64_t cols, const float *x, float *y) {
@@ -445,8 +452,9 @@ static keel_status be_binary(void *d, keel_dev_binop op, int rank, const int64_t
                              const float *b, float *y) {
   return keel_cuda_binary(d, op, rank, dims, a_dims, a, b_dims, b, y);
 }
-static keel_status be_unary(void *d, keel_dev_unop op, int64_t n, const float *x, float *y) {
-  return keel_cuda_unary(d, op, n, x, y);
+static keel_status be_unary(void *d, keel_dev_unop op, float a, float b, int64_t n, const float *x,
+                            float *y) {
+  return keel_cuda_unary_p(d, op, a, b, n, x, y);
 }
 static keel_status be_softmax(void *d, int64_t rows, int64_t cols, const float *x, float *y) {
   return keel_cuda_softmax(d, rows, cols, x, y);
@@ -462,6 +470,7 @@ keel_status keel_cuda_device_open(int ordinal, keel_device *d) {
   d->move = &keel_cuda_move; /* the kernel groups (dev_<group>.h) */
   d->norm = &keel_cuda_norm;
   d->conv = &keel_cuda_conv;
+  d->attn = &keel_cuda_attn;
   snprintf(d->desc, sizeof d->desc, "%s, sm_%d%d, %.0f GiB, driver %d", c->info.name, c->info.cc_major,
            c->info.cc_minor, (double)c->info.total_bytes / (double)(1ull << 30), c->info.driver_version);
   keel_cuda_blas_open(d); /* d->blas, or NULL and why in d->desc */

@@ -80,6 +80,9 @@ KEEL_INTERNAL keel_status keel_cuda_binary(keel_cuda_dev *d, keel_cuda_binop op,
 /* y = op(x) over n floats. */
 KEEL_INTERNAL keel_status keel_cuda_unary(keel_cuda_dev *d, keel_cuda_unop op, int64_t n,
                                           const float *x, float *y);
+/* y = op(x; a, b) over n floats (device.h's keel_dev_unop parameters). */
+KEEL_INTERNAL keel_status keel_cuda_unary_p(keel_cuda_dev *d, keel_cuda_unop op, float a, float b,
+                                            int64_t n, const float *x, float *y);
 /* Softmax over the last axis: rows of `cols` floats. */
 KEEL_INTERNAL keel_status keel_cuda_softmax(keel_cuda_dev *d, int64_t rows, int64_t cols,
                                             const float *x, float *y);

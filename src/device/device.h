@@ -31,9 +31,18 @@ typedef enum keel_device_kind { KEEL_DEVICE_CUDA = 1, KEEL_DEVICE_EMU = 2 } keel
 typedef enum keel_dev_binop {
   KEEL_DEV_ADD, KEEL_DEV_SUB, KEEL_DEV_MUL, KEEL_DEV_DIV, KEEL_DEV_MAX, KEEL_DEV_MIN, KEEL_DEV_POW
 } keel_dev_binop;
+/* Unary ops: y = f(x; a, b), two float parameters for those that take
+ * some (LeakyRelu, Elu: alpha in a; HardSigmoid and HardSigmoidMul: alpha,
+ * beta; Clip: min, max, +-inf for an absent bound); the others ignore
+ * them. The formulas are ops/math/unary.c's and ops/common/activation.c's
+ * (NaN propagation included). */
 typedef enum keel_dev_unop {
   KEEL_DEV_RELU, KEEL_DEV_NEG, KEEL_DEV_ABS, KEEL_DEV_SQRT, KEEL_DEV_EXP, KEEL_DEV_SIGMOID,
-  KEEL_DEV_TANH, KEEL_DEV_LOG
+  KEEL_DEV_TANH, KEEL_DEV_LOG,
+  KEEL_DEV_ERF, KEEL_DEV_GELU, KEEL_DEV_GELU_TANH, KEEL_DEV_RECIP, KEEL_DEV_FLOOR, KEEL_DEV_CEIL,
+  KEEL_DEV_SOFTPLUS, KEEL_DEV_LEAKY, KEEL_DEV_ELU, KEEL_DEV_HSIGMOID, KEEL_DEV_HSWISH,
+  KEEL_DEV_CLIP, KEEL_DEV_COS, KEEL_DEV_SIN, KEEL_DEV_SILU, KEEL_DEV_HSIGMOID_MUL,
+  KEEL_DEV_UNOP_COUNT
 } keel_dev_unop;
 
 #define KEEL_DEV_MAX_RANK 8
@@ -48,7 +57,8 @@ typedef struct keel_device_ops {
   keel_status (*binary)(void *impl, keel_dev_binop op, int rank, const int64_t *dims,
                         const int64_t *a_dims, const float *a, const int64_t *b_dims,
                         const float *b, float *y);
-  keel_status (*unary)(void *impl, keel_dev_unop op, int64_t n, const float *x, float *y);
+  keel_status (*unary)(void *impl, keel_dev_unop op, float a, float b, int64_t n, const float *x,
+                       float *y);
   keel_status (*softmax)(void *impl, int64_t rows, int64_t cols, const float *x, float *y);
 } keel_device_ops;
 
@@ -60,6 +70,7 @@ struct keel_dev_blas; /* dev_blas.h: MatMul, Gemm                         */
 struct keel_dev_move; /* dev_move.h: views, Transpose, Concat, Gather, ... */
 struct keel_dev_norm; /* dev_norm.h: LayerNorm, reductions, ...           */
 struct keel_dev_conv; /* dev_conv.h: Conv, MaxPool, AveragePool, ...      */
+struct keel_dev_attn; /* dev_attn.h: attention's masked softmax           */
 
 typedef struct keel_device {
   const keel_device_ops *ops;
@@ -71,6 +82,7 @@ typedef struct keel_device {
   const struct keel_dev_norm *norm;
   void *norm_state;
   const struct keel_dev_conv *conv;
+  const struct keel_dev_attn *attn;
   keel_device_kind kind;
   int ordinal;
   char name[32];               /* "cuda:0", "emu:0"                       */
@@ -110,10 +122,15 @@ static inline keel_status keel_device_binary(keel_device *d, keel_dev_binop op, 
                                              float *y) {
   return d->ops->binary(d->impl, op, rank, dims, a_dims, a, b_dims, b, y);
 }
-/* y = op(x) over n floats. */
+/* y = op(x) over n floats (an op without parameters). */
 static inline keel_status keel_device_unary(keel_device *d, keel_dev_unop op, int64_t n,
                                             const float *x, float *y) {
-  return d->ops->unary(d->impl, op, n, x, y);
+  return d->ops->unary(d->impl, op, 0.0f, 0.0f, n, x, y);
+}
+/* y = op(x; a, b) over n floats (keel_dev_unop's parameters). */
+static inline keel_status keel_device_unary_p(keel_device *d, keel_dev_unop op, float a, float b,
+                                              int64_t n, const float *x, float *y) {
+  return d->ops->unary(d->impl, op, a, b, n, x, y);
 }
 /* Softmax over the last axis: rows of `cols` floats. */
 static inline keel_status keel_device_softmax(keel_device *d, int64_t rows, int64_t cols,

@@ -26,6 +26,7 @@
 #include "device/device.h"
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
+#include "device/dev_attn.h"
 #include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
@@ -112,7 +113,10 @@ static keel_status emu_binary(void *impl, keel_dev_binop op, int rank, const int
   return KEEL_OK;
 }
 
-static float unop(keel_dev_unop op, float x) {
+/* The formulas of ops/math/unary.c and ops/common/activation.c (NaN
+ * propagates through every comparison as there), with libm's functions. */
+static float unop(keel_dev_unop op, float a, float b, float x) {
+  float t;
   switch (op) {
     case KEEL_DEV_RELU: return x > 0.0f ? x : (x != x ? x : 0.0f);
     case KEEL_DEV_NEG: return -x;
@@ -121,15 +125,36 @@ static float unop(keel_dev_unop op, float x) {
     case KEEL_DEV_EXP: return expf(x);
     case KEEL_DEV_SIGMOID: return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
     case KEEL_DEV_TANH: return tanhf(x);
-    default: return logf(x);
+    case KEEL_DEV_LOG: return logf(x);
+    case KEEL_DEV_ERF: return erff(x);
+    case KEEL_DEV_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+    case KEEL_DEV_GELU_TANH:
+      return 0.5f * x * (1.0f + tanhf(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+    case KEEL_DEV_RECIP: return 1.0f / x;
+    case KEEL_DEV_FLOOR: return floorf(x);
+    case KEEL_DEV_CEIL: return ceilf(x);
+    case KEEL_DEV_SOFTPLUS: return (x > 0 ? x : 0) + log1pf(expf(-fabsf(x)));
+    case KEEL_DEV_LEAKY: return x < 0 ? a * x : x;
+    case KEEL_DEV_ELU: return x < 0 ? a * expm1f(x) : x;
+    case KEEL_DEV_HSIGMOID: t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t;
+    case KEEL_DEV_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    case KEEL_DEV_CLIP: t = x < a ? a : x; return t > b ? b : t; /* lower bound first, as numpy */
+    case KEEL_DEV_COS: return cosf(x);
+    case KEEL_DEV_SIN: return sinf(x);
+    case KEEL_DEV_SILU: return x / (1 + expf(-x));
+    case KEEL_DEV_HSIGMOID_MUL: t = a * x + b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    default: return NAN; /* not a code: the caller checked */
   }
 }
 
-static keel_status emu_unary(void *impl, keel_dev_unop op, int64_t n, const float *x, float *y) {
+static keel_status emu_unary(void *impl, keel_dev_unop op, float a, float b, int64_t n,
+                             const float *x, float *y) {
   (void)impl;
+  if ((unsigned)op >= KEEL_DEV_UNOP_COUNT)
+    return keel_err(KEEL_ERR_INTERNAL, "emu: unary op code %d", (int)op);
   const float *hx = host_of(x);
   float *hy = host_of(y);
-  for (int64_t i = 0; i < n; i++) hy[i] = unop(op, hx[i]);
+  for (int64_t i = 0; i < n; i++) hy[i] = unop(op, a, b, hx[i]);
   return KEEL_OK;
 }
 
@@ -164,6 +189,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   d->move = &keel_emu_move; /* the kernel groups (dev_<group>.h) */
   d->norm = &keel_emu_norm;
   d->conv = &keel_emu_conv;
+  d->attn = &keel_emu_attn;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

@@ -24,8 +24,11 @@
  *
  * The GPU kernels are those of src/device/kernels (float32): element-wise
  * Add, Sub, Mul, Div, Max, Min, Pow with broadcasting up to rank 8; Relu,
- * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log; Softmax over the last axis;
+ * Neg, Abs, Sqrt, Exp, Sigmoid, Tanh, Log, Erf, Gelu (and com.microsoft's),
+ * Reciprocal, Floor, Ceil, Softplus, LeakyRelu, Elu, HardSigmoid,
+ * HardSwish, Cos, Sin, Clip (constant bounds); Softmax over the last axis;
  * the blas group's MatMul, Gemm and FusedMatMul (gpu_takes_blas);
+ * FusedAttention (gpu_takes_attn: blas products and the attn group);
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
  * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
@@ -58,7 +61,10 @@
 #define GPU_MAX_RANK 8
 
 static const char *const GPU_BINARY[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
-static const char *const GPU_UNARY[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log"};
+static const char *const GPU_UNARY[] = {"Relu",       "Neg",        "Abs",   "Sqrt",     "Exp",
+                                        "Sigmoid",    "Tanh",       "Log",   "Erf",      "Gelu",
+                                        "Reciprocal", "Floor",      "Ceil",  "Softplus", "LeakyRelu",
+                                        "Elu",        "HardSigmoid", "HardSwish", "Cos", "Sin"};
 
 static bool one_of(const char *op, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -88,8 +94,8 @@ static bool gpu_matrix_operand(const keel_shapes *S, const keel_graph *g, const 
 
 /* MatMul, Gemm (device/dev_blas.h; ops/math/matmul/matmul_gpu.c): float32
  * operands of known rank, every attribute and broadcast the ops allow;
- * FusedMatMul with its bias and residual, when its fused activation is
- * one the device has (none, Relu, Sigmoid, Tanh). Not on a device whose
+ * FusedMatMul with its bias and residual and any fused activation (the
+ * unary kernel has each of activation.h's). Not on a device whose
  * BLAS did not load (m->gpu_no_blas). */
 static bool gpu_takes_blas(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                            const keel_node *n) {
@@ -108,9 +114,7 @@ static bool gpu_takes_blas(const keel_model *m, const keel_shapes *S, const keel
       keel_err_clear(); /* the binding reports a bad activation */
       return false;
     }
-    bool act_ok = act.kind == KEEL_ACT_NONE || act.kind == KEEL_ACT_RELU ||
-                  act.kind == KEEL_ACT_SIGMOID || act.kind == KEEL_ACT_TANH;
-    return act_ok && n->n_in >= 2 && n->n_in <= 4 && gpu_matrix_operand(S, g, n->in_names[0]) &&
+    return n->n_in >= 2 && n->n_in <= 4 && gpu_matrix_operand(S, g, n->in_names[0]) &&
            gpu_tensor(S, g, n->in_names[1]) && gpu_tensor_opt(S, g, n, 2) && gpu_tensor_opt(S, g, n, 3);
   }
   return false;
@@ -308,6 +312,47 @@ static bool gpu_takes_conv(const keel_shapes *S, const keel_graph *g, const keel
                                   (gpu_tensor(S, g, n->in_names[2]) && b->rank == 1));
 }
 
+/* Clip: float32, its bounds absent, attributes (before opset 11) or
+ * float32 scalar constants, which the kernel takes as parameters (read on
+ * the host at binding; a bound computed at run time stays on the CPU). */
+static bool gpu_takes_clip(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if (n->n_in < 1 || n->n_in > 3 || !gpu_tensor(S, g, n->in_names[0])) return false;
+  for (int32_t i = 1; i < n->n_in; i++) {
+    if (!n->in_names[i][0]) continue;
+    int32_t c = n->opset >= 11 ? keel_ir_const_of(m, g, n->in_names[i]) : -1;
+    const keel_tensor *t = c >= 0 ? &m->consts[c] : NULL;
+    if (!t || t->dtype != KEEL_FLOAT || keel_tensor_numel(t) != 1 || !t->data) return false;
+  }
+  return true;
+}
+
+/* FusedAttention (ops/nn/attention/attention_gpu.c: the blas group's two
+ * products around the attn group's masked softmax): float32 Q, K, V all
+ * of rank 4 or all of rank 3, the mask mask_kind names (float32 for add,
+ * bool for where and where_not) of known rank up to 4, a device with a
+ * BLAS. Any layout attribute; the rest the op checks as on the CPU. */
+static bool gpu_takes_attn(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                           const keel_node *n) {
+  if (m->gpu_no_blas || n->n_subs || n->n_out != 1 || n->n_in < 3 || n->n_in > 4 ||
+      !gpu_tensor(S, g, n->out_names[0]))
+    return false;
+  int32_t r = -1;
+  for (int32_t i = 0; i < 3; i++) {
+    const keel_sshape *v = gpu_tensor(S, g, n->in_names[i]) ? keel_shapes_find(S, g, n->in_names[i]) : NULL;
+    if (!v || (v->rank != 3 && v->rank != 4) || (r >= 0 && v->rank != r)) return false;
+    r = v->rank;
+  }
+  const keel_attr *a = keel_node_attr(n, "mask_kind");
+  if (a && a->type != KEEL_ATTR_STRING) return false;
+  const char *kind = a ? a->s : "none";
+  bool has = n->n_in > 3 && n->in_names[3][0], add = !strcmp(kind, "add");
+  if (!strcmp(kind, "none")) return !has;
+  if (!has || (!add && strcmp(kind, "where") && strcmp(kind, "where_not"))) return false;
+  const keel_sshape *mk = keel_shapes_find(S, g, n->in_names[3]);
+  return mk && mk->rank >= 0 && mk->rank <= 4 && mk->dtype == (add ? KEEL_FLOAT : KEEL_BOOL);
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
@@ -315,6 +360,15 @@ static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_grap
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n) ||
       gpu_takes_conv(S, g, n))
     return true;
+  if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(n->op_type, "FusedAttention"))
+    return gpu_takes_attn(m, S, g, n);
+  /* com.microsoft's Gelu: the exact form, one input; Y has X's type (the
+   * schema's; inference gives com.microsoft's ops no types), its rank known */
+  if (!strcmp(n->domain, "com.microsoft") && !strcmp(n->op_type, "Gelu")) {
+    const keel_sshape *y = n->n_out == 1 ? keel_shapes_find(S, g, n->out_names[0]) : NULL;
+    return !n->n_subs && n->n_in == 1 && gpu_tensor(S, g, n->in_names[0]) && y && y->rank >= 0 &&
+           y->rank <= GPU_MAX_RANK && (!y->dtype || y->dtype == KEEL_FLOAT);
+  }
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
@@ -323,6 +377,7 @@ static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_grap
     return n->n_in == 2 && gpu_tensor(S, g, n->in_names[0]) && gpu_tensor(S, g, n->in_names[1]);
   if (one_of(op, GPU_UNARY, sizeof GPU_UNARY / sizeof *GPU_UNARY))
     return n->n_in == 1 && gpu_tensor(S, g, n->in_names[0]);
+  if (!strcmp(op, "Clip")) return gpu_takes_clip(m, S, g, n);
   if (!strcmp(op, "Softmax") && n->n_in == 1 && gpu_tensor(S, g, n->in_names[0])) {
     const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
     const keel_attr *a = keel_node_attr(n, "axis");

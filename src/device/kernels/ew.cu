@@ -45,7 +45,10 @@ extern "C" __global__ void keel_ew_binary_bcast(int op, i64 n, struct bcast g, c
   }
 }
 
-static __device__ __forceinline__ float unop(int op, float x) {
+/* device.h's keel_dev_unop codes, with parameters a and b; the formulas
+ * are emu.c's (ops/math/unary.c's), NaN propagation included. */
+static __device__ __forceinline__ float unop(int op, float a, float b, float x) {
+  float t;
   switch (op) {
     case 0: return x > 0.0f ? x : (x != x ? x : 0.0f);
     case 1: return -x;
@@ -54,13 +57,29 @@ static __device__ __forceinline__ float unop(int op, float x) {
     case 4: return f_exp(x);
     case 5: return x >= 0 ? f_div(1.0f, 1.0f + f_exp(-x)) : f_div(f_exp(x), 1.0f + f_exp(x));
     case 6: return f_tanh(x);
-    default: return f_log(x);
+    case 7: return f_log(x);
+    case 8: return f_erf(x);
+    case 9: return 0.5f * x * (1.0f + f_erf(x * 0.70710678118654752440f));
+    case 10: return 0.5f * x * (1.0f + f_tanh(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+    case 11: return f_div(1.0f, x);
+    case 12: return f_floor(x);
+    case 13: return f_ceil(x);
+    case 14: return (x > 0 ? x : 0) + f_log1p(f_exp(-f_abs(x)));
+    case 15: return x < 0 ? a * x : x;
+    case 16: return x < 0 ? a * f_expm1(x) : x;
+    case 17: t = a * x + b; return t < 0 ? 0 : t > 1 ? 1 : t;
+    case 18: t = f_div(x, 6.0f) + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
+    case 19: t = x < a ? a : x; return t > b ? b : t;
+    case 20: return f_cos(x);
+    case 21: return f_sin(x);
+    case 22: return f_div(x, 1.0f + f_exp(-x));
+    default: t = a * x + b; return x * (t < 0 ? 0 : t > 1 ? 1 : t); /* 23 */
   }
 }
 
-extern "C" __global__ void keel_ew_unary(int op, i64 n, const float *x, float *y) {
+extern "C" __global__ void keel_ew_unary(int op, float a, float b, i64 n, const float *x, float *y) {
   for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-    y[i] = unop(op, x[i]);
+    y[i] = unop(op, a, b, x[i]);
 }
 
 /* Softmax over rows of `cols`: one block of 256 threads per row; max and

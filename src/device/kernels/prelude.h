@@ -22,6 +22,9 @@ static __device__ __forceinline__ float f_div(float a, float b) { return __nvvm_
 static __device__ __forceinline__ float f_max(float a, float b) { return __nvvm_fmax_f(a, b); }
 static __device__ __forceinline__ float f_min(float a, float b) { return __nvvm_fmin_f(a, b); }
 static __device__ __forceinline__ float f_abs(float x) { return __nvvm_fabs_f(x); }
+static __device__ __forceinline__ float f_fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+static __device__ __forceinline__ float f_floor(float x) { return __builtin_floorf(x); }
+static __device__ __forceinline__ float f_ceil(float x) { return __builtin_ceilf(x); }
 static __device__ __forceinline__ float shfl_xor(float v, int lane_mask) {
   return __nvvm_shfl_sync_bfly_f32(0xffffffffu, v, lane_mask, 31);
 }
@@ -58,5 +61,9 @@ static __device__ __forceinline__ float f_pow(float a, float b) {
   }
   return r;
 }
+
+/* erf, expm1, log1p, sin, cos over the helpers above */
+#define F_FN static __device__ __forceinline__
+#include "fmath.h"
 
 #endif

@@ -18,6 +18,7 @@
 #include "ops/common/activation.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
+#include "ops/math/math_gpu.h"
 #include "ops/nn/norm/norm.h"
 
 #define MS "com.microsoft"
@@ -411,7 +412,7 @@ static keel_status op_skip_simplified_layernorm(keel_kctx *k) { return skip_norm
 const keel_opdef keel_ops_contrib[] = {
     {MS, "FusedMatMul", 1, KEEL_OPSET_MAX, op_fused_matmul, 0, KEEL_TS_FLOAT},
     {MS, "FusedConv", 1, KEEL_OPSET_MAX, op_fused_conv, 0, F32H},
-    {MS, "Gelu", 1, KEEL_OPSET_MAX, op_gelu, 0, F32H},
+    {MS, "Gelu", 1, KEEL_OPSET_MAX, op_gelu, 0, F32H, keel_gpu_unary_impls},
     {MS, "FastGelu", 1, KEEL_OPSET_MAX, op_fast_gelu, 0, F32H},
     {MS, "BiasGelu", 1, KEEL_OPSET_MAX, op_bias_gelu, 0, F32H},
     {MS, "QuickGelu", 1, KEEL_OPSET_MAX, op_quick_gelu, 0, F32H},

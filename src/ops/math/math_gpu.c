@@ -9,6 +9,8 @@
  * nothing here reads or writes their bytes on the host. */
 #include "ops/math/math_gpu.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/status.h"
@@ -23,9 +25,13 @@ static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE
 static const char *const BIN_OPS[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
 static const keel_dev_binop BIN_CODES[] = {KEEL_DEV_ADD, KEEL_DEV_SUB, KEEL_DEV_MUL, KEEL_DEV_DIV,
                                            KEEL_DEV_MAX, KEEL_DEV_MIN, KEEL_DEV_POW};
-static const char *const UN_OPS[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log"};
-static const keel_dev_unop UN_CODES[] = {KEEL_DEV_RELU, KEEL_DEV_NEG,     KEEL_DEV_ABS,  KEEL_DEV_SQRT,
-                                         KEEL_DEV_EXP,  KEEL_DEV_SIGMOID, KEEL_DEV_TANH, KEEL_DEV_LOG};
+static const char *const UN_OPS[] = {"Relu", "Neg", "Abs", "Sqrt", "Exp", "Sigmoid", "Tanh", "Log",
+                                     "Erf", "Reciprocal", "Floor", "Ceil", "Softplus", "HardSwish",
+                                     "Cos", "Sin"};
+static const keel_dev_unop UN_CODES[] = {
+    KEEL_DEV_RELU, KEEL_DEV_NEG,   KEEL_DEV_ABS,  KEEL_DEV_SQRT,  KEEL_DEV_EXP,      KEEL_DEV_SIGMOID,
+    KEEL_DEV_TANH, KEEL_DEV_LOG,   KEEL_DEV_ERF,  KEEL_DEV_RECIP, KEEL_DEV_FLOOR,    KEEL_DEV_CEIL,
+    KEEL_DEV_SOFTPLUS, KEEL_DEV_HSWISH, KEEL_DEV_COS, KEEL_DEV_SIN};
 
 static keel_status code_of(const keel_prep_ctx *p, const char *const *names, const void *codes,
                            size_t size, size_t n, void **state) {
@@ -40,8 +46,73 @@ static keel_status code_of(const keel_prep_ctx *p, const char *const *names, con
 static keel_status bin_prepare(const keel_prep_ctx *p, void **state) {
   return code_of(p, BIN_OPS, BIN_CODES, sizeof *BIN_CODES, sizeof BIN_CODES / sizeof *BIN_CODES, state);
 }
+
+/* A unary node's kernel: the op's code and its two parameters, from the
+ * attributes (their defaults the CPU kernels', ops/math/unary.c) or, for
+ * Clip-11 and later, from constant bounds (the place pass's condition:
+ * bounds absent or constants, which prepare reads on the host). */
+typedef struct un_state {
+  keel_dev_unop op;
+  float a, b;
+} un_state;
+
+static float attr_f(const keel_node *n, const char *name, float dflt) {
+  const keel_attr *a = keel_node_attr(n, name);
+  return a && a->type == KEEL_ATTR_FLOAT ? a->f : dflt;
+}
+
+/* Clip-11+ bound i from its constant (absent: `none`). */
+static keel_status clip_const(const keel_prep_ctx *p, int i, float none, float *v) {
+  const keel_node *n = p->node;
+  *v = none;
+  if (i >= n->n_in || !n->in_names[i][0]) return KEEL_OK;
+  const keel_tensor *t = p->consts[i];
+  if (!t || t->dtype != KEEL_FLOAT || keel_tensor_numel(t) != 1 || !t->data)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Clip: the %s must be a float32 scalar constant",
+                    i == 1 ? "min" : "max");
+  *v = *(const float *)t->data;
+  return KEEL_OK;
+}
+
+static keel_status un_params(const keel_prep_ctx *p, un_state *u) {
+  const keel_node *n = p->node;
+  const char *op = n->op_type;
+  u->a = u->b = 0.0f;
+  if (!strcmp(op, "Gelu")) { /* ONNX's (opset 20) or com.microsoft's (exact) */
+    const keel_attr *ap = keel_node_attr(n, "approximate");
+    bool tanh_ = ap && ap->type == KEEL_ATTR_STRING && !strcmp(ap->s, "tanh");
+    if (ap && !tanh_ && (ap->type != KEEL_ATTR_STRING || strcmp(ap->s, "none")))
+      return keel_err(KEEL_ERR_INVALID_MODEL, "Gelu: approximate must be 'none' or 'tanh'");
+    u->op = tanh_ ? KEEL_DEV_GELU_TANH : KEEL_DEV_GELU;
+  } else if (!strcmp(op, "LeakyRelu")) {
+    u->op = KEEL_DEV_LEAKY, u->a = attr_f(n, "alpha", 0.01f);
+  } else if (!strcmp(op, "Elu")) {
+    u->op = KEEL_DEV_ELU, u->a = attr_f(n, "alpha", 1.0f);
+  } else if (!strcmp(op, "HardSigmoid")) {
+    u->op = KEEL_DEV_HSIGMOID, u->a = attr_f(n, "alpha", 0.2f), u->b = attr_f(n, "beta", 0.5f);
+  } else if (!strcmp(op, "Clip")) {
+    u->op = KEEL_DEV_CLIP;
+    if (n->opset >= 11) {
+      KEEL_TRY(clip_const(p, 1, -INFINITY, &u->a));
+      KEEL_TRY(clip_const(p, 2, INFINITY, &u->b));
+    } else { /* Clip-1: an absent bound is none; Clip-6: +-FLT_MAX */
+      float lim = n->opset >= 6 ? FLT_MAX : INFINITY;
+      u->a = attr_f(n, "min", -lim), u->b = attr_f(n, "max", lim);
+    }
+  } else {
+    void *code;
+    KEEL_TRY(code_of(p, UN_OPS, UN_CODES, sizeof *UN_CODES, sizeof UN_CODES / sizeof *UN_CODES, &code));
+    u->op = *(const keel_dev_unop *)code;
+  }
+  return KEEL_OK;
+}
+
 static keel_status un_prepare(const keel_prep_ctx *p, void **state) {
-  return code_of(p, UN_OPS, UN_CODES, sizeof *UN_CODES, sizeof UN_CODES / sizeof *UN_CODES, state);
+  un_state u;
+  KEEL_TRY(un_params(p, &u));
+  KEEL_TRY(keel_prep_alloc(p, sizeof u, state));
+  memcpy(*state, &u, sizeof u);
+  return KEEL_OK;
 }
 
 static keel_status float_in(keel_kctx *k, int i, const keel_tensor **t) {
@@ -78,7 +149,8 @@ static keel_status gpu_unary(keel_kctx *k) {
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
   int64_t n = keel_tensor_numel(y);
-  return n ? keel_device_unary(k->dev, *(const keel_dev_unop *)k->prep, n, x->data, y->data) : KEEL_OK;
+  const un_state *u = k->prep;
+  return n ? keel_device_unary_p(k->dev, u->op, u->a, u->b, n, x->data, y->data) : KEEL_OK;
 }
 
 /* Softmax over the last axis (the placement's condition: at opset 13 and
@@ -97,7 +169,9 @@ static keel_status gpu_softmax(keel_kctx *k) {
 #define GPU_IMPL(fn, prep, rule) {"gpu", on_gpu, prep, NULL, fn, rule, KEEL_NODE_GPU}
 static const keel_impl gpu_binary_impl =
     GPU_IMPL(gpu_binary, bin_prepare, "placed on the GPU (float32, broadcast up to rank 8)");
-static const keel_impl gpu_unary_impl = GPU_IMPL(gpu_unary, un_prepare, "placed on the GPU (float32)");
+static const keel_impl gpu_unary_impl = {"gpu",       on_gpu,   un_prepare,   keel_prep_block_release,
+                                         gpu_unary,   "placed on the GPU (float32; Clip's bounds constants)",
+                                         KEEL_NODE_GPU};
 const keel_impl keel_gpu_softmax_impl = GPU_IMPL(gpu_softmax, NULL, "placed on the GPU (float32, last axis)");
 
 const keel_impl *const keel_gpu_binary_impls[] = {&gpu_binary_impl, NULL};

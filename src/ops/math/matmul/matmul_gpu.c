@@ -17,9 +17,8 @@
  *   Gemm    Y = C broadcast onto [M, N] (fill_2d), then the product with
  *           alpha, beta, transA, transB.
  *   FusedMatMul  the product, then the element-wise group's kernels: bias
- *           and residual as broadcast Adds, the activation when the
- *           device has it (Relu, Sigmoid, Tanh; the place pass leaves the
- *           others on the CPU).
+ *           and residual as broadcast Adds, the activation (any of
+ *           activation.h's) by the unary kernel with its parameters.
  */
 #include "ops/math/matmul/matmul_gpu.h"
 
@@ -139,13 +138,21 @@ static keel_status gpu_gemm(keel_kctx *k) {
 
 /* ======================================================= FusedMatMul */
 
-/* The device's unary kernel for a fused activation; false when it has
- * none (the place pass's condition, passes/pass_place.c). */
+/* The device's unary kernel for a fused activation (each of
+ * activation.h's kinds; its a and b are the kernel's parameters). */
 static bool act_code(keel_act_kind kind, keel_dev_unop *op) {
   switch (kind) {
     case KEEL_ACT_RELU: return *op = KEEL_DEV_RELU, true;
+    case KEEL_ACT_LEAKY: return *op = KEEL_DEV_LEAKY, true;
+    case KEEL_ACT_CLIP: return *op = KEEL_DEV_CLIP, true;
+    case KEEL_ACT_HSIGMOID: return *op = KEEL_DEV_HSIGMOID, true;
+    case KEEL_ACT_HSWISH: return *op = KEEL_DEV_HSWISH, true;
     case KEEL_ACT_SIGMOID: return *op = KEEL_DEV_SIGMOID, true;
     case KEEL_ACT_TANH: return *op = KEEL_DEV_TANH, true;
+    case KEEL_ACT_SILU: return *op = KEEL_DEV_SILU, true;
+    case KEEL_ACT_HSIGMOID_MUL: return *op = KEEL_DEV_HSIGMOID_MUL, true;
+    case KEEL_ACT_GELU: return *op = KEEL_DEV_GELU, true;
+    case KEEL_ACT_GELU_TANH: return *op = KEEL_DEV_GELU_TANH, true;
     default: return false;
   }
 }
@@ -204,7 +211,8 @@ static keel_status gpu_fused_matmul(keel_kctx *k) {
     pad_dims(z->rank, z->shape, rank, zd);
     KEEL_TRY(keel_device_binary(k->dev, KEEL_DEV_ADD, rank, shape, cd, c, zd, z->data, y->data));
   }
-  if (act.kind != KEEL_ACT_NONE) KEEL_TRY(keel_device_unary(k->dev, act_op, ny, y->data, y->data));
+  if (act.kind != KEEL_ACT_NONE)
+    KEEL_TRY(keel_device_unary_p(k->dev, act_op, act.a, act.b, ny, y->data, y->data));
   return KEEL_OK;
 }
 
@@ -216,7 +224,7 @@ static const keel_impl gpu_matmul_impl =
 static const keel_impl gpu_gemm_impl =
     GPU_IMPL(gpu_gemm, "placed on the GPU (float32, every attribute, C broadcast)");
 const keel_impl keel_gpu_fused_matmul_impl =
-    GPU_IMPL(gpu_fused_matmul, "placed on the GPU (float32; bias, residual, Relu/Sigmoid/Tanh)");
+    GPU_IMPL(gpu_fused_matmul, "placed on the GPU (float32; bias, residual, any fused activation)");
 
 const keel_impl *const keel_gpu_matmul_impls[] = {&gpu_matmul_impl, NULL};
 const keel_impl *const keel_gpu_gemm_impls[] = {&gpu_gemm_impl, NULL};

@@ -24,13 +24,15 @@
  * polarity (a -inf fill cuts each row's keys to its kept ones), and rows
  * whose every score is -inf NaN, as the unfused Softmax gives them. The
  * reference for this op is the unfused chain (KEEL_OPT_NO_GRAPH_PASSES):
- * tests/test_pass_attention.c compares them.
+ * tests/test_pass_attention.c compares them. On a device it runs as
+ * attention_gpu.c composes it, from the same reading (keel_fa_plan).
  */
 #include <math.h>
 
-#include "ops/nn/attention/attention.h"
+#include "ops/nn/attention/attention_fused.h"
 
-enum { MK_NONE, MK_ADD, MK_WHERE, MK_WHERE_NOT };
+enum { MK_NONE = KEEL_FA_MASK_NONE, MK_ADD = KEEL_FA_MASK_ADD, MK_WHERE = KEEL_FA_MASK_WHERE,
+       MK_WHERE_NOT = KEEL_FA_MASK_WHERE_NOT };
 /* layout bits (passes/pass_attention.c): operand read, Y written, as
  * [B, S, H, D] instead of [B, H, S, D] (K: [B, S, H, D] instead of Kt) */
 enum { FA_L_Q = 1, FA_L_K = 2, FA_L_V = 4, FA_L_Y = 8 };
@@ -127,7 +129,7 @@ static keel_status fa_mask(const keel_tensor *m, int kind, keel_sdpa *s) {
   return KEEL_OK;
 }
 
-static keel_status op_fused_attention(keel_kctx *k) {
+keel_status keel_fa_plan(keel_kctx *k, keel_sdpa *sp, keel_tensor **yp, int *kind_out) {
   const keel_tensor *t[3], *mask = NULL;
   for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
   KEEL_TRY(keel_k_in_opt(k, 3, &mask));
@@ -163,6 +165,15 @@ static keel_status op_fused_attention(keel_kctx *k) {
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r3 ? 3 : 4, r3 ? ys + 1 : ys, &y));
   s.y = y->data;
   s.y_sb = s.Sq * s.Hq * s.Dv, s.y_sh = ybshd ? s.Dv : s.Sq * s.Dv, s.y_ss = dims_of(ys, ybshd).ss;
+  *sp = s, *yp = y, *kind_out = kind;
+  return KEEL_OK;
+}
+
+static keel_status op_fused_attention(keel_kctx *k) {
+  keel_sdpa s;
+  keel_tensor *y;
+  int kind;
+  KEEL_TRY(keel_fa_plan(k, &s, &y, &kind));
   if (keel_tensor_numel(y) == 0) return KEEL_OK;
   if (s.Skv == 0) { /* MatMul over no keys: zeros */
     memset(y->data, 0, (size_t)keel_tensor_numel(y) * sizeof(float));
@@ -176,6 +187,6 @@ static keel_status op_fused_attention(keel_kctx *k) {
 
 const keel_opdef keel_ops_attention_fused[] = {
     {"ai.keel.internal", "FusedAttention", 1, KEEL_OPSET_MAX, op_fused_attention, 0,
-     KEEL_T(KEEL_FLOAT)},
+     KEEL_T(KEEL_FLOAT), keel_gpu_fused_attention_impls},
     {0},
 };

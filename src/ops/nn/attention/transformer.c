@@ -17,6 +17,7 @@
 #include "ops/common/activation.h"
 #include "ops/common/bcast.h"
 #include "ops/common/vmath.h"
+#include "ops/math/math_gpu.h"
 
 /* ============================================================ staging */
 
@@ -408,7 +409,7 @@ static keel_status op_rotary_ms(keel_kctx *k) {
 const keel_opdef keel_ops_transformer[] = {
     {"", "RMSNormalization", 23, KEEL_OPSET_MAX, op_rms_norm, 0, KEEL_TS_FLOAT},
     {"", "RotaryEmbedding", 23, KEEL_OPSET_MAX, op_rotary, 0, KEEL_TS_FLOAT},
-    {"", "Gelu", 20, KEEL_OPSET_MAX, op_gelu, 0, KEEL_TS_FLOAT},
+    {"", "Gelu", 20, KEEL_OPSET_MAX, op_gelu, 0, KEEL_TS_FLOAT, keel_gpu_unary_impls},
     {"", "Swish", 24, KEEL_OPSET_MAX, op_swish, 0, KEEL_TS_FLOAT},
     {"", "SwiGLU", 28, KEEL_OPSET_MAX, op_swiglu, 0, KEEL_TS_FLOAT},
     {"com.microsoft", "RotaryEmbedding", 1, KEEL_OPSET_MAX, op_rotary_ms, 0,
