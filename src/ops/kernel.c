@@ -349,3 +349,13 @@ bool keel_prep_never(const keel_prep_ctx *p) {
   (void)p;
   return false;
 }
+
+bool keel_prep_on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
+
+keel_status keel_k_in_f32(keel_kctx *k, int i, bool optional, const keel_tensor **t) {
+  KEEL_TRY(optional ? keel_k_in_opt(k, i, t) : keel_k_in(k, i, t));
+  if (*t && (*t)->dtype != KEEL_FLOAT)
+    return keel_err(KEEL_ERR_SHAPE, "GPU kernel: input %d is %s, the placement expected float32", i,
+                    keel_dtype_name((keel_dtype)(*t)->dtype));
+  return KEEL_OK;
+}

@@ -193,6 +193,10 @@ KEEL_INTERNAL void keel_prep_block_release(void *state, keel_heap *heap);
 KEEL_INTERNAL bool keel_prep_always(const keel_prep_ctx *p);
 /* supports() of an implementation this build or CPU never has. */
 KEEL_INTERNAL bool keel_prep_never(const keel_prep_ctx *p);
+/* supports() of a GPU implementation (keel_impl.device KEEL_NODE_GPU):
+ * the node is placed on the device; which nodes go there is the place
+ * pass's decision (passes/pass_place.c), made on the inferred types. */
+KEEL_INTERNAL bool keel_prep_on_gpu(const keel_prep_ctx *p);
 #define KEEL_IMPL_FROM_ATTRS(var, label, prep_fn, kernel)                                  \
   static keel_status var##_prepare(const keel_prep_ctx *p, void **state) {                \
     return keel_prep_from_attrs(p, prep_fn, state);                                       \
@@ -227,6 +231,10 @@ KEEL_INTERNAL keel_status keel_k_in_opt(keel_kctx *k, int i,
                                         const keel_tensor **t);
 /* Input i as a tensor; error when omitted or not a tensor. */
 KEEL_INTERNAL keel_status keel_k_in(keel_kctx *k, int i, const keel_tensor **t);
+/* keel_k_in for the GPU implementations: input i must be float32, the
+ * type the placement checked (an error naming the input otherwise). With
+ * `optional`, an omitted input gives *t NULL. */
+KEEL_INTERNAL keel_status keel_k_in_f32(keel_kctx *k, int i, bool optional, const keel_tensor **t);
 /* Input i (an int32/int64 tensor of rank <= 1) as int64s: up to `cap`
  * values into buf, count in *n. */
 KEEL_INTERNAL keel_status keel_k_in_ints(keel_kctx *k, int i, int64_t *buf,

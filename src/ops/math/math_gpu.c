@@ -18,8 +18,6 @@
 #include "device/dev_norm.h"
 #include "device/device.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 /* The op's code, kept as the node's prepared state: a pointer into a
  * static table (nothing to free). */
 static const char *const BIN_OPS[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"};
@@ -115,18 +113,10 @@ static keel_status un_prepare(const keel_prep_ctx *p, void **state) {
   return KEEL_OK;
 }
 
-static keel_status float_in(keel_kctx *k, int i, const keel_tensor **t) {
-  KEEL_TRY(keel_k_in(k, i, t));
-  if ((*t)->dtype != KEEL_FLOAT)
-    return keel_err(KEEL_ERR_SHAPE, "GPU kernel: input %d is %s, the placement expected float32", i,
-                    keel_dtype_name((keel_dtype)(*t)->dtype));
-  return KEEL_OK;
-}
-
 static keel_status gpu_binary(keel_kctx *k) {
   const keel_tensor *a, *b;
-  KEEL_TRY(float_in(k, 0, &a));
-  KEEL_TRY(float_in(k, 1, &b));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &a));
+  KEEL_TRY(keel_k_in_f32(k, 1, false, &b));
   int rank;
   int64_t dims[KEEL_MAX_RANK], ad[KEEL_MAX_RANK], bd[KEEL_MAX_RANK];
   KEEL_TRY(keel_broadcast_shape(a->rank, a->shape, b->rank, b->shape, &rank, dims));
@@ -145,7 +135,7 @@ static keel_status gpu_binary(keel_kctx *k) {
 
 static keel_status gpu_unary(keel_kctx *k) {
   const keel_tensor *x;
-  KEEL_TRY(float_in(k, 0, &x));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &x));
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
   int64_t n = keel_tensor_numel(y);
@@ -158,7 +148,7 @@ static keel_status gpu_unary(keel_kctx *k) {
  * on, which is the last dim alone). */
 static keel_status gpu_softmax(keel_kctx *k) {
   const keel_tensor *x;
-  KEEL_TRY(float_in(k, 0, &x));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &x));
   if (x->rank < 1) return keel_err(KEEL_ERR_SHAPE, "GPU Softmax: a scalar input");
   keel_tensor *y;
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, x->shape, &y));
@@ -166,10 +156,10 @@ static keel_status gpu_softmax(keel_kctx *k) {
   return n ? keel_device_softmax(k->dev, n / cols, cols, x->data, y->data) : KEEL_OK;
 }
 
-#define GPU_IMPL(fn, prep, rule) {"gpu", on_gpu, prep, NULL, fn, rule, KEEL_NODE_GPU}
+#define GPU_IMPL(fn, prep, rule) {"gpu", keel_prep_on_gpu, prep, NULL, fn, rule, KEEL_NODE_GPU}
 static const keel_impl gpu_binary_impl =
     GPU_IMPL(gpu_binary, bin_prepare, "placed on the GPU (float32, broadcast up to rank 8)");
-static const keel_impl gpu_unary_impl = {"gpu",       on_gpu,   un_prepare,   keel_prep_block_release,
+static const keel_impl gpu_unary_impl = {"gpu",       keel_prep_on_gpu,   un_prepare,   keel_prep_block_release,
                                          gpu_unary,   "placed on the GPU (float32; Clip's bounds constants)",
                                          KEEL_NODE_GPU};
 const keel_impl keel_gpu_softmax_impl = GPU_IMPL(gpu_softmax, NULL, "placed on the GPU (float32, last axis)");
@@ -181,8 +171,8 @@ const keel_impl *const keel_gpu_binary_impls[] = {&gpu_binary_impl, NULL};
 static keel_status gpu_where(keel_kctx *k) {
   const keel_tensor *c, *a, *b;
   KEEL_TRY(keel_k_in(k, 0, &c));
-  KEEL_TRY(float_in(k, 1, &a));
-  KEEL_TRY(float_in(k, 2, &b));
+  KEEL_TRY(keel_k_in_f32(k, 1, false, &a));
+  KEEL_TRY(keel_k_in_f32(k, 2, false, &b));
   if (c->dtype != KEEL_BOOL) return keel_err(KEEL_ERR_SHAPE, "Where condition must be bool");
   int r1, r;
   int64_t s1[KEEL_MAX_RANK], dims[KEEL_MAX_RANK], cs[KEEL_MAX_RANK], as[KEEL_MAX_RANK], bs[KEEL_MAX_RANK];
@@ -229,7 +219,7 @@ static const keel_impl gpu_cast_impl = GPU_IMPL(gpu_cast, NULL, "placed on the G
  * shape is the CPU kernel's: keepdims leaves a 1 in its place. */
 static keel_status gpu_reduce(keel_kctx *k) {
   const keel_tensor *x;
-  KEEL_TRY(float_in(k, 0, &x));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &x));
   const char *op = k->node->op_type;
   bool sum = !strcmp(op, "ReduceSum"), mean = !strcmp(op, "ReduceMean");
   int since = sum ? 13 : 18, n = 0;

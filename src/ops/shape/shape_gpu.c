@@ -17,10 +17,8 @@
 #include "base/status.h"
 #include "device/dev_move.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 static const keel_impl gpu_move_impl = {
-    "gpu", on_gpu, NULL, NULL, NULL,
+    "gpu", keel_prep_on_gpu, NULL, NULL, NULL,
     "placed on the GPU (a view: no bytes move; else the device's strided copy)", KEEL_NODE_GPU};
 const keel_impl *const keel_gpu_move_impls[] = {&gpu_move_impl, NULL};
 
@@ -57,6 +55,6 @@ static keel_status gpu_gather(keel_kctx *k) {
 }
 
 static const keel_impl gpu_gather_impl = {
-    "gpu", on_gpu, NULL, NULL, gpu_gather,
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_gather,
     "placed on the GPU (float32 data, int32/int64 indices on the device)", KEEL_NODE_GPU};
 const keel_impl *const keel_gpu_gather_impls[] = {&gpu_gather_impl, NULL};

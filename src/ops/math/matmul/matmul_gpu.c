@@ -29,23 +29,6 @@
 #include "ops/math/matmul/matmul_fused.h"
 #include "ops/math/matmul/matmul_plan.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
-static keel_status float_in(keel_kctx *k, int i, const keel_tensor **t) {
-  KEEL_TRY(keel_k_in(k, i, t));
-  if ((*t)->dtype != KEEL_FLOAT)
-    return keel_err(KEEL_ERR_SHAPE, "GPU kernel: input %d is %s, the placement expected float32", i,
-                    keel_dtype_name((keel_dtype)(*t)->dtype));
-  return KEEL_OK;
-}
-static keel_status float_in_opt(keel_kctx *k, int i, const keel_tensor **t) {
-  KEEL_TRY(keel_k_in_opt(k, i, t));
-  if (*t && (*t)->dtype != KEEL_FLOAT)
-    return keel_err(KEEL_ERR_SHAPE, "GPU kernel: input %d is %s, the placement expected float32", i,
-                    keel_dtype_name((keel_dtype)(*t)->dtype));
-  return KEEL_OK;
-}
-
 /* The device's BLAS; the place pass keeps these ops off a device without
  * one, so its absence here is a placement made for another device. */
 static keel_status blas_of(keel_kctx *k, const keel_dev_blas **b) {
@@ -79,8 +62,8 @@ static bool slice_fits(const keel_mm_plan *p, int j, const int64_t *s, bool *zer
 static keel_status gpu_matmul(keel_kctx *k) {
   const keel_tensor *a, *b;
   const keel_dev_blas *bl;
-  KEEL_TRY(float_in(k, 0, &a));
-  KEEL_TRY(float_in(k, 1, &b));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &a));
+  KEEL_TRY(keel_k_in_f32(k, 1, false, &b));
   KEEL_TRY(blas_of(k, &bl));
   keel_mm_plan p;
   KEEL_TRY(keel_mm_plan_make(a, b, &p));
@@ -119,9 +102,9 @@ static keel_status gpu_matmul(keel_kctx *k) {
 static keel_status gpu_gemm(keel_kctx *k) {
   const keel_tensor *a, *b, *c;
   const keel_dev_blas *bl;
-  KEEL_TRY(float_in(k, 0, &a));
-  KEEL_TRY(float_in(k, 1, &b));
-  KEEL_TRY(float_in_opt(k, 2, &c));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &a));
+  KEEL_TRY(keel_k_in_f32(k, 1, false, &b));
+  KEEL_TRY(keel_k_in_f32(k, 2, true, &c));
   KEEL_TRY(blas_of(k, &bl));
   keel_gemm_args g;
   KEEL_TRY(keel_gemm_setup(k, a, b, c, &g));
@@ -165,10 +148,10 @@ static void pad_dims(int r, const int64_t *dims, int to, int64_t *out) {
 static keel_status gpu_fused_matmul(keel_kctx *k) {
   const keel_tensor *a, *b, *bias, *z;
   const keel_dev_blas *bl;
-  KEEL_TRY(float_in(k, 0, &a));
-  KEEL_TRY(float_in(k, 1, &b));
-  KEEL_TRY(float_in_opt(k, 2, &bias));
-  KEEL_TRY(float_in_opt(k, 3, &z));
+  KEEL_TRY(keel_k_in_f32(k, 0, false, &a));
+  KEEL_TRY(keel_k_in_f32(k, 1, false, &b));
+  KEEL_TRY(keel_k_in_f32(k, 2, true, &bias));
+  KEEL_TRY(keel_k_in_f32(k, 3, true, &z));
   KEEL_TRY(blas_of(k, &bl));
   keel_fmm_geom g;
   KEEL_TRY(keel_fmm_geom_of(k, a, b, bias, &g));
@@ -218,7 +201,7 @@ static keel_status gpu_fused_matmul(keel_kctx *k) {
 
 /* =================================================== the impl lists */
 
-#define GPU_IMPL(fn, rule) {"gpu", on_gpu, NULL, NULL, fn, rule, KEEL_NODE_GPU}
+#define GPU_IMPL(fn, rule) {"gpu", keel_prep_on_gpu, NULL, NULL, fn, rule, KEEL_NODE_GPU}
 static const keel_impl gpu_matmul_impl =
     GPU_IMPL(gpu_matmul, "placed on the GPU (float32, any ranks, batch broadcast)");
 static const keel_impl gpu_gemm_impl =

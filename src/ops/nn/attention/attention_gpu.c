@@ -31,8 +31,6 @@
  * [Sq, Skv] is larger. */
 #define SCORES_MAX ((int64_t)16 << 20)
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 static keel_status gpu_fused_attention(keel_kctx *k) {
   keel_sdpa s;
   keel_tensor *y;
@@ -87,6 +85,6 @@ static keel_status gpu_fused_attention(keel_kctx *k) {
 }
 
 static const keel_impl gpu_fused_attention_impl = {
-    "gpu", on_gpu, NULL, NULL, gpu_fused_attention,
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_fused_attention,
     "placed on the GPU (float32; mask none, add, where, where_not; any layout)", KEEL_NODE_GPU};
 const keel_impl *const keel_gpu_fused_attention_impls[] = {&gpu_fused_attention_impl, NULL};

@@ -16,8 +16,6 @@
 #include "ops/common/activation.h"
 #include "ops/common/conv_util.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 /* activation.h's kind as the device's (dev_conv.h); false for one the
  * device does not have (the Gelus: the place pass keeps those on the CPU) */
 static bool dev_act(const keel_act *a, int32_t *kind) {
@@ -105,5 +103,5 @@ static keel_status gpu_conv(keel_kctx *k) {
 }
 
 const keel_impl keel_gpu_conv = {
-    "gpu", on_gpu, NULL, NULL, gpu_conv,
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_conv,
     "placed on the GPU (float32, 1-D or 2-D; direct convolution)", KEEL_NODE_GPU};

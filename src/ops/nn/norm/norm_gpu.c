@@ -12,8 +12,6 @@
 #include "base/status.h"
 #include "device/dev_norm.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 static keel_status gpu_layernorm(keel_kctx *k) {
   const keel_tensor *x, *s, *b = NULL;
   KEEL_TRY(keel_k_in(k, 0, &x));
@@ -43,6 +41,6 @@ static keel_status gpu_layernorm(keel_kctx *k) {
 }
 
 static const keel_impl gpu_layernorm_impl = {
-    "gpu", on_gpu, NULL, NULL, gpu_layernorm,
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_layernorm,
     "placed on the GPU (float32, Scale and B over the normalized dims)", KEEL_NODE_GPU};
 const keel_impl *const keel_gpu_layernorm_impls[] = {&gpu_layernorm_impl, NULL};

@@ -15,8 +15,6 @@
 #include "ops/common/conv_util.h"
 #include "ops/nn/conv/conv_gpu.h"
 
-static bool on_gpu(const keel_prep_ctx *p) { return p->node->device == KEEL_NODE_GPU; }
-
 static keel_status no_kernels(const keel_kctx *k) {
   return keel_err(KEEL_ERR_UNSUPPORTED, "%s: %s has no pooling kernels", k->node->op_type,
                   k->dev ? k->dev->name : "no device");
@@ -68,7 +66,7 @@ static keel_status gpu_avgpool(keel_kctx *k) { return gpu_pool(k, KEEL_DEV_POOL_
 static keel_status gpu_global_max(keel_kctx *k) { return gpu_global(k, KEEL_DEV_POOL_MAX); }
 static keel_status gpu_global_avg(keel_kctx *k) { return gpu_global(k, KEEL_DEV_POOL_AVG); }
 
-#define GPU_IMPL(fn, rule) {"gpu", on_gpu, NULL, NULL, fn, rule, KEEL_NODE_GPU}
+#define GPU_IMPL(fn, rule) {"gpu", keel_prep_on_gpu, NULL, NULL, fn, rule, KEEL_NODE_GPU}
 static const keel_impl maxpool_impl = GPU_IMPL(gpu_maxpool, "placed on the GPU (float32, 1-D or 2-D, no Indices)");
 static const keel_impl avgpool_impl = GPU_IMPL(gpu_avgpool, "placed on the GPU (float32, 1-D or 2-D)");
 static const keel_impl global_max_impl = GPU_IMPL(gpu_global_max, "placed on the GPU (float32)");
