@@ -27,7 +27,8 @@ static keel_status emu_copy(keel_device *d, size_t es, int rank, const int64_t *
       r /= dims[k];
       ix += c * xs[k], iy += c * ys[k];
     }
-    memcpy(hy + (size_t)iy * es, hx + (size_t)ix * es, es);
+    /* strides may be negative (Slice with a negative step): signed offsets */
+    memcpy(hy + iy * (int64_t)es, hx + ix * (int64_t)es, es);
   }
   return KEEL_OK;
 }

@@ -92,7 +92,8 @@ static keel_status gpu_matmul(keel_kctx *k) {
       r /= p.batch[d];
       oa += c * p.sa[d], ob += c * p.sb[d];
     }
-    KEEL_TRY(bl->sgemm(k->dev, &g, A + oa * ma, B + ob * mb, C + o * inner * mc));
+    /* an empty operand (K = 0) has no bytes: no offset into NULL */
+    KEEL_TRY(bl->sgemm(k->dev, &g, A ? A + oa * ma : NULL, B ? B + ob * mb : NULL, C + o * inner * mc));
   }
   return KEEL_OK;
 }
