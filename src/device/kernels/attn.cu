@@ -2,27 +2,6 @@
  * Compiled to PTX by clang at build time (cmake/ptx.cmake). */
 #include "prelude.h"
 
-/* Max and sum over a block of 256 threads: warp shuffles, then the 8
- * warps' values in shared memory (as ew.cu's softmax). */
-static __device__ float block_reduce(float v, int is_max, float *sh) {
-  for (int m = 16; m > 0; m >>= 1) {
-    float o = shfl_xor(v, m);
-    v = is_max ? f_max(v, o) : v + o;
-  }
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) sh[warp] = v;
-  sync_threads();
-  if (threadIdx.x == 0) {
-    float r = sh[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = is_max ? f_max(r, sh[w]) : r + sh[w];
-    sh[32] = r;
-  }
-  sync_threads();
-  float r = sh[32];
-  sync_threads();
-  return r;
-}
-
 /* Row r = h * Sq + i of s (Skv floats), masked and softmaxed in place:
  * kind 0 none, 1 add (float mask), 2 where (cond ? fill : s), 3 where_not
  * (cond ? s : fill), the mask's element (h, i, j) at h*sh + i*ss + j*sk.
@@ -46,7 +25,7 @@ extern "C" __global__ void keel_attn_masked_softmax(i64 rows, i64 Sq, i64 Skv, i
       x[j] = v;
       m = f_max(m, v);
     }
-    m = block_reduce(m, 1, red);
+    m = block_reduce(m, RED_MAX, red);
     if (m == -__builtin_inff()) {
       for (i64 j = threadIdx.x; j < Skv; j += blockDim.x) x[j] = __builtin_nanf("");
       continue;
@@ -57,7 +36,7 @@ extern "C" __global__ void keel_attn_masked_softmax(i64 rows, i64 Sq, i64 Skv, i
       x[j] = e;
       sum += e;
     }
-    sum = block_reduce(sum, 0, red);
+    sum = block_reduce(sum, RED_SUM, red);
     float inv = f_div(1.0f, sum);
     for (i64 j = threadIdx.x; j < Skv; j += blockDim.x) x[j] *= inv;
   }

@@ -83,25 +83,7 @@ extern "C" __global__ void keel_ew_unary(int op, float a, float b, i64 n, const 
 }
 
 /* Softmax over rows of `cols`: one block of 256 threads per row; max and
- * sum by warp shuffles, then across the block's 8 warps in shared memory. */
-static __device__ float block_reduce(float v, int is_max, float *sh) {
-  for (int m = 16; m > 0; m >>= 1) {
-    float o = shfl_xor(v, m);
-    v = is_max ? f_max(v, o) : v + o;
-  }
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (lane == 0) sh[warp] = v;
-  sync_threads();
-  if (threadIdx.x == 0) {
-    float r = sh[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = is_max ? f_max(r, sh[w]) : r + sh[w];
-    sh[32] = r;
-  }
-  sync_threads();
-  float r = sh[32];
-  sync_threads();
-  return r;
-}
+ * sum by the prelude's block_reduce. */
 
 extern "C" __global__ void keel_softmax_rows(i64 rows, i64 cols, const float *x, float *y) {
   __shared__ float sh[33];
@@ -110,14 +92,14 @@ extern "C" __global__ void keel_softmax_rows(i64 rows, i64 cols, const float *x,
     float *yr = y + row * cols;
     float m = -__builtin_inff();
     for (i64 c = threadIdx.x; c < cols; c += blockDim.x) m = f_max(m, xr[c]);
-    m = block_reduce(m, 1, sh);
+    m = block_reduce(m, RED_MAX, sh);
     float s = 0.0f;
     for (i64 c = threadIdx.x; c < cols; c += blockDim.x) {
       float e = f_exp(xr[c] - m);
       yr[c] = e;
       s += e;
     }
-    s = block_reduce(s, 0, sh);
+    s = block_reduce(s, RED_SUM, sh);
     float inv = f_div(1.0f, s);
     for (i64 c = threadIdx.x; c < cols; c += blockDim.x) yr[c] *= inv;
   }

@@ -66,4 +66,28 @@ static __device__ __forceinline__ float f_pow(float a, float b) {
 #define F_FN static __device__ __forceinline__
 #include "fmath.h"
 
+/* A reduction over a block (a multiple of 32 threads, at most 1024): warp
+ * shuffles, then the warps' values in shared memory sh (33 floats); every
+ * thread gets the result. RED_MAX skips a NaN (f_max, as the CPU's max and
+ * softmax do); RED_MAX_NAN lets a NaN win (ReduceMax). */
+enum { RED_SUM = 0, RED_MAX = 1, RED_MAX_NAN = 2 };
+static __device__ __forceinline__ float red_op(int op, float a, float b) {
+  return op == RED_SUM ? a + b : op == RED_MAX ? f_max(a, b) : (a != a || b != b ? a + b : f_max(a, b));
+}
+static __device__ float block_reduce(float v, int op, float *sh) {
+  for (int m = 16; m > 0; m >>= 1) v = red_op(op, v, shfl_xor(v, m));
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (lane == 0) sh[warp] = v;
+  sync_threads();
+  if (threadIdx.x == 0) {
+    float r = sh[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) r = red_op(op, r, sh[w]);
+    sh[32] = r;
+  }
+  sync_threads();
+  float r = sh[32];
+  sync_threads();
+  return r;
+}
+
 #endif
