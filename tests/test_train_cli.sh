@@ -99,5 +99,27 @@ expect_rc 1 "planted leak fails the verdict" train --steps 6 --optimizer sgd --l
 expect_out "verdict: LEAK: allocated memory moved" "leak verdict"
 expect_out "main: node #1 (Add) value 'h2'" "leak names the value"
 
+# --- on the emulated device (issue 25): the CPU's losses (1e-5), the device's
+# figures on every step line and in the log, device bytes identical from
+# step 2, and a leak planted on a node the device runs named "on emu:0"
+expect_rc 0 "40 steps on --device emu" train --steps 40 --optimizer adam --lr 0.01 --device emu --log "$tmp/emu.jsonl"
+n=$(grep -cE '^step [0-9]+/40: .*  emu:0: allocated [0-9.]+ (B|KB|MB)  reserved [0-9.]+ (B|KB|MB)  peak [0-9.]+ (B|KB|MB)$' "$tmp/out")
+[[ $n -eq 40 ]] || fail "emu: $n step lines with the device's figures, expected 40"
+expect_out "verdict: steady" "emu verdict"
+# (within 1e-5: the device's exp is the C library's, the CPU's keel's own)
+worst=$(paste <(grep -o '"loss": [-0-9.e]*' "$tmp/adam.jsonl" | cut -d' ' -f2) \
+              <(grep -o '"loss": [-0-9.e]*' "$tmp/emu.jsonl" | cut -d' ' -f2) |
+        awk '{d=$1-$2; if (d<0) d=-d; b=$1<0?-$1:$1; r=d/(b>1e-6?b:1e-6); if (r>m) m=r; n++}
+             END {if (n != 40) print "count" n; else print m}')
+awk -v w="$worst" 'BEGIN {exit !(w+0 <= 1e-5 && w !~ /count/)}' ||
+  { echo "emu: losses differ from the CPU's by up to $worst (relative)" > "$tmp/out"; fail "emu vs CPU losses"; }
+n=$(sed -n '2,$p' "$tmp/emu.jsonl" | grep -o '"device_allocated": [0-9]*' | sort -u | wc -l)
+[[ $n -eq 1 ]] || fail "emu: device_allocated takes $n values from step 2 on"
+grep -q '"device": "emu:0", "device_allocated": [0-9]*, "device_reserved": [0-9]*, "device_peak": [0-9]*}$' "$tmp/emu.jsonl" ||
+  fail "emu: the log lacks the device's figures"
+expect_rc 1 "a leak planted on the device fails the verdict" train --steps 6 --optimizer sgd --lr 0.1 --debug-plant-leak h2 --device emu
+expect_out "verdict: LEAK: allocated memory moved" "emu leak verdict"
+expect_out "main: node #[0-9]* (Add) value 'h2' iteration [0-9]* on emu:0" "the leak names the value on the device"
+
 [[ $fails -eq 0 ]] && echo "all keel train checks passed"
 exit $((fails > 0))

@@ -178,21 +178,34 @@ static keel_status load_batch(keel_trainer_t *t, const char *dir, cli_inputs *in
   return KEEL_OK;
 }
 
+/* `dev` names the session's device when it has one; `ds` is then its
+ * heap's figures (the peak: during the step). */
 static void print_step(FILE *log, bool show, int64_t k, int64_t total, float loss, double took,
-                       const keel_train_stats *st) {
-  char a[32], r[32], p[32];
-  if (show)
-    printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s\n", (long long)k,
-         (long long)total, (double)loss, cli_bytes(st->allocated, a, sizeof a),
-         cli_bytes(st->reserved, r, sizeof r), cli_bytes(st->peak, p, sizeof p));
+                       const keel_train_stats *st, const char *dev, const keel_stats *ds) {
+  char a[32], r[32], p[32], da[32], dr[32], dp[32];
+  if (show) {
+    printf("step %lld/%lld: loss %.6f  allocated %s  reserved %s  peak %s", (long long)k,
+           (long long)total, (double)loss, cli_bytes(st->allocated, a, sizeof a),
+           cli_bytes(st->reserved, r, sizeof r), cli_bytes(st->peak, p, sizeof p));
+    if (dev)
+      printf("  %s: allocated %s  reserved %s  peak %s", dev, cli_bytes(ds->allocated, da, sizeof da),
+             cli_bytes(ds->reserved, dr, sizeof dr), cli_bytes(ds->allocated_peak, dp, sizeof dp));
+    printf("\n");
+  }
   char l[32] = "null"; /* JSON has no NaN or infinity */
   if (isfinite(loss)) snprintf(l, sizeof l, "%.9g", (double)loss);
-  if (log)
+  if (log) {
     fprintf(log, "{\"step\": %lld, \"loss\": %s, \"allocated\": %llu, \"reserved\": %llu, \"peak\": %llu, "
-            "\"param_bytes\": %llu, \"state_bytes\": %llu, \"allreduce_ns\": %llu, \"step_ms\": %.4f}\n",
+            "\"param_bytes\": %llu, \"state_bytes\": %llu, \"allreduce_ns\": %llu, \"step_ms\": %.4f",
             (long long)k, l, (unsigned long long)st->allocated, (unsigned long long)st->reserved,
             (unsigned long long)st->peak, (unsigned long long)st->param_bytes, (unsigned long long)st->state_bytes,
             (unsigned long long)st->allreduce_ns, took * 1e3);
+    if (dev) /* the device's figures, its peak during the step */
+      fprintf(log, ", \"device\": \"%s\", \"device_allocated\": %llu, \"device_reserved\": %llu, "
+              "\"device_peak\": %llu", dev, (unsigned long long)ds->allocated,
+              (unsigned long long)ds->reserved, (unsigned long long)ds->allocated_peak);
+    fprintf(log, "}\n");
+  }
   if (log) fflush(log); /* whole lines, for whoever follows the run */
   fflush(stdout);
 }
@@ -201,6 +214,7 @@ static void print_step(FILE *log, bool show, int64_t k, int64_t total, float los
 typedef struct steady {
   int64_t second, grew_at;    /* the step of the reference figure; first growth */
   uint64_t alloc2, last, mark;
+  uint64_t dev_alloc2, dev_last; /* the same on the session's device        */
   uint64_t max_peak;          /* the highest peak of any step               */
   uint64_t seed_live;         /* last step: allocated when the backward began */
   uint64_t last_peak;         /* last step: its peak                         */
@@ -240,10 +254,18 @@ static keel_status steps(keel_trainer_t *t, const train_args *a, FILE *log, stea
     if (st) return st;
     keel_train_stats ts = {.size = sizeof ts};
     keel_trainer_stats(t, &ts);
-    print_step(log, a->rank == 0, k, total, loss, took, &ts);
-    if (k == m->second) m->alloc2 = ts.allocated, m->mark = keel_mem_mark(keel_trainer_session(t));
-    else if (k > m->second && ts.allocated != m->alloc2 && !m->grew_at) m->grew_at = k;
-    m->last = ts.allocated;
+    keel_stats ds = {.size = sizeof ds};
+    const char *dev = NULL;
+    if (keel_stats_get_device(s, &ds, &dev) != KEEL_OK) dev = NULL; /* a CPU session */
+    print_step(log, a->rank == 0, k, total, loss, took, &ts, dev, &ds);
+    /* steady means steady on the device too */
+    if (k == m->second) {
+      m->alloc2 = ts.allocated, m->dev_alloc2 = ds.allocated;
+      m->mark = keel_mem_mark(keel_trainer_session(t));
+    } else if (k > m->second && (ts.allocated != m->alloc2 || ds.allocated != m->dev_alloc2) && !m->grew_at) {
+      m->grew_at = k;
+    }
+    m->last = ts.allocated, m->dev_last = ds.allocated;
     m->last_peak = ts.peak;
     if (ts.peak > m->max_peak) m->max_peak = ts.peak;
   }
@@ -285,7 +307,7 @@ static int verdict(keel_trainer_t *t, const train_args *a, const steady *m) {
     printf("%sverdict: steady: too few steps to compare (allocated %s)\n", cli_dist_tag(), cli_bytes(m->last, b1, sizeof b1));
     return 0;
   }
-  if (m->last == m->alloc2 && !m->grew_at) {
+  if (m->last == m->alloc2 && m->dev_last == m->dev_alloc2 && !m->grew_at) {
     printf("%sverdict: steady: allocated %s after step %lld and after every step to the last\n",
            cli_dist_tag(), cli_bytes(m->alloc2, b1, sizeof b1), (long long)m->second);
     return 0;
