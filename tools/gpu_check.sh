@@ -20,7 +20,9 @@
 #   3. the ONNX node tests with --device cuda (onnx's own copy, from the
 #      Python package there) against the pass list;
 #   4. memcheck --device cuda --iters 1000 on the control-flow models;
-#   5. keel train --device cuda against the CPU's losses (tests/train_cli).
+#   5. keel train --device cuda against the CPU's losses (tests/train_cli),
+#      and the seeds' detector case (tests/train/cnn_branch, an If per batch,
+#      Adam): device bytes identical from step 2.
 # Exits non-zero when a step fails; summary.txt lists each step's result.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -98,6 +100,27 @@ if awk 'BEGIN {bad = 0; n = 0} {n++; d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 
 else
   echo "== train losses: differ or missing (train_losses.txt: cpu, cuda)" | tee -a "$OUTDIR/summary.txt"
   fails=$((fails + 1))
+fi
+
+# the seeds' detector case: tests/train/cnn_branch (an If per batch), Adam,
+# 40 steps: the CPU's losses within 1e-4 and device bytes identical from
+# step 2 (the steady verdict covers the device)
+B=tests/train/cnn_branch
+if [[ -f $B/model.onnx ]]; then
+  read -r -a BARGS <<< "$(tr "\n" " " < "$B/args")"
+  build/keel train "$B/model.onnx" "${BARGS[@]}" --log "$OUTDIR/branch_cpu.jsonl" > "$OUTDIR/branch_cpu.txt" 2>&1
+  step train_branch_cuda 120 build/keel train "$B/model.onnx" "${BARGS[@]}" --device "$DEV" \
+    --log "$OUTDIR/branch_cuda.jsonl"
+  paste <(grep -o '"loss": [-0-9.e]*' "$OUTDIR/branch_cpu.jsonl" | cut -d' ' -f2) \
+        <(grep -o '"loss": [-0-9.e]*' "$OUTDIR/branch_cuda.jsonl" | cut -d' ' -f2) > "$OUTDIR/branch_losses.txt"
+  if awk 'BEGIN {bad = 0; n = 0} {n++; d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1;
+          if (d > 1e-4 * (s > 1 ? s : 1)) bad++} END {exit !(n == 40 && bad == 0)}' "$OUTDIR/branch_losses.txt" &&
+     [[ $(sed -n '2,$p' "$OUTDIR/branch_cuda.jsonl" | grep -o '"device_allocated": [0-9]*' | sort -u | wc -l) -eq 1 ]]; then
+    echo "== cnn_branch: $TDEV's losses within 1e-4 of the CPU's, device bytes identical from step 2" | tee -a "$OUTDIR/summary.txt"
+  else
+    echo "== cnn_branch: losses or device bytes off (branch_losses.txt, branch_cuda.jsonl)" | tee -a "$OUTDIR/summary.txt"
+    fails=$((fails + 1))
+  fi
 fi
 
 echo "gpu_check: $fails failed" | tee -a "$OUTDIR/summary.txt"
