@@ -14,6 +14,8 @@
  *   - a cap on device memory: a clean KEEL_ERR_OUT_OF_MEMORY naming the
  *     node and the device; the session runs again once the cap is raised;
  *   - a planted leak on the device is named in graph terms, "on emu:0";
+ *   - four callers running one session on the device at once each get
+ *     their own results (and, under TSan, no race);
  *   - after a burst of wide inputs the device's reserved bytes come back to
  *     within 1.2x of a calm session's in 10 runs;
  *   - "emu:1" does not exist; a CPU session has no device statistics.
@@ -22,6 +24,7 @@
  * host's to fault on) and the exact bits of exp-based outputs.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -311,6 +314,62 @@ static void check_burst(void) {
   CHECK(keel_process_device_bytes() == 0);
 }
 
+/* Four callers run one session on the device at once (the graph of
+ * check_graph: products, Softmax, element-wise ops, copies both ways), each
+ * with inputs of its own: every output must be its own input's, computed
+ * alone first; the device holds only the constants afterwards. Under
+ * ThreadSanitizer (ctest label "thread"), the device heap, the copies and
+ * the device constants shared by the runs must show no race. */
+enum { CC_THREADS = 4, CC_RUNS = 25 };
+typedef struct cc_job {
+  keel_session_t *s;
+  float x[16];
+  float want[3][16];
+  int bad;
+} cc_job;
+
+static void cc_run(keel_session_t *s, const float *x, float out[3][16], int *bad) {
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 8}, x), *outs[3] = {0};
+  if (keel_run(s, (const char *[]){"x"}, &in, 1, outs)) (*bad)++;
+  for (int i = 0; i < 3; i++) {
+    if (outs[i] && i < 2) memcpy(out[i], keel_value_data(outs[i]), 16 * sizeof(float));
+    keel_value_release(outs[i]);
+  }
+  keel_value_release(in);
+}
+
+static void *cc_worker(void *arg) {
+  cc_job *j = arg;
+  for (int r = 0; r < CC_RUNS; r++) {
+    float got[3][16] = {{0}};
+    cc_run(j->s, j->x, got, &j->bad);
+    j->bad += memcmp(got, j->want, 2 * 16 * sizeof(float)) != 0;
+  }
+  return NULL;
+}
+
+static void check_concurrent(void) {
+  keel_options o = {.size = sizeof o, .device = g_dev};
+  keel_session_t *s = mb_session_opts(graph(), 13, &o);
+  CHECK(s != NULL);
+  if (!s) return;
+  uint64_t consts = dev_stats(s).allocated;
+  static cc_job jobs[CC_THREADS];
+  for (int t = 0; t < CC_THREADS; t++) {
+    jobs[t] = (cc_job){.s = s};
+    for (int i = 0; i < 16; i++) jobs[t].x[i] = (float)((i * 7 + t * 3) % 11) / 4.0f - 1.3f;
+    cc_run(s, jobs[t].x, jobs[t].want, &jobs[t].bad);
+  }
+  pthread_t th[CC_THREADS];
+  for (int t = 0; t < CC_THREADS; t++) pthread_create(&th[t], NULL, cc_worker, &jobs[t]);
+  int bad = 0;
+  for (int t = 0; t < CC_THREADS; t++) pthread_join(th[t], NULL), bad += jobs[t].bad;
+  CHECK(bad == 0);
+  CHECK(dev_stats(s).allocated == consts);
+  keel_session_destroy(s);
+  CHECK(keel_process_device_bytes() == 0);
+}
+
 /* The emulated device's memory is not the host's to read. */
 static void check_fault(void) {
   keel_device *d = NULL;
@@ -362,6 +421,7 @@ int main(void) {
   check_loop();
   check_cap();
   check_burst();
+  check_concurrent();
   if (!strncmp(g_dev, "emu", 3)) check_fault();
   check_refusals();
   CHECK(keel_process_device_bytes() == 0);
