@@ -35,6 +35,8 @@ typedef struct bench_result {
   double cpu_median;                /* process CPU seconds per run, all threads */
   uint64_t peak_rss, alloc_peak, reserved_peak, weight_bytes;
   uint64_t prepared;            /* prepared state at the end (in alloc_peak) */
+  char device[32];              /* the session's device, or ""            */
+  uint64_t dev_alloc_peak, dev_reserved_peak; /* its heap's peaks        */
   op_row *ops, *fl;
   size_t n_ops, n_fl;
   uint64_t prof_ns, wall_ns;        /* summed over the profiled runs */
@@ -191,6 +193,12 @@ static int timed_runs(keel_session_t *s, cli_inputs *in, const bench_args *a, do
   if (keel_stats_get(s, &st) == KEEL_OK)
     r->alloc_peak = st.allocated_peak, r->reserved_peak = st.reserved_peak,
     r->prepared = st.prepared_bytes < st.allocated_peak ? st.prepared_bytes : st.allocated_peak;
+  keel_stats ds = {.size = sizeof ds};
+  const char *dev = NULL;
+  if (keel_stats_get_device(s, &ds, &dev) == KEEL_OK) { /* a session with a device */
+    snprintf(r->device, sizeof r->device, "%s", dev);
+    r->dev_alloc_peak = ds.allocated_peak, r->dev_reserved_peak = ds.reserved_peak;
+  }
   size_t n = (size_t)a->iters;
   double *sorted = malloc(n * sizeof *sorted), sum = 0;
   if (!sorted) return fail("bench", KEEL_ERR_OUT_OF_MEMORY);
@@ -379,6 +387,9 @@ static void print_result(const bench_args *a, const bench_result *r) {
   printf("memory    peak RSS %s   allocated peak %s   reserved peak %s\n",
          cli_bytes(r->peak_rss, b1, sizeof b1), cli_bytes(r->alloc_peak, b2, sizeof b2),
          cli_bytes(r->reserved_peak, b3, sizeof b3));
+  if (r->device[0])
+    printf("device    %s: allocated peak %s   reserved peak %s\n", r->device,
+           cli_bytes(r->dev_alloc_peak, b1, sizeof b1), cli_bytes(r->dev_reserved_peak, b2, sizeof b2));
   char b4[32], b5[32];
   printf("bound     1.1 x weights %s + allocated peak less prepared weights + 16 MB = %s: peak RSS is %.2f of it\n",
          cli_bytes(r->weight_bytes, b4, sizeof b4), cli_bytes((uint64_t)rss_bound(r), b5, sizeof b5),
@@ -425,6 +436,9 @@ static int write_json(const bench_args *a, const bench_result *r, const double *
           (unsigned long long)r->weight_bytes, rss_bound(r), a->profile_runs,
           a->profile_runs ? (double)r->wall_ns / (double)a->profile_runs / 1e6 : 0.0,
           r->cpu_median * 1e3);
+  if (r->device[0])
+    fprintf(f, ",\n \"device\": \"%s\", \"device_allocated_peak\": %llu, \"device_reserved_peak\": %llu",
+            r->device, (unsigned long long)r->dev_alloc_peak, (unsigned long long)r->dev_reserved_peak);
   json_times(f, "times_ms", times, a->iters);
   json_times(f, "cpu_times_ms", cpu, a->iters);
   double runs = a->profile_runs ? (double)a->profile_runs : 1.0;
