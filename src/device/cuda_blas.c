@@ -55,6 +55,8 @@ typedef struct cublas_api {
                                   long long, int);                 /* cublasSgemmStridedBatched */
   const char *(*status_string)(cublasStatus_t);                    /* cublasGetStatusString,
                                                                       optional (11.4.2 on) */
+  cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t); /* cublasSetWorkspace_v2,
+                                                                      optional (11.2 on) */
 } cublas_api;
 
 static cublas_api g_api;
@@ -95,6 +97,7 @@ static void load_api(void) {
     }
   }
   g_api.status_string = (const char *(*)(cublasStatus_t))dlsym(g_lib, "cublasGetStatusString");
+  g_api.set_workspace = (cublasStatus_t(*)(cublasHandle_t, void *, size_t))dlsym(g_lib, "cublasSetWorkspace_v2");
 }
 
 static const char *status_text(cublasStatus_t r) {
@@ -168,7 +171,20 @@ static void cb_close(keel_device *d) {
   d->blas_state = NULL;
 }
 
-static const keel_dev_blas g_cuda_blas = {"cuBLAS", cb_sgemm, cb_fill_2d, cb_close};
+/* The workspace comes from keel's device heap (the session's, tagged and
+ * counted) instead of the one cuBLAS would allocate for the handle
+ * itself: 32 MiB, what cuBLAS asks for on Hopper. */
+static keel_status cb_set_workspace(keel_device *d, void *p, size_t bytes) {
+  cuda_blas *s = d->blas_state;
+  KEEL_TRY(keel_cuda_use(s->c));
+  cublasStatus_t r = g_api.set_workspace(s->h, p, bytes);
+  return r ? blas_err(r, "cublasSetWorkspace") : KEEL_OK;
+}
+
+static const keel_dev_blas g_cuda_blas = {"cuBLAS", cb_sgemm, cb_fill_2d, cb_close, (size_t)32 << 20,
+                                          cb_set_workspace};
+/* an old cuBLAS without cublasSetWorkspace keeps its own workspace */
+static const keel_dev_blas g_cuda_blas_own_ws = {"cuBLAS", cb_sgemm, cb_fill_2d, cb_close, 0, NULL};
 
 /* The device's description says why it has no BLAS. */
 static void no_blas(keel_device *d, const char *why) {
@@ -203,5 +219,5 @@ void keel_cuda_blas_open(keel_device *d) {
     no_blas(d, why);
     return;
   }
-  d->blas = &g_cuda_blas, d->blas_state = s;
+  d->blas = g_api.set_workspace ? &g_cuda_blas : &g_cuda_blas_own_ws, d->blas_state = s;
 }

@@ -52,6 +52,12 @@ typedef struct keel_dev_blas {
   /* frees d->blas_state (the library's handle) before the device closes;
    * NULL: nothing to free */
   void (*close)(keel_device *d);
+  /* the library's workspace, from keel's allocator: `bytes` is what it
+   * wants (0: none), set_workspace hands it the block a session allocated
+   * on the device's heap (tagged, counted, freed by the session before
+   * the device closes); NULL when the library takes no workspace */
+  size_t workspace_bytes;
+  keel_status (*set_workspace)(keel_device *d, void *p, size_t bytes);
 } keel_dev_blas;
 
 /* The emulated device's table (emu_blas.c). */

@@ -47,4 +47,18 @@ static keel_status emu_fill_2d(keel_device *d, int64_t M, int64_t N, const float
   return KEEL_OK;
 }
 
-const keel_dev_blas keel_emu_blas = {"emu (naive, double accumulation)", emu_sgemm, emu_fill_2d, NULL};
+/* The emulated library takes a small workspace, as cuBLAS takes one, so
+ * that the session's part (a block of the device heap, tagged, freed
+ * before the device closes) runs where there is no GPU; it only keeps the
+ * pointer (d->blas_state), its products need no scratch. */
+static keel_status emu_set_workspace(keel_device *d, void *p, size_t bytes) {
+  (void)bytes;
+  d->blas_state = p;
+  return KEEL_OK;
+}
+
+/* the workspace is the session's: nothing to free here */
+static void emu_close(keel_device *d) { d->blas_state = NULL; }
+
+const keel_dev_blas keel_emu_blas = {"emu (naive, double accumulation)", emu_sgemm, emu_fill_2d, emu_close,
+                                     (size_t)64 << 10, emu_set_workspace};

@@ -97,6 +97,8 @@ struct keel_session_s {
   keel_heap *dev_heap;          /* the device's memory: keel's allocator on
                                    its provider; cap, trim, owner tags as
                                    the host heap's                        */
+  keel_block *dev_workspace;    /* the device BLAS's workspace (its
+                                   workspace_bytes of dev_heap), or NULL  */
   keel_val *dev_consts;         /* m->n_consts entries: the constants GPU
                                    nodes read, copied to the device once
                                    (TENSOR); EMPTY for the others          */

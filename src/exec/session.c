@@ -23,6 +23,7 @@
 #include "exec/exec.h"
 #include "exec/profile.h"
 #include "exec/session.h"
+#include "device/dev_blas.h"
 #include "device/device.h"
 #include "keel_stats.h"
 
@@ -286,6 +287,25 @@ static keel_status device_consts(keel_session_t *s) {
   return keel_device_sync(s->dev);
 }
 
+/* The device BLAS's workspace (cuBLAS would otherwise allocate its own,
+ * outside keel's figures): a block of the device's heap that lives as
+ * long as the session, tagged "BLAS workspace on cuda:0", when a node
+ * the place pass put on the device uses the BLAS. Before any run, after
+ * the heap exists. */
+static keel_status device_workspace(keel_session_t *s) {
+  const keel_dev_blas *b = s->dev ? s->dev->blas : NULL;
+  if (!b || !b->set_workspace || !b->workspace_bytes || !s->m->gpu_uses_blas) return KEEL_OK;
+  char label[96];
+  uint32_t site;
+  snprintf(label, sizeof label, "BLAS workspace on %s", s->dev->name);
+  KEEL_TRY(keel_session_label_site(s, label, &site));
+  s->dev_workspace = keel_heap_alloc_kept(s->dev_heap, b->workspace_bytes, (keel_owner){site & s->owner_mask, 0});
+  if (!s->dev_workspace)
+    return keel_err(KEEL_ERR_OUT_OF_MEMORY, "%s: %zu bytes on %s (the cap or the device refused)", label,
+                    b->workspace_bytes, s->dev->name);
+  return b->set_workspace(s->dev, s->dev_workspace->ptr, b->workspace_bytes);
+}
+
 /* At destroy: the device copies of the constants, the device's heap (no
  * value outlives the session on a device: graph outputs are copied to
  * the host), then the device. A heap still holding blocks would free
@@ -296,6 +316,8 @@ static void close_device(keel_session_t *s) {
     for (int32_t i = 0; i < s->m->n_consts; i++) keel_val_clear(&s->dev_consts[i]);
   keel_sys_free(s->dev_consts, ((size_t)s->m->n_consts + 1) * sizeof(keel_val));
   s->dev_consts = NULL;
+  if (s->dev_workspace) keel_heap_free(s->dev_heap, s->dev_workspace);
+  s->dev_workspace = NULL;
   bool empty = !s->dev_heap || !keel_heap_allocated(s->dev_heap);
   keel_heap_release(s->dev_heap);
   s->dev_heap = NULL;
@@ -367,6 +389,7 @@ static keel_status finish(keel_model *m, const keel_options *opts, keel_session_
                     s->opts.threads,
                     (s->opts.flags & KEEL_OPT_DETERMINISTIC) ? KEEL_DETERMINISTIC_SPLITS : 0, &s->threads);
   if (!st) keel_blas_init();
+  if (!st) st = device_workspace(s);
   if (!st) st = device_consts(s);
   if (!st) st = prepare(s);
   if (st) {

@@ -249,6 +249,10 @@ typedef struct keel_model {
                                   or the ordinal + 1 of the GPU the place
                                   pass places nodes on                    */
   char gpu_name[16];           /* "cuda:N" or "emu:N" when gpu is set      */
+  bool gpu_uses_blas;          /* set by the place pass: a node on the
+                                  device runs the BLAS (MatMul, Gemm,
+                                  FusedMatMul, FusedAttention), so the
+                                  session gives the BLAS its workspace  */
   bool gpu_no_blas;            /* set by the session with gpu: the opened
                                   device has no BLAS (cuBLAS not found), so
                                   the place pass keeps MatMul and Gemm on

@@ -528,8 +528,13 @@ static void place_views(const keel_shapes *S, keel_graph *g) {
 }
 
 static keel_status place_graph(place *P, keel_graph *g) {
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    g->nodes[i].device = gpu_takes(P->m, P->S, g, &g->nodes[i]) ? KEEL_NODE_GPU : KEEL_NODE_CPU;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    n->device = gpu_takes(P->m, P->S, g, n) ? KEEL_NODE_GPU : KEEL_NODE_CPU;
+    if (n->device == KEEL_NODE_GPU &&
+        (gpu_takes_blas(P->m, P->S, g, n) || !strcmp(n->op_type, "FusedAttention")))
+      P->m->gpu_uses_blas = true;
+  }
   place_views(P->S, g);
   for (int32_t i = 0; i < g->n_nodes; i++) {
     if (g->nodes[i].device != KEEL_NODE_GPU) continue;
