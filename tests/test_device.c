@@ -13,6 +13,8 @@
  *   - a device pointer read on the host faults (in a child process);
  *   - a cap on device memory: a clean KEEL_ERR_OUT_OF_MEMORY naming the
  *     node and the device; the session runs again once the cap is raised;
+ *   - an input the device's kernel cannot take (rank 9): a clean error
+ *     naming the node, nothing left on the device, the session usable;
  *   - a planted leak on the device is named in graph terms, "on emu:0";
  *   - four callers running one session on the device at once each get
  *     their own results (and, under TSan, no race);
@@ -242,6 +244,38 @@ static void check_loop(void) {
   CHECK(keel_process_device_bytes() == 0);
 }
 
+/* Bad input at run time on the device: x declared [2, 8] (shapes are hints)
+ * fed as a rank-9 tensor reaches the element-wise kernel, which takes rank
+ * 8 at most: a clean error naming the node and the device, nothing left on
+ * the device, and the session runs the declared shape next. */
+static void check_bad_input(void) {
+  static float b[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 2, (int64_t[]){2, 8});
+  mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){8}, b);
+  mb_name(mb_add(g, "Add", "x,b", "y"), "add");
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  keel_options o = {.size = sizeof o, .device = g_dev};
+  keel_session_t *s = mb_session_opts(g, 13, &o);
+  CHECK(s != NULL);
+  if (!s) return;
+  uint64_t consts = dev_stats(s).allocated;
+  float x[16] = {0};
+  keel_value_t *in = mb_tensor(s, KEEL_FLOAT, 9, (int64_t[]){1, 1, 1, 1, 1, 1, 1, 2, 8}, x), *y = NULL;
+  keel_status st = keel_run(s, (const char *[]){"x"}, &in, 1, &y);
+  CHECK(st == KEEL_ERR_UNSUPPORTED && !y);
+  CHECK(strstr(keel_last_error(), "'add'") && strstr(keel_last_error(), "rank 9"));
+  if (st != KEEL_ERR_UNSUPPORTED) fprintf(stderr, "bad input: %s\n", keel_last_error());
+  keel_value_release(in);
+  CHECK(dev_stats(s).allocated == consts);
+  in = mb_tensor(s, KEEL_FLOAT, 2, (int64_t[]){2, 8}, x);
+  CHECK_OK(keel_run(s, (const char *[]){"x"}, &in, 1, &y));
+  CHECK(y && ((const float *)keel_value_data(y))[15] == 8.0f);
+  keel_value_release(y), keel_value_release(in);
+  keel_session_destroy(s);
+  CHECK(keel_process_device_bytes() == 0);
+}
+
 /* x [512, 512] -> Relu -> Exp -> y: 1 MB per value on the device. */
 static void check_cap(void) {
   mb_graph *g = mb_graph_new("main");
@@ -428,6 +462,7 @@ int main(void) {
   check_graph();
   check_loop();
   check_cap();
+  check_bad_input();
   check_burst();
   check_concurrent();
   if (!strncmp(g_dev, "emu", 3)) check_fault();
