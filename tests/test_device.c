@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "device/device.h"
 #include "keel_stats.h"
 #include "mb.h"
@@ -456,8 +457,7 @@ static void check_refusals(void) {
 }
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device: on %s\n", g_dev);
   check_graph();
   check_loop();

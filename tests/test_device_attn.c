@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "keel_stats.h"
 #include "mb.h"
 
@@ -77,24 +78,6 @@ static bool placed(const char *text, const char *node, const char *where) {
   return false;
 }
 
-static double compare(const keel_value_t *a, const keel_value_t *b, bool *same) {
-  *same = a && b && keel_value_dtype(a) == keel_value_dtype(b) && keel_value_rank(a) == keel_value_rank(b) &&
-          keel_value_numel(a) == keel_value_numel(b);
-  if (*same && keel_value_rank(a) > 0)
-    *same = !memcmp(keel_value_shape(a), keel_value_shape(b), sizeof(int64_t) * (size_t)keel_value_rank(a));
-  double worst = 0;
-  if (!*same) return worst;
-  for (int64_t j = 0; j < keel_value_numel(a); j++) {
-    double p = ((const float *)keel_value_data(a))[j], q = ((const float *)keel_value_data(b))[j];
-    if (isnan(p) || isnan(q)) {
-      if (isnan(p) != isnan(q)) worst = INFINITY;
-      continue;
-    }
-    if (p == q) continue; /* infinities */
-    worst = fmax(worst, fabs(p - q) / (1.0 + fabs(q)));
-  }
-  return worst;
-}
 
 /* Runs the model on the device and on the CPU (passes on for both, or off
  * for the CPU when `plain_ref`: then the reference is the unfused chain). */
@@ -131,20 +114,12 @@ static void check_model(const char *what, mb_graph *g, int opset, const char *do
       for (int i = 0; i < n_in; i++) keel_value_release(v[i]);
     }
     for (int i = 0; i < n_out; i++) {
-      bool same;
-      double worst = compare(outs[0][i], outs[1][i], &same);
-      if (!same || worst > 1e-5) fprintf(stderr, "  case %s: output %d differs from the CPU's (%g)\n", what, i, worst);
-      CHECK(same && worst <= 1e-5);
+      devcase_check(what, i, outs[0][i], outs[1][i], 1e-5);
       keel_value_release(outs[0][i]), keel_value_release(outs[1][i]);
     }
-    keel_stats st = {.size = sizeof st};
-    CHECK_OK(keel_stats_get_device(s, &st, NULL));
-    if (run == 0) first = st.allocated;
-    else CHECK(st.allocated == first);
+    devcase_steady(s, run, &first);
   }
-  keel_session_destroy(s);
-  keel_session_destroy(ref);
-  CHECK(keel_process_device_bytes() == 0);
+  devcase_end(s, ref);
 }
 
 /* ------------------------------------------------------------ unary */
@@ -524,8 +499,7 @@ static void check_fmath(void) {
 }
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device_attn: on %s\n", g_dev);
   edge_values();
   attn_fill();

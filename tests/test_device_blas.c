@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "keel_stats.h"
 #include "mb.h"
 
@@ -164,24 +165,7 @@ static void run_case(const bcase *c) {
       if (st) fprintf(stderr, "case %s (%s): %s\n", c->label, k ? "cpu" : g_dev, keel_last_error());
       for (int i = 0; i < c->n_in; i++) keel_value_release(in[i]);
     }
-    if (outs[0] && outs[1]) {
-      int64_t n = keel_value_numel(outs[0]);
-      int r0 = keel_value_rank(outs[0]), r1 = keel_value_rank(outs[1]);
-      bool same_shape = n == keel_value_numel(outs[1]) && r0 == r1 &&
-                        !memcmp(keel_value_shape(outs[0]), keel_value_shape(outs[1]), sizeof(int64_t) * (size_t)r0);
-      CHECK(same_shape);
-      const float *a = keel_value_data(outs[0]), *b = keel_value_data(outs[1]);
-      double worst = 0;
-      for (int64_t j = 0; same_shape && j < n; j++) {
-        double d = fabs((double)a[j] - (double)b[j]) / (1.0 + fabs((double)b[j]));
-        worst = isnan(a[j]) != isnan(b[j]) ? INFINITY : fmax(worst, d);
-        if (isinf(worst)) break;
-      }
-      CHECK(worst <= 1e-4);
-      if (!(worst <= 1e-4) || !same_shape)
-        fprintf(stderr, "case %s: worst relative difference %g (shape %s)\n", c->label, worst,
-                same_shape ? "same" : "differs");
-    }
+    devcase_check(c->label, 0, outs[0], outs[1], 1e-4); /* float accumulation in another order */
     keel_value_release(outs[0]), keel_value_release(outs[1]);
     dev_after[run] = dev_stats(s).allocated;
   }
@@ -237,8 +221,7 @@ static const bcase CASES[] = {
 };
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device_blas: on %s\n", g_dev);
   for (size_t i = 0; i < sizeof CASES / sizeof *CASES; i++) run_case(&CASES[i]);
   CHECK(keel_process_device_bytes() == 0);

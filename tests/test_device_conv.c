@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "keel_stats.h"
 #include "mb.h"
 
@@ -132,32 +133,12 @@ static void check_case(const spec *c) {
       keel_value_release(v);
     }
     for (int i = 0; i < n_out; i++) {
-      keel_value_t *a = outs[0][i], *b = outs[1][i];
-      bool same = a && b && keel_value_dtype(a) == keel_value_dtype(b) &&
-                  keel_value_rank(a) == keel_value_rank(b) && keel_value_numel(a) == keel_value_numel(b);
-      if (same && keel_value_rank(a) > 0)
-        same = !memcmp(keel_value_shape(a), keel_value_shape(b), sizeof(int64_t) * (size_t)keel_value_rank(a));
-      double worst = 0;
-      if (same && keel_value_dtype(a) == KEEL_FLOAT)
-        for (int64_t j = 0; j < keel_value_numel(a); j++) {
-          double p = ((const float *)keel_value_data(a))[j], q = ((const float *)keel_value_data(b))[j];
-          worst = fmax(worst, p == q ? 0 : fabs(p - q) / (1.0 + fabs(q)));
-        }
-      else if (same)
-        same = !memcmp(keel_value_data(a), keel_value_data(b), (size_t)keel_value_numel(a) * 8);
-      if (!same || worst > 1e-5)
-        fprintf(stderr, "  case %s: output %d differs from the CPU's (%s, %g)\n", c->what, i,
-                same ? "values" : "shape or type", worst);
-      CHECK(same && worst <= 1e-5);
-      keel_value_release(a), keel_value_release(b);
+      devcase_check(c->what, i, outs[0][i], outs[1][i], 1e-5);
+      keel_value_release(outs[0][i]), keel_value_release(outs[1][i]);
     }
-    keel_stats st = {.size = sizeof st};
-    CHECK_OK(keel_stats_get_device(s, &st, NULL));
-    if (run == 0) first = st.allocated;
-    else CHECK(st.allocated == first);
+    devcase_steady(s, run, &first);
   }
-  keel_session_destroy(s);
-  keel_session_destroy(plain);
+  devcase_end(s, plain);
   CHECK(keel_process_device_bytes() == 0);
 }
 
@@ -228,8 +209,7 @@ static const spec POOLS[] = {
 };
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device_conv: on %s\n", g_dev);
   for (int i = 0; i < 4096; i++) X[i] = (float)((i * 37) % 101) * 0.043f - 2.1f;
   for (int i = 0; i < 8192; i++) W[i] = (float)((i * 13) % 29) * 0.021f - 0.3f;

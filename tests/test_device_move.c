@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "keel_stats.h"
 #include "mb.h"
 
@@ -90,27 +91,15 @@ static void check_case(const char *what, make_fn make, int opset, const input *i
       CHECK_OK(keel_run(ss[k], names, v, n_in, outs[k]));
       for (int i = 0; i < n_in; i++) keel_value_release(v[i]);
     }
-    for (int i = 0; i < n_out; i++) {
-      keel_value_t *a = outs[0][i], *b = outs[1][i];
-      bool same = a && b && keel_value_dtype(a) == keel_value_dtype(b) &&
-                  keel_value_rank(a) == keel_value_rank(b) && keel_value_numel(a) == keel_value_numel(b);
-      if (same && keel_value_rank(a) > 0)
-        same = !memcmp(keel_value_shape(a), keel_value_shape(b), sizeof(int64_t) * (size_t)keel_value_rank(a));
-      if (same && keel_value_numel(a))
-        same = !memcmp(keel_value_data(a), keel_value_data(b),
-                       (size_t)keel_value_numel(a) * keel_dtype_size(keel_value_dtype(a)));
+    for (int i = 0; i < n_out; i++) { /* bytes moved, not computed: bit for bit */
+      bool same = devcase_identical(outs[0][i], outs[1][i]);
       if (!same) fprintf(stderr, "  case %s: output %d differs from the CPU's\n", what, i);
       CHECK(same);
-      keel_value_release(a), keel_value_release(b);
+      keel_value_release(outs[0][i]), keel_value_release(outs[1][i]);
     }
-    keel_stats st = {.size = sizeof st};
-    CHECK_OK(keel_stats_get_device(s, &st, NULL));
-    if (run == 0) first = st.allocated;
-    else CHECK(st.allocated == first);
+    devcase_steady(s, run, &first);
   }
-  keel_session_destroy(s);
-  keel_session_destroy(plain);
-  CHECK(keel_process_device_bytes() == 0);
+  devcase_end(s, plain);
 }
 
 static float X[24], W[16];
@@ -398,8 +387,7 @@ static void check_cast(void) {
 }
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device_move: on %s\n", g_dev);
   fill();
   check_views();

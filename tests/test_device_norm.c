@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "devcase.h"
 #include "keel_stats.h"
 #include "mb.h"
 
@@ -57,30 +58,12 @@ static void check_case(const char *what, make_fn make, int opset, int n_out, con
       keel_value_release(v);
     }
     for (int i = 0; i < n_out; i++) {
-      keel_value_t *a = outs[0][i], *b = outs[1][i];
-      bool same = a && b && keel_value_dtype(a) == keel_value_dtype(b) &&
-                  keel_value_rank(a) == keel_value_rank(b) && keel_value_numel(a) == keel_value_numel(b);
-      if (same && keel_value_rank(a) > 0)
-        same = !memcmp(keel_value_shape(a), keel_value_shape(b), sizeof(int64_t) * (size_t)keel_value_rank(a));
-      double worst = 0;
-      if (same)
-        for (int64_t j = 0; j < keel_value_numel(a); j++) {
-          double p = ((const float *)keel_value_data(a))[j], q = ((const float *)keel_value_data(b))[j];
-          worst = fmax(worst, fabs(p - q) / (1.0 + fabs(q)));
-        }
-      if (!same || worst > 1e-5)
-        fprintf(stderr, "  case %s: output %d differs from the CPU's (%g)\n", what, i, worst);
-      CHECK(same && worst <= 1e-5);
-      keel_value_release(a), keel_value_release(b);
+      devcase_check(what, i, outs[0][i], outs[1][i], 1e-5);
+      keel_value_release(outs[0][i]), keel_value_release(outs[1][i]);
     }
-    keel_stats st = {.size = sizeof st};
-    CHECK_OK(keel_stats_get_device(s, &st, NULL));
-    if (run == 0) first = st.allocated;
-    else CHECK(st.allocated == first);
+    devcase_steady(s, run, &first);
   }
-  keel_session_destroy(s);
-  keel_session_destroy(plain);
-  CHECK(keel_process_device_bytes() == 0);
+  devcase_end(s, plain);
 }
 
 /* ----------------------------------------------------- LayerNorm */
@@ -169,8 +152,7 @@ static void check_reduce(void) {
 }
 
 int main(void) {
-  const char *d = getenv("KEEL_TEST_DEVICE");
-  if (d && d[0]) g_dev = d;
+  g_dev = devcase_device();
   fprintf(stderr, "test_device_norm: on %s\n", g_dev);
   for (int i = 0; i < 96; i++) X[i] = (float)((i * 11) % 17) * 0.37f - 2.9f;
   for (int i = 0; i < 48; i++) S[i] = 0.5f + 0.03f * (float)i, B[i] = 0.1f * (float)(i % 7) - 0.3f;
