@@ -16,7 +16,6 @@
 #include "base/sysmem.h"
 #include "exec/profile.h"
 #include "exec/shapecheck.h"
-#include "passes/place.h"
 
 /* ============================================================== pool */
 
@@ -309,14 +308,13 @@ static keel_status run_kernel(keel_runctx *R, keel_frame *f, const keel_node *n)
       return keel_err_prefix(st, "node %s", keel_node_label(n, lb, sizeof lb));
     }
   }
-  /* a node placed on the device reads the constants' device copies, but
-   * for the inputs it reads on the host (a shape, axes: passes/place.h),
-   * which stay the host's constants */
-  if (KEEL_UNLIKELY(n->device == KEEL_NODE_GPU) && R->s->dev_consts)
-    for (int32_t i = 0; i < n->n_in; i++)
-      if (n->in[i] != KEEL_REF_NONE && keel_ref_kind(n->in[i]) == KEEL_REF_CONST &&
-          !keel_place_host_input(n, i))
-        f->in[i] = &R->s->dev_consts[keel_ref_const_index(n->in[i])];
+  /* a node placed on the device reads the device copies of the constants
+   * the session put there for it (n->dev_consts, decided once at binding:
+   * the inputs it reads on the host keep the host's) */
+  for (uint32_t b = n->dev_consts; KEEL_UNLIKELY(b); b &= b - 1) {
+    int i = __builtin_ctz(b);
+    f->in[i] = &R->s->dev_consts[keel_ref_const_index(n->in[i])];
+  }
   /* narrow types (float8, int4, ...) only reach kernels that list them:
    * the cheap scan runs on every node, the table lookup only when it hits */
   if (KEEL_UNLIKELY(keel_k_has_narrow(f->in, n->n_in)) &&

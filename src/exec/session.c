@@ -266,11 +266,15 @@ static keel_status device_consts(keel_session_t *s) {
   if (!s->dev_consts) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "constants on %s", s->dev->name);
   for (int32_t gi = 0; gi < m->n_graphs; gi++)
     for (int32_t ni = 0; ni < m->graphs[gi]->n_nodes; ni++) {
-      const keel_node *n = &m->graphs[gi]->nodes[ni];
+      keel_node *n = &m->graphs[gi]->nodes[ni];
       if (n->device != KEEL_NODE_GPU) continue;
       for (int32_t i = 0; i < n->n_in; i++) {
         if (n->in[i] == KEEL_REF_NONE || keel_ref_kind(n->in[i]) != KEEL_REF_CONST) continue;
         if (keel_place_host_input(n, i)) continue; /* a shape, axes: read on the host (passes/place.h) */
+        if (i >= 32)
+          return keel_err(KEEL_ERR_UNSUPPORTED, "node '%s' on %s: constant input %d (at most 32 inputs)",
+                          n->name, s->dev->name, i);
+        n->dev_consts |= 1u << i; /* the executor reads the device copy (run.c) */
         int32_t c = (int32_t)keel_ref_const_index(n->in[i]);
         keel_val *v = &s->dev_consts[c];
         if (v->kind != KEEL_V_EMPTY) continue;

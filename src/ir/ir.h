@@ -119,6 +119,9 @@ typedef struct keel_node {
   /* -- bound at session creation */
   uint8_t device;              /* KEEL_NODE_CPU, or KEEL_NODE_GPU (passes/
                                   pass_place.c)                           */
+  uint32_t dev_consts;         /* bit i: input i is a constant the node
+                                  reads as its device copy (set when the
+                                  session copies it there; 0 on the CPU)  */
   const struct keel_opdef *op;
   const struct keel_impl *impl; /* a faster implementation, or NULL: op->fn */
   void *prep;                  /* impl's prepared state (session-owned)    */
