@@ -485,6 +485,69 @@ static void fusedconv_case(const char *act, int nparams, const float *params, bo
   keel_session_destroy(s[1]);
 }
 
+/* 1-D convolutions (lift-conv1d, then the layout pass): Conv1d -> Relu ->
+ * Conv1d(stride 2) -> MaxPool1d, in PyTorch's opset-13 form (Unsqueeze
+ * and Squeeze made with axes as inputs) and opset 11's (axes attributes).
+ * Where oneDNN runs, every Conv is channels-last at rank 4 (no "Conv"
+ * left, two NhwcConv) with one Unsqueeze in and one Squeeze out; without
+ * it (KEEL_OPT_NO_ONEDNN) the graph keeps its 1-D Convs. Outputs within
+ * float rounding of the model as written. `tail`: the Relu's output is
+ * also a graph output (a second Squeeze). */
+static void conv1d_case(int opset, bool tail, bool dnnl) {
+  enum { L = 23, LO = 5 }; /* 23 -> 23 -> 11 -> 5 */
+  keel_session_t *s[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){2, C, L});
+    mb_init(g, "w", KEEL_FLOAT, 3, (int64_t[]){M, C, 3}, g_w);
+    mb_init(g, "b", KEEL_FLOAT, 1, (int64_t[]){M}, g_b);
+    mb_init(g, "w2", KEEL_FLOAT, 3, (int64_t[]){M, M, 3}, g_w + M * C * 3);
+    mb_attr_ints(mb_add(g, "Conv", "x,w,b", "c"), "pads", 2, (int64_t[]){1, 1});
+    mb_add(g, "Relu", "c", "r");
+    mb_node *c2 = mb_add(g, "Conv", "r,w2", "c2");
+    mb_attr_ints(c2, "strides", 1, (int64_t[]){2});
+    mb_attr_ints(c2, "kernel_shape", 1, (int64_t[]){3});
+    mb_node *p = mb_add(g, "MaxPool", "c2", "y");
+    mb_attr_ints(p, "kernel_shape", 1, (int64_t[]){2});
+    mb_attr_ints(p, "strides", 1, (int64_t[]){2});
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (tail) mb_output(g, "r", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o,
+                      .flags = k ? (dnnl ? 0 : KEEL_OPT_NO_ONEDNN) : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, opset, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s[1], 1, &d));
+    bool lifted = d && strstr(d, "\"NhwcConv\": 2") && !strstr(d, "\"Conv\"");
+    bool onednn = d && strstr(d, "onednn");
+    bool squeezes = d && strstr(d, tail ? "\"Squeeze\": 2" : "\"Squeeze\": 1");
+    if (lifted != onednn || (lifted && !squeezes))
+      fprintf(stderr, "conv1d opset %d%s: %s\n", opset, tail ? ", tail" : "", d ? d : "?");
+    CHECK(lifted == onednn);
+    CHECK(!lifted || squeezes);
+    CHECK(dnnl || !lifted);
+    keel_free(d);
+    float y[2][2 * M * LO];
+    for (int k = 0; k < 2; k++) {
+      keel_value_t *in = mb_tensor(s[k], KEEL_FLOAT, 3, (int64_t[]){2, C, L}, g_x);
+      keel_value_t *out[2] = {0};
+      CHECK_OK(keel_run(s[k], (const char *[]){"x"}, &in, 1, out));
+      CHECK(out[0] && keel_value_numel(out[0]) == 2 * M * LO);
+      if (out[0]) memcpy(y[k], keel_value_data(out[0]), sizeof y[k]);
+      for (int i = 0; i < 2; i++) keel_value_release(out[i]);
+      keel_value_release(in);
+    }
+    double worst = 0;
+    for (int i = 0; i < 2 * M * LO; i++) worst = fmax(worst, fabs(y[0][i] - y[1][i]));
+    if (worst > 1e-5) fprintf(stderr, "conv1d opset %d: differs by %g\n", opset, worst);
+    CHECK(worst <= 1e-5);
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 int main(void) {
   fusedconv_case("Relu", 0, NULL, false, 1);
   fusedconv_case("LeakyRelu", 1, (const float[]){0.1f}, false, 1);
@@ -522,5 +585,9 @@ int main(void) {
   one("Clip", 6, false, false);   /* Clip-6: bounds as attributes */
   one("Relu", 14, true, false);   /* conv output also a graph output: not fused */
   one("Clip", 14, false, true);   /* a bound computed at run time: not fused */
+  conv1d_case(13, false, true);
+  conv1d_case(11, false, true);
+  conv1d_case(13, true, true);
+  conv1d_case(13, false, false);
   return check_report();
 }

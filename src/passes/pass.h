@@ -61,8 +61,8 @@ KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
  * nodes nothing reads removed; counted in m->fold. */
 KEEL_INTERNAL keel_status keel_pass_fold_constants(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
-/* pass_pad.c: a zero Pad of the spatial dims read by one Conv -> the
- * Conv's own pads. */
+/* pass_pad.c: a zero Pad of the spatial dims read by one Conv or
+ * AveragePool -> the reader's own pads. */
 KEEL_INTERNAL keel_status keel_pass_fold_pad(keel_model *m);
 /* pass_fusedconv.c: com.microsoft FusedConv (ONNX Runtime's optimized
  * output) -> Conv [-> Add] [-> activation], for the passes after it. */
@@ -81,6 +81,9 @@ KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
 /* Products by a constant matrix with their bias, residual and activation
  * (pass_matmul.c). */
 KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);
+/* pass_conv1d.c: 1-D convolution regions rewritten at rank 4 (height 1),
+ * for the layout pass. */
+KEEL_INTERNAL keel_status keel_pass_lift_conv1d(keel_model *m);
 /* Channels-last convolution chains (pass_layout.c). */
 KEEL_INTERNAL keel_status keel_pass_layout(keel_model *m);
 /* Attention (pass_attention.c): MatMul..Softmax..MatMul into one node. */

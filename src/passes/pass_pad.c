@@ -1,5 +1,5 @@
 /* pass_pad.c: fold-pad. A zero Pad of the spatial dims whose only reader
- * is a Conv becomes the Conv's own padding:
+ * is a Conv (or an AveragePool, below) becomes the reader's own padding:
  *
  *   Pad(x, [0, 0, hb, wb, 0, 0, he, we]) -> Conv(pads [pb, ...])
  *     =>  Conv(x, pads [pb + hb, ..., pe + he, ...])
@@ -12,12 +12,18 @@
  * between two convolutions also splits the layout pass's channels-last
  * chain in two, with a Transpose each way).
  *
+ * PyTorch exports an average pool with padding the same way (a Pad, then
+ * AveragePool with pads 0): that Pad becomes the pool's pads with
+ * count_include_pad 1, which averages over the same zeros.
+ *
  * Folded only when: Pad's mode is "constant" with value 0 (the attribute
  * before opset 11, a constant input after it), its pads are constant and
  * non-negative with nothing on the batch and channel dims, it has no
- * `axes` input (opset 18), its output is read by that Conv alone (as the
- * data input) and is no graph output, and the Conv has explicit padding
- * (auto_pad NOTSET) of the same rank.
+ * `axes` input (opset 18), its output is read by that Conv or AveragePool
+ * alone (as the data input) and is no graph output, and the reader has
+ * explicit padding (auto_pad NOTSET) of the same rank. An AveragePool
+ * also needs ceil_mode 0 (a last partial window would count the pads
+ * differently) and, if it pads itself, count_include_pad 1 already.
  */
 #include <stdio.h>
 
@@ -65,16 +71,24 @@ static keel_status try_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, b
   int32_t ci = keel_ir_only_reader(g, p->out_names[0]);
   if (ci < 0 || drop[ci]) return KEEL_OK;
   keel_node *c = &g->nodes[ci];
-  if (strcmp(c->op_type, "Conv") || c->domain[0] || c->n_in < 2 || strcmp(c->in_names[0], p->out_names[0]))
-    return KEEL_OK;
+  bool conv = !strcmp(c->op_type, "Conv") && c->n_in >= 2;
+  bool pool = !strcmp(c->op_type, "AveragePool") && c->n_in == 1 && c->n_out == 1;
+  if ((!conv && !pool) || c->domain[0] || strcmp(c->in_names[0], p->out_names[0])) return KEEL_OK;
   const keel_attr *ap = keel_node_attr(c, "auto_pad");
   if (ap && strcmp(ap->s, "NOTSET")) return KEEL_OK;
   int sp = rank - 2;
   const keel_attr *cp = keel_node_attr(c, "pads");
   if (cp && cp->n != 2 * sp) return KEEL_OK;
+  const keel_attr *cip = pool ? keel_node_attr(c, "count_include_pad") : NULL;
+  if (pool) {
+    const keel_attr *ceil = keel_node_attr(c, "ceil_mode");
+    if (ceil && ceil->i) return KEEL_OK;
+    for (int d = 0; cp && d < 2 * sp && !(cip && cip->i); d++)
+      if (cp->ints[d]) return KEEL_OK; /* its own pads left out of the average */
+  }
   keel_arena *a = m->arena;
   int64_t *np = keel_arena_array(a, (size_t)(2 * sp), sizeof(int64_t));
-  int32_t n_attr = c->n_attr + (cp ? 0 : 1);
+  int32_t n_attr = c->n_attr + (cp ? 0 : 1) + (pool && !cip ? 1 : 0);
   keel_attr *attrs = keel_arena_array(a, (size_t)n_attr, sizeof(keel_attr));
   const char **ins = keel_arena_array(a, (size_t)c->n_in, sizeof(char *));
   if (!np || !attrs || !ins) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "folding a Pad in graph '%s'", g->path);
@@ -83,8 +97,13 @@ static keel_status try_at(keel_model *m, keel_graph *g, int32_t i, bool *drop, b
     np[sp + d] = (cp ? cp->ints[sp + d] : 0) + pads[rank + 2 + d];
   }
   memcpy(attrs, c->attrs, sizeof(keel_attr) * (size_t)c->n_attr);
-  keel_attr *slot = cp ? &attrs[cp - c->attrs] : &attrs[c->n_attr];
+  int32_t at = c->n_attr;
+  keel_attr *slot = cp ? &attrs[cp - c->attrs] : &attrs[at++];
   *slot = (keel_attr){.name = "pads", .type = KEEL_ATTR_INTS, .n = 2 * sp, .ints = np};
+  if (pool) {
+    slot = cip ? &attrs[cip - c->attrs] : &attrs[at++];
+    *slot = (keel_attr){.name = "count_include_pad", .type = KEEL_ATTR_INT, .i = 1};
+  }
   memcpy(ins, c->in_names, sizeof(char *) * (size_t)c->n_in);
   ins[0] = p->in_names[0];
   c->attrs = attrs, c->n_attr = n_attr, c->in_names = ins;

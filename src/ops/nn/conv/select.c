@@ -94,6 +94,14 @@ bool keel_conv_layout_nhwc(const keel_node *n, const keel_tensor *w, bool no_lib
 
 bool keel_conv_takes_edges(bool no_library) { return library_runs(no_library); }
 
+/* A 1-D conv audio classifier (bench/models/gen_exporters.py, x_conv1d_o13:
+ * five Conv1d of 40-256 channels over 400 samples): 0.373 ms a run as 1-D
+ * convs (im2col + oneDNN's sgemm), 0.243 ms as 2-D convs of height 1
+ * channels-last on oneDNN's kernels (Intel Xeon, Emerald Rapids, one
+ * thread, `keel bench`). keel's AVX-512 dense kernel (conv_dense.c) was
+ * slower than either on those shapes. */
+bool keel_conv_lift_1d(bool no_library) { return library_runs(no_library); }
+
 /* oneDNN 2.6 has no channels-last AVX2 kernel for a strided 1x1 conv: its
  * generic direct kernel made ResNet-50's downsample convs at 21-33
  * GFLOP/s (1024 -> 2048 channels, 14x14 -> 7x7: 9.8 ms of a 105 ms run),

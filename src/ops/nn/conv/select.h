@@ -49,6 +49,10 @@ KEEL_INTERNAL bool keel_conv_layout_wants_size(bool no_library);
  * writes NCHW bands; keel's kernels without it would leave such a conv on
  * the naive reference. */
 KEEL_INTERNAL bool keel_conv_takes_edges(bool no_library);
+/* Whether 1-D convolutions run as 2-D ones of height 1 (the lift-conv1d
+ * pass, passes/pass_conv1d.c): only where oneDNN's channels-last kernels
+ * run them; keel's own 1-D path is im2col + GEMM. */
+KEEL_INTERNAL bool keel_conv_lift_1d(bool no_library);
 /* supports() of keel_conv_nhwc_wg: no oneDNN runs, and the Winograd
  * kernel takes the node (keel_wg_takes). */
 KEEL_INTERNAL bool keel_conv_wg_at_binding(const keel_prep_ctx *p);
