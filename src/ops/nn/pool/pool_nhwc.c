@@ -15,10 +15,10 @@
  * the inner loops are plain loops over c, which the compiler vectorizes.
  * Per output position the valid kernel rows and columns are worked out
  * once (the columns once per call, in a table), so no tap is
- * bounds-checked; then blocks of 64 and 16 channels run the whole window
- * with their sums in registers (nh_block: max as one vmaxps per tap, with
- * a fallback to the exact NaN rule for lanes that need it), and the last
- * C % 16 channels go tap by tap. Rows (image, output row) are spread over
+ * bounds-checked; then blocks of 64, 16, 8 and 4 channels run the whole
+ * window with their sums in registers (nh_block: max as one vmaxps per
+ * tap, with a fallback to the exact NaN rule for lanes that need it), and
+ * the last C % 4 channels go tap by tap. Rows (image, output row) are spread over
  * the session's pool; the global pools split (image, chunk of NH_GCH
  * channels). The bodies are compiled for AVX-512, AVX2 and baseline
  * x86-64 and picked at run time, as conv_fast.c does.
@@ -171,14 +171,22 @@ NH_INLINE void nh_row_body(const nh_job *j, int64_t n, int64_t oy) {
         nh_block(NH_MAX, NH_CB, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
       for (; c0 + 16 <= C; c0 += 16)
         nh_block(NH_MAX, 16, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
+      for (; c0 + 8 <= C; c0 += 8) /* 24, 40, 56, 88, 120 channels... */
+        nh_block(NH_MAX, 8, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
+      for (; c0 + 4 <= C; c0 += 4) /* 116, 232, 464 (ShuffleNet) */
+        nh_block(NH_MAX, 4, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
     } else {
       for (; c0 + NH_CB <= C; c0 += NH_CB)
         nh_block(NH_AVG, NH_CB, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
       for (; c0 + 16 <= C; c0 += 16)
         nh_block(NH_AVG, 16, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
+      for (; c0 + 8 <= C; c0 += 8) /* 24, 40, 56, 88, 120 channels... */
+        nh_block(NH_AVG, 8, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
+      for (; c0 + 4 <= C; c0 += 4) /* 116, 232, 464 (ShuffleNet) */
+        nh_block(NH_AVG, 4, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
     }
     if (c0 == C) continue;
-    /* the last C % 16 channels (all of them when C < 16), tap by tap */
+    /* the last C % 4 channels (all of them when C < 4), tap by tap */
     float *restrict yt = yo + c0;
     const float *xt = x0 + c0;
     int64_t ct = C - c0;
