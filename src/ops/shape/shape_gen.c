@@ -55,6 +55,20 @@ static keel_status sh_fill(keel_tensor *o, const keel_tensor *v) {
     return KEEL_OK;
   }
   size_t es = keel_dtype_size((keel_dtype)v->dtype);
+  /* typed loops for the common sizes (they vectorize; a memcpy of es
+   * bytes per element was 57 us of a [128, 128] causal mask) */
+#define SH_FILL_AS(T)                                                    \
+  {                                                                      \
+    T x, *d = o->data;                                                   \
+    memcpy(&x, v->data, sizeof x);                                       \
+    for (int64_t i = 0; i < n; i++) d[i] = x;                            \
+    return KEEL_OK;                                                      \
+  }
+  if (n > 0 && es == 4) SH_FILL_AS(uint32_t)
+  if (n > 0 && es == 8) SH_FILL_AS(uint64_t)
+  if (n > 0 && es == 2) SH_FILL_AS(uint16_t)
+  if (n > 0 && es == 1) SH_FILL_AS(uint8_t)
+#undef SH_FILL_AS
   for (int64_t i = 0; i < n; i++) memcpy((uint8_t *)o->data + (size_t)i * es, v->data, es);
   return KEEL_OK;
 }
