@@ -548,6 +548,76 @@ static void conv1d_case(int opset, bool tail, bool dnnl) {
   keel_session_destroy(s[1]);
 }
 
+/* A Reshape whose shape is computed from Shape (PyTorch's view with a
+ * dynamic batch and length): Shape -> Gather -> Unsqueeze -> Concat with
+ * [2, 4] -> Reshape. canon-reshape gives it the constant [0, 0, 2, 4] and
+ * remove-dead takes the chain: one node left. x is declared [2, 5, 8] and
+ * run as [3, 7, 8] too: the constant holds for any input shape (the
+ * general inference), the values are x's. `other`: the leading dim comes
+ * from a second input z instead and the last entry is -1, two entries
+ * Reshape would have to infer: left as written (5 nodes). Unsqueeze's
+ * axes an attribute before opset 13, an input from 13. */
+static void reshape_case(int opset, bool other) {
+  keel_session_t *s[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){2, 5, 8});
+    if (other) mb_input(g, "z", KEEL_FLOAT, 1, (int64_t[]){2});
+    int64_t zero = 0, one = 1, tail[2] = {2, 4}, minus[1] = {-1};
+    mb_init(g, "i0", KEEL_INT64, 0, NULL, &zero);
+    mb_init(g, "i1", KEEL_INT64, 0, NULL, &one);
+    mb_init(g, "tail", KEEL_INT64, 1, (int64_t[]){other ? 1 : 2}, other ? minus : tail);
+    mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){1}, &zero);
+    mb_add(g, "Shape", other ? "z" : "x", "sx");
+    mb_add(g, "Gather", "sx,i0", "b");
+    const char *un = opset >= 13 ? "b,ax" : "b";
+    mb_node *u = mb_add(g, "Unsqueeze", un, "b1");
+    if (opset < 13) mb_attr_ints(u, "axes", 1, &zero);
+    if (!other) {
+      mb_add(g, "Gather", "sx,i1", "t");
+      u = mb_add(g, "Unsqueeze", opset >= 13 ? "t,ax" : "t", "t1");
+      if (opset < 13) mb_attr_ints(u, "axes", 1, &zero);
+    }
+    mb_attr_i(mb_add(g, "Concat", other ? "b1,tail" : "b1,t1,tail", "shp"), "axis", 0);
+    mb_add(g, "Reshape", "x,shp", "y");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o, .flags = k ? 0 : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, opset, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    int want = other ? 5 : 1;
+    if (node_count(s[1]) != want)
+      fprintf(stderr, "reshape opset %d%s: %d nodes (want %d)\n", opset, other ? " other" : "",
+              node_count(s[1]), want);
+    CHECK(node_count(s[1]) == want);
+    static const int64_t shapes[2][3] = {{2, 5, 8}, {3, 7, 8}};
+    for (int r = 0; r < 2; r++) {
+      int64_t n = shapes[r][0] * shapes[r][1] * 8;
+      float *xv = calloc((size_t)n, sizeof(float));
+      for (int64_t i = 0; i < n; i++) xv[i] = (float)i * 0.5f - 3.0f;
+      keel_value_t *y[2] = {0};
+      for (int k = 0; k < 2; k++) {
+        keel_value_t *in[2] = {mb_tensor(s[k], KEEL_FLOAT, 3, shapes[r], xv), NULL};
+        if (other) in[1] = mb_tensor(s[k], KEEL_FLOAT, 1, (int64_t[]){shapes[r][0]}, xv);
+        CHECK_OK(keel_run(s[k], (const char *[]){"x", "z"}, in, other ? 2 : 1, &y[k]));
+        keel_value_release(in[0]), keel_value_release(in[1]);
+      }
+      if (y[0] && y[1]) {
+        const int64_t *d0 = keel_value_shape(y[0]), *d1 = keel_value_shape(y[1]);
+        int r0 = keel_value_rank(y[0]), r1 = keel_value_rank(y[1]);
+        CHECK(r0 == r1 && r0 == (other ? 2 : 4) && !memcmp(d0, d1, sizeof(int64_t) * (size_t)r0));
+        CHECK(d1[0] == shapes[r][0]);
+        CHECK(keel_value_numel(y[1]) == n && !memcmp(keel_value_data(y[1]), xv, (size_t)n * sizeof(float)));
+      }
+      keel_value_release(y[0]), keel_value_release(y[1]);
+      free(xv);
+    }
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 int main(void) {
   fusedconv_case("Relu", 0, NULL, false, 1);
   fusedconv_case("LeakyRelu", 1, (const float[]){0.1f}, false, 1);
@@ -589,5 +659,8 @@ int main(void) {
   conv1d_case(11, false, true);
   conv1d_case(13, true, true);
   conv1d_case(13, false, false);
+  reshape_case(13, false);
+  reshape_case(11, false);
+  reshape_case(13, true);
   return check_report();
 }

@@ -322,9 +322,11 @@ static void check_runs(void) {
     CHECK(st == KEEL_OK);
     keel_value_release(in);
   }
-  if (s) { /* every value was compared, 25 of each run symbolic */
+  if (s) { /* every value was compared (39 a run: canon-reshape gave q's
+             * Reshape a constant shape and its chain went), 25 of each run
+             * symbolic */
     keel_shapecheck_counts c = keel_shapecheck_get(s);
-    CHECK(c.checked >= 3 * 40 && c.symbolic >= 3 * 20 && c.unknown == 0 && c.runs_off == 0);
+    CHECK(c.checked >= 3 * 39 && c.symbolic >= 3 * 20 && c.unknown == 0 && c.runs_off == 0);
   }
   keel_session_destroy(s);
 

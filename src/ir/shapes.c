@@ -9,7 +9,9 @@
 #include "ir/shape_rules.h"
 
 typedef struct gtab {
-  int32_t n, cap;
+  int32_t n, cap, cap_v;        /* entries; room in names, in v (grown one
+                                   after the other: an allocation that fails
+                                   between them leaves them apart)         */
   const char **names;
   keel_sshape *v;
   int32_t *hash;               /* open addressing: index + 1, 0 empty      */
@@ -20,10 +22,11 @@ struct keel_shapes {
   const keel_model *m;
   int32_t n_tabs;
   gtab *tabs;                  /* per graph id                             */
-  int32_t n_syms, cap_syms;
+  int32_t n_syms, cap_syms, cap_graph; /* room in sym_names, in sym_graph */
   char **sym_names;
   int32_t *sym_graph;
   bool oom;
+  bool general;                /* keel_shapes_infer_general               */
 };
 
 /* ======================================================= dim algebra */
@@ -126,12 +129,14 @@ static int32_t add_sym(keel_shapes *S, int32_t graph, const char *name) {
     char **nn = keel_sys_realloc(S->sym_names, sizeof(char *) * (size_t)S->cap_syms,
                                  sizeof(char *) * (size_t)nc);
     if (!nn) return -1;
-    S->sym_names = nn;
-    int32_t *ng = keel_sys_realloc(S->sym_graph, sizeof(int32_t) * (size_t)S->cap_syms,
+    S->sym_names = nn, S->cap_syms = nc;
+  }
+  if (S->n_syms == S->cap_graph) {
+    int32_t nc = S->cap_syms;
+    int32_t *ng = keel_sys_realloc(S->sym_graph, sizeof(int32_t) * (size_t)S->cap_graph,
                                    sizeof(int32_t) * (size_t)nc);
     if (!ng) return -1;
-    S->sym_graph = ng;
-    S->cap_syms = nc;
+    S->sym_graph = ng, S->cap_graph = nc;
   }
   size_t len = strlen(name) + 1;
   char *copy = keel_sys_alloc(len);
@@ -205,10 +210,13 @@ static void tab_put(keel_shapes *S, gtab *t, const char *name, const keel_sshape
     int32_t nc = t->cap ? 2 * t->cap : 16;
     const char **nn = keel_sys_realloc(t->names, sizeof(char *) * (size_t)t->cap, sizeof(char *) * (size_t)nc);
     if (!nn) goto oom;
-    t->names = nn;
-    keel_sshape *nv = keel_sys_realloc(t->v, sizeof(keel_sshape) * (size_t)t->cap, sizeof(keel_sshape) * (size_t)nc);
+    t->names = nn, t->cap = nc;
+  }
+  if (t->n == t->cap_v) {
+    keel_sshape *nv = keel_sys_realloc(t->v, sizeof(keel_sshape) * (size_t)t->cap_v,
+                                       sizeof(keel_sshape) * (size_t)t->cap);
     if (!nv) goto oom;
-    t->v = nv, t->cap = nc;
+    t->v = nv, t->cap_v = t->cap;
   }
   t->names[t->n] = name;
   t->v[t->n++] = *v;
@@ -261,7 +269,11 @@ static void from_type(keel_shapes *S, keel_sshape *v, const keel_type *ty, const
   if (!ty || ty->kind != KEEL_TYPE_TENSOR || ty->rank < 0 || ty->rank > KEEL_MAX_RANK) return;
   v->rank = ty->rank;
   for (int32_t i = 0; i < ty->rank; i++) {
-    if (ty->dims && ty->dims[i] >= 0) v->d[i] = keel_sd_known(ty->dims[i]);
+    if (S->general) { /* every dim its own symbol, whatever was declared */
+      char buf[300];
+      snprintf(buf, sizeof buf, "%s.%d", input, i);
+      v->d[i] = named_sym(S, buf);
+    } else if (ty->dims && ty->dims[i] >= 0) v->d[i] = keel_sd_known(ty->dims[i]);
     else if (ty->dim_params && ty->dim_params[i] && ty->dim_params[i][0])
       v->d[i] = named_sym(S, ty->dim_params[i]);
     else {
@@ -535,11 +547,12 @@ static void infer_graph(keel_shapes *S, const keel_graph *g) {
   keel_sys_free(done, (size_t)g->n_nodes + 1);
 }
 
-keel_status keel_shapes_infer(const keel_model *m, keel_shapes **out) {
+static keel_status infer(const keel_model *m, bool general, keel_shapes **out) {
   *out = NULL;
   keel_shapes *S = keel_sys_calloc(1, sizeof *S);
   if (!S) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "shape inference");
   S->m = m;
+  S->general = general;
   S->tabs = keel_sys_calloc((size_t)m->n_graphs + 1, sizeof(gtab));
   if (!S->tabs) {
     keel_sys_free(S, sizeof *S);
@@ -561,18 +574,24 @@ keel_status keel_shapes_infer(const keel_model *m, keel_shapes **out) {
   return KEEL_OK;
 }
 
+keel_status keel_shapes_infer(const keel_model *m, keel_shapes **out) { return infer(m, false, out); }
+
+keel_status keel_shapes_infer_general(const keel_model *m, keel_shapes **out) {
+  return infer(m, true, out);
+}
+
 void keel_shapes_free(keel_shapes *S) {
   if (!S) return;
   for (int32_t i = 0; i < S->n_tabs; i++) {
     gtab *t = &S->tabs[i];
     keel_sys_free(t->names, sizeof(char *) * (size_t)t->cap);
-    keel_sys_free(t->v, sizeof(keel_sshape) * (size_t)t->cap);
+    keel_sys_free(t->v, sizeof(keel_sshape) * (size_t)t->cap_v);
     keel_sys_free(t->hash, sizeof(int32_t) * (size_t)t->hcap);
   }
   keel_sys_free(S->tabs, sizeof(gtab) * ((size_t)S->n_tabs + 1));
   for (int32_t i = 0; i < S->n_syms; i++) keel_sys_free(S->sym_names[i], strlen(S->sym_names[i]) + 1);
   keel_sys_free(S->sym_names, sizeof(char *) * (size_t)S->cap_syms);
-  keel_sys_free(S->sym_graph, sizeof(int32_t) * (size_t)S->cap_syms);
+  keel_sys_free(S->sym_graph, sizeof(int32_t) * (size_t)S->cap_graph);
   keel_sys_free(S, sizeof *S);
 }
 

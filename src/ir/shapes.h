@@ -50,6 +50,12 @@ typedef struct keel_shapes keel_shapes;
 
 /* Infers every value of every graph of m (sys memory; keel_shapes_free). */
 KEEL_INTERNAL keel_status keel_shapes_infer(const keel_model *m, keel_shapes **out);
+/* The same with every dim of every graph input a symbol of its own
+ * ("input.i"), whatever its declared type says (integers and dim_params
+ * shared by several inputs ignored): what it infers holds for every run
+ * whose nodes succeed, whatever shapes the inputs have. For rewrites that
+ * must stay exact when the inputs disagree with their declarations. */
+KEEL_INTERNAL keel_status keel_shapes_infer_general(const keel_model *m, keel_shapes **out);
 KEEL_INTERNAL void keel_shapes_free(keel_shapes *s);
 
 /* The shape of `name` as seen from graph g (outer graphs searched as the
@@ -66,6 +72,13 @@ KEEL_INTERNAL int32_t keel_shapes_sym_graph(const keel_shapes *s, int32_t sym);
 /* "[B, T+1, 768]", "[?, 4]", "rank ?" into buf; returns buf. */
 KEEL_INTERNAL const char *keel_sshape_text(const keel_shapes *s, const keel_sshape *v, char *buf,
                                            size_t cap);
+
+/* Two dims known to be equal: the same integer, or the same expression of
+ * one symbol (an unknown dim equals nothing). */
+static inline bool keel_sdim_eq(keel_sdim a, keel_sdim b) {
+  if (a.sym == KEEL_SYM_UNKNOWN || b.sym == KEEL_SYM_UNKNOWN || a.sym != b.sym) return false;
+  return a.add == b.add && (a.sym == KEEL_SYM_KNOWN || (a.mul == b.mul && a.div == b.div));
+}
 
 /* 0: every dim an integer; 1: rank known, some dim symbolic (none
  * unknown); 2: rank or some dim unknown. */

@@ -61,6 +61,10 @@ KEEL_INTERNAL keel_status keel_pass_fold_identity(keel_model *m);
  * nodes nothing reads removed; counted in m->fold. */
 KEEL_INTERNAL keel_status keel_pass_fold_constants(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
+/* pass_reshape.c: a Reshape whose shape is computed from other shapes ->
+ * a constant shape of 0s (copy) and one -1 that means the same on every
+ * run, by symbolic shape inference; its chain then goes as dead. */
+KEEL_INTERNAL keel_status keel_pass_canon_reshape(keel_model *m);
 /* pass_pad.c: a zero Pad of the spatial dims read by one Conv or
  * AveragePool -> the reader's own pads. */
 KEEL_INTERNAL keel_status keel_pass_fold_pad(keel_model *m);

@@ -52,12 +52,6 @@ static const keel_attr *perm_of(const keel_node *t) {
   return a && a->type == KEEL_ATTR_INTS && a->n >= 1 && a->n <= KEEL_MAX_RANK ? a : NULL;
 }
 
-/* Two dims that are known to be equal. */
-static bool dim_eq(keel_sdim a, keel_sdim b) {
-  if (a.sym == KEEL_SYM_UNKNOWN || b.sym == KEEL_SYM_UNKNOWN || a.sym != b.sym) return false;
-  return a.add == b.add && (a.sym == KEEL_SYM_KNOWN || (a.mul == b.mul && a.div == b.div));
-}
-
 static const keel_sshape *shape(const keel_shapes *S, const keel_graph *g, const char *name) {
   const keel_sshape *v = keel_shapes_find(S, g, name);
   return v && v->rank >= 0 ? v : NULL;
@@ -129,11 +123,11 @@ static keel_status swap_at(tp *P, int32_t i) {
     return KEEL_OK;
   /* K3 keeps x's last two dims; Kt has x's leading dims, the last two
    * swapped */
-  if (!dim_eq(s1->d[k - 2], sx->d[r - 2]) || !dim_eq(s1->d[k - 1], sx->d[r - 1]) ||
-      !dim_eq(s2->d[r - 2], sx->d[r - 1]) || !dim_eq(s2->d[r - 1], sx->d[r - 2]))
+  if (!keel_sdim_eq(s1->d[k - 2], sx->d[r - 2]) || !keel_sdim_eq(s1->d[k - 1], sx->d[r - 1]) ||
+      !keel_sdim_eq(s2->d[r - 2], sx->d[r - 1]) || !keel_sdim_eq(s2->d[r - 1], sx->d[r - 2]))
     return KEEL_OK;
   for (int d = 0; d < r - 2; d++)
-    if (!dim_eq(s2->d[d], sx->d[d])) return KEEL_OK;
+    if (!keel_sdim_eq(s2->d[d], sx->d[d])) return KEEL_OK;
   int64_t perm[KEEL_MAX_RANK];
   for (int d = 0; d < r; d++) perm[d] = d;
   perm[r - 2] = r - 1, perm[r - 1] = r - 2;

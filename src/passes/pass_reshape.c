@@ -1,0 +1,122 @@
+/* pass_reshape.c: canon-reshape. A Reshape whose shape is computed at run
+ * time from the shapes of other values, the chain PyTorch's exporters
+ * write for every view with a dynamic batch or length,
+ *
+ *   s = Concat(Unsqueeze(Gather(Shape(x), 0)), Unsqueeze(Gather(Shape(x), 1)), [4], [64])
+ *   y = Reshape(x, s)
+ *
+ * gets a constant shape that means the same on every run: Reshape's own
+ * 0 (copy the input's dim at that index) and -1 (the one dim it infers),
+ *
+ *   y = Reshape(x, [0, 0, 4, 64])
+ *
+ * and the chain, read by nothing else, goes with remove-dead (the next
+ * pass). keel's symbolic shape inference (ir/shapes.h) follows the chain;
+ * it runs here in its general form (keel_shapes_infer_general): every
+ * graph-input dim a symbol of its own, so no integer or equality it gives
+ * rests on a declared input shape, and the constant is right for every
+ * input shape the model runs with, not only the declared ones. Entry i of
+ * the shape becomes
+ *   - its integer, where the inference gives one (the exporter's own 0
+ *     and -1 included);
+ *   - 0, where it is the same symbolic dim as the input's dim i (and the
+ *     node does not set allowzero);
+ *   - -1, for at most one entry left: Reshape infers it from the element
+ *     count, which is what the computed value was on every run where the
+ *     node succeeds.
+ * Otherwise (an unknown entry, two left for -1, an unknown count of
+ * entries) the node stays as written. On the held-out GPT and BERT
+ * exports with dynamic axes (bench/models/gen_exporters.py) every Reshape
+ * of the attention heads takes a constant, and their Shape -> Gather ->
+ * Unsqueeze -> Concat chains leave the graph.
+ */
+#include <stdio.h>
+
+#include "base/status.h"
+#include "ir/shapes.h"
+#include "passes/pass.h"
+
+/* The constant shape for Reshape node n, in c[0..*k); false when the
+ * inference does not pin it down. */
+static bool constant_shape(const keel_shapes *S, const keel_graph *g, const keel_node *n,
+                           int64_t *c, int *k) {
+  const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+  const keel_sshape *s = keel_shapes_find(S, g, n->in_names[1]);
+  if (!s || s->rank != 1 || s->nv < 0 || s->nv > KEEL_SHAPE_MAXV || s->nv > KEEL_MAX_RANK)
+    return false;
+  const keel_attr *az = keel_node_attr(n, "allowzero");
+  bool allowzero = n->opset >= 14 && az && az->i;
+  int infer = -1;
+  for (int i = 0; i < s->nv; i++) {
+    keel_sdim v = s->v[i];
+    if (v.sym == KEEL_SYM_KNOWN) {
+      c[i] = v.add;
+      if (v.add == -1) {
+        if (infer >= 0) return false; /* the node would fail anyway */
+        infer = i;
+      }
+      if (v.add < -1) return false;
+      continue;
+    }
+    if (v.sym == KEEL_SYM_UNKNOWN) return false;
+    if (!allowzero && x && x->rank > i && keel_sdim_eq(v, x->d[i])) {
+      c[i] = 0;
+      continue;
+    }
+    if (infer >= 0) return false;
+    infer = i, c[i] = -1;
+  }
+  *k = s->nv;
+  return true;
+}
+
+static keel_status graph_pass(keel_model *m, const keel_shapes *S, keel_graph *g, int32_t *done) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    keel_node *n = &g->nodes[i];
+    if (n->domain[0] || strcmp(n->op_type, "Reshape") || n->opset < 5 || n->n_in != 2 ||
+        n->n_out != 1 || !n->in_names[0][0] || !n->in_names[1][0] ||
+        keel_ir_const_of(m, g, n->in_names[1]) >= 0)
+      continue;
+    int64_t c[KEEL_MAX_RANK];
+    int k;
+    if (!constant_shape(S, g, n, c, &k)) continue;
+    int64_t *data = keel_arena_array(m->arena, (size_t)(k ? k : 1), sizeof(int64_t));
+    const char **ins = keel_arena_array(m->arena, 3, sizeof(char *));
+    const char *name = keel_pass_fresh(m, g, n->out_names[0], "shape");
+    if (!data || !ins || !name)
+      return keel_err(KEEL_ERR_OUT_OF_MEMORY, "canon-reshape in graph '%s'", g->path);
+    if (k) memcpy(data, c, sizeof(int64_t) * (size_t)k);
+    keel_tensor t = {.dtype = KEEL_INT64, .rank = 1, .shape = {k}, .data = data};
+    KEEL_TRY(keel_ir_add_const(m, g, name, &t, NULL));
+    ins[0] = n->in_names[0], ins[1] = name;
+    n->in_names = ins;
+    (*done)++;
+  }
+  return KEEL_OK;
+}
+
+/* Quick test before paying for the inference: a Reshape whose shape is
+ * not a constant. */
+static bool worth_it(const keel_model *m) {
+  for (int32_t gi = 0; gi < m->n_graphs; gi++) {
+    const keel_graph *g = m->graphs[gi];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const keel_node *n = &g->nodes[i];
+      if (!n->domain[0] && !strcmp(n->op_type, "Reshape") && n->n_in == 2 &&
+          n->in_names[1][0] && keel_ir_const_of(m, g, n->in_names[1]) < 0)
+        return true;
+    }
+  }
+  return false;
+}
+
+keel_status keel_pass_canon_reshape(keel_model *m) {
+  if (!worth_it(m)) return KEEL_OK;
+  keel_shapes *S;
+  KEEL_TRY(keel_shapes_infer_general(m, &S));
+  keel_status st = KEEL_OK;
+  int32_t done = 0;
+  for (int32_t i = 0; i < m->n_graphs && !st; i++) st = graph_pass(m, S, m->graphs[i], &done);
+  keel_shapes_free(S);
+  return st;
+}
