@@ -618,6 +618,103 @@ static void reshape_case(int opset, bool other) {
   keel_session_destroy(s[1]);
 }
 
+/* Repeated work (cse): two blocks each build the same causal mask from
+ * their own input, Shape -> Gather -> Unsqueeze -> Concat ->
+ * ConstantOfShape -> Trilu, and add it; the second block's input is
+ * Sigmoid(x), of x's shape (the Shapes merge on the inferred shapes).
+ * After the passes the mask is built once (6 nodes less), the output as
+ * written, for two sizes. `random`: the blocks also add RandomNormalLike
+ * of their input, which is never merged (scale 0: the output stays
+ * comparable). `sub`: an If branch also reads the second mask's Concat:
+ * the Concat and what follows it stay (3 merged). */
+static void cse_case(bool random, bool sub) {
+  keel_session_t *s[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){2, 5, 5});
+    int64_t one = 1, zero = 0;
+    float big = -1e4f;
+    mb_init(g, "i1", KEEL_INT64, 0, NULL, &one);
+    mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){1}, &zero);
+    mb_add(g, "Sigmoid", "x", "x1");
+    for (int b = 0; b < 2; b++) {
+      char ins[96], out[32], nm[8][32];
+      const char *x = b ? "x1" : "x";
+      for (int q = 0; q < 8; q++) snprintf(nm[q], sizeof nm[q], "b%d_%d", b, q);
+      mb_add(g, "Shape", x, nm[0]);
+      snprintf(ins, sizeof ins, "%s,i1", nm[0]);
+      mb_add(g, "Gather", ins, nm[1]);
+      snprintf(ins, sizeof ins, "%s,ax", nm[1]);
+      mb_add(g, "Unsqueeze", ins, nm[2]);
+      snprintf(ins, sizeof ins, "%s,%s", nm[2], nm[2]);
+      mb_attr_i(mb_add(g, "Concat", ins, nm[3]), "axis", 0);
+      mb_attr_t(mb_add(g, "ConstantOfShape", nm[3], nm[4]), "value", KEEL_FLOAT, 1,
+                (int64_t[]){1}, &big);
+      snprintf(ins, sizeof ins, "%s,i1", nm[4]);
+      mb_attr_i(mb_add(g, "Trilu", ins, nm[5]), "upper", 1);
+      snprintf(ins, sizeof ins, "%s,%s", x, nm[5]);
+      snprintf(out, sizeof out, "y%d", b);
+      if (random) {
+        mb_add(g, "Add", ins, nm[6]);
+        mb_attr_f(mb_add(g, "RandomNormalLike", x, nm[7]), "scale", 0.0f);
+        snprintf(ins, sizeof ins, "%s,%s", nm[6], nm[7]);
+      }
+      mb_add(g, "Add", ins, out);
+    }
+    if (sub) {
+      bool yes = true;
+      mb_init(g, "c", KEEL_BOOL, 0, NULL, &yes);
+      mb_graph *then = mb_graph_new("then"), *els = mb_graph_new("else");
+      mb_add(then, "Identity", "b1_3", "t");
+      mb_output(then, "t", KEEL_INT64, -1, NULL);
+      mb_add(els, "Identity", "b1_3", "e");
+      mb_output(els, "e", KEEL_INT64, -1, NULL);
+      mb_node *f = mb_add(g, "If", "c", "shp");
+      mb_attr_g(f, "then_branch", then);
+      mb_attr_g(f, "else_branch", els);
+      mb_output(g, "shp", KEEL_INT64, -1, NULL);
+    }
+    mb_add(g, "Add", "y0,y1", "y");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o, .flags = k ? 0 : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, 14, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    int all = 2 * (random ? 9 : 7) + 2 + (sub ? 3 : 0); /* the If and its two Identities */
+    /* merged: Shape, Gather, Unsqueeze, Concat, ConstantOfShape, Trilu;
+     * with the If reading the second Concat, only the first three */
+    int want = all - (sub ? 3 : 6);
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s[1], 1, &d));
+    const char *p = d ? strstr(d, "\"merged_nodes\": ") : NULL;
+    int merged = p ? atoi(p + 16) : -1;
+    keel_free(d);
+    if (node_count(s[0]) != all || merged != all - want)
+      fprintf(stderr, "cse%s%s: %d nodes as written (want %d), %d merged (want %d)\n",
+              random ? " random" : "", sub ? " sub" : "", node_count(s[0]), all, merged, all - want);
+    CHECK(node_count(s[0]) == all);
+    CHECK(merged == all - want);
+    for (int r = 0; r < 2; r++) {
+      int64_t T = r ? 7 : 5, n = 2 * T * T;
+      float xv[2 * 7 * 7];
+      for (int64_t i = 0; i < n; i++) xv[i] = (float)(i % 11) * 0.25f;
+      keel_value_t *y[2][2] = {{0}};
+      for (int k = 0; k < 2; k++) {
+        keel_value_t *in = mb_tensor(s[k], KEEL_FLOAT, 3, (int64_t[]){2, T, T}, xv);
+        CHECK_OK(keel_run(s[k], (const char *[]){"x"}, &in, 1, y[k]));
+        keel_value_release(in);
+      }
+      const keel_value_t *a = y[0][sub ? 1 : 0], *b = y[1][sub ? 1 : 0];
+      CHECK(a && b && keel_value_numel(a) == n && keel_value_numel(b) == n &&
+            !memcmp(keel_value_data(a), keel_value_data(b), (size_t)n * sizeof(float)));
+      for (int k = 0; k < 2; k++) keel_value_release(y[k][0]), keel_value_release(y[k][1]);
+    }
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 int main(void) {
   fusedconv_case("Relu", 0, NULL, false, 1);
   fusedconv_case("LeakyRelu", 1, (const float[]){0.1f}, false, 1);
@@ -662,5 +759,8 @@ int main(void) {
   reshape_case(13, false);
   reshape_case(11, false);
   reshape_case(13, true);
+  cse_case(false, false);
+  cse_case(true, false);
+  cse_case(false, true);
   return check_report();
 }

@@ -238,12 +238,14 @@ typedef struct keel_model {
   const char **const_names;
   uint64_t weight_bytes;       /* initializer and Constant-node bytes     */
   uint64_t weight_bytes_copied; /* of which keel had to copy or decode    */
-  struct {                     /* fold-constants and remove-dead (keel info) */
+  struct {                     /* fold-constants, cse, remove-dead (keel info) */
     int32_t folded;            /* nodes computed at load into constants    */
     uint64_t folded_bytes;     /* the bytes of the constants they made     */
     int32_t over_cap;          /* all-constant nodes left to run: outputs
                                   over the cap (passes/pass_fold.c)       */
     int32_t dead;              /* nodes removed: nothing read their outputs */
+    int32_t merged;            /* nodes removed as the same as an earlier one
+                                  (passes/pass_cse.c)                     */
   } fold;
   struct keel_shard_cfg *shard; /* set only by `keel shard` (passes/shard.h)  */
   bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)

@@ -15,6 +15,7 @@ static const keel_pass g_passes[] = {
     {"fold-identity", keel_pass_fold_identity, true},
     {"fold-constants", keel_pass_fold_constants, true},
     {"canon-reshape", keel_pass_canon_reshape, true},
+    {"cse", keel_pass_cse, true},
     {"remove-dead", keel_pass_remove_dead, true},
     {"fold-pad", keel_pass_fold_pad, true},
     {"canon-fusedconv", keel_pass_canon_fusedconv, true},

@@ -65,6 +65,10 @@ KEEL_INTERNAL keel_status keel_pass_remove_dead(keel_model *m);
  * a constant shape of 0s (copy) and one -1 that means the same on every
  * run, by symbolic shape inference; its chain then goes as dead. */
 KEEL_INTERNAL keel_status keel_pass_canon_reshape(keel_model *m);
+/* pass_cse.c: a node the same as an earlier one (op, attributes, inputs;
+ * Shapes of values whose inferred shapes are equal) is computed once;
+ * counted in m->fold.merged. */
+KEEL_INTERNAL keel_status keel_pass_cse(keel_model *m);
 /* pass_pad.c: a zero Pad of the spatial dims read by one Conv or
  * AveragePool -> the reader's own pads. */
 KEEL_INTERNAL keel_status keel_pass_fold_pad(keel_model *m);
