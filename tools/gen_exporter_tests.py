@@ -1,8 +1,11 @@
 #!/usr/bin/env /usr/bin/python3
-"""Writes tests/exporters/conv1d_*: 1-D convolution networks as exporters
-write them, with PyTorch's outputs as the expected results (the lift-conv1d
-pass, src/passes/pass_conv1d.c, runs them as 2-D convolutions of height 1;
-`keel test tests/exporters` checks the outputs).
+"""Writes tests/exporters/: models as other tools export them, with
+PyTorch's outputs as the expected results (`keel test tests/exporters`
+checks them with the passes and without). 1-D convolution networks (the
+lift-conv1d pass, src/passes/pass_conv1d.c, runs them as 2-D convolutions
+of height 1) and small transformers with a dynamic batch and length (the
+canon-reshape and cse passes, src/passes/pass_reshape.c and pass_cse.c,
+rewrite their computed shapes and repeated masks).
 
   conv1d_ts9, conv1d_ts11, conv1d_ts13, conv1d_ts17
       torch.onnx.export (TorchScript) at opsets 9, 11, 13 and 17 of Net
@@ -23,10 +26,21 @@ pass, src/passes/pass_conv1d.c, runs them as 2-D convolutions of height 1;
       ReduceMean) and a Conv1d whose W is also read by another node (an
       Add with a second input): the Squeeze back and the copied W
 
-Run: /usr/bin/python3 tools/gen_conv1d_tests.py  (python3-torch and
+  gpt_dyn_o14, gpt_dyn_o17
+      a 2-block GPT (vocab 64, width 32, 2 heads) whose causal mask each
+      block builds from the input length (torch.triu over torch.full((T, T),
+      -inf)), batch and length dynamic, at opsets 14 (Trilu's first) and
+      17 (LayerNormalization); runs of
+      [1, 7] and [2, 12] tokens
+  bert_dyn_o11
+      a 2-block BERT with an attention mask input, dynamic batch and length
+      at opset 11 (Unsqueeze with attributes); runs of [1, 9] and [2, 5]
+
+Run: /usr/bin/python3 tools/gen_exporter_tests.py  (python3-torch and
 python3-onnx from Debian). Deterministic: fixed seeds. Small: channels of
-8-24, so the files stay a few KB.
+8-32, so the files stay a few KB each.
 """
+import math
 import os
 import sys
 
@@ -205,11 +219,118 @@ def tail_case():
     print(f"conv1d_tail: {[n.op_type for n in m.graph.node]}")
 
 
+class DynAttention(nn.Module):
+    """Causal attention whose mask comes from the length: triu of a
+    [T, T] tensor of -inf, built again in every block."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h, self.dk = heads, d // heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x, mask_add=None):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q = q.view(b, t, self.h, self.dk).transpose(1, 2)
+        k = k.view(b, t, self.h, self.dk).transpose(1, 2)
+        v = v.view(b, t, self.h, self.dk).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.dk)
+        if mask_add is None:
+            att = att + torch.triu(torch.full((t, t), float("-inf")), 1)
+        else:
+            att = att + mask_add
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, pre):
+        super().__init__()
+        self.pre = pre
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.att = DynAttention(d, heads)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x, mask_add=None):
+        if self.pre:
+            x = x + self.att(self.ln1(x), mask_add)
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.att(x, mask_add))
+        return self.ln2(x + self.mlp(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab=64, d=32, heads=2, layers=2, ctx=32):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.blocks = nn.ModuleList([Block(d, heads, True) for _ in range(layers)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]).unsqueeze(0))
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln(x))
+
+
+class TinyBERT(nn.Module):
+    def __init__(self, vocab=64, d=32, heads=2, layers=2, ctx=32):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
+        self.ln = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList([Block(d, heads, False) for _ in range(layers)])
+
+    def forward(self, ids, mask):
+        x = self.ln(self.tok(ids) + self.pos(torch.arange(ids.shape[1]).unsqueeze(0)))
+        mask_add = (1.0 - mask[:, None, None, :].float()) * -10000.0
+        for b in self.blocks:
+            x = b(x, mask_add)
+        return x
+
+
+def transformer_case(name, model, opset, runs, names, dyn):
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    model.eval()
+    with torch.no_grad():
+        torch.onnx.export(model, runs[0], os.path.join(d, "model.onnx"), opset_version=opset,
+                          input_names=names, output_names=["y"], dynamic_axes=dyn,
+                          do_constant_folding=True)
+        for k, args in enumerate(runs):
+            os.makedirs(os.path.join(d, f"test_data_set_{k}"), exist_ok=True)
+            for i, (a, n) in enumerate(zip(args, names)):
+                with open(os.path.join(d, f"test_data_set_{k}", f"input_{i}.pb"), "wb") as f:
+                    f.write(numpy_helper.from_array(a.numpy(), n).SerializeToString())
+            write_pb(d, k, "output", model(*args).numpy(), "y")
+    m = onnx.load(os.path.join(d, "model.onnx"))
+    onnx.checker.check_model(m)
+    print(f"{name}: {len(m.graph.node)} nodes")
+
+
+def transformers():
+    g = torch.Generator().manual_seed(21)
+    ids = lambda b, t: torch.randint(0, 64, (b, t), generator=g)
+    for opset in (14, 17):  # Trilu (torch.triu) from opset 14
+        torch.manual_seed(30 + opset)
+        transformer_case(f"gpt_dyn_o{opset}", TinyGPT(), opset, [(ids(1, 7),), (ids(2, 12),)],
+                         ["input_ids"], {"input_ids": {0: "batch", 1: "T"}, "y": {0: "batch", 1: "T"}})
+    torch.manual_seed(44)
+    mask = torch.ones(2, 5, dtype=torch.int64)
+    mask[1, 3:] = 0
+    transformer_case("bert_dyn_o11", TinyBERT(), 11,
+                     [(ids(1, 9), torch.ones(1, 9, dtype=torch.int64)), (ids(2, 5), mask)],
+                     ["input_ids", "attention_mask"],
+                     {"input_ids": {0: "batch", 1: "T"}, "attention_mask": {0: "batch", 1: "T"},
+                      "y": {0: "batch", 1: "T"}})
+
+
 def main():
     for opset in (9, 11, 13, 17):
         torch_case(opset)
     paddle_case()
     tail_case()
+    transformers()
 
 
 if __name__ == "__main__":
