@@ -715,6 +715,53 @@ static void cse_case(bool random, bool sub) {
   keel_session_destroy(s[1]);
 }
 
+/* A pool of a channel Concat (sink-concat): x [2, C, H, H] and Relu(x)
+ * concatenated on the channels, then MaxPool 3x3/2 (SqueezeNet's fire
+ * modules) or AveragePool 2x2/2 with pads: the pooled parts concatenated
+ * instead, within nothing of the model as written (the same taps in the
+ * same order). Kept when the Concat is also a graph output (`shared`) or
+ * its axis is not 1 (`axis3`). The channels-last layout is off
+ * (KEEL_OPT_NO_ONEDNN keeps the ops as they are): 3 nodes as written, 4
+ * after (Relu, two pools, Concat). */
+static void sink_concat_case(bool avg, bool shared, bool axis3) {
+  keel_session_t *s[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, C, H, H});
+    mb_add(g, "Relu", "x", "r");
+    mb_attr_i(mb_add(g, "Concat", "x,r", "cat"), "axis", axis3 ? 3 : 1);
+    mb_node *p = mb_add(g, avg ? "AveragePool" : "MaxPool", "cat", "y");
+    mb_attr_ints(p, "kernel_shape", 2, avg ? (int64_t[]){2, 2} : (int64_t[]){3, 3});
+    mb_attr_ints(p, "strides", 2, (int64_t[]){2, 2});
+    if (avg) mb_attr_ints(p, "pads", 4, (int64_t[]){1, 0, 1, 1});
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    if (shared) mb_output(g, "cat", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o, .flags = k ? KEEL_OPT_NO_ONEDNN : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, 13, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    bool sunk = !shared && !axis3;
+    int want = sunk ? 4 : 3;
+    if (node_count(s[1]) != want)
+      fprintf(stderr, "sink-concat%s%s%s: %d nodes (want %d)\n", avg ? " avg" : "",
+              shared ? " shared" : "", axis3 ? " axis3" : "", node_count(s[1]), want);
+    CHECK(node_count(s[1]) == want);
+    keel_value_t *y[2][2] = {{0}};
+    for (int k = 0; k < 2; k++) {
+      keel_value_t *in = mb_tensor(s[k], KEEL_FLOAT, 4, (int64_t[]){2, C, H, H}, g_x);
+      CHECK_OK(keel_run(s[k], (const char *[]){"x"}, &in, 1, y[k]));
+      keel_value_release(in);
+    }
+    int64_t n = y[0][0] ? keel_value_numel(y[0][0]) : -1;
+    CHECK(n > 0 && y[1][0] && keel_value_numel(y[1][0]) == n &&
+          !memcmp(keel_value_data(y[0][0]), keel_value_data(y[1][0]), (size_t)n * sizeof(float)));
+    for (int k = 0; k < 2; k++) keel_value_release(y[k][0]), keel_value_release(y[k][1]);
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 int main(void) {
   fusedconv_case("Relu", 0, NULL, false, 1);
   fusedconv_case("LeakyRelu", 1, (const float[]){0.1f}, false, 1);
@@ -762,5 +809,9 @@ int main(void) {
   cse_case(false, false);
   cse_case(true, false);
   cse_case(false, true);
+  sink_concat_case(false, false, false);
+  sink_concat_case(true, false, false);
+  sink_concat_case(false, true, false);
+  sink_concat_case(false, false, true);
   return check_report();
 }

@@ -26,6 +26,7 @@ static const keel_pass g_passes[] = {
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},
     {"fuse-matmul", keel_pass_fuse_matmul, true},
+    {"sink-concat", keel_pass_sink_concat, true},
     {"lift-conv1d", keel_pass_lift_conv1d, true},
     {"layout", keel_pass_layout, true},
     {"fuse-activation", keel_pass_fuse_activation, true},
