@@ -64,6 +64,28 @@ const char *keel_pass_fresh(keel_model *m, const keel_graph *g, const char *base
   return NULL;
 }
 
+const char *const keel_pass_unary_ops[] = {
+    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu",
+    "Softplus", "Softsign", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
+    "Mish", "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "ThresholdedRelu", "Identity",
+    "Clip", NULL};
+const char *const keel_pass_nary_ops[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum",
+                                          "Mean", "Pow", "PRelu", NULL};
+
+bool keel_pass_op_in(const keel_node *n, const char *const *list) {
+  if (n->domain[0]) return false;
+  for (; *list; list++)
+    if (!strcmp(n->op_type, *list)) return true;
+  return false;
+}
+
+int32_t keel_pass_direct_reads(const keel_graph *g, const char *name) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_in; k++) n += !strcmp(g->nodes[i].in_names[k], name);
+  return n;
+}
+
 bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n) {
   for (int k = 0; k < n; k++)
     if (drop[nodes[k]]) return true;

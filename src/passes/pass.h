@@ -52,6 +52,19 @@ KEEL_INTERNAL bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, in
 KEEL_INTERNAL const char *keel_pass_fresh(keel_model *m, const keel_graph *g, const char *base,
                                           const char *tag);
 
+/* Elementwise ops of ai.onnx that act on each element alone, so they
+ * commute with a transpose or a reshape that keeps the elements (the
+ * layout pass, lift-conv1d): of one data input whose other inputs, if
+ * any, are scalars or attributes (Clip's bounds) ... */
+KEEL_INTERNAL extern const char *const keel_pass_unary_ops[];
+/* ... and of several data inputs, with numpy broadcasting. */
+KEEL_INTERNAL extern const char *const keel_pass_nary_ops[];
+/* Whether n is an ai.onnx op named in `list` (NULL-terminated). */
+KEEL_INTERNAL bool keel_pass_op_in(const keel_node *n, const char *const *list);
+/* How many times g's nodes read `name` as a direct input (keel_ir_uses
+ * also counts sub-graphs and graph outputs). */
+KEEL_INTERNAL int32_t keel_pass_direct_reads(const keel_graph *g, const char *name);
+
 /* Passes (one file each). */
 /* The training graph (pass_train.c): a no-op unless m->train is set. */
 KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);

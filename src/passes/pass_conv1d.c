@@ -47,13 +47,6 @@
 
 #define PREFIX "keel.conv1d/"
 
-static const char *const UNARY[] = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu",
-    "Softplus", "Softsign", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
-    "Mish", "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "ThresholdedRelu", "Identity",
-    "Clip", NULL};
-static const char *const NARY[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean",
-                                   "Pow", "PRelu", NULL};
 
 typedef struct lift {
   keel_model *m;
@@ -70,13 +63,6 @@ typedef struct lift {
 
 static keel_status oom(const lift *L) {
   return keel_err(KEEL_ERR_OUT_OF_MEMORY, "lift-conv1d in graph '%s'", L->g->path);
-}
-
-static bool op_in(const keel_node *n, const char *const *list) {
-  if (n->domain[0]) return false;
-  for (; *list; list++)
-    if (!strcmp(n->op_type, *list)) return true;
-  return false;
 }
 
 static bool is_op(const keel_node *n, const char *op) {
@@ -140,7 +126,7 @@ static bool joins(const lift *L, int32_t i) {
   const keel_node *n = &L->g->nodes[i];
   if (n->n_subs || n->n_out != 1 || !n->out_names[0][0] || !n->n_in) return false;
   if (conv1d(L, n)) return true; /* a seed: its X enters the region */
-  if (op_in(n, NARY) || is_op(n, "Concat")) {
+  if (keel_pass_op_in(n, keel_pass_nary_ops) || is_op(n, "Concat")) {
     bool any = false;
     for (int32_t k = 0; k < n->n_in; k++) {
       const char *in = n->in_names[k];
@@ -160,7 +146,7 @@ static bool joins(const lift *L, int32_t i) {
   }
   /* the rest: one data input, lifted */
   if (!lifted_name(L, n->in_names[0], i)) return false;
-  if (op_in(n, UNARY)) {
+  if (keel_pass_op_in(n, keel_pass_unary_ops)) {
     for (int32_t k = 1; k < n->n_in; k++)
       if (n->in_names[k][0] && keel_ir_const_of(L->m, L->g, n->in_names[k]) < 0) return false;
     return true;
@@ -305,7 +291,7 @@ static keel_status rewrite(lift *L, int32_t i) {
   const char **ins = keel_arena_array(a, (size_t)n.n_in + 1, sizeof(char *));
   if (!ins) return oom(L);
   bool conv = is_op(&n, "Conv"), bn = is_op(&n, "BatchNormalization");
-  bool concat = is_op(&n, "Concat"), nary = op_in(&n, NARY) || concat;
+  bool concat = is_op(&n, "Concat"), nary = keel_pass_op_in(&n, keel_pass_nary_ops) || concat;
   for (int32_t k = 0; k < n.n_in; k++) {
     const char *in = n.in_names[k];
     if (in[0] && conv && k == 1) KEEL_TRY(weight_form(L, in, &ins[k]));

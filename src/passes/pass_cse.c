@@ -149,14 +149,6 @@ static bool same_node(const cse *C, const keel_node *a, const keel_node *b) {
          a->opset == b->opset && same_inputs(C, a, b) && same_attrs(a, b);
 }
 
-/* Reads of `name` by g's nodes (direct inputs). */
-static int32_t direct_reads(const keel_graph *g, const char *name) {
-  int32_t n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_in; k++) n += !strcmp(g->nodes[i].in_names[k], name);
-  return n;
-}
-
 /* Node j's outputs become node i's: every direct read renamed. *done
  * false when some output is read other than directly (a sub-graph, a
  * graph output): j then stays. */
@@ -166,7 +158,7 @@ static keel_status merge(cse *C, int32_t i, int32_t j, bool *done) {
   *done = false;
   for (int32_t k = 0; k < b->n_out; k++) {
     const char *o = b->out_names[k];
-    if (o[0] && (!a->out_names[k][0] || keel_ir_uses(g, o) != direct_reads(g, o))) return KEEL_OK;
+    if (o[0] && (!a->out_names[k][0] || keel_ir_uses(g, o) != keel_pass_direct_reads(g, o))) return KEEL_OK;
   }
   for (int32_t k = 0; k < b->n_out; k++) {
     const char *o = b->out_names[k], *to = a->out_names[k];

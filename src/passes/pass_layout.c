@@ -195,36 +195,12 @@ static int32_t first_reader(const keel_graph *g, const char *name, int32_t from)
   return -1;
 }
 
-static int32_t direct_uses(const keel_graph *g, const char *name) {
-  int32_t n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_in; k++) n += !strcmp(g->nodes[i].in_names[k], name);
-  return n;
-}
-
 static bool is_graph_output(const keel_graph *g, const char *name) {
   for (int32_t i = 0; i < g->n_out; i++)
     if (!strcmp(g->out_names[i], name)) return true;
   return false;
 }
 
-static bool op_in(const keel_node *n, const char *const *list) {
-  if (n->domain[0]) return false;
-  for (; *list; list++)
-    if (!strcmp(n->op_type, *list)) return true;
-  return false;
-}
-
-/* Elementwise ops of one data input whose other inputs (if any) are
- * scalars or attributes: they commute with a transpose. */
-static const char *const UNARY[] = {
-    "Relu", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Elu", "Selu", "Celu",
-    "Softplus", "Softsign", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Erf", "Gelu",
-    "Mish", "Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "ThresholdedRelu", "Identity",
-    "Clip", NULL};
-/* Elementwise ops of several data inputs (numpy broadcasting). */
-static const char *const NARY[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "Sum", "Mean",
-                                   "Pow", "PRelu", NULL};
 
 /* The NHWC form of input `name` of a node being moved below a transpose:
  * the transpose's input, another of the pass's to_nchw transposes' input,
@@ -305,7 +281,7 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
   const char *op = r->op_type, *domain = r->domain;
   keel_attr *attrs = NULL;
   int n_attr = r->n_attr;
-  if (op_in(r, UNARY)) {
+  if (keel_pass_op_in(r, keel_pass_unary_ops)) {
     if (strcmp(r->in_names[0], y)) return KEEL_OK;
     ins[0] = x;
     for (int32_t k = 1; k < r->n_in; k++) { /* Clip's bounds: scalars */
@@ -313,7 +289,7 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
       if (c < 0) return KEEL_OK;
       ins[k] = r->in_names[k];
     }
-  } else if (op_in(r, NARY) || (!strcmp(op, "Concat") && !domain[0])) {
+  } else if (keel_pass_op_in(r, keel_pass_nary_ops) || (!strcmp(op, "Concat") && !domain[0])) {
     for (int32_t k = 0; k < r->n_in; k++)
       if (!(ins[k] = nhwc_form(L, r->in_names[k], y, x))) return KEEL_OK;
     if (!strcmp(op, "Concat")) {
@@ -369,7 +345,7 @@ static keel_status cancel(lay *L, int32_t ti, int32_t ri, bool *moved) {
   keel_graph *g = L->g;
   const char *x = g->nodes[ti].in_names[0], *z = g->nodes[ri].out_names[0];
   *moved = false;
-  if (is_graph_output(g, z) || keel_ir_uses(g, z) != direct_uses(g, z)) {
+  if (is_graph_output(g, z) || keel_ir_uses(g, z) != keel_pass_direct_reads(g, z)) {
     /* an output or a sub-graph's capture keeps its name: an Identity */
     keel_node *r = &g->nodes[ri];
     const char **ins = keel_arena_array(L->m->arena, 2, sizeof(char *));
@@ -394,7 +370,7 @@ static keel_status sink_once(lay *L, bool *moved) {
   for (int32_t t = 0; t < g->n_nodes; t++) {
     if (!is_ours_to_nchw(&g->nodes[t])) continue;
     const char *y = g->nodes[t].out_names[0];
-    if (!direct_uses(g, y) && !keel_ir_uses(g, y) && !is_graph_output(g, y)) {
+    if (!keel_pass_direct_reads(g, y) && !keel_ir_uses(g, y) && !is_graph_output(g, y)) {
       KEEL_TRY(replace(L, t, NULL, 0)); /* dead */
       *moved = true;
       return KEEL_OK;

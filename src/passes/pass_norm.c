@@ -40,14 +40,6 @@ static void rename_reads(keel_graph *g, const char *from, const char *to) {
       if (!strcmp(g->nodes[i].in_names[k], from)) g->nodes[i].in_names[k] = to;
 }
 
-/* Reads of `name` by g's own nodes. */
-static int32_t direct_reads(const keel_graph *g, const char *name) {
-  int32_t n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_in; k++) n += !strcmp(g->nodes[i].in_names[k], name);
-  return n;
-}
-
 static keel_status fold_identity_graph(keel_model *m, keel_graph *g) {
   bool *drop = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(bool));
   if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fold-identity");
@@ -59,7 +51,7 @@ static keel_status fold_identity_graph(keel_model *m, keel_graph *g) {
     /* only when every reader is a plain node of this graph (no graph
      * output, no sub-graph capture by name) */
     if (!out[0] || keel_ir_const_of(m, g, n->in_names[0]) < 0 ||
-        keel_ir_uses(g, out) != direct_reads(g, out))
+        keel_ir_uses(g, out) != keel_pass_direct_reads(g, out))
       continue;
     rename_reads(g, out, n->in_names[0]);
     drop[i] = true;
