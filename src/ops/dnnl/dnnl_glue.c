@@ -340,6 +340,25 @@ dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd, const_dnnl_o
   return alt;
 }
 
+dnnl_primitive_desc_t keel_dnnl_pd_fast(const_dnnl_op_desc_t op,
+                                        const_dnnl_primitive_attr_t attr) {
+  dnnl_engine_t e;
+  if (keel_dnnl_engine(&e)) {
+    keel_err_clear();
+    return NULL;
+  }
+  dnnl_primitive_desc_t pd = NULL;
+  int prev = one_thread();
+  dnnl_status_t st = dnnl_primitive_desc_create(&pd, op, attr, e, NULL);
+  restore_threads(prev);
+  if (st != dnnl_success) return NULL;
+  if (strstr(impl_of(pd), "ref")) {
+    dnnl_primitive_desc_destroy(pd);
+    return NULL;
+  }
+  return pd;
+}
+
 /* Bytes malloc holds for the program (every arena, and mmap'ed chunks). */
 static uint64_t malloc_in_use(void) {
   struct mallinfo2 mi = mallinfo2();

@@ -166,6 +166,11 @@ KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd
                                                         const_dnnl_primitive_attr_t attr,
                                                         const dnnl_memory_desc_t *w);
 
+/* A descriptor of `op` (its layouts all fixed) when a kernel other than a
+ * reference one takes it; NULL (no error left) otherwise. */
+KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_fast(const_dnnl_op_desc_t op,
+                                                      const_dnnl_primitive_attr_t attr);
+
 /* One argument of an execution: a memory descriptor and the bytes. */
 typedef struct keel_dnnl_arg {
   int arg;                     /* DNNL_ARG_*                              */

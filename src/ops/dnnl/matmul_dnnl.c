@@ -98,25 +98,39 @@ static keel_status make_prim(mm_state *s, mm_entry *e, int p, int64_t rows, int 
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&wany, 2, wd, dnnl_f32, dnnl_format_tag_any),
                            "weights"));
   KEEL_TRY(keel_dnnl_check(dnnl_memory_desc_init_by_tag(&bmd, 2, bd, dnnl_f32, dnnl_ab), "bias"));
-  /* the part's packed layout first, so that every row count shares it;
-   * any layout (and a copy of B in it) only when no kernel takes that */
+  /* B's layout, in order: the part's packed one, so that every row count
+   * shares it; else (the part's first primitive) B plain with
+   * keel_matmul_ld's stride where that pads it; else any layout, padded
+   * when it is plain. A reference kernel is never worth a layout: the
+   * next one is tried. A row count whose kernel does not take the part's
+   * layout gets a copy of its own. */
   dnnl_matmul_desc_t md, md_any;
   KEEL_TRY(keel_dnnl_check(dnnl_matmul_desc_init(&md_any, &src, &wany, s->has_bias ? &bmd : NULL,
                                                  &dst),
                            "matmul descriptor"));
-  bool fixed = s->pk[q].w && dnnl_matmul_desc_init(&md, &src, &s->pk[q].md,
-                                                   s->has_bias ? &bmd : NULL, &dst) == dnnl_success;
   dnnl_primitive_attr_t attr;
   KEEL_TRY(keel_dnnl_attr_post(&attr, &s->act, sum, e->bare, &e->act_in_post[p]));
   keel_status st = KEEL_OK;
   dnnl_primitive_desc_t pd = NULL;
-  if (!st) st = keel_dnnl_pd_make(&pd, &md_any, attr, "matmul primitive descriptor");
-  if (!st && fixed) pd = keel_dnnl_pd_prefer(pd, &md, attr, &s->pk[q].md);
   dnnl_memory_desc_t wpad;
-  if (!st && !fixed &&
-      keel_dnnl_plain_padded(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wpad) &&
-      dnnl_matmul_desc_init(&md, &src, &wpad, s->has_bias ? &bmd : NULL, &dst) == dnnl_success)
-    pd = keel_dnnl_pd_prefer(pd, &md, attr, &wpad);
+  dnnl_dims_t pad_st = {keel_matmul_ld(nq), 1};
+  if (s->pk[q].w) {
+    if (dnnl_matmul_desc_init(&md, &src, &s->pk[q].md, s->has_bias ? &bmd : NULL, &dst) ==
+        dnnl_success)
+      pd = keel_dnnl_pd_fast(&md, attr);
+  } else if (pad_st[0] != nq &&
+             dnnl_memory_desc_init_by_strides(&wpad, 2, wd, dnnl_f32, pad_st) == dnnl_success &&
+             dnnl_matmul_desc_init(&md, &src, &wpad, s->has_bias ? &bmd : NULL, &dst) ==
+                 dnnl_success) {
+    pd = keel_dnnl_pd_fast(&md, attr);
+  }
+  if (!pd) {
+    st = keel_dnnl_pd_make(&pd, &md_any, attr, "matmul primitive descriptor");
+    if (!st && !s->pk[q].w &&
+        keel_dnnl_plain_padded(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0), &wpad) &&
+        dnnl_matmul_desc_init(&md, &src, &wpad, s->has_bias ? &bmd : NULL, &dst) == dnnl_success)
+      pd = keel_dnnl_pd_prefer(pd, &md, attr, &wpad);
+  }
   dnnl_primitive_attr_destroy(attr);
   if (st) return st;
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
