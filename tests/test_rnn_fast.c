@@ -309,10 +309,10 @@ static void double_keeps_reference(void) {
  * columns of C past N and rows' padding (ldc > N) stay untouched. */
 static void product_variants(void) {
   static const int64_t Ms[] = {1, 2, 3, 4, 5, 7, 9, 16};
-  static const int64_t Ns[] = {1, 15, 16, 17, 63, 64, 65, 128, 129, 200, 384, 512};
+  static const int64_t Ns[] = {1, 15, 16, 17, 24, 40, 63, 64, 65, 128, 129, 197, 200, 384, 512};
   for (int v = 0; v < 3; v++)
-    for (int t = 0; t < 40; t++) {
-      int64_t M = Ms[pick(8)], N = Ns[pick(12)], K = 1 + pick(70), lda = K + pick(3),
+    for (int t = 0; t < 120; t++) {
+      int64_t M = Ms[pick(8)], N = Ns[pick(15)], K = 1 + pick(70), lda = K + pick(3),
               ldc = N + pick(5);
       bool acc = pick(2);
       float *a = fill(M * lda, 1.0f), *b = fill(N * K, 1.0f), *c = fill(M * ldc, 1.0f);

@@ -143,19 +143,20 @@ static void mm512_masks(int64_t left, int nv, __mmask16 *m) {
   }
 }
 
-/* Every row of one 64-column block: 4 at a time, then the 1-3 left. */
-MM512 INLINE void mm512_rows(int64_t M, bool full, int64_t K, const float *A, int64_t lda,
-                             const float *B, bool acc, float *C, int64_t ldc,
+/* Every row of one block of nv vectors (64 columns or the last ones): 4
+ * rows at a time, then the 1-3 left. */
+MM512 INLINE void mm512_rows(int nv, int64_t M, bool full, int64_t K, const float *A,
+                             int64_t lda, const float *B, bool acc, float *C, int64_t ldc,
                              const __mmask16 *m) {
   int64_t i = 0;
   for (; i + 4 <= M; i += 4)
-    mm512_tile(4, 4, full, K, A + i * lda, lda, B, acc, C + i * ldc, ldc, m);
+    mm512_tile(4, nv, full, K, A + i * lda, lda, B, acc, C + i * ldc, ldc, m);
   const float *a = A + i * lda;
   float *c = C + i * ldc;
   switch (M - i) {
-    case 3: mm512_tile(3, 4, full, K, a, lda, B, acc, c, ldc, m); break;
-    case 2: mm512_tile(2, 4, full, K, a, lda, B, acc, c, ldc, m); break;
-    case 1: mm512_tile(1, 4, full, K, a, lda, B, acc, c, ldc, m); break;
+    case 3: mm512_tile(3, nv, full, K, a, lda, B, acc, c, ldc, m); break;
+    case 2: mm512_tile(2, nv, full, K, a, lda, B, acc, c, ldc, m); break;
+    case 1: mm512_tile(1, nv, full, K, a, lda, B, acc, c, ldc, m); break;
     default: break;
   }
 }
@@ -187,9 +188,19 @@ MM512 static void mm_avx512(int64_t M, int64_t N, int64_t K, const float *A, int
       continue;
     }
     for (int64_t h = 0; h < NP && j + h < N; h += 64) {
-      mm512_masks(N - j - h, 4, m);
-      if (N - j - h >= 64) mm512_rows(M, true, K, A, lda, panel + h, acc, C + j + h, ldc, m);
-      else mm512_rows(M, false, K, A, lda, panel + h, acc, C + j + h, ldc, m);
+      int64_t left = N - j - h;
+      const float *b = panel + h;
+      float *c = C + j + h;
+      mm512_masks(left, 4, m);
+      /* a last block of fewer columns multiplies only the vectors they
+       * need (an attention row of 197 keys: 13 of the last panel's 16) */
+      switch (left >= 64 ? 0 : (left + 15) / 16) {
+        case 0: mm512_rows(4, M, true, K, A, lda, b, acc, c, ldc, m); break;
+        case 1: mm512_rows(1, M, false, K, A, lda, b, acc, c, ldc, m); break;
+        case 2: mm512_rows(2, M, false, K, A, lda, b, acc, c, ldc, m); break;
+        case 3: mm512_rows(3, M, false, K, A, lda, b, acc, c, ldc, m); break;
+        default: mm512_rows(4, M, false, K, A, lda, b, acc, c, ldc, m); break;
+      }
     }
   }
 }
