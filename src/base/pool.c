@@ -1,9 +1,14 @@
 /* pool.c: the thread pool behind every parallel kernel (pool.h).
  *
  * Workers spin briefly, then sleep on a condition variable, between jobs.
- * A job is published under the lock with a new generation number; every
- * participant then takes chunks from one atomic cursor until the range is
- * exhausted or a chunk has failed. A worker joins a job through its door
+ * A job is published under the lock with a new generation number. Its
+ * chunks are cut into one home range per participant, in order (the
+ * caller's first): each participant takes the chunks of its own range,
+ * then what is left of the others, until none is left or a chunk has
+ * failed. Two nodes in a row that cut a tensor alike (a conv's bands of
+ * rows, then an elementwise op over the same bytes) thus run each part on
+ * the core whose cache holds it, while a late worker's chunks still go to
+ * whoever is free. A worker joins a job through its door
  * (one atomic word: the job's generation, a closed bit, the number of
  * workers inside); when the caller has run out of chunks it closes the
  * door and waits (spinning briefly, then sleeping) only for the workers
@@ -31,6 +36,11 @@
 #include "base/prim.h"
 #include "base/status.h"
 
+/* A home range's next chunk, on a cache line of its own. */
+typedef struct keel_cursor {
+  _Alignas(64) _Atomic uint64_t v; /* tag and count: see claim()            */
+} keel_cursor;
+
 typedef struct worker {
   keel_thread th;
   struct keel_pool *pool;
@@ -53,7 +63,9 @@ struct keel_pool {
                                   may read it while the next job sets it;
                                   the door then turns it away)            */
   int asleep;                  /* workers waiting on `wake` (under lock)  */
-  _Atomic int64_t cursor;
+  int ranges;                  /* the job's chunks in this many home ranges,
+                                  one per participant                     */
+  keel_cursor *cursors;        /* range r's chunks taken (claim())         */
   _Atomic uint64_t door;       /* (generation << DOOR_SHIFT) | DOOR_CLOSED
                                   | workers inside the job                 */
   _Atomic uint64_t gen;        /* moves when a job is published           */
@@ -71,12 +83,41 @@ struct keel_pool {
 
 /* ============================================================ chunks */
 
-static void run_chunks(keel_pool *p, int id) {
+/* Range r's cursor: the job's tag (its generation's low TAG_BITS bits)
+ * over the count of its chunks taken. A cursor still holding another
+ * job's tag has none taken: publishing a job writes no cursor (a store to
+ * a worker's cursor line would wait on that worker's core while the
+ * caller could be running its first chunk). Reusing a stale count needs
+ * the same range untouched for 2^48 jobs, years of back-to-back jobs (the
+ * door's generation wraps first). */
+#define TAG_BITS 48
+#define COUNT_BITS (64 - TAG_BITS)
+
+/* Claims the next of the `len` chunks of cursor c for job `tag`: its
+ * index in the range, or -1 when none is left. A look before the claim
+ * leaves a range already taken shared, not pulled over in a write. */
+static int64_t claim(keel_cursor *c, uint64_t tag, int64_t len) {
+  uint64_t v = atomic_load_explicit(&c->v, memory_order_relaxed);
   for (;;) {
-    if (atomic_load_explicit(&p->failed, memory_order_relaxed)) return;
-    int64_t b = atomic_fetch_add_explicit(&p->cursor, p->chunk, memory_order_relaxed);
-    if (b >= p->n) return;
-    int64_t e = KEEL_MIN(b + p->chunk, p->n);
+    int64_t k = (v >> COUNT_BITS) == tag ? (int64_t)(v & ((1ull << COUNT_BITS) - 1)) : 0;
+    if (k >= len) return -1;
+    if (atomic_compare_exchange_weak_explicit(&c->v, &v, (tag << COUNT_BITS) | (uint64_t)(k + 1),
+                                              memory_order_relaxed, memory_order_relaxed))
+      return k;
+  }
+}
+
+/* Chunks of range r of job g until it has none left; false when a chunk
+ * failed. */
+static bool run_range(keel_pool *p, uint64_t g, int r, int id) {
+  int64_t chunks = (p->n + p->chunk - 1) / p->chunk;
+  int64_t c0 = chunks * r / p->ranges, len = chunks * (r + 1) / p->ranges - c0;
+  uint64_t tag = g & ((1ull << TAG_BITS) - 1);
+  for (;;) {
+    if (atomic_load_explicit(&p->failed, memory_order_relaxed)) return false;
+    int64_t k = claim(&p->cursors[r], tag, len);
+    if (k < 0) return true;
+    int64_t b = (c0 + k) * p->chunk, e = KEEL_MIN(b + p->chunk, p->n);
     keel_status st = p->fn(p->ctx, b, e, id);
     if (KEEL_UNLIKELY(st)) {
       int expect = 0;
@@ -84,9 +125,21 @@ static void run_chunks(keel_pool *p, int id) {
         p->err = st;
         snprintf(p->msg, sizeof p->msg, "%s", keel_last_error());
       }
-      return;
+      return false;
     }
   }
+}
+
+/* Participant `id` (0: the caller) of job g runs its home range (range
+ * id: the same part of every job's items, which keeps a tensor's bytes on
+ * the core that made them when two nodes in a row cut it alike), then
+ * what is left of the others. */
+static void run_chunks(keel_pool *p, uint64_t g, int id) {
+  int home = id < p->ranges ? id : 0;
+  for (int r = home; r < p->ranges; r++)
+    if (!run_range(p, g, r, id)) return;
+  for (int r = 0; r < home; r++)
+    if (!run_range(p, g, r, id)) return;
 }
 
 /* A worker or the caller first spins about this long (pauses, the clock
@@ -160,7 +213,7 @@ static void worker_main(void *arg) {
     if (atomic_load(&p->stop)) break;
     seen = g;
     if (!enter_job(p, g)) continue; /* closed, or already another job's */
-    run_chunks(p, w->id);
+    run_chunks(p, g, w->id);
     /* the last one out of a closed door wakes the caller if it sleeps;
      * under the lock, so the caller cannot miss it between its check and
      * its wait */
@@ -176,7 +229,10 @@ static void worker_main(void *arg) {
 /* ========================================================= lifecycle */
 
 static size_t pool_bytes(int threads) {
-  return sizeof(keel_pool) + (size_t)(threads - 1) * sizeof(worker);
+  /* the pool, its workers, then a cursor per participant on cache lines
+   * of their own (one line more, to align the first) */
+  return sizeof(keel_pool) + (size_t)(threads - 1) * sizeof(worker) +
+         (size_t)(threads + 1) * sizeof(keel_cursor);
 }
 
 keel_status keel_pool_create(int threads, int splits, keel_pool **out) {
@@ -186,6 +242,8 @@ keel_status keel_pool_create(int threads, int splits, keel_pool **out) {
   keel_pool *p = keel_sys_calloc(1, pool_bytes(threads));
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "thread pool of %d threads", threads);
   p->workers = (worker *)(void *)(p + 1);
+  uintptr_t c = (uintptr_t)(p->workers + (threads - 1));
+  p->cursors = (keel_cursor *)((c + sizeof(keel_cursor) - 1) & ~(uintptr_t)(sizeof(keel_cursor) - 1));
   p->cap = threads;
   p->splits = splits;
   keel_mutex_init(&p->lock);
@@ -261,7 +319,7 @@ keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn f
   keel_mutex_lock(&p->lock);
   p->fn = fn, p->ctx = ctx, p->n = n, p->chunk = chunk;
   atomic_store_explicit(&p->seats, seats, memory_order_relaxed);
-  atomic_store_explicit(&p->cursor, 0, memory_order_relaxed);
+  p->ranges = seats + 1;
   atomic_store_explicit(&p->failed, 0, memory_order_relaxed);
   uint64_t g = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
   atomic_store_explicit(&p->door, DOOR_GEN(g) << DOOR_SHIFT, memory_order_release); /* open, empty */
@@ -272,7 +330,7 @@ keel_status keel_pool_for(keel_pool *p, int64_t n, int64_t grain, keel_pool_fn f
   else
     for (int i = 0; i < seats; i++) keel_cond_signal(&p->wake);
   keel_mutex_unlock(&p->lock);
-  run_chunks(p, 0);
+  run_chunks(p, g, 0);
   /* no chunk is left to take: close the door, wait for those inside */
   atomic_fetch_or_explicit(&p->door, DOOR_CLOSED, memory_order_acq_rel);
   if (!spin_until(p, nobody_inside, 0)) {
