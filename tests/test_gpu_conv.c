@@ -8,7 +8,12 @@
  *   - pool2d max (exact: the same taps in the same order) and average
  *     (1e-6), with and without count_include_pad, windows past the end
  *     (ceil_mode), NaN taps;
- *   - global_pool max (exact) and mean (1e-6), planes of 1 to 5000.
+ *   - global_pool max (exact) and mean (1e-6), planes of 1 to 5000;
+ *   - conv_transpose2d over strides, dilations, pads, groups, 1-D, with
+ *     and without bias (1e-4);
+ *   - resample: nearest (exact), 2 and 4 taps with zero weights, inner 1
+ *     and wider, out-of-range outputs (exact up to a fused multiply-add:
+ *     1e-6).
  * ctest label `gpu`; without a GPU it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
@@ -165,6 +170,77 @@ static void check_pools(void) {
   }
 }
 
+/* The transposed window's output size: s*(in-1) + (k-1)*d + 1 - pads. */
+static void check_conv_transpose(void) {
+  static const conv_case cases[] = {
+      {2, 3, 4, 1, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+      {1, 4, 6, 2, 7, 6, 3, 2, 1, 3, 2, 1, 0, 1, 2, 0},
+      {1, 8, 8, 8, 6, 6, 4, 4, 2, 2, 1, 1, 1, 1, 1, 1},
+      {2, 4, 6, 2, 1, 9, 1, 3, 1, 2, 1, 2, 0, 1, 0, 0}, /* 1-D */
+      {1, 32, 16, 1, 20, 20, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0},
+  };
+  for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+    const conv_case *c = &cases[i];
+    keel_dev_conv2 g = {.w = {.ih = c->ih, .iw = c->iw, .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
+                              .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw, .peh = c->peh, .pew = c->pew},
+                        .n = c->n, .c = c->c, .m = c->m, .group = c->group};
+    g.w.oh = c->sh * (c->ih - 1) + (c->kh - 1) * c->dh + 1 - c->ph - c->peh;
+    g.w.ow = c->sw * (c->iw - 1) + (c->kw - 1) * c->dw + 1 - c->pw - c->pew;
+    int64_t nx = c->n * c->c * c->ih * c->iw, nw = c->c * (c->m / c->group) * c->kh * c->kw;
+    int64_t ny = c->n * c->m * g.w.oh * g.w.ow;
+    float *x = frands(nx), *w = frands(nw), *b = frands(c->m);
+    keel_block *xb[2], *wb[2], *bb[2], *yb[2];
+    for (int s = 0; s < 2; s++)
+      xb[s] = put(s, x, (size_t)nx * 4), wb[s] = put(s, w, (size_t)nw * 4), bb[s] = put(s, b, (size_t)c->m * 4),
+      yb[s] = put(s, NULL, (size_t)ny * 4);
+    for (int bias = 0; bias < 2; bias++) {
+      for (int s = 0; s < 2; s++)
+        CHECK_OK(g_d[s]->conv->conv_transpose2d(g_d[s], &g, (float *)xb[s]->ptr, (float *)wb[s]->ptr,
+                                                bias ? (float *)bb[s]->ptr : NULL, (float *)yb[s]->ptr));
+      close_enough(bias ? "conv_transpose (bias)" : "conv_transpose", i, yb, ny, 1e-4);
+    }
+    for (int s = 0; s < 2; s++)
+      keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], wb[s]), keel_heap_free(g_h[s], bb[s]),
+      keel_heap_free(g_h[s], yb[s]);
+    free(x), free(w), free(b);
+  }
+}
+
+static void check_resample(void) {
+  /* outer, nin, nout, inner, taps (1: nearest) */
+  static const int64_t cases[][5] = {{6, 5, 11, 1, 1}, {3, 8, 3, 7, 1},  {4, 9, 17, 1, 2},
+                                     {2, 6, 13, 5, 2}, {5, 7, 16, 3, 4}, {1, 33, 64, 64, 2}};
+  for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
+    const int64_t *c = cases[i];
+    int64_t outer = c[0], nin = c[1], nout = c[2], inner = c[3], taps = c[4];
+    int64_t nx = outer * nin * inner, ny = outer * nout * inner, cells = nout * taps;
+    float *x = frands(nx), *w = frands(cells);
+    int64_t *idx = malloc((size_t)cells * sizeof *idx);
+    uint8_t *oob = calloc((size_t)nout, 1);
+    for (int64_t j = 0; j < cells; j++) {
+      idx[j] = (j * 7 + 3) % nin;
+      if (j % 5 == 2) w[j] = 0; /* skipped taps */
+    }
+    oob[nout / 2] = 1;
+    keel_block *xb[2], *yb[2], *ib[2], *wb[2], *ob[2];
+    for (int s = 0; s < 2; s++)
+      xb[s] = put(s, x, (size_t)nx * 4), yb[s] = put(s, NULL, (size_t)ny * 4),
+      ib[s] = put(s, idx, (size_t)cells * 8), wb[s] = put(s, w, (size_t)cells * 4), ob[s] = put(s, oob, (size_t)nout);
+    for (int with_oob = 0; with_oob < 2; with_oob++) {
+      for (int s = 0; s < 2; s++)
+        CHECK_OK(g_d[s]->conv->resample(g_d[s], outer, nin, nout, inner, taps, (const int64_t *)ib[s]->ptr,
+                                        taps == 1 ? NULL : (const float *)wb[s]->ptr,
+                                        with_oob ? (const uint8_t *)ob[s]->ptr : NULL, -2.5f,
+                                        (float *)xb[s]->ptr, (float *)yb[s]->ptr));
+      close_enough(taps == 1 ? "resample nearest" : "resample", i, yb, ny, taps == 1 ? 0 : 1e-6);
+    }
+    for (int s = 0; s < 2; s++)
+      keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], yb[s]), keel_heap_free(g_h[s], ib[s]),
+      keel_heap_free(g_h[s], wb[s]), keel_heap_free(g_h[s], ob[s]);
+    free(x), free(w), free(idx), free(oob);
+  }
+}
+
 int main(void) {
   if (!keel_cuda_count()) {
     fprintf(stderr, "no GPU here (%s): skipped\n", keel_last_error());
@@ -180,6 +256,8 @@ int main(void) {
   }
   check_conv();
   check_pools();
+  check_conv_transpose();
+  check_resample();
   for (int s = 0; s < 2; s++) {
     CHECK_OK(keel_device_sync(g_d[s]));
     CHECK(keel_heap_allocated(g_h[s]) == 0);

@@ -1,7 +1,8 @@
-/* dev_conv.h: the `conv` kernel group (device.h): float32 convolutions
- * and pools over NCHW tensors, for Conv (ops/nn/conv/conv_gpu.c) and
- * MaxPool, AveragePool, GlobalMaxPool, GlobalAveragePool
- * (ops/nn/pool/pool_gpu.c). Both backends fill the table: emu_conv.c
+/* dev_conv.h: the `conv` kernel group (device.h): float32 convolutions,
+ * pools and resampling over NCHW tensors, for Conv and ConvTranspose
+ * (ops/nn/conv/conv_gpu.c), MaxPool, AveragePool, GlobalMaxPool,
+ * GlobalAveragePool (ops/nn/pool/pool_gpu.c), Resize and Upsample
+ * (ops/image/image_gpu.c). Both backends fill the table: emu_conv.c
  * (the naive C reference) and cuda_conv.c (kernels/conv.cu, keel's own
  * kernels: no cuDNN).
  *
@@ -60,6 +61,23 @@ typedef struct keel_dev_conv {
    * global pools. Max as pool2d's; the mean's sum in double. */
   keel_status (*global_pool)(keel_device *d, keel_dev_pool_kind kind, int64_t planes, int64_t n,
                              const float *x, float *y);
+  /* Y = convT(X, W) + B, the adjoint of conv2d's window: X (n, c, ih, iw)
+   * is the grid, Y (n, m, oh, ow) the image; W (c, m / group, kh, kw); B
+   * (m) or NULL. Output (oy, ox) gathers input (iy, ix) through tap (ky,
+   * kx) where oy = iy*sh - ph + ky*dh (and so for x): the sum over input
+   * channels, then taps in row-major order, then + B. act must be NONE. */
+  keel_status (*conv_transpose2d)(keel_device *d, const keel_dev_conv2 *g, const float *x,
+                                  const float *w, const float *b, float *y);
+  /* One axis of a separable resampling (Resize, ops/image/image.c's
+   * RS_PASS): X (outer, nin, inner) to Y (outer, nout, inner) with
+   * y[o, j, i] = sum over q < taps of w[j*taps + q] * x[o, idx[j*taps + q], i],
+   * the sum from 0 in q order, taps of weight 0 skipped; without w
+   * (nearest) y[o, j, i] = x[o, idx[j], i] exactly; where oob[j] (oob may
+   * be NULL) every y[o, j, i] is `extrap`. idx (int64, in [0, nin)), w and
+   * oob are device pointers, like X and Y. */
+  keel_status (*resample)(keel_device *d, int64_t outer, int64_t nin, int64_t nout, int64_t inner,
+                          int64_t taps, const int64_t *idx, const float *w, const uint8_t *oob,
+                          float extrap, const float *x, float *y);
 } keel_dev_conv;
 
 KEEL_INTERNAL extern const keel_dev_conv keel_emu_conv;

@@ -131,4 +131,69 @@ static keel_status emu_global_pool(keel_device *d, keel_dev_pool_kind kind, int6
   return KEEL_OK;
 }
 
-const keel_dev_conv keel_emu_conv = {emu_conv2d, emu_pool2d, emu_global_pool};
+/* The transposed conv by its definition, one output at a time: the
+ * inputs whose window reaches it, summed in double over (input channel,
+ * ky, kx), + bias, rounded to float. */
+static keel_status emu_conv_transpose2d(keel_device *d, const keel_dev_conv2 *g, const float *x,
+                                        const float *w, const float *b, float *y) {
+  (void)d;
+  const keel_dev_win2 *v = &g->w;
+  if (g->group < 1 || g->c % g->group || g->m % g->group || g->act != KEEL_DEV_ACT_NONE)
+    return keel_err(KEEL_ERR_INTERNAL, "emu conv_transpose: %lld input and %lld output channels in "
+                    "%lld groups, activation %d", (long long)g->c, (long long)g->m,
+                    (long long)g->group, (int)g->act);
+  const float *hx = keel_emu_host(x), *hw = keel_emu_host(w), *hb = b ? keel_emu_host(b) : NULL;
+  float *hy = keel_emu_host(y);
+  int64_t cg = g->c / g->group, mg = g->m / g->group;
+  for (int64_t n = 0; n < g->n; n++)
+    for (int64_t m = 0; m < g->m; m++) {
+      int64_t c0 = m / mg * cg, mi = m % mg;
+      float *ym = hy + (n * g->m + m) * v->oh * v->ow;
+      for (int64_t oy = 0; oy < v->oh; oy++)
+        for (int64_t ox = 0; ox < v->ow; ox++) {
+          double acc = 0;
+          for (int64_t c = c0; c < c0 + cg; c++) {
+            const float *xc = hx + (n * g->c + c) * v->ih * v->iw;
+            const float *wc = hw + (c * mg + mi) * v->kh * v->kw;
+            for (int64_t ky = 0; ky < v->kh; ky++) {
+              int64_t ty = oy + v->ph - ky * v->dh;
+              if (ty < 0 || ty % v->sh || ty / v->sh >= v->ih) continue;
+              for (int64_t kx = 0; kx < v->kw; kx++) {
+                int64_t tx = ox + v->pw - kx * v->dw;
+                if (tx < 0 || tx % v->sw || tx / v->sw >= v->iw) continue;
+                acc += (double)xc[ty / v->sh * v->iw + tx / v->sw] * wc[ky * v->kw + kx];
+              }
+            }
+          }
+          ym[oy * v->ow + ox] = (float)(acc + (hb ? hb[m] : 0.0));
+        }
+    }
+  return KEEL_OK;
+}
+
+/* image.c's RS_PASS in float, tap for tap: the same results. */
+static keel_status emu_resample(keel_device *d, int64_t outer, int64_t nin, int64_t nout,
+                                int64_t inner, int64_t taps, const int64_t *idx, const float *w,
+                                const uint8_t *oob, float extrap, const float *x, float *y) {
+  (void)d;
+  const int64_t *hi = keel_emu_host(idx);
+  const float *hw = w ? keel_emu_host(w) : NULL, *hx = keel_emu_host(x);
+  const uint8_t *ho = oob ? keel_emu_host(oob) : NULL;
+  float *hy = keel_emu_host(y);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < nout; j++)
+      for (int64_t i = 0; i < inner; i++) {
+        const float *s = hx + o * nin * inner + i;
+        float acc = 0;
+        if (ho && ho[j]) acc = extrap;
+        else if (!hw) acc = s[hi[j] * inner];
+        else
+          for (int64_t q = 0; q < taps; q++)
+            if (hw[j * taps + q] != 0) acc += hw[j * taps + q] * s[hi[j * taps + q] * inner];
+        hy[(o * nout + j) * inner + i] = acc;
+      }
+  return KEEL_OK;
+}
+
+const keel_dev_conv keel_emu_conv = {emu_conv2d, emu_pool2d, emu_global_pool,
+                                     emu_conv_transpose2d, emu_resample};

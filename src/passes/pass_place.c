@@ -33,8 +33,9 @@
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
  * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
  * axis); the conv group (gpu_takes_conv: Conv 1-D and 2-D with its
- * fused activation, MaxPool, AveragePool, the global pools; the layout
- * pass leaves them NCHW in such a session). When the GPU implementations
+ * fused activation, ConvTranspose 1-D and 2-D, MaxPool, AveragePool, the
+ * global pools; the layout pass leaves them NCHW in such a session;
+ * gpu_takes_image: Resize and Upsample, float32, any rank). When the GPU implementations
  * join the families' selections (select.c), this table becomes their
  * supports().
  *
@@ -144,6 +145,8 @@ bool keel_place_host_input(const keel_node *n, int32_t i) {
   if (!strcmp(op, "Expand")) return i == 1;
   if (!strcmp(op, "ReduceSum")) return i == 1 && n->opset >= 13;
   if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceMax")) return i == 1 && n->opset >= 18;
+  if (!strcmp(op, "Resize")) return true; /* roi, scales, sizes: the plan's */
+  if (!strcmp(op, "Upsample")) return i == 1 && n->opset >= 9;
   return false;
 }
 
@@ -297,13 +300,15 @@ static bool gpu_takes_conv(const keel_shapes *S, const keel_graph *g, const keel
   if (!strcmp(op, "MaxPool")) /* Indices, when asked for, only on the CPU */
     return n->n_in == 1 && (n->n_out == 1 || (n->n_out == 2 && !n->out_names[1][0]));
   if (!strcmp(op, "AveragePool")) return n->n_in == 1 && n->n_out == 1;
-  if (strcmp(op, "Conv") || n->n_out != 1 || n->n_in < 2 || n->n_in > 3) return false;
+  bool tr = !strcmp(op, "ConvTranspose");
+  if ((strcmp(op, "Conv") && !tr) || n->n_out != 1 || n->n_in < 2 || n->n_in > 3) return false;
   keel_act act;
   if (keel_act_of(n, &act)) {
     keel_err_clear(); /* the binding reports a bad activation */
     return false;
   }
   if (act.kind == KEEL_ACT_GELU || act.kind == KEEL_ACT_GELU_TANH) return false;
+  if (tr && act.kind != KEEL_ACT_NONE) return false; /* the kernel has none */
   /* W and B need not be constants (the kernels read them as any input):
    * a computed one is copied over like X */
   const keel_sshape *w = gpu_tensor(S, g, n->in_names[1]) ? keel_shapes_find(S, g, n->in_names[1]) : NULL;
@@ -353,12 +358,22 @@ static bool gpu_takes_attn(const keel_model *m, const keel_shapes *S, const keel
   return mk && mk->rank >= 0 && mk->rank <= 4 && mk->dtype == (add ? KEEL_FLOAT : KEEL_BOOL);
 }
 
+/* Resize (opset 10 on) and Upsample: float32 X and Y of known rank; the
+ * scales, sizes and roi are read on the host (keel_place_host_input), the
+ * plan checks them as on the CPU (ops/image/image_gpu.c). */
+static bool gpu_takes_image(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_in < 1 ||
+      n->n_out != 1 || (strcmp(n->op_type, "Resize") && strcmp(n->op_type, "Upsample")))
+    return false;
+  return gpu_tensor(S, g, n->in_names[0]) && gpu_tensor(S, g, n->out_names[0]);
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n) ||
-      gpu_takes_conv(S, g, n))
+      gpu_takes_conv(S, g, n) || gpu_takes_image(S, g, n))
     return true;
   if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(n->op_type, "FusedAttention"))
     return gpu_takes_attn(m, S, g, n);

@@ -131,3 +131,57 @@ extern "C" __global__ void keel_conv_global(int kind, i64 planes, i64 n, const f
     sync_threads();
   }
 }
+
+/* The transposed conv, one thread per output (emu_conv.c's order: input
+ * channels, then taps in row-major order), float sums, + bias. */
+extern "C" __global__ void keel_conv_transpose(struct conv2 g, const float *x, const float *w,
+                                               const float *b, float *y) {
+  const struct win2 v = g.w;
+  i64 cg = g.c / g.group, mg = g.m / g.group, plane = v.oh * v.ow;
+  i64 total = g.n * g.m * plane;
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (i64)gridDim.x * blockDim.x) {
+    i64 ox = i % v.ow, oy = i / v.ow % v.oh, m = i / plane % g.m, n = i / plane / g.m;
+    i64 c0 = m / mg * cg, mi = m % mg;
+    float acc = 0.0f;
+    for (i64 c = c0; c < c0 + cg; c++) {
+      const float *xc = x + (n * g.c + c) * v.ih * v.iw;
+      const float *wc = w + (c * mg + mi) * v.kh * v.kw;
+      for (i64 ky = 0; ky < v.kh; ky++) {
+        i64 ty = oy + v.ph - ky * v.dh;
+        if (ty < 0 || ty % v.sh || ty / v.sh >= v.ih) continue;
+        for (i64 kx = 0; kx < v.kw; kx++) {
+          i64 tx = ox + v.pw - kx * v.dw;
+          if (tx < 0 || tx % v.sw || tx / v.sw >= v.iw) continue;
+          acc += xc[ty / v.sh * v.iw + tx / v.sw] * wc[ky * v.kw + kx];
+        }
+      }
+    }
+    y[i] = acc + (b ? b[m] : 0.0f);
+  }
+}
+
+/* One axis of Resize's separable resampling (dev_conv.h), one thread per
+ * output: the taps in order from 0, weight-0 taps skipped; nearest (no w)
+ * a plain copy; an out-of-range output (oob) the extrapolation value. */
+extern "C" __global__ void keel_conv_resample(i64 outer, i64 nin, i64 nout, i64 inner, i64 taps,
+                                              const i64 *idx, const float *w,
+                                              const unsigned char *oob, float extrap,
+                                              const float *x, float *y) {
+  i64 total = outer * nout * inner;
+  for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
+    i64 i = t % inner, j = t / inner % nout, o = t / inner / nout;
+    const float *s = x + o * nin * inner + i;
+    float acc = 0.0f;
+    if (oob && oob[j]) {
+      acc = extrap;
+    } else if (!w) {
+      acc = s[idx[j] * inner];
+    } else {
+      for (i64 q = 0; q < taps; q++) {
+        float wq = w[j * taps + q];
+        if (wq != 0.0f) acc += wq * s[idx[j * taps + q] * inner];
+      }
+    }
+    y[t] = acc;
+  }
+}

@@ -22,6 +22,8 @@
 
 #include "base/pool.h"
 #include "ops/common/bcast.h"
+#include "ops/image/image_gpu.h"
+#include "ops/image/resize.h"
 
 /* ================================================== shared helpers */
 
@@ -130,24 +132,8 @@ static double img_cubic(double u, double a) {
 
 /* =================================================== Resize: plan */
 
-enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };
-enum { CT_HALF_PIXEL, CT_PYTORCH, CT_ALIGN, CT_ASYM, CT_TF_NN, CT_CROP, CT_SYMMETRIC };
-/* NM_SIMPLE is opset 10's and Upsample's rule (as onnxruntime): floor when
- * the axis grows, ceil when it shrinks. */
-enum { NM_FLOOR_PREF, NM_CEIL_PREF, NM_FLOOR, NM_CEIL, NM_SIMPLE };
-
-/* Output dims beyond this are refused before any int64 conversion. */
-#define RS_DIM_MAX 4611686018427387904.0 /* 2^62 */
-
-typedef struct rs_plan {
-  const char *op;              /* "Resize" or "Upsample", for messages    */
-  int rank, mode, ctm, nmode;
-  bool exclude, antialias;
-  double cubic_a, extrap;
-  int64_t in[KEEL_MAX_RANK], out[KEEL_MAX_RANK];
-  double scale[KEEL_MAX_RANK]; /* output / input as the coordinates see it */
-  double roi0[KEEL_MAX_RANK], roi1[KEEL_MAX_RANK]; /* tf_crop_and_resize   */
-} rs_plan;
+typedef keel_rs_plan rs_plan;
+typedef keel_rs_tab rs_tab;
 
 /* Identity on every axis; Resize and Upsample then fill in what they read. */
 static void rs_init(rs_plan *p, const keel_tensor *x, const char *op) {
@@ -382,20 +368,7 @@ static double rs_weight(const rs_plan *p, double u) {
   return u < 1 ? 1 - u : 0;
 }
 
-/* One axis's taps: n inputs per output index, at offsets start .. start +
- * n - 1 from the tap left of the coordinate. Antialiasing stretches the
- * filter by 1 / scale when the axis shrinks (opset 18). */
-typedef struct rs_tab {
-  int64_t n, start;
-  double seff;                 /* the filter's scale: 1, or the shrink     */
-  int64_t *idx;                /* out * n input indices, clamped           */
-  double *w;                   /* out * n weights; NULL for nearest        */
-  uint8_t *oob;                /* out flags: take extrapolation_value      */
-  bool any_oob;                /* some flag is set (tf_crop_and_resize)    */
-  bool identity;               /* output j is input j: no work             */
-} rs_tab;
-
-static keel_status rs_taps(const rs_plan *p, int d, rs_tab *t) {
+keel_status keel_resize_taps(const rs_plan *p, int d, rs_tab *t) {
   t->n = 1, t->start = 0, t->seff = 1, t->any_oob = false;
   if (p->mode == RS_NEAREST) return KEEL_OK;
   double radius = p->mode == RS_CUBIC ? 2 : 1;
@@ -445,7 +418,7 @@ static bool rs_is_identity(const rs_plan *p, int d, const rs_tab *t) {
   return true;
 }
 
-static void rs_fill(const rs_plan *p, int d, rs_tab *t) {
+void keel_resize_fill(const rs_plan *p, int d, rs_tab *t) {
   for (int64_t j = 0; j < p->out[d]; j++) {
     double x = 0;
     int64_t *idx = t->idx + j * t->n;
@@ -469,7 +442,7 @@ static keel_status rs_tables(keel_kctx *k, const rs_plan *p, rs_tab *tabs) {
   size_t total = 0, sz[KEEL_MAX_RANK];
   size_t per = sizeof(int64_t) + (p->mode == RS_NEAREST ? 0 : sizeof(double));
   for (int d = 0; d < p->rank; d++) {
-    KEEL_TRY(rs_taps(p, d, &tabs[d]));
+    KEEL_TRY(keel_resize_taps(p, d, &tabs[d]));
     size_t cells;
     if (keel_mul_ovf((size_t)p->out[d], (size_t)tabs[d].n, &cells) ||
         keel_mul_ovf(cells, per, &sz[d]) || keel_add_ovf(sz[d], (size_t)p->out[d] + 7, &sz[d]) ||
@@ -486,7 +459,7 @@ static keel_status rs_tables(keel_kctx *k, const rs_plan *p, rs_tab *tabs) {
     t->w = p->mode == RS_NEAREST ? NULL : (double *)(at + cells * sizeof(int64_t));
     t->oob = at + cells * per;
     at += sz[d] & ~(size_t)7; /* sz[d] was rounded up to a multiple of 8 */
-    rs_fill(p, d, t);
+    keel_resize_fill(p, d, t);
   }
   return KEEL_OK;
 }
@@ -713,15 +686,6 @@ static keel_status rs_run(keel_kctx *k, const keel_tensor *x, const rs_plan *p) 
   return p->mode == RS_NEAREST ? rs_gather(k, p, tabs, x, y) : rs_filter(k, p, tabs, x, y);
 }
 
-static keel_status op_resize(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
-  rs_plan p;
-  rs_init(&p, x, "Resize");
-  KEEL_TRY(rs_attrs(k, &p));
-  KEEL_TRY(rs_geometry(k, &p));
-  return rs_run(k, x, &p);
-}
 
 /* Upsample's scales: the input (opset 9), the attribute (7), or
  * height_scale / width_scale on a 4-D input (1). */
@@ -751,9 +715,7 @@ static keel_status us_scales(keel_kctx *k, const keel_tensor *x, double *s, int6
   return KEEL_OK;
 }
 
-static keel_status op_upsample(keel_kctx *k) {
-  const keel_tensor *x;
-  KEEL_TRY(keel_k_in(k, 0, &x));
+static keel_status us_plan(keel_kctx *k, const keel_tensor *x, rs_plan *pp) {
   rs_plan p;
   rs_init(&p, x, "Upsample");
   const char *m = keel_k_attr_s(k, "mode", "nearest");
@@ -771,6 +733,30 @@ static keel_status op_upsample(keel_kctx *k) {
   for (int i = 0; i < x->rank; i++)
     if (s[i] < 1)
       return keel_err(KEEL_ERR_SHAPE, "Upsample: scales[%d] = %g is below 1", i, s[i]);
+  *pp = p;
+  return KEEL_OK;
+}
+
+keel_status keel_resize_plan(keel_kctx *k, const keel_tensor *x, bool upsample, rs_plan *p) {
+  if (upsample) return us_plan(k, x, p);
+  rs_init(p, x, "Resize");
+  KEEL_TRY(rs_attrs(k, p));
+  return rs_geometry(k, p);
+}
+
+static keel_status op_resize(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  rs_plan p;
+  KEEL_TRY(keel_resize_plan(k, x, false, &p));
+  return rs_run(k, x, &p);
+}
+
+static keel_status op_upsample(keel_kctx *k) {
+  const keel_tensor *x;
+  KEEL_TRY(keel_k_in(k, 0, &x));
+  rs_plan p;
+  KEEL_TRY(keel_resize_plan(k, x, true, &p));
   return rs_run(k, x, &p);
 }
 
@@ -1336,8 +1322,8 @@ static keel_status op_nms(keel_kctx *k) {
 /* ============================================================ table */
 
 const keel_opdef keel_ops_image[] = {
-    {"", "Resize", 10, KEEL_OPSET_MAX, op_resize, 0, KEEL_TS_ALL},
-    {"", "Upsample", 1, KEEL_OPSET_MAX, op_upsample, 0, KEEL_TS_ALL},
+    {"", "Resize", 10, KEEL_OPSET_MAX, op_resize, 0, KEEL_TS_ALL, keel_gpu_resize_impls},
+    {"", "Upsample", 1, KEEL_OPSET_MAX, op_upsample, 0, KEEL_TS_ALL, keel_gpu_upsample_impls},
     {"", "GridSample", 16, KEEL_OPSET_MAX, op_gridsample, 0, KEEL_TS_FLOAT},
     {"", "AffineGrid", 20, KEEL_OPSET_MAX, op_affine_grid, 0, KEEL_TS_FLOAT},
     {"", "RoiAlign", 10, KEEL_OPSET_MAX, op_roialign, 0, KEEL_TS_FLOAT},

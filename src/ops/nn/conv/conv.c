@@ -26,6 +26,7 @@
 #include "ops/common/activation.h"
 #include "ops/common/bcast.h"
 #include "ops/common/conv_util.h"
+#include "ops/nn/conv/conv_gpu.h"
 #include "ops/nn/conv/select.h"
 
 /* Upper bound on one im2col chunk, in bytes. */
@@ -855,7 +856,8 @@ static keel_status op_qlinear_conv(keel_kctx *k) {
 #define Q8 (KEEL_T(KEEL_INT8) | KEEL_T(KEEL_UINT8))
 const keel_opdef keel_ops_conv[] = {
     {"", "Conv", 1, KEEL_OPSET_MAX, keel_op_conv_ref, 0, KEEL_TS_FLOAT, keel_conv_impls},
-    {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose, 0, KEEL_TS_FLOAT},
+    {"", "ConvTranspose", 1, KEEL_OPSET_MAX, op_conv_transpose, 0, KEEL_TS_FLOAT,
+     keel_gpu_conv_transpose_impls},
     {"", "ConvInteger", 10, KEEL_OPSET_MAX, op_conv_integer, 0, Q8},
     {"", "QLinearConv", 10, KEEL_OPSET_MAX, op_qlinear_conv, 0, Q8},
     {0},

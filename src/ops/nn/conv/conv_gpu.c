@@ -1,6 +1,7 @@
-/* conv_gpu.c: Conv on a device (device/dev_conv.h), for the nodes the
- * place pass put there (passes/pass_place.c, gpu_takes_conv: float32 X of
- * rank 3 or 4, W and B float32, a fused activation the device has).
+/* conv_gpu.c: Conv and ConvTranspose on a device (device/dev_conv.h), for
+ * the nodes the place pass put there (passes/pass_place.c, gpu_takes_conv:
+ * float32 X of rank 3 or 4, W and B float32, a fused activation the
+ * device has; none for ConvTranspose).
  *
  * The geometry is the CPU kernel's (conv.c, conv_setup and conv_float):
  * W's kernel checked against kernel_shape, the channels against group,
@@ -48,24 +49,38 @@ static keel_dev_win2 win2_of(const keel_win *w) {
 
 keel_dev_win2 keel_gpu_win2(const keel_win *w) { return win2_of(w); }
 
-static keel_status gpu_conv(keel_kctx *k) {
+/* Conv, or ConvTranspose (tr: W (C, M / group, k...), the window the
+ * adjoint one, keel_win_transposed's output size and pads). */
+static keel_status gpu_conv_any(keel_kctx *k, bool tr) {
+  const char *op = tr ? "ConvTranspose" : "Conv";
   const keel_tensor *x, *wt, *b;
   KEEL_TRY(keel_k_in(k, 0, &x));
   KEEL_TRY(keel_k_in(k, 1, &wt));
   KEEL_TRY(keel_k_in_opt(k, 2, &b));
   if (x->dtype != KEEL_FLOAT || wt->dtype != KEEL_FLOAT || (b && b->dtype != KEEL_FLOAT))
-    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Conv: float32 X, W and B only");
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: float32 X, W and B only", op);
   if (x->rank != 3 && x->rank != 4)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Conv: 1-D and 2-D convolutions only, X has rank %d", x->rank);
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: 1-D and 2-D convolutions only, X has rank %d", op,
+                    x->rank);
   if (wt->rank != x->rank)
     return keel_err(KEEL_ERR_SHAPE, "W has rank %d but X has rank %d", wt->rank, x->rank);
   keel_dev_conv2 g = {.n = x->shape[0], .c = x->shape[1], .m = wt->shape[0]};
   g.group = keel_k_attr_i(k, "group", 1);
   if (g.group < 1 || g.group > INT32_MAX)
     return keel_err(KEEL_ERR_INVALID_MODEL, "group %lld is out of range", (long long)g.group);
-  if (wt->shape[1] * g.group != g.c)
+  if (tr) { /* W (C, M / group, k...) */
+    if (wt->shape[0] != g.c)
+      return keel_err(KEEL_ERR_SHAPE, "X has %lld channels but W has %lld", (long long)g.c,
+                      (long long)wt->shape[0]);
+    if (g.c % g.group)
+      return keel_err(KEEL_ERR_SHAPE, "X has %lld channels, not a multiple of group %lld",
+                      (long long)g.c, (long long)g.group);
+    if (keel_mul64_ovf(wt->shape[1], g.group, &g.m))
+      return keel_err(KEEL_ERR_SHAPE, "output channels overflow");
+  } else if (wt->shape[1] * g.group != g.c) {
     return keel_err(KEEL_ERR_SHAPE, "X has %lld channels, W expects %lld per group x group %lld",
                     (long long)g.c, (long long)wt->shape[1], (long long)g.group);
+  }
   if (g.m % g.group)
     return keel_err(KEEL_ERR_SHAPE, "W has %lld output channels, not a multiple of group %lld",
                     (long long)g.m, (long long)g.group);
@@ -83,14 +98,17 @@ static keel_status gpu_conv(keel_kctx *k) {
                       (long long)ks[i], (long long)w.k[i]);
   }
   KEEL_TRY(keel_win_read(k, &w));
-  KEEL_TRY(keel_win_forward(&w, false));
+  KEEL_TRY(tr ? keel_win_transposed(k, &w) : keel_win_forward(&w, false));
   if (b && (b->rank != 1 || b->shape[0] != g.m))
     return keel_err(KEEL_ERR_SHAPE, "B has %lld values, expected %lld", (long long)keel_tensor_numel(b),
                     (long long)g.m);
   keel_act a;
   KEEL_TRY(keel_act_of(k->node, &a));
   if (!dev_act(&a, &g.act))
-    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU Conv: fused activation %d is not on the device", (int)a.kind);
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: fused activation %d is not on the device", op,
+                    (int)a.kind);
+  if (tr && a.kind != KEEL_ACT_NONE)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU ConvTranspose: no fused activation on the device");
   g.act_a = a.a, g.act_b = a.b;
   g.w = win2_of(&w);
   int64_t shape[4] = {g.n, g.m, w.out[0], w.out[1]};
@@ -98,10 +116,19 @@ static keel_status gpu_conv(keel_kctx *k) {
   KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, x->rank, shape, &y));
   if (!keel_tensor_numel(y)) return KEEL_OK;
   if (!k->dev || !k->dev->conv)
-    return keel_err(KEEL_ERR_UNSUPPORTED, "Conv: %s has no conv kernels", k->dev ? k->dev->name : "no device");
-  return k->dev->conv->conv2d(k->dev, &g, x->data, wt->data, b ? b->data : NULL, y->data);
+    return keel_err(KEEL_ERR_UNSUPPORTED, "%s: %s has no conv kernels", op,
+                    k->dev ? k->dev->name : "no device");
+  return (tr ? k->dev->conv->conv_transpose2d : k->dev->conv->conv2d)(
+      k->dev, &g, x->data, wt->data, b ? b->data : NULL, y->data);
 }
+
+static keel_status gpu_conv(keel_kctx *k) { return gpu_conv_any(k, false); }
+static keel_status gpu_conv_transpose(keel_kctx *k) { return gpu_conv_any(k, true); }
 
 const keel_impl keel_gpu_conv = {
     "gpu", keel_prep_on_gpu, NULL, NULL, gpu_conv,
     "placed on the GPU (float32, 1-D or 2-D; direct convolution)", KEEL_NODE_GPU};
+static const keel_impl gpu_conv_transpose_impl = {
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_conv_transpose,
+    "placed on the GPU (float32, 1-D or 2-D; direct transposed convolution)", KEEL_NODE_GPU};
+const keel_impl *const keel_gpu_conv_transpose_impls[] = {&gpu_conv_transpose_impl, NULL};

@@ -9,6 +9,8 @@
 #include "ops/kernel.h"
 
 extern const keel_impl keel_gpu_conv;
+/* ConvTranspose's (its op row, conv.c) */
+extern const keel_impl *const keel_gpu_conv_transpose_impls[];
 
 /* A 1-D or 2-D window (keel_win_forward's) as the device's 2-D one: a 1-D
  * window is one of height 1. Shared with the pools (pool_gpu.c). */
