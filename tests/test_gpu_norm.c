@@ -3,7 +3,8 @@
  * the emulated device (emu_norm.c, sums in double): LayerNorm with and
  * without bias, Mean and InvStdDev, rows of 1, 31, 256, 1000 and 4099
  * floats; ReduceSum, ReduceMean, ReduceMax over the same rows, a NaN in a
- * row making its max NaN. Relative agreement 1e-5 (float block sums
+ * row making its max NaN, and over the middle axis of (2, cols, rows / 2)
+ * (reduce_mid). Relative agreement 1e-5 (float block sums
  * against double ones). ctest label `gpu`; without a GPU it says so and
  * exits 77 (skipped). */
 #include <math.h>
@@ -89,6 +90,12 @@ int main(void) {
         CHECK_OK(g_d[s]->norm->reduce(g_d[s], (keel_dev_reduce)op, rows, cols, (float *)xb[s]->ptr,
                                       (float *)m[s]->ptr));
       close_enough(op == 0 ? "sum" : op == 1 ? "mean" : "max", m, rows);
+      /* the same floats as (2, cols, rows / 2): over the middle axis */
+      int64_t inner = rows / 2;
+      for (int s = 0; s < 2 && inner; s++)
+        CHECK_OK(g_d[s]->norm->reduce_mid(g_d[s], (keel_dev_reduce)op, 2, cols, inner,
+                                          (float *)xb[s]->ptr, (float *)m[s]->ptr));
+      if (inner) close_enough(op == 0 ? "mid sum" : op == 1 ? "mid mean" : "mid max", m, 2 * inner);
     }
     for (int s = 0; s < 2; s++) {
       keel_heap_free(g_h[s], xb[s]), keel_heap_free(g_h[s], sb[s]), keel_heap_free(g_h[s], bb[s]);

@@ -1,5 +1,7 @@
 /* cuda_norm.c: the `norm` group (dev_norm.h) on an NVIDIA GPU: launches of
- * kernels/norm.cu (one block of 256 threads per row). */
+ * kernels/norm.cu (one block of 256 threads per row; a reduction over
+ * middle axes one thread per output, its neighbours reading neighbouring
+ * floats). */
 #include "base/status.h"
 #include "device/cuda.h"
 #include "device/dev_norm.h"
@@ -24,4 +26,15 @@ static keel_status cu_reduce(keel_device *d, keel_dev_reduce op, int64_t rows, i
   return keel_cuda_launch(dev_of(d), "keel_norm_reduce", grid_rows(rows), 1, 256, 0, args);
 }
 
-const keel_dev_norm keel_cuda_norm = {cu_layernorm, cu_reduce};
+static keel_status cu_reduce_mid(keel_device *d, keel_dev_reduce op, int64_t outer, int64_t n,
+                                 int64_t inner, const float *x, float *y) {
+  if (n < 1) return keel_err(KEEL_ERR_UNSUPPORTED, "GPU: a reduction over an empty axis");
+  int64_t total = outer * inner;
+  if (total <= 0) return KEEL_OK;
+  int32_t code = (int32_t)op;
+  void *args[] = {&code, &outer, &n, &inner, &x, &y};
+  return keel_cuda_launch(dev_of(d), "keel_norm_reduce_mid", keel_cuda_grid_for(dev_of(d), total), 1,
+                          256, 0, args);
+}
+
+const keel_dev_norm keel_cuda_norm = {cu_layernorm, cu_reduce, cu_reduce_mid};

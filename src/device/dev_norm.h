@@ -1,5 +1,6 @@
 /* dev_norm.h: the `norm` kernel group (device.h): LayerNormalization and
- * the reductions over the last axis. Both backends fill the table:
+ * the reductions (ReduceSum, ReduceMean, ReduceMax over a run of adjacent
+ * axes). Both backends fill the table:
  * emu_norm.c (the naive C reference) and cuda_norm.c (kernels/norm.cu).
  * float32; pointers are device pointers. */
 #ifndef KEEL_DEVICE_DEV_NORM_H
@@ -21,6 +22,11 @@ typedef struct keel_dev_norm {
    * in a row makes its max NaN, as the CPU's). */
   keel_status (*reduce)(keel_device *d, keel_dev_reduce op, int64_t rows, int64_t cols,
                         const float *x, float *y);
+  /* X (outer, n, inner): y[o, i] = the sum, mean or max over j of
+   * x[o, j, i] (n >= 1), taken in j order: a reduction over axes that
+   * are not the last. The max as reduce's. */
+  keel_status (*reduce_mid)(keel_device *d, keel_dev_reduce op, int64_t outer, int64_t n,
+                            int64_t inner, const float *x, float *y);
 } keel_dev_norm;
 
 KEEL_INTERNAL extern const keel_dev_norm keel_emu_norm;

@@ -51,4 +51,27 @@ static keel_status emu_reduce(keel_device *d, keel_dev_reduce op, int64_t rows, 
   return KEEL_OK;
 }
 
-const keel_dev_norm keel_emu_norm = {emu_layernorm, emu_reduce};
+static keel_status emu_reduce_mid(keel_device *d, keel_dev_reduce op, int64_t outer, int64_t n,
+                                  int64_t inner, const float *x, float *y) {
+  (void)d;
+  if (n < 1) return keel_err(KEEL_ERR_UNSUPPORTED, "emu: a reduction over an empty axis");
+  const float *hx = keel_emu_host(x);
+  float *hy = keel_emu_host(y);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      const float *xr = hx + o * n * inner + i;
+      if (op == KEEL_DEV_RMAX) {
+        float m = xr[0];
+        for (int64_t j = 1; j < n; j++)
+          m = m != m || xr[j * inner] != xr[j * inner] ? m + xr[j * inner] : fmaxf(m, xr[j * inner]);
+        hy[o * inner + i] = m;
+      } else {
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) s += xr[j * inner];
+        hy[o * inner + i] = (float)(op == KEEL_DEV_RMEAN ? s / (double)n : s);
+      }
+    }
+  return KEEL_OK;
+}
+
+const keel_dev_norm keel_emu_norm = {emu_layernorm, emu_reduce, emu_reduce_mid};

@@ -31,8 +31,8 @@
  * FusedAttention (gpu_takes_attn: blas products and the attn group);
  * the move group (gpu_takes_move, place_views: views, Transpose, Concat,
  * Split, Slice, Expand, Gather, Where, Cast); the norm group
- * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over the last
- * axis); the conv group (gpu_takes_conv: Conv 1-D and 2-D with its
+ * (gpu_takes_norm: LayerNormalization, ReduceSum/Mean/Max over adjacent
+ * axes); the conv group (gpu_takes_conv: Conv 1-D and 2-D with its
  * fused activation, ConvTranspose 1-D and 2-D, MaxPool, AveragePool, the
  * global pools; the layout pass leaves them NCHW in such a session;
  * gpu_takes_image: Resize and Upsample, float32, any rank). When the GPU implementations
@@ -228,9 +228,9 @@ static int const_ints(const keel_model *m, const keel_graph *g, const char *name
 /* LayerNormalization, reductions, ... (device/dev_norm.h):
  *   - LayerNormalization over the axes from `axis` on, scale and bias of
  *     exactly those dims' rank (no other broadcast);
- *   - ReduceSum, ReduceMean, ReduceMax over the last axis, the axes an
- *     attribute or a constant input (other axes, or axes computed at run
- *     time, stay on the CPU). */
+ *   - ReduceSum, ReduceMean, ReduceMax over adjacent axes of known sizes,
+ *     the axes an attribute or a constant input (axes apart, or computed
+ *     at run time, stay on the CPU). */
 static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                            const keel_node *n) {
   if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || n->n_out < 1) return false;
@@ -269,13 +269,23 @@ static bool gpu_takes_norm(const keel_model *m, const keel_shapes *S, const keel
     na = const_ints(m, g, n->in_names[1], axes, GPU_MAX_RANK);
   } else {
     const keel_attr *a = keel_node_attr(n, "axes");
-    if (!a || a->type != KEEL_ATTR_INTS || a->n != 1) return false;
-    na = 1, axes[0] = a->ints[0];
+    if (!a || a->type != KEEL_ATTR_INTS || a->n < 1 || a->n > GPU_MAX_RANK) return false;
+    na = a->n;
+    for (int i = 0; i < na; i++) axes[i] = a->ints[i];
   }
-  if (na != 1 || x->rank < 1 || (axes[0] != -1 && axes[0] != x->rank - 1)) return false;
-  /* the last dim known and not 0 (an empty row has no max) */
-  const keel_sdim *last = &x->d[x->rank - 1];
-  return last->sym == KEEL_SYM_KNOWN && last->add > 0;
+  if (na < 1 || x->rank < 1) return false;
+  /* the axes adjacent once sorted, their dims known and not 0 (an empty
+   * row has no max) */
+  bool red[GPU_MAX_RANK] = {false};
+  int a0 = GPU_MAX_RANK, a1 = -1;
+  for (int i = 0; i < na; i++) {
+    int64_t a = axes[i] < 0 ? axes[i] + x->rank : axes[i];
+    if (a < 0 || a >= x->rank || red[a]) return false;
+    const keel_sdim *d = &x->d[a];
+    if (d->sym != KEEL_SYM_KNOWN || d->add <= 0) return false;
+    red[a] = true, a0 = a < a0 ? (int)a : a0, a1 = a > a1 ? (int)a : a1;
+  }
+  return a1 - a0 + 1 == na;
 }
 
 /* Conv and the pools (device/dev_conv.h; ops/nn/conv/conv_gpu.c,

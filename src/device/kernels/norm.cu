@@ -44,3 +44,22 @@ extern "C" __global__ void keel_norm_reduce(int op, i64 rows, i64 cols, const fl
     if (threadIdx.x == 0) y[row] = op == 1 ? f_div(acc, (float)cols) : acc;
   }
 }
+
+/* X (outer, n, inner) reduced over n, one thread per output (o, i): a
+ * warp reads adjacent floats of each row j; the sum in float in j order
+ * (the reference sums in double: the tests allow for it). */
+extern "C" __global__ void keel_norm_reduce_mid(int op, i64 outer, i64 n, i64 inner, const float *x,
+                                                float *y) {
+  i64 total = outer * inner;
+  for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
+    i64 i = t % inner, o = t / inner;
+    const float *xr = x + o * n * inner + i;
+    int is_max = op == 2;
+    float acc = is_max ? xr[0] : 0.0f;
+    for (i64 j = is_max ? 1 : 0; j < n; j++) {
+      float v = xr[j * inner];
+      acc = is_max ? (acc != acc || v != v ? acc + v : f_max(acc, v)) : acc + v;
+    }
+    y[t] = op == 1 ? f_div(acc, (float)n) : acc;
+  }
+}

@@ -213,10 +213,12 @@ static keel_status gpu_cast(keel_kctx *k) {
 
 static const keel_impl gpu_where_impl = GPU_IMPL(gpu_where, NULL, "placed on the GPU (bool condition, float32, broadcast up to rank 8)");
 static const keel_impl gpu_cast_impl = GPU_IMPL(gpu_cast, NULL, "placed on the GPU (float32 to or from int64, int32, bool)");
-/* ReduceSum, ReduceMean, ReduceMax over the last axis (device/dev_norm.h;
- * the placement's condition: the axes an attribute or a constant input
- * naming the last axis alone, that dim known and not 0). The output's
- * shape is the CPU kernel's: keepdims leaves a 1 in its place. */
+/* ReduceSum, ReduceMean, ReduceMax over a run of adjacent axes
+ * (device/dev_norm.h; the placement's condition: the axes an attribute or
+ * a constant input, adjacent once sorted, their dims known and not 0):
+ * the last axes on the row kernel, others as (outer, n, inner). The
+ * output's shape is the CPU kernel's: keepdims leaves 1s in their
+ * place. */
 static keel_status gpu_reduce(keel_kctx *k) {
   const keel_tensor *x;
   KEEL_TRY(keel_k_in_f32(k, 0, false, &x));
@@ -230,23 +232,35 @@ static keel_status gpu_reduce(keel_kctx *k) {
     const int64_t *a = keel_k_attr_ints(k, "axes", &n);
     for (int i = 0; i < n && i < KEEL_MAX_RANK; i++) axes[i] = a[i];
   }
-  int ax = -1;
-  if (n == 1) KEEL_TRY(keel_k_axis(axes[0], x->rank, "axes entry", &ax));
-  if (x->rank < 1 || ax != x->rank - 1 || !x->shape[ax])
-    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: over the last axis alone, not empty", op);
-  bool keep = keel_k_attr_i(k, "keepdims", 1) != 0;
-  int64_t dims[KEEL_MAX_RANK], cols = x->shape[ax];
-  for (int i = 0; i < x->rank; i++) dims[i] = i == ax ? 1 : x->shape[i];
+  bool red[KEEL_MAX_RANK] = {false};
+  int a0 = KEEL_MAX_RANK, a1 = -1;
+  for (int i = 0; i < n; i++) {
+    int ax;
+    KEEL_TRY(keel_k_axis(axes[i], x->rank, "axes entry", &ax));
+    red[ax] = true, a0 = KEEL_MIN(a0, ax), a1 = KEEL_MAX(a1, ax);
+  }
+  int64_t outer = 1, cols = 1, inner = 1, dims[KEEL_MAX_RANK];
+  int rank = 0;
+  bool keep = keel_k_attr_i(k, "keepdims", 1) != 0, run = a1 >= 0;
+  for (int i = 0; i < x->rank; i++) {
+    run = run && (red[i] || i < a0 || i > a1); /* the reduced axes adjacent */
+    if (red[i]) cols *= x->shape[i];
+    else if (i < a0) outer *= x->shape[i];
+    else inner *= x->shape[i];
+    if (!red[i] || keep) dims[rank++] = red[i] ? 1 : x->shape[i];
+  }
+  if (!run || !cols)
+    return keel_err(KEEL_ERR_UNSUPPORTED, "GPU %s: over adjacent axes, not empty", op);
   keel_tensor *y;
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, keep ? x->rank : x->rank - 1, dims, &y));
-  int64_t rows = keel_tensor_numel(y);
-  if (!rows) return KEEL_OK;
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, rank, dims, &y));
+  if (!keel_tensor_numel(y)) return KEEL_OK;
   if (!k->dev->norm) return keel_err(KEEL_ERR_UNSUPPORTED, "%s: %s has no norm kernels", op, k->dev->name);
-  return k->dev->norm->reduce(k->dev, sum ? KEEL_DEV_RSUM : mean ? KEEL_DEV_RMEAN : KEEL_DEV_RMAX, rows,
-                              cols, x->data, y->data);
+  keel_dev_reduce r = sum ? KEEL_DEV_RSUM : mean ? KEEL_DEV_RMEAN : KEEL_DEV_RMAX;
+  if (inner == 1) return k->dev->norm->reduce(k->dev, r, outer, cols, x->data, y->data);
+  return k->dev->norm->reduce_mid(k->dev, r, outer, cols, inner, x->data, y->data);
 }
 
-static const keel_impl gpu_reduce_impl = GPU_IMPL(gpu_reduce, NULL, "placed on the GPU (float32, the last axis)");
+static const keel_impl gpu_reduce_impl = GPU_IMPL(gpu_reduce, NULL, "placed on the GPU (float32, adjacent axes)");
 const keel_impl *const keel_gpu_reduce_impls[] = {&gpu_reduce_impl, NULL};
 const keel_impl *const keel_gpu_where_impls[] = {&gpu_where_impl, NULL};
 const keel_impl *const keel_gpu_cast_impls[] = {&gpu_cast_impl, NULL};
