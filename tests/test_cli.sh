@@ -121,10 +121,10 @@ fi
 # silent on every healthy control-flow model
 expect_rc 1 "memcheck names a planted leak" "$KEEL" memcheck "$M/greedy_decode/model.onnx" \
   --data "$M/greedy_decode/test_data_set_0" --iters 4 --loop /Loop \
-  --debug-plant-leak /cell/Add_1_output_0 --plot "$tmp/leak.svg"
+  --debug-plant-leak /cell/Add_2_output_0 --plot "$tmp/leak.svg"
 expect_out "verdict: LEAK: allocated memory grew after the first run" "planted leak verdict"
 expect_out "verdict: LEAK: allocated memory grew across the iterations of loop '/Loop'" "planted leak, loop verdict"
-if grep -E "^ +[0-9.]+ [KMG]?B in" "$tmp/out" | grep -v "node '/cell/Add_1' (Add) value '/cell/Add_1_output_0' iteration" >/dev/null; then
+if grep -E "^ +[0-9.]+ [KMG]?B in" "$tmp/out" | grep -v "node '/cell/Add_2' (Add) value '/cell/Add_2_output_0' iteration" >/dev/null; then
   echo "FAIL: memcheck named a value other than the planted one"; fails=$((fails + 1))
 fi
 if command -v rsvg-convert >/dev/null; then

@@ -99,14 +99,14 @@ static void planted_leak_is_named(void) {
   CHECK(bytes == 0 && rep && strstr(rep, "no live blocks"));
   keel_free(rep);
   CHECK_STATUS(keel_debug_plant_leak(s, "no_such_value"), KEEL_ERR_INVALID_ARG);
-  CHECK_OK(keel_debug_plant_leak(s, "/cell/Add_1_output_0"));
+  CHECK_OK(keel_debug_plant_leak(s, "/cell/Add_2_output_0"));
   int64_t tokens = 0;
   CHECK_OK(run(s, in, &tokens));
   CHECK_OK(keel_mem_live_report(s, &f, 0, &rep, &bytes));
   CHECK(bytes > 0);
   int lines = 0;
   for (char *l = rep ? strtok(rep, "\n") : NULL; l; l = strtok(NULL, "\n"), lines++)
-    CHECK(strstr(l, "main/Loop/body: node '/cell/Add_1' (Add) value '/cell/Add_1_output_0' iteration"));
+    CHECK(strstr(l, "main/Loop/body: node '/cell/Add_2' (Add) value '/cell/Add_2_output_0' iteration"));
   CHECK(lines == tokens - 1); /* one block per iteration of the decode loop */
   keel_free(rep);
   for (int i = 0; i < 3; i++) keel_value_release(in[i]);

@@ -618,6 +618,72 @@ static void reshape_case(int opset, bool other) {
   keel_session_destroy(s[1]);
 }
 
+/* Values symbolic inference pins (canon-reshape's first step):
+ * h = MatMul(x, W) has a last dim of 8 whatever x's shape, so
+ * Div(Gather(Shape(h), 2), 2) -> Unsqueeze, the split point torch.chunk
+ * exports for two Slices, becomes the constant [4] and its chain leaves
+ * the graph (MatMul, 2 Slices, Add: 4 nodes). Gather(Shape(h), 0), x's
+ * leading dim, is a graph output too: it depends on the input and keeps
+ * its nodes (6 nodes in all), giving each run's own batch. Run at two
+ * input shapes against the graph without passes. */
+static void shape_value_case(void) {
+  keel_session_t *s[2] = {0};
+  float w[40];
+  for (int i = 0; i < 40; i++) w[i] = (float)(i % 7) * 0.25f - 0.5f;
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 3, (int64_t[]){2, 3, 5});
+    int64_t zero = 0, two = 2, big = INT64_MAX;
+    mb_init(g, "w", KEEL_FLOAT, 2, (int64_t[]){5, 8}, w);
+    mb_init(g, "i0", KEEL_INT64, 0, NULL, &zero);
+    mb_init(g, "i2", KEEL_INT64, 0, NULL, &two);
+    mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){1}, &zero);
+    mb_init(g, "z", KEEL_INT64, 1, (int64_t[]){1}, &zero);
+    mb_init(g, "end", KEEL_INT64, 1, (int64_t[]){1}, &big);
+    mb_init(g, "axes", KEEL_INT64, 1, (int64_t[]){1}, &two);
+    mb_add(g, "MatMul", "x,w", "h");
+    mb_add(g, "Shape", "h", "sh");
+    mb_add(g, "Gather", "sh,i2", "c");
+    mb_add(g, "Div", "c,i2", "half");
+    mb_add(g, "Unsqueeze", "half,ax", "cut");
+    mb_add(g, "Slice", "h,z,cut,axes", "lo");
+    mb_add(g, "Slice", "h,cut,end,axes", "hi");
+    mb_add(g, "Add", "lo,hi", "y");
+    mb_add(g, "Gather", "sh,i0", "n");
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "n", KEEL_INT64, -1, NULL);
+    keel_options o = {.size = sizeof o, .flags = k ? 0 : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, 13, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    if (node_count(s[1]) != 6) fprintf(stderr, "shape values: %d nodes (want 6)\n", node_count(s[1]));
+    CHECK(node_count(s[1]) == 6);
+    static const int64_t shapes[2][3] = {{2, 3, 5}, {4, 1, 5}};
+    for (int r = 0; r < 2; r++) {
+      int64_t n = shapes[r][0] * shapes[r][1] * 5;
+      float xv[40];
+      for (int64_t i = 0; i < n; i++) xv[i] = (float)i * 0.25f - 1.0f;
+      keel_value_t *y[2][2] = {{0}};
+      for (int k = 0; k < 2; k++) {
+        keel_value_t *in = mb_tensor(s[k], KEEL_FLOAT, 3, shapes[r], xv);
+        CHECK_OK(keel_run(s[k], (const char *[]){"x"}, &in, 1, y[k]));
+        keel_value_release(in);
+      }
+      if (y[0][0] && y[1][0] && y[1][1]) {
+        CHECK(keel_value_numel(y[1][0]) == keel_value_numel(y[0][0]) &&
+              keel_value_numel(y[1][0]) == shapes[r][0] * shapes[r][1] * 4);
+        CHECK(!memcmp(keel_value_data(y[0][0]), keel_value_data(y[1][0]),
+                      (size_t)keel_value_numel(y[1][0]) * sizeof(float)));
+        CHECK(*(const int64_t *)keel_value_data(y[1][1]) == shapes[r][0]);
+      }
+      for (int k = 0; k < 2; k++) keel_value_release(y[k][0]), keel_value_release(y[k][1]);
+    }
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 /* Repeated work (cse): two blocks each build the same causal mask from
  * their own input, Shape -> Gather -> Unsqueeze -> Concat ->
  * ConstantOfShape -> Trilu, and add it; the second block's input is
@@ -806,6 +872,7 @@ int main(void) {
   reshape_case(13, false);
   reshape_case(11, false);
   reshape_case(13, true);
+  shape_value_case();
   cse_case(false, false);
   cse_case(true, false);
   cse_case(false, true);

@@ -92,14 +92,14 @@ def test_cap_raises_out_of_memory_and_the_session_survives():
 
 def test_live_blocks_name_a_planted_leak():
     s = keel.InferenceSession(GREEDY)
-    s._sess._plant_leak("/cell/Add_1_output_0")
+    s._sess._plant_leak("/cell/Add_2_output_0")
     feed = {"h0": np.zeros((1, 8), np.float32), "start": np.array([1], np.int64),
             "max_len": np.array(4, np.int64)}
     mark = s.mem_mark()
     s.run(None, feed)
     leaks = s.live_blocks(since=mark)
-    assert leaks and any("/cell/Add_1" in b["owner"] for b in leaks)
-    assert "/cell/Add_1" in s.live_blocks_text(since=mark)
+    assert leaks and any("/cell/Add_2" in b["owner"] for b in leaks)
+    assert "/cell/Add_2" in s.live_blocks_text(since=mark)
     s._sess._plant_leak(None)
     del s
 
@@ -117,10 +117,10 @@ def test_memcheck_steady_and_per_run_figures():
 def test_memcheck_names_a_leak():
     feed = {"h0": np.zeros((1, 8), np.float32), "start": np.array([1], np.int64),
             "max_len": np.array(4, np.int64)}
-    r = keel.memcheck(GREEDY, feed, iters=4, debug_plant_leak="/cell/Add_1_output_0")
+    r = keel.memcheck(GREEDY, feed, iters=4, debug_plant_leak="/cell/Add_2_output_0")
     assert r.verdict == "leak" and not r.steady and r.grew_at == 2
     assert r.runs[-1]["allocated"] > r.runs[0]["allocated"]
-    assert r.leaked and "/cell/Add_1" in r.leaked[0]["owner"]
+    assert r.leaked and "/cell/Add_2" in r.leaked[0]["owner"]
 
 
 def test_memcheck_follows_a_loop():
