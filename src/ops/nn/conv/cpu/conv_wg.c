@@ -114,15 +114,19 @@ static void tile_at(const wg_job *j, int64_t g, int64_t *n, int64_t *oy, int64_t
 #undef WG_SFX
 #undef WG_L
 
-/* The products V[ξ] U[ξ] of task q: output block q / 2, the half q % 2
- * of the 16 ξ (U made here: W's transform never leaves the worker's L2). */
+/* The products V[ξ] U[ξ] of task q: the half q / nb of the 16 ξ, output
+ * block q % nb (U made here: W's transform never leaves the worker's L2).
+ * A pool thread's home range of tasks (base/pool.c) is then mostly one
+ * half: it reads half of V, not all of it from both cores (two threads
+ * cut the other way, blocks in halves, made x_paddle_crnn's and
+ * paddle_ocr_rec's convs 25% slower). */
 static keel_status wg_products_512(void *ctx, int64_t q0, int64_t q1, int worker) {
   const wg_job *j = ctx;
   int64_t C = j->C, M = j->M, nt = (j->tn + KEEL_TILE512_PX - 1) / KEEL_TILE512_PX;
   float *U = j->U + (int64_t)worker * 8 * C * 64;
   for (int64_t q = q0; q < q1; q++) {
-    int64_t b = q / 2;
-    int h = (int)(q % 2);
+    int64_t b = q % j->nb;
+    int h = (int)(q / j->nb);
     wg_weights_512(j, b, h, U);
     for (int64_t xh = 0; xh < 8; xh++) {
       int64_t xi = 8 * h + xh;
@@ -147,8 +151,8 @@ static keel_status wg_products_256(void *ctx, int64_t q0, int64_t q1, int worker
   int64_t C = j->C, M = j->M;
   float *U = j->U + (int64_t)worker * 8 * C * 64;
   for (int64_t q = q0; q < q1; q++) {
-    int64_t b = q / 2;
-    int h = (int)(q % 2);
+    int64_t b = q % j->nb;
+    int h = (int)(q / j->nb);
     wg_weights_256(j, b, h, U);
     for (int64_t xh = 0; xh < 8; xh++) {
       int64_t xi = 8 * h + xh;
