@@ -8,8 +8,9 @@
  * Each computes exactly what ONNX's MaxPool / AveragePool / Global* compute
  * on the NCHW transpose of X (pool.c's results, bit for bit: the same
  * window geometry from conv_util.h, the same tap order, the same NaN and
- * tie rule, the same divisors, the same arithmetic), float32 only, two
- * spatial dims. MaxPool's Indices output does not exist here.
+ * tie rule, the same divisors, the same arithmetic; the global mean adds
+ * its double sums by runs of positions, so it may differ from pool.c's in
+ * the last bit), float32 only, two spatial dims. MaxPool's Indices output does not exist here.
  *
  * Channels are contiguous, so every window tap is one run of C floats and
  * the inner loops are plain loops over c, which the compiler vectorizes.
@@ -19,8 +20,8 @@
  * window with their sums in registers (nh_block: max as one vmaxps per
  * tap, with a fallback to the exact NaN rule for lanes that need it), and
  * the last C % 4 channels go tap by tap. Rows (image, output row) are spread over
- * the session's pool; the global pools split (image, chunk of NH_GCH
- * channels). The bodies are compiled for AVX-512, AVX2 and baseline
+ * the session's pool; the global pools split (image, run of positions),
+ * each run's partials combined after (nh_global_body). The bodies are compiled for AVX-512, AVX2 and baseline
  * x86-64 and picked at run time, as conv_fast.c does.
  *
  * ResNet-50's stem max pool (3x3/s2/p1, [1,112,112,64]) on one thread:
@@ -33,7 +34,8 @@
 
 enum { NH_MAX, NH_AVG };
 
-#define NH_GCH 128              /* channels per global-pool task          */
+#define NH_GPOS_BYTES 65536     /* a global-pool task: positions of about
+                                   this many bytes of X                   */
 
 /* ========================================================= geometry */
 
@@ -70,7 +72,10 @@ typedef struct nh_job {
   const float *x;               /* [N, H, W, C]                           */
   float *y;                     /* [N, OH, OW, C], or [N, C] (global)     */
   const nh_span *cols;          /* OW spans along W                       */
-  int64_t hw, chunks;           /* global: H * W, channel chunks per image */
+  int64_t hw, pos, chunks;      /* global: H * W, positions per task, tasks
+                                   per image                              */
+  void *part;                   /* global: per task C partials (double sums,
+                                   or float maxima)                       */
 } nh_job;
 
 /* ============================================================ bodies */
@@ -209,26 +214,38 @@ NH_INLINE void nh_row_body(const nh_job *j, int64_t n, int64_t oy) {
 #define NH_ROWS_BODY                                                    \
   for (int64_t i = b; i < e; i++) nh_row_body(j, i / j->w.out[0], i % j->w.out[0]);
 
-/* Global pools, tasks [b, e) of N * chunks: channels [c0, c0 + len) of
- * image n over its hw positions (hw >= 1). The mean sums in double in
- * position order and divides in double, as pool.c's does. */
+/* Global pools, tasks [b, e) of N * chunks: positions [q * pos, ...) of
+ * image n, all C channels, into the task's partials (max: pool.c's rule
+ * tap by tap; mean: double sums in position order). nh_global combines
+ * them in task order: the max by the same rule (which picks the same
+ * element whatever the cut), the sums added in order, then / hw. The mean
+ * adds four positions in double before each pass over the partials. A cut by
+ * positions keeps each task on the rows one core made (the pool's home
+ * ranges; base/pool.c); it depends on X's shape alone, so the sums are the
+ * same at any thread count. */
 NH_INLINE void nh_global_body(const nh_job *j, int64_t t) {
-  int64_t n = t / j->chunks, c0 = t % j->chunks * NH_GCH, C = j->C;
-  int64_t len = KEEL_MIN(NH_GCH, C - c0), hw = j->hw;
-  const float *x = j->x + n * hw * C + c0;
-  float *restrict y = j->y + n * C + c0;
+  int64_t n = t / j->chunks, p0 = t % j->chunks * j->pos, C = j->C;
+  int64_t p1 = KEEL_MIN(j->hw, p0 + j->pos);
+  const float *x = j->x + (n * j->hw + p0) * C;
   if (j->kind == NH_MAX) {
-    nh_copy(y, x, len);
-    for (int64_t i = 1; i < hw; i++) nh_max(y, x + i * C, len);
+    float *restrict y = (float *)j->part + t * C;
+    nh_copy(y, x, C);
+    for (int64_t i = 1; i < p1 - p0; i++) nh_max(y, x + i * C, C);
     return;
   }
-  double acc[NH_GCH];
-  for (int64_t c = 0; c < len; c++) acc[c] = 0;
-  for (int64_t i = 0; i < hw; i++) {
-    const float *restrict xi = x + i * C;
-    for (int64_t c = 0; c < len; c++) acc[c] += (double)xi[c];
+  double *restrict acc = (double *)j->part + t * C;
+  for (int64_t c = 0; c < C; c++) acc[c] = 0;
+  int64_t i = 0, np = p1 - p0;
+  for (; i + 4 <= np; i += 4) { /* four positions per pass over acc */
+    const float *restrict x0 = x + i * C, *restrict x1 = x0 + C, *restrict x2 = x1 + C,
+                          *restrict x3 = x2 + C;
+    for (int64_t c = 0; c < C; c++)
+      acc[c] += ((double)x0[c] + (double)x1[c]) + ((double)x2[c] + (double)x3[c]);
   }
-  for (int64_t c = 0; c < len; c++) y[c] = (float)(acc[c] / (double)hw);
+  for (; i < np; i++) {
+    const float *restrict xi = x + i * C;
+    for (int64_t c = 0; c < C; c++) acc[c] += (double)xi[c];
+  }
 }
 
 #define NH_GLOBAL_BODY \
@@ -338,9 +355,27 @@ static keel_status nh_global(keel_kctx *k, int kind) {
     nh_fill(j.y, kind == NH_MAX ? -INFINITY : NAN, N * C);
     return KEEL_OK;
   }
-  j.chunks = (C + NH_GCH - 1) / NH_GCH;
-  int64_t task = KEEL_MAX(1, j.hw * KEEL_MIN(C, NH_GCH));
-  return keel_pool_for(k->pool, N * j.chunks, KEEL_MAX(1, 16384 / task), nh_global_task, &j);
+  j.pos = KEEL_MAX(1, NH_GPOS_BYTES / (C * (int64_t)sizeof(float)));
+  j.chunks = (j.hw + j.pos - 1) / j.pos;
+  size_t es = kind == NH_MAX ? sizeof(float) : sizeof(double);
+  KEEL_TRY(keel_k_scratch_n(k, N * j.chunks * C, es, &j.part));
+  KEEL_TRY(keel_pool_for(k->pool, N * j.chunks, 1, nh_global_task, &j));
+  for (int64_t n = 0; n < N; n++) {
+    float *yn = j.y + n * C;
+    if (kind == NH_MAX) {
+      const float *pm = (const float *)j.part + n * j.chunks * C;
+      nh_copy(yn, pm, C);
+      for (int64_t q = 1; q < j.chunks; q++) nh_max(yn, pm + q * C, C);
+      continue;
+    }
+    const double *ps = (const double *)j.part + n * j.chunks * C;
+    for (int64_t c = 0; c < C; c++) {
+      double acc = 0;
+      for (int64_t q = 0; q < j.chunks; q++) acc += ps[q * C + c];
+      yn[c] = (float)(acc / (double)j.hw);
+    }
+  }
+  return KEEL_OK;
 }
 
 static keel_status op_nhwc_max_pool(keel_kctx *k) { return nh_pool(k, NH_MAX); }
