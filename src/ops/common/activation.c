@@ -78,7 +78,7 @@ static int64_t hsig_mul4(float a, float b, float *y, int64_t n) {
 
 void keel_act_apply_fast_f32(const keel_act *p, float *y, int64_t n) {
   if (p->kind == KEEL_ACT_SILU) keel_vm_silu_fast(y, n);
-  else keel_act_apply_f32(p, y, n);
+  else if (p->kind != KEEL_ACT_GELU || !keel_vm_gelu_fast(y, n)) keel_act_apply_f32(p, y, n);
 }
 
 /* The switch sits outside the loops so each loop is one simple body. */

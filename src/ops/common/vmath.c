@@ -311,6 +311,51 @@ void keel_vm_silu_fast(float *y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = SILU_SCALAR(y[i]);
 }
 
+/* =============================================================== gelu */
+
+/* y = 0.5 y (1 + erf(y / sqrt 2)) in place: erf by ERF_A / ERF_B's
+ * rational form in the clamped argument, with fused multiply-adds and a
+ * reciprocal estimate refined by one Newton step for the quotient. */
+__attribute__((target("avx512f"))) static void gelu_avx512(float *y, int64_t n) {
+  const __m512 lo = _mm512_set1_ps(-4.0f), hi = _mm512_set1_ps(4.0f), one = _mm512_set1_ps(1.0f);
+  const __m512 mone = _mm512_set1_ps(-1.0f), two = _mm512_set1_ps(2.0f), half = _mm512_set1_ps(0.5f);
+  const __m512 s2 = _mm512_set1_ps(0.70710678118654752440f);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(k, y + i);
+    /* v first: max/min return their second operand on NaN, so c is never
+     * NaN and the product below puts a NaN v back */
+    __m512 c = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, s2), lo), hi), z = _mm512_mul_ps(c, c);
+    __m512 p = _mm512_set1_ps(ERF_A[0]), q = _mm512_set1_ps(ERF_B[0]);
+    for (int j = 1; j < 7; j++) p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(ERF_A[j]));
+    for (int j = 1; j < 5; j++) q = _mm512_fmadd_ps(q, z, _mm512_set1_ps(ERF_B[j]));
+    __m512 rq = _mm512_rcp14_ps(q);
+    rq = _mm512_mul_ps(rq, _mm512_fnmadd_ps(q, rq, two));
+    __m512 e = _mm512_mul_ps(_mm512_mul_ps(c, p), rq);
+    e = _mm512_max_ps(_mm512_min_ps(e, one), mone);
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(v, _mm512_fmadd_ps(e, half, half)));
+  }
+}
+
+bool keel_vm_gelu_fast(float *y, int64_t n) {
+#ifdef VM_X86
+  if (__builtin_cpu_supports("avx512f")) {
+    gelu_avx512(y, n);
+    return true;
+  }
+#endif
+  (void)y, (void)n;
+  return false;
+}
+
+bool keel_vm_gelu_fast_available(void) {
+#ifdef VM_X86
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
 /* =============================================================== tanh */
 
 /* Eigen's fast tanh: an odd polynomial over an even one in x clamped to

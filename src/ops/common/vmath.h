@@ -35,6 +35,16 @@ KEEL_INTERNAL void keel_vm_sigmoid(const float *x, float *y, int64_t n);
  * oneDNN convolutions' fused SiLU), not for the Sigmoid/Mul ops. */
 KEEL_INTERNAL void keel_vm_silu_fast(float *y, int64_t n);
 
+/* y[i] = Gelu(y[i]) (the exact form, 0.5 y (1 + erf(y / sqrt 2))) in
+ * place, fast: keel_vm_erf's rational form with fused multiply-adds and a
+ * refined reciprocal estimate instead of the division; within 3e-7
+ * relative plus 2e-7 |y| of the exact Gelu (erf's absolute error, which
+ * 1 + erf keeps for negative y; tests/test_fastpaths.c), NaN stays NaN. AVX-512 only: false (y untouched) on other CPUs, which
+ * take the exact form. Not bit-identical to the Gelu op: for fused
+ * activations (FusedMatMul's), as keel_vm_silu_fast. */
+KEEL_INTERNAL bool keel_vm_gelu_fast(float *y, int64_t n);
+KEEL_INTERNAL bool keel_vm_gelu_fast_available(void);
+
 /* y[i] = tanh(x[i]) by a rational approximation (within 3.5e-7 relative
  * of tanh(); NaN stays NaN, +-inf gives +-1). x and y may alias. The
  * vector paths may differ from the scalar form by FMA contraction. */

@@ -1,6 +1,7 @@
 /* dnnl_glue.c: the engine, one-thread execution, measured primitives and
  * errors (dnnl_glue.h). */
 #include "ops/dnnl/dnnl_glue.h"
+#include "ops/common/vmath.h"
 
 #include "ops/common/activation.h"
 #include "ops/math/matmul/select.h"
@@ -218,7 +219,10 @@ bool keel_dnnl_act_post_ops(const keel_act *a, dnnl_post_ops_t po) {
     case KEEL_ACT_HSWISH: alg = dnnl_eltwise_hardswish; break;
     case KEEL_ACT_SIGMOID: alg = dnnl_eltwise_logistic; break;
     case KEEL_ACT_TANH: alg = dnnl_eltwise_tanh; break;
-    case KEEL_ACT_GELU: alg = dnnl_eltwise_gelu_erf; break;
+    case KEEL_ACT_GELU: /* keel's fast form on the hot band is faster than 2.6's post-op */
+      if (keel_vm_gelu_fast_available()) return false;
+      alg = dnnl_eltwise_gelu_erf;
+      break;
     case KEEL_ACT_GELU_TANH: alg = dnnl_eltwise_gelu_tanh; break;
     case KEEL_ACT_HSIGMOID_MUL: /* x * HardSigmoid(x) is hardswish at 1/6, 1/2 */
       if (a->a != 1.0f / 6.0f || a->b != 0.5f) return false;
