@@ -11,6 +11,7 @@
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
 #include "device/dev_attn.h"
+#include "device/dev_rnn.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -471,6 +472,7 @@ keel_status keel_cuda_device_open(int ordinal, keel_device *d) {
   d->norm = &keel_cuda_norm;
   d->conv = &keel_cuda_conv;
   d->attn = &keel_cuda_attn;
+  d->rnn = &keel_cuda_rnn;
   snprintf(d->desc, sizeof d->desc, "%s, sm_%d%d, %.0f GiB, driver %d", c->info.name, c->info.cc_major,
            c->info.cc_minor, (double)c->info.total_bytes / (double)(1ull << 30), c->info.driver_version);
   keel_cuda_blas_open(d); /* d->blas, or NULL and why in d->desc */

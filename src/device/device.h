@@ -70,6 +70,7 @@ struct keel_dev_blas; /* dev_blas.h: MatMul, Gemm                         */
 struct keel_dev_move; /* dev_move.h: views, Transpose, Concat, Gather, ... */
 struct keel_dev_norm; /* dev_norm.h: LayerNorm, reductions, ...           */
 struct keel_dev_conv; /* dev_conv.h: Conv, MaxPool, AveragePool, ...      */
+struct keel_dev_rnn;  /* dev_rnn.h: LSTM's and GRU's cells               */
 struct keel_dev_attn; /* dev_attn.h: attention's masked softmax           */
 
 typedef struct keel_device {
@@ -82,6 +83,7 @@ typedef struct keel_device {
   const struct keel_dev_norm *norm;
   void *norm_state;
   const struct keel_dev_conv *conv;
+  const struct keel_dev_rnn *rnn;
   const struct keel_dev_attn *attn;
   keel_device_kind kind;
   int ordinal;

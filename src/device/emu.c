@@ -27,6 +27,7 @@
 #include "device/dev_move.h"
 #include "device/dev_norm.h"
 #include "device/dev_attn.h"
+#include "device/dev_rnn.h"
 #include "device/emu.h"
 
 #define EMU_TAG ((uintptr_t)1 << 62)
@@ -190,6 +191,7 @@ keel_status keel_emu_open(int ordinal, keel_device *d) {
   d->norm = &keel_emu_norm;
   d->conv = &keel_emu_conv;
   d->attn = &keel_emu_attn;
+  d->rnn = &keel_emu_rnn;
   snprintf(d->desc, sizeof d->desc, "a GPU emulated on the host (device pointers fault on the host)");
   return KEEL_OK;
 }

@@ -35,7 +35,8 @@
  * axes); the conv group (gpu_takes_conv: Conv 1-D and 2-D with its
  * fused activation, ConvTranspose 1-D and 2-D, MaxPool, AveragePool, the
  * global pools; the layout pass leaves them NCHW in such a session;
- * gpu_takes_image: Resize and Upsample, float32, any rank). When the GPU implementations
+ * gpu_takes_image: Resize and Upsample, float32, any rank); the rnn
+ * group (gpu_takes_rnn: LSTM and GRU with the default activations). When the GPU implementations
  * join the families' selections (select.c), this table becomes their
  * supports().
  *
@@ -378,12 +379,39 @@ static bool gpu_takes_image(const keel_shapes *S, const keel_graph *g, const kee
   return gpu_tensor(S, g, n->in_names[0]) && gpu_tensor(S, g, n->out_names[0]);
 }
 
+/* LSTM and GRU (device/dev_rnn.h; ops/nn/rnn/rnn_gpu.c): float32 X of
+ * rank 3, W and R, optional B, initial_h, initial_c; the default
+ * activations, no clip, layout 0, no sequence_lens, LSTM without
+ * input_forget or peepholes; a device with a BLAS. */
+static bool gpu_takes_rnn(const keel_model *m, const keel_shapes *S, const keel_graph *g,
+                          const keel_node *n) {
+  bool lstm = !strcmp(n->op_type, "LSTM");
+  if ((n->domain[0] && strcmp(n->domain, "ai.onnx")) || n->n_subs || m->gpu_no_blas ||
+      (!lstm && strcmp(n->op_type, "GRU")) || n->n_in < 3)
+    return false;
+  if (keel_node_attr(n, "activations") || keel_node_attr(n, "clip")) return false;
+  const keel_attr *a = keel_node_attr(n, "layout");
+  if (a && a->i) return false;
+  a = keel_node_attr(n, "input_forget");
+  if (lstm && a && a->i) return false;
+  if (n->n_in > 4 && n->in_names[4][0]) return false;          /* sequence_lens */
+  if (lstm && n->n_in > 7 && n->in_names[7][0]) return false;  /* P */
+  const keel_sshape *x = gpu_tensor(S, g, n->in_names[0]) ? keel_shapes_find(S, g, n->in_names[0]) : NULL;
+  if (!x || x->rank != 3 || !gpu_tensor(S, g, n->in_names[1]) || !gpu_tensor(S, g, n->in_names[2]))
+    return false;
+  for (int32_t i = 3; i < n->n_in && i < 7; i++)
+    if (i != 4 && !gpu_tensor_opt(S, g, n, i)) return false;
+  for (int32_t i = 0; i < n->n_out; i++)
+    if (n->out_names[i][0] && !gpu_tensor(S, g, n->out_names[i])) return false;
+  return true;
+}
+
 /* Whether a GPU kernel computes node n (its inputs and outputs as
  * inferred). */
 static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_graph *g,
                       const keel_node *n) {
   if (gpu_takes_blas(m, S, g, n) || gpu_takes_move(S, g, n) || gpu_takes_norm(m, S, g, n) ||
-      gpu_takes_conv(S, g, n) || gpu_takes_image(S, g, n))
+      gpu_takes_conv(S, g, n) || gpu_takes_image(S, g, n) || gpu_takes_rnn(m, S, g, n))
     return true;
   if (!strcmp(n->domain, "ai.keel.internal") && !strcmp(n->op_type, "FusedAttention"))
     return gpu_takes_attn(m, S, g, n);

@@ -3,8 +3,9 @@
 #include "ops/nn/rnn/select.h"
 
 /* RNN, GRU, LSTM: the packed weights where W and R are float constants
- * (every exported model); else the reference path. */
-const keel_impl *const keel_rnn_impls[] = {&keel_rnn_packed, NULL};
+ * (every exported model); else the reference path. A node placed on a
+ * GPU runs rnn_gpu.c's (binding offers it GPU implementations only). */
+const keel_impl *const keel_rnn_impls[] = {&keel_rnn_packed, &keel_gpu_rnn, NULL};
 
 /* A step is cut by units (multiples of 16) on packed RNN and LSTM weights
  * when its product is big enough (32K multiply-adds) to pay for waking the

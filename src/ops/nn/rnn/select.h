@@ -19,6 +19,8 @@
 #include "ops/kernel.h"
 
 /* The implementation list of the RNN, GRU and LSTM rows. */
+/* LSTM and GRU on a device (rnn_gpu.c) */
+extern const keel_impl keel_gpu_rnn;
 extern const keel_impl *const keel_rnn_impls[];
 extern const keel_impl keel_rnn_packed; /* rnn_fast.c */
 
