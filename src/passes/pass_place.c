@@ -564,16 +564,24 @@ static keel_status copies_out(place *P, keel_graph *g, int32_t *i) {
  * need no copy. A view of a host value stays on the host (placing it
  * would only move the copy). Repeated until nothing changes, since nodes
  * need not be in order. */
-static void place_views(const keel_shapes *S, keel_graph *g) {
+static void place_views(const keel_model *m, const keel_shapes *S, keel_graph *g) {
   for (bool changed = true; changed;) {
     changed = false;
     for (int32_t i = 0; i < g->n_nodes; i++) {
       keel_node *n = &g->nodes[i];
       if (n->device == KEEL_NODE_GPU || !is_view(n) || n->n_in < 1 || !n->in_names[0][0]) continue;
       const keel_sshape *y = keel_shapes_find(S, g, n->out_names[0]);
-      if (!y || y->rank < 0 || y->rank > GPU_MAX_RANK || !gpu_tensor(S, g, n->in_names[0])) continue;
+      if (!y || y->rank < 0 || y->rank > GPU_MAX_RANK) continue;
       int32_t p = keel_ir_producer(g, n->in_names[0]);
-      if (p < 0 || g->nodes[p].device != KEEL_NODE_GPU) continue;
+      bool after_gpu = p >= 0 && g->nodes[p].device == KEEL_NODE_GPU &&
+                       gpu_tensor(S, g, n->in_names[0]);
+      /* or a view of a host value (a graph input, a CPU node's output;
+       * not a constant) that only GPU nodes read on the device: the copy
+       * moves before it (the same bytes), the view joins its readers */
+      const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+      bool before_gpu = !after_gpu && x && x->dtype && keel_ir_const_of(m, g, n->in_names[0]) < 0 &&
+                        keel_ir_uses(g, n->out_names[0]) > 0 && !read_on_host(g, n->out_names[0]);
+      if (!after_gpu && !before_gpu) continue;
       n->device = KEEL_NODE_GPU;
       changed = true;
     }
@@ -588,7 +596,7 @@ static keel_status place_graph(place *P, keel_graph *g) {
         (gpu_takes_blas(P->m, P->S, g, n) || !strcmp(n->op_type, "FusedAttention")))
       P->m->gpu_uses_blas = true;
   }
-  place_views(P->S, g);
+  place_views(P->m, P->S, g);
   for (int32_t i = 0; i < g->n_nodes; i++) {
     if (g->nodes[i].device != KEEL_NODE_GPU) continue;
     KEEL_TRY(copies_in(P, g, &i));
