@@ -161,8 +161,9 @@ static void check_views(void) {
   /* opset 11: Squeeze/Unsqueeze axes as attributes */
 }
 
-/* A view of a CPU value stays on the CPU (placing it would only move the
- * copy): x -> Reshape -> Relu. */
+/* A view of a host value that only GPU nodes read goes to the GPU, the
+ * copy moving before it (the same bytes): x -> Reshape -> Relu, both on
+ * the GPU, one MemcpyFromHost of x. */
 static mb_graph *cpu_view(void) {
   static int64_t shape[1] = {-1};
   mb_graph *g = mb_graph_new("main");
@@ -176,13 +177,13 @@ static mb_graph *cpu_view(void) {
 
 static void check_cpu_view(void) {
   input in[] = {XIN};
-  const char *gpu[] = {"relu' (Relu)", NULL};
+  const char *gpu[] = {"relu' (Relu)", "reshape' (Reshape)", NULL};
   check_case("view of a CPU value", cpu_view, 13, in, 1, 1, gpu, 1, 1);
   keel_options o = {.size = sizeof o, .device = g_dev};
   keel_session_t *s = mb_session_opts(cpu_view(), 13, &o);
   char *t = NULL;
   if (s) CHECK_OK(keel_session_describe(s, KEEL_DESCRIBE_NODES, &t));
-  CHECK(t && strstr(t, "cpu 'reshape' (Reshape)"));
+  CHECK(t && strstr(t, "gpu 'reshape' (Reshape)") && strstr(t, "keel.place/x/to_gpu"));
   keel_free(t);
   keel_session_destroy(s);
 }
