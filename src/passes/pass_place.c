@@ -137,8 +137,10 @@ static bool is_view(const keel_node *n) {
 }
 
 bool keel_place_host_input(const keel_node *n, int32_t i) {
-  if (i < 1 || (n->domain[0] && strcmp(n->domain, "ai.onnx"))) return false;
+  if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
   const char *op = n->op_type;
+  if (!strcmp(op, "Range")) return true; /* start, limit, delta: the count's */
+  if (i < 1) return false;
   if (!strcmp(op, "Reshape")) return i == 1 && n->opset >= 5;
   if (!strcmp(op, "Squeeze") || !strcmp(op, "Unsqueeze")) return i == 1 && n->opset >= 13;
   if (!strcmp(op, "Split")) return i == 1 && (n->opset >= 13 || n->opset == 1);
@@ -424,6 +426,12 @@ static bool gpu_takes(const keel_model *m, const keel_shapes *S, const keel_grap
   }
   /* the element-wise group (device.h's own kernels) */
   if (n->domain[0] && strcmp(n->domain, "ai.onnx")) return false;
+  if (!strcmp(n->op_type, "Range") && !n->n_subs && n->n_out == 1) {
+    /* its values made on the host, copied (shape_gen.c) */
+    const keel_sshape *y = keel_shapes_find(S, g, n->out_names[0]);
+    return n->n_in == 3 && n->opset >= 11 && y && y->rank == 1 &&
+           (y->dtype == KEEL_FLOAT || y->dtype == KEEL_INT64 || y->dtype == KEEL_INT32);
+  }
   if (n->n_subs || n->n_out != 1 || !gpu_tensor(S, g, n->out_names[0])) return false;
   const char *op = n->op_type;
   if (one_of(op, GPU_BINARY, sizeof GPU_BINARY / sizeof *GPU_BINARY))

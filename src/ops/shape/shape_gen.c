@@ -5,6 +5,10 @@
  * shape.c. */
 #include <math.h>
 
+#include "device/device.h"
+
+#include "base/sysmem.h"
+
 #include "ops/kernel.h"
 
 static int64_t sh_clamp(int64_t v, int64_t lo, int64_t hi) { return v < lo ? lo : v > hi ? hi : v; }
@@ -94,49 +98,88 @@ static keel_status op_constant_of_shape(keel_kctx *k) {
 
 /* ============================================================ Range */
 
-static keel_status sh_range_float(keel_kctx *k, int dt) {
-  double s, l, d;
-  KEEL_TRY(keel_k_in_scalar_f64(k, 0, &s));
-  KEEL_TRY(keel_k_in_scalar_f64(k, 1, &l));
-  KEEL_TRY(keel_k_in_scalar_f64(k, 2, &d));
-  double cnt = d == 0 ? NAN : ceil((l - s) / d);
-  if (!isfinite(cnt) || cnt > 9.0e15) /* 9e15 < 2^53: exact as int */
-    return keel_err(KEEL_ERR_RUNTIME, "Range: start %g, limit %g, delta %g give no finite count",
-                    s, l, d);
-  int64_t n = cnt > 0 ? (int64_t)cnt : 0;
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, dt, 1, &n, &o));
-  for (int64_t i = 0; i < n; i++) keel_elem_set_f64(dt, o->data, (size_t)i, s + (double)i * d);
+/* Range's count and its start and delta (as doubles for a float type, as
+ * integers otherwise), from its three scalar inputs, read on the host. */
+typedef struct sh_range {
+  int dt;
+  int64_t n;
+  double fs, fd;
+  int64_t is, id;
+} sh_range;
+
+static keel_status sh_range_plan(keel_kctx *k, sh_range *r) {
+  const keel_tensor *t[3];
+  for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
+  int dt = r->dt = t[0]->dtype;
+  if (t[1]->dtype != dt || t[2]->dtype != dt)
+    return keel_err(KEEL_ERR_SHAPE, "Range: start, limit and delta differ in type");
+  r->n = 0;
+  if (keel_dtype_is_float(dt)) {
+    double l;
+    KEEL_TRY(keel_k_in_scalar_f64(k, 0, &r->fs));
+    KEEL_TRY(keel_k_in_scalar_f64(k, 1, &l));
+    KEEL_TRY(keel_k_in_scalar_f64(k, 2, &r->fd));
+    double cnt = r->fd == 0 ? NAN : ceil((l - r->fs) / r->fd);
+    if (!isfinite(cnt) || cnt > 9.0e15) /* 9e15 < 2^53: exact as int */
+      return keel_err(KEEL_ERR_RUNTIME, "Range: start %g, limit %g, delta %g give no finite count",
+                      r->fs, l, r->fd);
+    r->n = cnt > 0 ? (int64_t)cnt : 0;
+    return KEEL_OK;
+  }
+  if (!keel_dtype_is_int(dt))
+    return keel_err(KEEL_ERR_UNSUPPORTED, "Range: %s is not supported", keel_dtype_name((keel_dtype)dt));
+  int64_t l, diff;
+  KEEL_TRY(keel_k_in_scalar_i64(k, 0, &r->is));
+  KEEL_TRY(keel_k_in_scalar_i64(k, 1, &l));
+  KEEL_TRY(keel_k_in_scalar_i64(k, 2, &r->id));
+  if (r->id == 0) return keel_err(KEEL_ERR_RUNTIME, "Range: delta is 0");
+  if (__builtin_sub_overflow(l, r->is, &diff) || (r->id == -1 && diff == INT64_MIN))
+    return keel_err(KEEL_ERR_RUNTIME, "Range: limit - start overflows");
+  if (diff != 0 && (diff > 0) == (r->id > 0)) r->n = diff / r->id + (diff % r->id != 0); /* ceil */
   return KEEL_OK;
 }
 
-static keel_status sh_range_int(keel_kctx *k, int dt) {
-  int64_t s, l, d, diff;
-  KEEL_TRY(keel_k_in_scalar_i64(k, 0, &s));
-  KEEL_TRY(keel_k_in_scalar_i64(k, 1, &l));
-  KEEL_TRY(keel_k_in_scalar_i64(k, 2, &d));
-  if (d == 0) return keel_err(KEEL_ERR_RUNTIME, "Range: delta is 0");
-  if (__builtin_sub_overflow(l, s, &diff) || (d == -1 && diff == INT64_MIN))
-    return keel_err(KEEL_ERR_RUNTIME, "Range: limit - start overflows");
-  int64_t n = 0;
-  if (diff != 0 && (diff > 0) == (d > 0)) n = diff / d + (diff % d != 0); /* ceil */
-  keel_tensor *o;
-  KEEL_TRY(keel_k_out(k, 0, dt, 1, &n, &o));
-  for (int64_t i = 0; i < n; i++) /* wraps like the type; values stay in [s, l) */
-    keel_elem_set_i64(dt, o->data, (size_t)i, (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d));
-  return KEEL_OK;
+/* The n values into host memory `data`. */
+static void sh_range_fill(const sh_range *r, void *data) {
+  if (keel_dtype_is_float(r->dt))
+    for (int64_t i = 0; i < r->n; i++) keel_elem_set_f64(r->dt, data, (size_t)i, r->fs + (double)i * r->fd);
+  else
+    for (int64_t i = 0; i < r->n; i++) /* wraps like the type; values stay in [s, l) */
+      keel_elem_set_i64(r->dt, data, (size_t)i, (int64_t)((uint64_t)r->is + (uint64_t)i * (uint64_t)r->id));
 }
 
 static keel_status op_range(keel_kctx *k) {
-  const keel_tensor *t[3];
-  for (int i = 0; i < 3; i++) KEEL_TRY(keel_k_in(k, i, &t[i]));
-  int dt = t[0]->dtype;
-  if (t[1]->dtype != dt || t[2]->dtype != dt)
-    return keel_err(KEEL_ERR_SHAPE, "Range: start, limit and delta differ in type");
-  if (keel_dtype_is_float(dt)) return sh_range_float(k, dt);
-  if (keel_dtype_is_int(dt)) return sh_range_int(k, dt);
-  return keel_err(KEEL_ERR_UNSUPPORTED, "Range: %s is not supported", keel_dtype_name((keel_dtype)dt));
+  sh_range r;
+  KEEL_TRY(sh_range_plan(k, &r));
+  keel_tensor *o;
+  KEEL_TRY(keel_k_out(k, 0, r.dt, 1, &r.n, &o));
+  sh_range_fill(&r, o->data);
+  return KEEL_OK;
 }
+
+/* Range placed on a device (passes/pass_place.c: its scalars read on the
+ * host): the values made on the host, as above, then copied over (a few
+ * hundred bytes for a sequence's positions). */
+static keel_status gpu_range(keel_kctx *k) {
+  sh_range r;
+  KEEL_TRY(sh_range_plan(k, &r));
+  keel_tensor *o;
+  KEEL_TRY(keel_k_out(k, 0, r.dt, 1, &r.n, &o));
+  size_t bytes = keel_tensor_nbytes(o);
+  if (!bytes) return KEEL_OK;
+  if (!k->dev) return keel_err(KEEL_ERR_UNSUPPORTED, "Range: no device");
+  void *host = keel_sys_alloc(bytes);
+  if (!host) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "Range: %zu bytes on the host", bytes);
+  sh_range_fill(&r, host);
+  keel_status st = keel_device_to_device(k->dev, o->data, host, bytes);
+  keel_sys_free(host, bytes); /* the copy is queued: the host may reuse it */
+  return st;
+}
+
+static const keel_impl gpu_range_impl = {
+    "gpu", keel_prep_on_gpu, NULL, NULL, gpu_range,
+    "placed on the GPU (the values made on the host, copied)", KEEL_NODE_GPU};
+static const keel_impl *const gpu_range_impls[] = {&gpu_range_impl, NULL};
 
 /* ========================================================== EyeLike */
 
@@ -168,7 +211,7 @@ const keel_opdef keel_ops_shape_gen[] = {
     {"", "Size", 1, KEEL_OPSET_MAX, op_size, 0, KEEL_TS_ALL | KEEL_TS_SMALL},
     {"", "ConstantOfShape", 9, KEEL_OPSET_MAX, op_constant_of_shape, 0,
      INDEX_TYPES | KEEL_TS_SMALL}, /* the narrow types: the value's, for the output */
-    {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM},
+    {"", "Range", 11, KEEL_OPSET_MAX, op_range, 0, KEEL_TS_NUM, gpu_range_impls},
     {"", "EyeLike", 9, KEEL_OPSET_MAX, op_eye_like, 0, KEEL_TS_ALL},
     {0},
 };
