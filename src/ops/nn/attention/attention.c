@@ -77,6 +77,9 @@ typedef struct job {
   bool same;                    /* every row of a block keeps the same keys */
   int64_t qb, run, nblk;        /* rows per block; rows of a (b, head or
                                    group) and its blocks                   */
+  int64_t qparts;               /* panels: tasks per head (its query blocks
+                                   in that many runs, each packing K and V)
+                                   when the heads alone split unevenly     */
   /* with a cut and a mask shared by every batch and head (a causal one):
    * each query row's kept keys [rk[2i], rk[2i+1]), and whether they are
    * all kept (then the row needs no per-key masking) */
@@ -330,12 +333,15 @@ static keel_status sdpa_tasks(void *ctx, int64_t begin, int64_t end, int worker)
   const job *j = ctx;
   const keel_sdpa *a = j->a;
   float *S = j->scratch + (size_t)worker * j->per_worker;
-  if (j->panels) { /* task t: head t % Hq of batch t / Hq */
+  if (j->panels) { /* task t: run t % qparts of head u % Hq of batch u / Hq, u = t / qparts */
     float *pk = S + j->qb * a->Skv, *pv = pk + (a->Skv + NP - 1) / NP * a->Dk * NP;
+    int64_t nb = (a->Sq + j->qb - 1) / j->qb;
     for (int64_t t = begin; t < end; t++) {
-      int64_t b = t / a->Hq, h = t % a->Hq;
+      int64_t u = t / j->qparts, q = t % j->qparts, b = u / a->Hq, h = u % a->Hq;
+      int64_t k0 = nb * q / j->qparts, k1 = nb * (q + 1) / j->qparts;
+      if (k1 <= k0) continue;
       pack_head(a, b, h / j->reps, pk, pv);
-      for (int64_t i0 = 0; i0 < a->Sq; i0 += j->qb) {
+      for (int64_t i0 = k0 * j->qb; i0 < KEEL_MIN(a->Sq, k1 * j->qb); i0 += j->qb) {
         blk bk = {b, h, i0, KEEL_MIN(j->qb, a->Sq - i0), 0, 1};
         sdpa_block(j, &bk, S, pk, pv);
       }
@@ -383,6 +389,12 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
                            : keel_attention_block_rows(&f, splits, a->Sq);
   j.qb = KEEL_MIN(j.qb, QB_MAX);
   j.nblk = (j.run + j.qb - 1) / j.qb;
+  /* whole heads as tasks, unless they split unevenly over the pool (ViT's
+   * 3 heads on 2 threads: one thread did two): then each head's query
+   * blocks in runs, each run packing the head's K and V again (a few
+   * percent of a run's work) */
+  int64_t units = a->B * a->Hq;
+  j.qparts = j.panels && splits > 1 && units % splits ? KEEL_MIN(j.nblk, (int64_t)splits) : 1;
   if (j.cut && !a->mask.sb && !a->mask.sh) KEEL_TRY(shared_keys(k, &j));
   j.per_worker = (size_t)(j.qb * a->Skv) + (j.panels ? panel_floats(a) : 0);
   void *p;
@@ -390,8 +402,8 @@ keel_status keel_sdpa_f32(keel_kctx *k, const keel_sdpa *a) {
                             sizeof(float), &p));
   j.scratch = p;
   /* a task's work for the pool's grain: its products and softmax */
-  int64_t rows = j.panels ? a->Sq : j.qb;
-  int64_t tasks = j.panels ? a->B * a->Hq : a->B * (j.by_head ? a->Hkv : a->Hq) * j.nblk;
+  int64_t rows = j.panels ? (a->Sq + j.qparts - 1) / j.qparts : j.qb;
+  int64_t tasks = j.panels ? units * j.qparts : a->B * (j.by_head ? a->Hkv : a->Hq) * j.nblk;
   double flops = (double)rows * (double)a->Skv * (2.0 * (double)(a->Dk + a->Dv) + 20.0);
   double bytes = 4.0 * (double)(rows + a->Skv) * (double)(a->Dk + a->Dv);
   return keel_pool_for(k->pool, tasks, keel_pool_grain(bytes, flops), sdpa_tasks, &j);
