@@ -15,54 +15,8 @@
  *     and wider, out-of-range outputs (exact up to a fused multiply-add:
  *     1e-6).
  * ctest label `gpu`; without a GPU it says so and exits 77 (skipped). */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "check.h"
-#include "device/cuda.h"
 #include "device/dev_conv.h"
-#include "device/device.h"
-#include "mem/alloc.h"
-
-static keel_device *g_d[2]; /* 0: the GPU, 1: the emulated device */
-static keel_heap *g_h[2];
-
-static unsigned g_seed = 777;
-static float frand(void) {
-  g_seed = g_seed * 1103515245u + 12345u;
-  return (float)((g_seed >> 8) & 0xffff) / 65536.0f * 2.0f - 1.0f;
-}
-
-static keel_block *put(int s, const void *src, size_t n) {
-  keel_block *b = keel_heap_alloc(g_h[s], n ? n : 4, (keel_owner){0, 0});
-  CHECK(b != NULL);
-  if (b && src && n) CHECK_OK(keel_device_to_device(g_d[s], b->ptr, src, n));
-  return b;
-}
-
-/* The two sides' n floats agree within tol (NaN where the other is). */
-static void close_enough(const char *what, int i, keel_block *const *y, int64_t n, double tol) {
-  float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
-  CHECK_OK(keel_device_to_host(g_d[0], a, y[0]->ptr, (size_t)n * sizeof(float)));
-  CHECK_OK(keel_device_to_host(g_d[1], b, y[1]->ptr, (size_t)n * sizeof(float)));
-  double worst = 0;
-  int nan_diff = 0;
-  for (int64_t j = 0; j < n; j++) {
-    if (isnan(a[j]) || isnan(b[j])) nan_diff += isnan(a[j]) != isnan(b[j]);
-    else if (a[j] != b[j]) worst = fmax(worst, fabs((double)a[j] - b[j]) / (1.0 + fabs((double)b[j])));
-  }
-  if (worst > tol || nan_diff) fprintf(stderr, "  %s %d: off by %g, %d NaN differences\n", what, i, worst, nan_diff);
-  CHECK(worst <= tol && !nan_diff);
-  free(a), free(b);
-}
-
-static float *frands(int64_t n) {
-  float *p = malloc((size_t)(n ? n : 1) * sizeof(float));
-  for (int64_t i = 0; i < n; i++) p[i] = frand();
-  return p;
-}
+#include "gpupair.h"
 
 /* output size of a window (floor, or ceil without a window starting in
  * the end pad), as keel_win_forward computes it */
@@ -82,6 +36,13 @@ typedef struct conv_case {
   int64_t n, c, m, group, ih, iw, kh, kw, sh, sw, dh, dw, ph, pw, peh, pew;
 } conv_case;
 
+/* a case's geometry, the output size left to the caller */
+static keel_dev_conv2 geom_of(const conv_case *c) {
+  return (keel_dev_conv2){.w = {.ih = c->ih, .iw = c->iw, .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
+                                .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw, .peh = c->peh, .pew = c->pew},
+                          .n = c->n, .c = c->c, .m = c->m, .group = c->group};
+}
+
 static void check_conv(void) {
   static const conv_case cases[] = {
       {2, 3, 4, 1, 9, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
@@ -97,9 +58,7 @@ static void check_conv(void) {
   };
   for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
     const conv_case *c = &cases[i];
-    keel_dev_conv2 g = {.w = {.ih = c->ih, .iw = c->iw, .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
-                              .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw, .peh = c->peh, .pew = c->pew},
-                        .n = c->n, .c = c->c, .m = c->m, .group = c->group};
+    keel_dev_conv2 g = geom_of(c);
     fill_out(&g.w, false);
     int64_t nx = c->n * c->c * c->ih * c->iw, nw = c->m * (c->c / c->group) * c->kh * c->kw;
     int64_t ny = c->n * c->m * g.w.oh * g.w.ow;
@@ -181,9 +140,7 @@ static void check_conv_transpose(void) {
   };
   for (int i = 0; i < (int)(sizeof cases / sizeof *cases); i++) {
     const conv_case *c = &cases[i];
-    keel_dev_conv2 g = {.w = {.ih = c->ih, .iw = c->iw, .kh = c->kh, .kw = c->kw, .sh = c->sh, .sw = c->sw,
-                              .dh = c->dh, .dw = c->dw, .ph = c->ph, .pw = c->pw, .peh = c->peh, .pew = c->pew},
-                        .n = c->n, .c = c->c, .m = c->m, .group = c->group};
+    keel_dev_conv2 g = geom_of(c);
     g.w.oh = c->sh * (c->ih - 1) + (c->kh - 1) * c->dh + 1 - c->ph - c->peh;
     g.w.ow = c->sw * (c->iw - 1) + (c->kw - 1) * c->dw + 1 - c->pw - c->pew;
     int64_t nx = c->n * c->c * c->ih * c->iw, nw = c->c * (c->m / c->group) * c->kh * c->kw;
@@ -242,28 +199,12 @@ static void check_resample(void) {
 }
 
 int main(void) {
-  if (!keel_cuda_count()) {
-    fprintf(stderr, "no GPU here (%s): skipped\n", keel_last_error());
-    if (check_report()) return 1;
-    return 77;
-  }
-  CHECK_OK(keel_device_open(KEEL_DEVICE_CUDA, 0, &g_d[0]));
-  CHECK_OK(keel_device_open(KEEL_DEVICE_EMU, 0, &g_d[1]));
-  if (!g_d[0] || !g_d[1]) return check_report();
-  for (int s = 0; s < 2; s++) {
-    g_h[s] = keel_heap_create_on(0, keel_device_provider(g_d[s]));
-    CHECK(g_h[s] && g_d[s]->conv);
-  }
+  int rc = gpupair_open();
+  if (rc) return rc;
+  CHECK(g_d[0]->conv && g_d[1]->conv);
   check_conv();
   check_pools();
   check_conv_transpose();
   check_resample();
-  for (int s = 0; s < 2; s++) {
-    CHECK_OK(keel_device_sync(g_d[s]));
-    CHECK(keel_heap_allocated(g_h[s]) == 0);
-    keel_heap_release(g_h[s]);
-    keel_device_close(g_d[s]);
-  }
-  CHECK(keel_process_device_bytes() == 0);
-  return check_report();
+  return gpupair_close();
 }

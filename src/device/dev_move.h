@@ -35,6 +35,14 @@ typedef struct keel_dev_move {
   keel_status (*cast)(keel_device *d, int from, int to, int64_t n, const void *x, void *y);
 } keel_dev_move;
 
+/* n contiguous elements of es bytes from x to y (device pointers), by the
+ * group's strided copy. */
+static inline keel_status keel_dev_copy_run(keel_device *d, size_t es, int64_t n, const void *x,
+                                            void *y) {
+  int64_t one = 1;
+  return d->move->copy(d, es, 1, &n, x, &one, y, &one);
+}
+
 /* The backends' tables. */
 KEEL_INTERNAL extern const keel_dev_move keel_emu_move;
 KEEL_INTERNAL extern const keel_dev_move keel_cuda_move;

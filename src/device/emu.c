@@ -124,7 +124,7 @@ static float unop(keel_dev_unop op, float a, float b, float x) {
     case KEEL_DEV_ABS: return fabsf(x);
     case KEEL_DEV_SQRT: return sqrtf(x);
     case KEEL_DEV_EXP: return expf(x);
-    case KEEL_DEV_SIGMOID: return x >= 0 ? 1.0f / (1.0f + expf(-x)) : expf(x) / (1.0f + expf(x));
+    case KEEL_DEV_SIGMOID: return keel_emu_sigmoid(x);
     case KEEL_DEV_TANH: return tanhf(x);
     case KEEL_DEV_LOG: return logf(x);
     case KEEL_DEV_ERF: return erff(x);

@@ -25,8 +25,8 @@ static float act(const keel_dev_conv2 *g, float x) {
     case KEEL_DEV_ACT_HSIGMOID: t = g->act_a * x + g->act_b; return t < 0 ? 0 : t > 1 ? 1 : t;
     case KEEL_DEV_ACT_HSWISH: t = x / 6 + 0.5f; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
     case KEEL_DEV_ACT_HSIGMOID_MUL: t = g->act_a * x + g->act_b; return x * (t < 0 ? 0 : t > 1 ? 1 : t);
-    case KEEL_DEV_ACT_SIGMOID: t = expf(-fabsf(x)); return x >= 0 ? 1 / (1 + t) : t / (1 + t);
-    case KEEL_DEV_ACT_SILU: t = expf(-fabsf(x)); return x * (x >= 0 ? 1 / (1 + t) : t / (1 + t));
+    case KEEL_DEV_ACT_SIGMOID: return keel_emu_sigmoid(x);
+    case KEEL_DEV_ACT_SILU: return x * keel_emu_sigmoid(x);
     case KEEL_DEV_ACT_TANH: return tanhf(x);
     default: return x;
   }

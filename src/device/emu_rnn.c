@@ -1,17 +1,11 @@
 /* emu_rnn.c: the `rnn` group (dev_rnn.h) on the emulated device: plain C
  * loops over the host addresses behind the device pointers, the naive
- * reference of kernels/rnn.cu (libm's expf and tanhf; the sigmoid as
- * ops/common/activation.c writes it). */
+ * reference of kernels/rnn.cu (libm's tanhf, keel_emu_sigmoid). */
 #include <math.h>
 
 #include "base/status.h"
 #include "device/dev_rnn.h"
 #include "device/emu.h"
-
-static float sigm(float x) {
-  float t = expf(-fabsf(x));
-  return x >= 0 ? 1 / (1 + t) : t / (1 + t);
-}
 
 /* gate g's pre-activation at (b, j) of G gates */
 static float pre(const float *xw, const float *hr, const float *wb, int64_t G, int64_t H,
@@ -33,8 +27,10 @@ static keel_status emu_lstm_cell(keel_device *d, int64_t B, int64_t H, const flo
   float *hc = keel_emu_host(c), *hh = keel_emu_host(h);
   for (int64_t b = 0; b < B; b++)
     for (int64_t j = 0; j < H; j++) {
-      float i = sigm(pre(x, r, w, 4, H, b, 0, j)), o = sigm(pre(x, r, w, 4, H, b, 1, j));
-      float f = sigm(pre(x, r, w, 4, H, b, 2, j)), g = tanhf(pre(x, r, w, 4, H, b, 3, j));
+      float i = keel_emu_sigmoid(pre(x, r, w, 4, H, b, 0, j));
+      float o = keel_emu_sigmoid(pre(x, r, w, 4, H, b, 1, j));
+      float f = keel_emu_sigmoid(pre(x, r, w, 4, H, b, 2, j));
+      float g = tanhf(pre(x, r, w, 4, H, b, 3, j));
       float cn = f * (cp ? cp[b * H + j] : 0.0f) + i * g;
       hc[b * H + j] = cn;
       hh[b * H + j] = o * tanhf(cn);
@@ -50,7 +46,8 @@ static keel_status emu_gru_gates(keel_device *d, int64_t B, int64_t H, const flo
   float *hz = keel_emu_host(z), *hrh = keel_emu_host(rh);
   for (int64_t b = 0; b < B; b++)
     for (int64_t j = 0; j < H; j++) {
-      float zz = sigm(pre(x, r, w, 3, H, b, 0, j)), rr = sigm(pre(x, r, w, 3, H, b, 1, j));
+      float zz = keel_emu_sigmoid(pre(x, r, w, 3, H, b, 0, j));
+      float rr = keel_emu_sigmoid(pre(x, r, w, 3, H, b, 1, j));
       hz[b * H + j] = zz;
       hrh[b * H + j] = lbr ? rr : rr * (hp ? hp[b * H + j] : 0.0f);
     }

@@ -155,8 +155,8 @@ static keel_status fold_known(keel_model *m, const keel_shapes *S, keel_graph *g
     bool ok = false;
     st = known_outputs(m, S, g, n, ts + n_made, &ok);
     if (st || !ok) continue;
-    for (int32_t o = 0; o < n->n_out; o++) /* the empty ones' slots are refilled next */
-      if (n->out_names[o][0]) names[n_made] = n->out_names[o], ts[n_made] = ts[n_made + o], n_made++;
+    for (int32_t o = 0; o < n->n_out; o++) /* every output named (known_outputs) */
+      names[n_made++] = n->out_names[o];
     drop[i] = true;
     m->fold.folded++;
   }

@@ -28,10 +28,6 @@ struct conv2 {
 };
 
 static __device__ __forceinline__ float clamp01(float t) { return t < 0 ? 0 : t > 1 ? 1 : t; }
-static __device__ __forceinline__ float sigm(float x) {
-  float t = f_exp(-f_abs(x));
-  return x >= 0 ? f_div(1.0f, 1.0f + t) : f_div(t, 1.0f + t);
-}
 
 /* activation.h's formulas; codes are keel_dev_act_kind */
 static __device__ __forceinline__ float act(int kind, float a, float b, float x) {
@@ -41,9 +37,9 @@ static __device__ __forceinline__ float act(int kind, float a, float b, float x)
     case 3: { float t = x < a ? a : x; return t > b ? b : t; }
     case 4: return clamp01(a * x + b);
     case 5: return x * clamp01(f_div(x, 6.0f) + 0.5f);
-    case 6: return sigm(x);
+    case 6: return f_sigmoid(x);
     case 7: return f_tanh(x);
-    case 8: return x * sigm(x);
+    case 8: return x * f_sigmoid(x);
     case 9: return x * clamp01(a * x + b);
     default: return x;
   }

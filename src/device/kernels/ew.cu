@@ -55,7 +55,7 @@ static __device__ __forceinline__ float unop(int op, float a, float b, float x) 
     case 2: return f_abs(x);
     case 3: return f_sqrt(x);
     case 4: return f_exp(x);
-    case 5: return x >= 0 ? f_div(1.0f, 1.0f + f_exp(-x)) : f_div(f_exp(x), 1.0f + f_exp(x));
+    case 5: return f_sigmoid(x);
     case 6: return f_tanh(x);
     case 7: return f_log(x);
     case 8: return f_erf(x);

@@ -1,6 +1,6 @@
 /* fmath.h: the kernels' float math beyond the hardware's approximations:
- * erf, expm1, log1p, sin, cos, written over the primitives the includer
- * defines first (F_FN, the functions' qualifiers; f_exp, f_log, f_abs,
+ * the logistic, erf, expm1, log1p, sin, cos, written over the primitives
+ * the includer defines first (F_FN, the functions' qualifiers; f_exp, f_log, f_abs,
  * f_div, f_fma, f_floor). prelude.h includes it for the kernels; a host
  * test includes it over libm's primitives to check the formulas
  * (tests/test_device_attn.c), since the emulated device computes with
@@ -10,6 +10,14 @@
  * node tests' tolerance and the GPU tests' 1e-5 relative. */
 #ifndef KEEL_KERNEL_FMATH_H
 #define KEEL_KERNEL_FMATH_H
+
+/* The logistic as ops/common/activation.c writes it: the exponential of
+ * -|x| only, which never overflows (ew.cu's Sigmoid, conv.cu's
+ * activations, rnn.cu's gates). */
+F_FN float f_sigmoid(float x) {
+  float t = f_exp(-f_abs(x));
+  return x >= 0 ? f_div(1.0f, 1.0f + t) : f_div(t, 1.0f + t);
+}
 
 /* e^x - 1: Taylor's series near 0, where exp(x) - 1 cancels. */
 F_FN float f_expm1(float x) {

@@ -3,10 +3,6 @@
  * the formulas of the reference (emu_rnn.c). */
 #include "prelude.h"
 
-static __device__ __forceinline__ float sigm(float x) {
-  float t = f_exp(-f_abs(x));
-  return x >= 0 ? f_div(1.0f, 1.0f + t) : f_div(t, 1.0f + t);
-}
 
 static __device__ __forceinline__ float pre(const float *xw, const float *hr, const float *wb,
                                             i64 G, i64 H, i64 b, i64 g, i64 j) {
@@ -23,8 +19,8 @@ extern "C" __global__ void keel_rnn_lstm_cell(i64 B, i64 H, const float *xw, con
   i64 total = B * H;
   for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
     i64 b = t / H, j = t % H;
-    float i = sigm(pre(xw, hr, wb, 4, H, b, 0, j)), o = sigm(pre(xw, hr, wb, 4, H, b, 1, j));
-    float f = sigm(pre(xw, hr, wb, 4, H, b, 2, j)), g = f_tanh(pre(xw, hr, wb, 4, H, b, 3, j));
+    float i = f_sigmoid(pre(xw, hr, wb, 4, H, b, 0, j)), o = f_sigmoid(pre(xw, hr, wb, 4, H, b, 1, j));
+    float f = f_sigmoid(pre(xw, hr, wb, 4, H, b, 2, j)), g = f_tanh(pre(xw, hr, wb, 4, H, b, 3, j));
     float cn = f * (c_prev ? c_prev[t] : 0.0f) + i * g;
     c[t] = cn;
     h[t] = o * f_tanh(cn);
@@ -37,7 +33,7 @@ extern "C" __global__ void keel_rnn_gru_gates(i64 B, i64 H, const float *xw, con
   i64 total = B * H;
   for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (i64)gridDim.x * blockDim.x) {
     i64 b = t / H, j = t % H;
-    float zz = sigm(pre(xw, hr, wb, 3, H, b, 0, j)), rr = sigm(pre(xw, hr, wb, 3, H, b, 1, j));
+    float zz = f_sigmoid(pre(xw, hr, wb, 3, H, b, 0, j)), rr = f_sigmoid(pre(xw, hr, wb, 3, H, b, 1, j));
     z[t] = zz;
     rh[t] = lbr ? rr : rr * (h_prev ? h_prev[t] : 0.0f);
   }

@@ -305,13 +305,33 @@ bool keel_dnnl_plain_padded(const dnnl_memory_desc_t *w, dnnl_memory_desc_t *pad
   return dnnl_memory_desc_init_by_strides(padded, 2, w->dims, dnnl_f32, ps) == dnnl_success;
 }
 
-keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
-                              const_dnnl_primitive_attr_t attr, const char *what) {
+/* A descriptor of op on keel's engine (*st: oneDNN's verdict; *pd NULL
+ * unless it succeeded), made with the calling thread's OpenMP team at 1
+ * (dnnl_glue.h). Fails only when the engine cannot be made. */
+static keel_status pd_create(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
+                             const_dnnl_primitive_attr_t attr, dnnl_status_t *st) {
+  *pd = NULL;
   dnnl_engine_t e;
   KEEL_TRY(keel_dnnl_engine(&e));
   int prev = one_thread();
-  dnnl_status_t st = dnnl_primitive_desc_create(pd, op, attr, e, NULL);
+  *st = dnnl_primitive_desc_create(pd, op, attr, e, NULL);
   restore_threads(prev);
+  if (*st != dnnl_success) *pd = NULL;
+  return KEEL_OK;
+}
+
+/* The same for a try that may fail quietly: the descriptor or NULL. */
+static dnnl_primitive_desc_t pd_try(const_dnnl_op_desc_t op, const_dnnl_primitive_attr_t attr) {
+  dnnl_primitive_desc_t pd;
+  dnnl_status_t st;
+  if (pd_create(&pd, op, attr, &st)) keel_err_clear();
+  return pd;
+}
+
+keel_status keel_dnnl_pd_make(dnnl_primitive_desc_t *pd, const_dnnl_op_desc_t op,
+                              const_dnnl_primitive_attr_t attr, const char *what) {
+  dnnl_status_t st;
+  KEEL_TRY(pd_create(pd, op, attr, &st));
   return keel_dnnl_check(st, what);
 }
 
@@ -326,16 +346,8 @@ dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd, const_dnnl_o
                                           const dnnl_memory_desc_t *w) {
   const dnnl_memory_desc_t *wq = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   if (!wq || dnnl_memory_desc_equal(wq, w)) return pd;
-  dnnl_engine_t e;
-  if (keel_dnnl_engine(&e)) {
-    keel_err_clear();
-    return pd;
-  }
-  dnnl_primitive_desc_t alt = NULL;
-  int prev = one_thread();
-  dnnl_status_t st = dnnl_primitive_desc_create(&alt, op, attr, e, NULL);
-  restore_threads(prev);
-  if (st != dnnl_success) return pd;
+  dnnl_primitive_desc_t alt = pd_try(op, attr);
+  if (!alt) return pd;
   if (strcmp(impl_of(alt), impl_of(pd))) {
     dnnl_primitive_desc_destroy(alt);
     return pd;
@@ -346,16 +358,8 @@ dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd, const_dnnl_o
 
 dnnl_primitive_desc_t keel_dnnl_pd_fast(const_dnnl_op_desc_t op,
                                         const_dnnl_primitive_attr_t attr) {
-  dnnl_engine_t e;
-  if (keel_dnnl_engine(&e)) {
-    keel_err_clear();
-    return NULL;
-  }
-  dnnl_primitive_desc_t pd = NULL;
-  int prev = one_thread();
-  dnnl_status_t st = dnnl_primitive_desc_create(&pd, op, attr, e, NULL);
-  restore_threads(prev);
-  if (st != dnnl_success) return NULL;
+  dnnl_primitive_desc_t pd = pd_try(op, attr);
+  if (!pd) return NULL;
   if (strstr(impl_of(pd), "ref")) {
     dnnl_primitive_desc_destroy(pd);
     return NULL;

@@ -86,8 +86,7 @@ static keel_status gpu_resample(keel_kctx *k, bool upsample) {
     if (!tabs[d].identity) passes++, first = first < 0 ? d : first;
   }
   if (!passes) {
-    int64_t n = keel_tensor_numel(y), one = 1;
-    return k->dev->move->copy(k->dev, sizeof(float), 1, &n, x->data, &one, y->data, &one);
+    return keel_dev_copy_run(k->dev, sizeof(float), keel_tensor_numel(y), x->data, y->data);
   }
   /* ping-pong between two scratch buffers of the largest intermediate */
   int64_t cur[KEEL_MAX_RANK], big = 0;

@@ -96,11 +96,6 @@ static keel_status gemm_nt(keel_kctx *k, int64_t M, int64_t N, int64_t K, const 
   return k->dev->blas->sgemm(k->dev, &g, a, b, c);
 }
 
-static keel_status copy_floats(keel_kctx *k, float *dst, const float *src, int64_t n) {
-  int64_t one = 1;
-  return k->dev->move->copy(k->dev, sizeof(float), 1, &n, src, &one, dst, &one);
-}
-
 static keel_status gpu_rnn_run(keel_kctx *k) {
   gpu_rnn p;
   KEEL_TRY(read_node(k, &p));
@@ -149,8 +144,8 @@ static keel_status gpu_rnn_run(keel_kctx *k) {
       }
       h_prev = h;
     }
-    if (yh) KEEL_TRY(copy_floats(k, (float *)yh->data + d * BH, h_prev, BH));
-    if (yc) KEEL_TRY(copy_floats(k, (float *)yc->data + d * BH, c_prev, BH));
+    if (yh) KEEL_TRY(keel_dev_copy_run(k->dev, sizeof(float), BH, h_prev, (float *)yh->data + d * BH));
+    if (yc) KEEL_TRY(keel_dev_copy_run(k->dev, sizeof(float), BH, c_prev, (float *)yc->data + d * BH));
   }
   return KEEL_OK;
 }
