@@ -22,7 +22,8 @@
  *     (an additive mask, causal Where with -inf, where_not with a finite
  *     fill, no mask; layouts folded into the node or not), and written
  *     directly: layout bits, K as rows or transposed, masks broadcast over
- *     heads, rows and keys, fully masked rows (NaN), zero keys;
+ *     heads, rows and keys, fully masked rows (NaN), zero keys, the causal
+ *     flag (alone, with a mask, with fewer keys than queries);
  *   - kernels/fmath.h's formulas (the CUDA kernels' erf, expm1, log1p,
  *     sin, cos) evaluated here over libm's primitives against double
  *     libm: the algorithms, not the GPU's hardware approximations, which
@@ -373,6 +374,7 @@ typedef struct acase {
   float fill, scale;
   int64_t skv;                /* keys (0: AS) */
   bool r3;                    /* rank-3 operands [H, S, D] */
+  bool causal;                /* attribute causal = 1 (pass_causal.c's) */
 } acase;
 
 static float g_am[AB * AH * AS * AS];
@@ -401,6 +403,7 @@ static void check_direct(const acase *c) {
   mb_attr_s(n, "mask_kind", c->kind);
   if (mask && !add) mb_attr_f(n, "fill", c->fill);
   if (c->layout) mb_attr_i(n, "layout", c->layout);
+  if (c->causal) mb_attr_i(n, "causal", 1);
   mb_output(g, "y", KEEL_FLOAT, -1, NULL);
   input in[4] = {{"q", KEEL_FLOAT, rank, {0}, g_q}, {"k", KEEL_FLOAT, rank, {0}, g_k},
                  {"v", KEEL_FLOAT, rank, {0}, g_v}, {"m", add ? KEEL_FLOAT : KEEL_BOOL, c->mrank, {0}, NULL}};
@@ -440,6 +443,11 @@ static void check_attention_direct(void) {
       {"rank 3, all [S,H,D]", 15, "none", .scale = 0.5f, .r3 = true},
       {"fewer keys than queries", 0, "where", 4, {AB, AH, AS, 17}, -INFINITY, 0.25f, 17},
       {"zero keys", 15, "none", .scale = 0.5f, .skv = -1},
+      {"causal, no mask", 0, "none", .scale = 0.5f, .causal = true},
+      {"causal, all [B,S,H,D]", 15, "none", .scale = 0.35f, .causal = true},
+      {"causal and add [B,H,S,S], fully masked rows", 15, "add", 4, {AB, AH, AS, AS}, .scale = 0.5f,
+       .causal = true},
+      {"causal, fewer keys than queries", 0, "none", .scale = 0.25f, .skv = 17, .causal = true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     acase c = cases[i];

@@ -119,10 +119,11 @@ static void masked_softmax(void) {
     }
     if (Skv > 3) s[Skv + 2] = NAN; /* row 1 of head 0: NaN */
     for (int kind = 0; kind < 4; kind++)
-      for (int form = 0; form < 3; form++) {
+      for (int form = 0; form < 4; form++) {
         /* strides: full [H, Sq, Skv]; [Sq, Skv] over heads; one value per
-         * row ([H, Sq, 1]) */
-        keel_dev_mask m = {(keel_dev_mask_kind)kind, NULL, Sq * Skv, Skv, 1, form == 1 ? -INFINITY : -1e4f};
+         * row ([H, Sq, 1]); full and causal (keys past the row's index) */
+        keel_dev_mask m = {(keel_dev_mask_kind)kind, NULL, Sq * Skv, Skv, 1, form == 1 ? -INFINITY : -1e4f,
+                           form == 3};
         if (form == 1) m.sh = 0;
         if (form == 2) m.sh = Sq, m.ss = 1, m.sk = 0;
         keel_block *sb[2], *mb[2];

@@ -16,9 +16,21 @@
  * q, k, v [S, N, D], Transpose 1,0,2 / 1,2,0, the scale on Q or K before
  * the product, Y transposed back or not, a constant 2-D mask), fused with
  * every Transpose folded; a rank-3 chain whose mask is computed (its rank
- * unknown to the pass) is left alone. */
+ * unknown to the pass) is left alone.
+ *
+ * Then the causal-mask pass (src/passes/pass_causal.c): the dynamo form
+ * with its mask computed from the input length as torch.triu(torch.full(
+ * (T, T), -inf), diagonal=1) exports it (Shape -> Gather -> Unsqueeze ->
+ * Concat -> ConstantOfShape -> Trilu), or with torch.finfo's minimum as
+ * the fill, becomes the attention's causal flag (no Trilu left, the
+ * count in the JSON description); near misses keep their mask: the
+ * diagonal masked too (k = 0: row 0 fully masked, NaN rows), a fill that
+ * a score could offset (-1e4), the lower triangle (upper = 0), and a mask
+ * whose column count is another tensor's length (not provably the key
+ * count). Each against the unfused reference as above. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -31,7 +43,9 @@
 #define E (H * D)
 
 enum { F_ADD, F_ADD_REV, F_CAUSAL, F_GAPS, F_WHERE_NOT, F_NONE, F_AXIS, F_TWICE, F_KEEP_T,
-       F_DYNAMO, F_DYNAMO_SHAPES, F_DYNAMO_SYM, F_DYNAMO_BAD };
+       F_DYNAMO, F_DYNAMO_SHAPES, F_DYNAMO_SYM, F_DYNAMO_BAD,
+       /* causal-mask: a Trilu mask from the length (F_TRI*: >= F_TRI) */
+       F_TRI, F_TRI_MIN, F_TRI_K0, F_TRI_FILL, F_TRI_LOWER, F_TRI_OTHER };
 
 static float g_q[B * S * E], g_k[B * S * E], g_v[B * S * E], g_mask[B * S];
 
@@ -123,6 +137,29 @@ static void causal_cond(mb_graph *g) {
   mb_attr_i(mb_add(g, "Cast", "ntri", "cond"), "to", KEEL_BOOL);
 }
 
+/* mask = Trilu(ConstantOfShape([len(q), len(other)], fill), k) with the
+ * Trilu's upper attribute, as torch.triu(torch.full((T, T), fill), k)
+ * exports it from the input length (dim 1 of q, which the computed
+ * Reshapes give K and V too; for the columns, or dim 3 of the graph input
+ * "mask"). */
+static void length_mask(mb_graph *g, bool other, float fill, int64_t k, int64_t upper) {
+  int64_t one = 1, three = 3, zero[1] = {0};
+  mb_init(g, "one", KEEL_INT64, 0, NULL, &one);
+  mb_init(g, "three", KEEL_INT64, 0, NULL, &three);
+  mb_init(g, "ax0", KEEL_INT64, 1, (int64_t[]){1}, zero);
+  mb_init(g, "kd", KEEL_INT64, 0, NULL, &k);
+  mb_add(g, "Shape", "q", "mq");
+  mb_attr_i(mb_add(g, "Gather", "mq,one", "tq"), "axis", 0);
+  mb_add(g, "Unsqueeze", "tq,ax0", "tq1");
+  mb_add(g, "Shape", other ? "mask" : "q", "mo");
+  mb_attr_i(mb_add(g, "Gather", other ? "mo,three" : "mo,one", "to"), "axis", 0);
+  mb_add(g, "Unsqueeze", "to,ax0", "to1");
+  mb_attr_i(mb_add(g, "Concat", "tq1,to1", "mshape"), "axis", 0);
+  mb_attr_t(mb_add(g, "ConstantOfShape", "mshape", "full"), "value", KEEL_FLOAT, 1,
+            (int64_t[]){1}, &fill);
+  mb_attr_i(mb_add(g, "Trilu", "full,kd", "tri"), "upper", upper);
+}
+
 static mb_graph *model(int form, int opset) {
   float c = 0.5f, inv = 2.0f, ninf = -INFINITY, big = -1e9f;
   mb_graph *g = mb_graph_new("main");
@@ -136,7 +173,9 @@ static mb_graph *model(int form, int opset) {
   mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
   mb_init(g, "inv", KEEL_FLOAT, 1, (int64_t[]){1}, &inv);
   bool dynamo = form >= F_DYNAMO;
-  if (dynamo) heads_dynamo(g, form == F_DYNAMO_SHAPES || form == F_DYNAMO_SYM, form == F_DYNAMO_BAD);
+  bool tri = form >= F_TRI;
+  if (dynamo) heads_dynamo(g, form == F_DYNAMO_SHAPES || form == F_DYNAMO_SYM || tri,
+                           form == F_DYNAMO_BAD);
   else heads(g);
   mb_add(g, "MatMul", "Q4,Kt", "s");
   const char *x = "x";
@@ -145,6 +184,17 @@ static mb_graph *model(int form, int opset) {
     case F_DYNAMO_SHAPES:
     case F_DYNAMO_SYM:
     case F_DYNAMO_BAD: mb_add(g, "Add", "s,mask", "x"); break;
+    case F_TRI:
+    case F_TRI_MIN:
+    case F_TRI_K0:
+    case F_TRI_FILL:
+    case F_TRI_LOWER:
+    case F_TRI_OTHER:
+      length_mask(g, form == F_TRI_OTHER,
+                  form == F_TRI_MIN ? -3.4028234663852886e38f : form == F_TRI_FILL ? -1e4f : ninf,
+                  form == F_TRI_K0 ? 0 : 1, form == F_TRI_LOWER ? 0 : 1);
+      mb_add(g, "Add", form == F_TRI_MIN ? "tri,s" : "s,tri", "x");
+      break;
     case F_ADD_REV:
       mb_add(g, "Div", "s,inv", "s2");
       mb_add(g, "Add", "mask,s2", "x");
@@ -217,6 +267,16 @@ static void run(keel_session_t *s, float *y) {
   for (int i = 0; i < 4; i++) keel_value_release(out[i]);
 }
 
+/* The number of masks the causal-mask pass made the attention's flag. */
+static int causal_masks(keel_session_t *s) {
+  char *d = NULL;
+  if (keel_session_describe(s, KEEL_DESCRIBE_JSON, &d)) return -1;
+  const char *p = strstr(d, "\"causal_masks\": ");
+  int n = p ? atoi(p + strlen("\"causal_masks\": ")) : -1;
+  keel_free(d);
+  return n;
+}
+
 static void one(const char *what, int form, int opset, bool want_fused) {
   static float y0[B * H * S * D], y1[B * H * S * D];
   keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
@@ -235,6 +295,11 @@ static void one(const char *what, int form, int opset, bool want_fused) {
     if (!s1) break;
     if (has_fused(s1) != want_fused) fprintf(stderr, "%s: fused %d\n", what, !want_fused);
     CHECK(has_fused(s1) == want_fused);
+    if (form >= F_TRI) {
+      int want = form == F_TRI || form == F_TRI_MIN;
+      if (causal_masks(s1) != want) fprintf(stderr, "%s: causal masks %d\n", what, causal_masks(s1));
+      CHECK(causal_masks(s1) == want);
+    }
     memset(y1, 0, sizeof y1);
     run(s1, y1);
     double worst = 0;
@@ -360,5 +425,11 @@ int main(void) {
   one("dynamo: the same, Reshape shapes from Shape/Slice/Concat", F_DYNAMO_SHAPES, 18, true);
   one("dynamo: the same, batch and length symbolic", F_DYNAMO_SYM, 18, true);
   one("dynamo near miss: the heads merged into the rows", F_DYNAMO_BAD, 18, false);
+  one("causal-mask: triu(full((T, T), -inf), 1) from the length", F_TRI, 18, true);
+  one("causal-mask: the same with finfo.min, mask first", F_TRI_MIN, 18, true);
+  one("causal-mask near miss: k = 0 (the diagonal masked too)", F_TRI_K0, 18, true);
+  one("causal-mask near miss: a fill of -1e4", F_TRI_FILL, 18, true);
+  one("causal-mask near miss: the lower triangle", F_TRI_LOWER, 18, true);
+  one("causal-mask near miss: columns from another tensor's length", F_TRI_OTHER, 18, true);
   return check_report();
 }

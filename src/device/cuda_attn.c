@@ -14,7 +14,8 @@ static keel_status cu_masked_softmax(keel_device *d, int64_t H, int64_t Sq, int6
   const void *p = m->p;
   int64_t sh = m->sh, ss = m->ss, sk = m->sk;
   float fill = m->fill;
-  void *args[] = {&rows, &Sq, &Skv, &kind, &p, &sh, &ss, &sk, &fill, &s};
+  int32_t causal = m->causal;
+  void *args[] = {&rows, &Sq, &Skv, &kind, &p, &sh, &ss, &sk, &fill, &causal, &s};
   unsigned grid = (unsigned)(rows < 65535 ? rows : 65535);
   return keel_cuda_launch((keel_cuda_dev *)d->impl, "keel_attn_masked_softmax", grid, 1, 256, 0, args);
 }

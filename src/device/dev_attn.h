@@ -9,6 +9,10 @@
  *     x[j] = s[j] + mask[j]                 (add: a float mask)
  *     x[j] = cond[j] ? fill : s[j]          (where)
  *     x[j] = cond[j] ? s[j] : fill          (where_not; cond bool bytes)
+ *     x[j] = -inf for j > i                 (causal, with any of the above;
+ *                                            i the row's query index)
+ *     x[j] = -inf for j > i                 (causal, with any of the above;
+ *                                            i the row's query index)
  *     p    = softmax(x)
  * and a row whose every x is -inf (fully masked; NaN scores are skipped
  * by the max as on the CPU) becomes NaN, which the value product carries
@@ -32,6 +36,7 @@ typedef struct keel_dev_mask {
   const void *p;               /* float (add) or bool bytes (where, _not)  */
   int64_t sh, ss, sk;
   float fill;                  /* where, where_not: a masked key's score   */
+  bool causal;                 /* keys j > i masked in query row i         */
 } keel_dev_mask;
 
 typedef struct keel_dev_attn {

@@ -31,7 +31,7 @@ static keel_status emu_masked_softmax(keel_device *d, int64_t H, int64_t Sq, int
       float *x = hs + (h * Sq + i) * Skv, mx = -INFINITY;
       const char *m = hm ? hm + (size_t)(h * mk->sh + i * mk->ss) * es : NULL;
       for (int64_t j = 0; j < Skv; j++) {
-        x[j] = masked(mk, m, j, x[j]);
+        x[j] = mk->causal && j > i ? -INFINITY : masked(mk, m, j, x[j]);
         mx = x[j] > mx ? x[j] : mx; /* a NaN is skipped, as on the CPU */
       }
       if (mx == -INFINITY) { /* fully masked: NaN, as the unfused Softmax */

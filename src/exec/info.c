@@ -273,9 +273,10 @@ static void describe_text(sbuf *b, const keel_session_t *s, const opcount *c, si
   put(b, "weights    %llu bytes in %d constants (%llu bytes copied, the rest mapped)\n",
       (unsigned long long)m->weight_bytes, m->n_consts, (unsigned long long)m->weight_bytes_copied);
   put(b, "folding    %d node(s) computed at load into constants (%llu bytes), %d left to run (outputs "
-      "over the cap); %d dead node(s) removed, %d duplicate(s) merged\n",
+      "over the cap); %d dead node(s) removed, %d duplicate(s) merged, %d causal mask(s) "
+      "made the attention's flag\n",
       m->fold.folded, (unsigned long long)m->fold.folded_bytes, m->fold.over_cap, m->fold.dead,
-      m->fold.merged);
+      m->fold.merged, m->fold.causal);
   put(b, "run context %zu bytes per run in flight (frames of %d graphs); at most %zu kept idle\n",
       keel_run_ctx_bytes(m), m->n_graphs, s->pool_cap);
 }
@@ -322,9 +323,9 @@ static void describe_json(sbuf *b, const keel_session_t *s, const opcount *c, si
   tree_json(b, g);
   put(b, ", \"weight_bytes\": %llu, \"weight_bytes_copied\": %llu, \"constants\": %d",
       (unsigned long long)m->weight_bytes, (unsigned long long)m->weight_bytes_copied, m->n_consts);
-  put(b, ", \"folded_nodes\": %d, \"folded_bytes\": %llu, \"fold_over_cap\": %d, \"dead_nodes\": %d, \"merged_nodes\": %d",
+  put(b, ", \"folded_nodes\": %d, \"folded_bytes\": %llu, \"fold_over_cap\": %d, \"dead_nodes\": %d, \"merged_nodes\": %d, \"causal_masks\": %d",
       m->fold.folded, (unsigned long long)m->fold.folded_bytes, m->fold.over_cap, m->fold.dead,
-      m->fold.merged);
+      m->fold.merged, m->fold.causal);
   put(b, ", \"run_context_bytes\": %zu, \"run_pool_cap\": %zu", keel_run_ctx_bytes(m),
       s->pool_cap);
   placement_json(b, m);

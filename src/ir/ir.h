@@ -246,6 +246,8 @@ typedef struct keel_model {
     int32_t dead;              /* nodes removed: nothing read their outputs */
     int32_t merged;            /* nodes removed as the same as an earlier one
                                   (passes/pass_cse.c)                     */
+    int32_t causal;            /* attention masks turned into the causal
+                                  flag (passes/pass_causal.c)             */
   } fold;
   struct keel_shard_cfg *shard; /* set only by `keel shard` (passes/shard.h)  */
   bool no_library;             /* set by the session (KEEL_OPT_NO_ONEDNN)

@@ -25,6 +25,7 @@ static const keel_pass g_passes[] = {
     {"fuse-layernorm", keel_pass_fuse_layernorm, true},
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},
+    {"causal-mask", keel_pass_causal_mask, true},
     {"fuse-matmul", keel_pass_fuse_matmul, true},
     {"sink-concat", keel_pass_sink_concat, true},
     {"lift-conv1d", keel_pass_lift_conv1d, true},

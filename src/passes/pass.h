@@ -99,6 +99,9 @@ KEEL_INTERNAL keel_status keel_pass_canon_activation(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_canon_transpose(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_layernorm(keel_model *m);
 KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
+/* pass_causal.c: a FusedAttention whose additive mask is a causal -inf
+ * Trilu built from the input length -> the attention's causal flag. */
+KEEL_INTERNAL keel_status keel_pass_causal_mask(keel_model *m);
 /* Products by a constant matrix with their bias, residual and activation
  * (pass_matmul.c). */
 KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);

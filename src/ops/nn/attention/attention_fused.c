@@ -13,7 +13,10 @@
  * tensor; "where": cond ? fill : s; "where_not": cond ? s : fill, cond a
  * bool tensor) and fill. The mask broadcasts right-aligned over
  * [B, H, Sq, Skv]; its last two dims must be 1 or S's (a mask that would
- * broadcast S up there is refused: UNSUPPORTED). Attribute layout (bits
+ * broadcast S up there is refused: UNSUPPORTED). Attribute causal (int,
+ * default 0): key j is kept for query row i only when j <= i, as the
+ * causal-mask pass (passes/pass_causal.c) writes it in place of a -inf
+ * Trilu mask; with a mask too, both apply. Attribute layout (bits
  * 1, 2, 4, 8 for Q, K, V, Y) marks an operand the pass took from before
  * its Transpose: Q or V given as [B, S, H, D], K as [B, S, H, D] rows
  * (not Kt), Y written as [B, S, H, D]; they are read by strides.
@@ -141,6 +144,7 @@ keel_status keel_fa_plan(keel_kctx *k, keel_sdpa *sp, keel_tensor **yp, int *kin
   memset(&s, 0, sizeof s);
   s.scale = keel_k_attr_f(k, "scale", 1.0f);
   s.fill = keel_k_attr_f(k, "fill", 0.0f);
+  s.causal = keel_k_attr_i(k, "causal", 0) != 0;
   s.left = s.right = -1;
   s.nan_rows = true; /* as the unfused Softmax */
   int64_t layout = keel_k_attr_i(k, "layout", 0);

@@ -11,8 +11,8 @@
  *     Y = P V               blas group again, into Y by its strides
  *
  * which is keel_sdpa's computation (attention.h) for what FusedAttention
- * asks of it: Hq = Hkv, no causal flag, window, offsets or softcap, and
- * nan_rows. S is the scores of one batch's heads, [h, Sq, Skv] in device
+ * asks of it: Hq = Hkv, the causal flag (keys past the row's own index
+ * masked), no window, offsets or softcap, and nan_rows. S is the scores of one batch's heads, [h, Sq, Skv] in device
  * scratch (keel_k_scratch: the device heap for a GPU node), as many heads
  * at a time as fit SCORES_MAX floats (at least one), reused chunk after
  * chunk: scratch does not grow with B, nor with H past the cap.
@@ -65,7 +65,7 @@ static keel_status gpu_fused_attention(keel_kctx *k) {
   keel_dev_gemm qk = {.tb = !s.k_t, .M = Sq, .N = Skv, .K = s.Dk, .lda = s.q.ss, .ldb = s.k.ss,
                       .ldc = Skv, .sa = s.q.sh, .sb = s.k.sh, .sc = Sq * Skv,
                       .alpha = s.scale, .beta = 0.0f};
-  keel_dev_mask m = {KEEL_DEV_MASK_NONE, NULL, 0, 0, 0, s.fill};
+  keel_dev_mask m = {KEEL_DEV_MASK_NONE, NULL, 0, 0, 0, s.fill, s.causal};
   if (s.mask.p || s.cond) {
     m.kind = s.mask.p ? KEEL_DEV_MASK_ADD : s.keep ? KEEL_DEV_MASK_WHERE_NOT : KEEL_DEV_MASK_WHERE;
     m.sh = s.mask.sh, m.ss = s.mask.ss, m.sk = s.mask_bcast_keys ? 0 : 1;
@@ -86,5 +86,5 @@ static keel_status gpu_fused_attention(keel_kctx *k) {
 
 static const keel_impl gpu_fused_attention_impl = {
     "gpu", keel_prep_on_gpu, NULL, NULL, gpu_fused_attention,
-    "placed on the GPU (float32; mask none, add, where, where_not; any layout)", KEEL_NODE_GPU};
+    "placed on the GPU (float32; mask none, add, where, where_not; causal; any layout)", KEEL_NODE_GPU};
 const keel_impl *const keel_gpu_fused_attention_impls[] = {&gpu_fused_attention_impl, NULL};
