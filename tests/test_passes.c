@@ -828,6 +828,61 @@ static void sink_concat_case(bool avg, bool shared, bool axis3) {
   keel_session_destroy(s[1]);
 }
 
+/* fold-identity's Cast to the type its input already has: a float Cast to
+ * float between two Relus and an int64 length Cast to int64 before a
+ * Range go (2 of 7 nodes); a Cast to another type stays, and so does a
+ * same-type Cast whose output is a graph output (`shared`). Outputs the
+ * same bits as the model as written. */
+static void noop_cast_case(bool shared) {
+  keel_session_t *s[2] = {0};
+  for (int k = 0; k < 2; k++) {
+    mb_graph *g = mb_graph_new("main");
+    int64_t one = 1, zero = 0;
+    mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){-1, C, -1, -1}); /* Shape not folded */
+    mb_init(g, "one", KEEL_INT64, 0, NULL, &one);
+    mb_init(g, "zero", KEEL_INT64, 0, NULL, &zero);
+    mb_add(g, "Relu", "x", "r");
+    mb_attr_i(mb_add(g, "Cast", "r", "rc"), "to", KEEL_FLOAT);
+    mb_add(g, "Relu", "rc", "y");
+    mb_add(g, "Shape", "x", "xs");
+    mb_attr_i(mb_add(g, "Gather", "xs,one", "len"), "axis", 0);
+    mb_attr_i(mb_add(g, "Cast", "len", "len64"), "to", KEEL_INT64);
+    mb_add(g, "Range", "zero,len64,one", "pos");
+    mb_attr_i(mb_add(g, "Cast", "pos", "posf"), "to", KEEL_FLOAT); /* another type: kept */
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    mb_output(g, "posf", KEEL_FLOAT, -1, NULL);
+    if (shared) mb_output(g, "rc", KEEL_FLOAT, -1, NULL);
+    keel_options o = {.size = sizeof o, .flags = k ? KEEL_OPT_NO_ONEDNN : KEEL_OPT_NO_GRAPH_PASSES};
+    s[k] = mb_session_opts(g, 13, &o);
+  }
+  CHECK(s[0] && s[1]);
+  if (s[0] && s[1]) {
+    /* the op counts of the plan: "Cast 1" (the other type's) or "Cast 2" */
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s[1], 0, &d));
+    const char *want = shared ? "Cast 2," : "Cast 1,";
+    if (!d || !strstr(d, want)) fprintf(stderr, "no-op Cast%s: want %s in\n%s\n", shared ? " shared" : "", want, d ? d : "");
+    CHECK(d && strstr(d, want));
+    keel_free(d);
+    keel_value_t *y[2][3] = {{0}};
+    int nout = shared ? 3 : 2;
+    for (int k = 0; k < 2; k++) {
+      keel_value_t *in = mb_tensor(s[k], KEEL_FLOAT, 4, (int64_t[]){2, C, H, H}, g_x);
+      CHECK_OK(keel_run(s[k], (const char *[]){"x"}, &in, 1, y[k]));
+      keel_value_release(in);
+    }
+    for (int o = 0; o < nout; o++) {
+      int64_t n = y[0][o] ? keel_value_numel(y[0][o]) : -1;
+      CHECK(n > 0 && y[1][o] && keel_value_numel(y[1][o]) == n &&
+            !memcmp(keel_value_data(y[0][o]), keel_value_data(y[1][o]), (size_t)n * sizeof(float)));
+    }
+    for (int k = 0; k < 2; k++)
+      for (int o = 0; o < 3; o++) keel_value_release(y[k][o]);
+  }
+  keel_session_destroy(s[0]);
+  keel_session_destroy(s[1]);
+}
+
 int main(void) {
   fusedconv_case("Relu", 0, NULL, false, 1);
   fusedconv_case("LeakyRelu", 1, (const float[]){0.1f}, false, 1);
@@ -876,6 +931,8 @@ int main(void) {
   cse_case(false, false);
   cse_case(true, false);
   cse_case(false, true);
+  noop_cast_case(false);
+  noop_cast_case(true);
   sink_concat_case(false, false, false);
   sink_concat_case(true, false, false);
   sink_concat_case(false, true, false);

@@ -2,7 +2,10 @@
  *
  * fold-identity: Identity of a constant (PyTorch writes one per shared
  * weight: "ln.weight = Identity(blocks.0.ln1.weight)") is dropped and its
- * readers read the constant itself, so later patterns see constants.
+ * readers read the constant itself, so later patterns see constants. So
+ * is a Cast to the type its input already has (PyTorch writes
+ * Cast(to int64) of a length that Shape -> Gather made int64), the input's
+ * type known from the model's types or inferred (ir/shapes.h).
  *
  * fuse-layernorm: LayerNormalization as exporters before opset 17 write
  * it,
@@ -29,6 +32,7 @@
 
 #include "base/status.h"
 #include "base/sysmem.h"
+#include "ir/shapes.h"
 #include "passes/pass.h"
 
 /* ===================================================== fold-identity */
@@ -40,17 +44,30 @@ static void rename_reads(keel_graph *g, const char *from, const char *to) {
       if (!strcmp(g->nodes[i].in_names[k], from)) g->nodes[i].in_names[k] = to;
 }
 
-static keel_status fold_identity_graph(keel_model *m, keel_graph *g) {
+/* A Cast whose input already has the type it casts to (S: the model's
+ * inferred types, or NULL). */
+static bool same_type_cast(const keel_shapes *S, const keel_graph *g, const keel_node *n) {
+  if (!S || strcmp(n->op_type, "Cast") || n->domain[0] || n->n_in != 1 || !n->in_names[0][0])
+    return false;
+  const keel_attr *to = keel_node_attr(n, "to");
+  const keel_sshape *x = keel_shapes_find(S, g, n->in_names[0]);
+  return to && to->type == KEEL_ATTR_INT && x && x->dtype != 0 && x->dtype == to->i;
+}
+
+static keel_status fold_identity_graph(keel_model *m, const keel_shapes *S, keel_graph *g) {
   bool *drop = keel_sys_calloc((size_t)g->n_nodes + 1, sizeof(bool));
   if (!drop) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "fold-identity");
   int32_t n_drop = 0;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     keel_node *n = &g->nodes[i];
-    if (strcmp(n->op_type, "Identity") || n->domain[0] || n->n_in != 1 || n->n_out != 1) continue;
+    bool cast = same_type_cast(S, g, n);
+    if ((strcmp(n->op_type, "Identity") && !cast) || n->domain[0] || n->n_in != 1 ||
+        n->n_out != 1)
+      continue;
     const char *out = n->out_names[0];
     /* only when every reader is a plain node of this graph (no graph
      * output, no sub-graph capture by name) */
-    if (!out[0] || keel_ir_const_of(m, g, n->in_names[0]) < 0 ||
+    if (!out[0] || (!cast && keel_ir_const_of(m, g, n->in_names[0]) < 0) ||
         keel_ir_uses(g, out) != keel_pass_direct_reads(g, out))
       continue;
     rename_reads(g, out, n->in_names[0]);
@@ -62,9 +79,23 @@ static keel_status fold_identity_graph(keel_model *m, keel_graph *g) {
   return st;
 }
 
+/* Whether some node is a Cast: the type inference runs only then. */
+static bool has_cast(const keel_model *m) {
+  for (int32_t i = 0; i < m->n_graphs; i++)
+    for (int32_t j = 0; j < m->graphs[i]->n_nodes; j++) {
+      const keel_node *n = &m->graphs[i]->nodes[j];
+      if (!n->domain[0] && !strcmp(n->op_type, "Cast")) return true;
+    }
+  return false;
+}
+
 keel_status keel_pass_fold_identity(keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) KEEL_TRY(fold_identity_graph(m, m->graphs[i]));
-  return KEEL_OK;
+  keel_shapes *S = NULL;
+  if (has_cast(m)) KEEL_TRY(keel_shapes_infer_general(m, &S));
+  keel_status st = KEEL_OK;
+  for (int32_t i = 0; i < m->n_graphs && !st; i++) st = fold_identity_graph(m, S, m->graphs[i]);
+  if (S) keel_shapes_free(S);
+  return st;
 }
 
 /* ==================================================== fuse-layernorm */
