@@ -23,7 +23,8 @@
  *     fill, no mask; layouts folded into the node or not), and written
  *     directly: layout bits, K as rows or transposed, masks broadcast over
  *     heads, rows and keys, fully masked rows (NaN), zero keys, the causal
- *     flag (alone, with a mask, with fewer keys than queries);
+ *     flag (alone, with a mask, with fewer keys than queries), q, k and v
+ *     packed as column ranges of one tensor;
  *   - kernels/fmath.h's formulas (the CUDA kernels' erf, expm1, log1p,
  *     sin, cos) evaluated here over libm's primitives against double
  *     libm: the algorithms, not the GPU's hardware approximations, which
@@ -470,6 +471,37 @@ static void check_attention_direct(void) {
   }
 }
 
+/* FusedAttention with attribute packed (passes/pass_qkv.c's): q, k, v
+ * column ranges of one X [AB, AS, W] whose rows have columns to spare;
+ * Y [B, S, H, D] or [B, H, S, D]; causal or not; as its own [b, s] of X's
+ * rows (one batch of AB * AS rows read as AB x AS). */
+static void check_packed(void) {
+  enum { W = 3 * AE + 5 };
+  static float x[AB * AS * W];
+  for (int i = 0; i < AB * AS * W; i++) x[i] = g_q[i % (AB * AS * AE)] * (1.0f + (float)(i % 5) * 0.25f);
+  for (int form = 0; form < 3; form++) {
+    bool one = form == 2; /* X as [1, AB * AS, W], packed b, s = AB, AS */
+    int64_t xd[3] = {one ? 1 : AB, one ? AB * AS : AS, W};
+    mb_graph *g = mb_graph_new("main");
+    mb_input(g, "x", KEEL_FLOAT, 3, xd);
+    mb_node *n = mb_add(g, "FusedAttention", "x,x,x", "y");
+    mb_name(n, "fa");
+    mb_domain(n, "ai.keel.internal");
+    mb_attr_f(n, "scale", 0.4f);
+    mb_attr_s(n, "mask_kind", "none");
+    mb_attr_i(n, "layout", form == 0 ? 15 : 7);
+    if (form == 1) mb_attr_i(n, "causal", 1);
+    int64_t pk[11] = {5, AH, AD, 5 + AE, AH, AD, 5 + 2 * AE, AH, AD, one ? AB : -1, one ? AS : -1};
+    mb_attr_ints(n, "packed", 11, pk);
+    mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+    input in[1] = {{"x", KEEL_FLOAT, 3, {xd[0], xd[1], xd[2]}, x}};
+    static const char *const names[] = {"Y [B,S,H,D]", "causal, Y [B,H,S,D]", "X [1, B S, W] as [B, S]"};
+    char what[96];
+    snprintf(what, sizeof what, "attention (packed q, k, v): %s", names[form]);
+    check_model(what, g, 17, "ai.keel.internal", in, 1, 1, "'fa' (FusedAttention)", true, false);
+  }
+}
+
 /* ------------------------------------------------- fmath.h on the host */
 
 #define F_FN static inline
@@ -516,6 +548,7 @@ int main(void) {
   check_fused_matmul();
   check_attention_passes();
   check_attention_direct();
+  check_packed();
   CHECK(keel_process_device_bytes() == 0);
   return check_report();
 }

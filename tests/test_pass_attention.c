@@ -27,7 +27,16 @@
  * diagonal masked too (k = 0: row 0 fully masked, NaN rows), a fill that
  * a score could offset (-1e4), the lower triangle (upper = 0), and a mask
  * whose column count is another tensor's length (not provably the key
- * count). Each against the unfused reference as above. */
+ * count). Each against the unfused reference as above.
+ *
+ * Then the attention-qkv pass (src/passes/pass_qkv.c): q, k, v cut from one
+ * projection X [B, S, 3E] by a Split (sizes as an input, or equal parts)
+ * or by three Slices, each Reshaped into heads: the attention reads X by
+ * columns (no Split or Slice left), with the Reshapes' shapes constant
+ * [B, S, H, D] (and X given as [1, 2S, 3E]: the Reshapes make 2 x S rows
+ * of its 2S, as the packed reading must too) or [0, 0, H, D]; near
+ * misses keep their Split: a part also read as a graph output, and a
+ * Split of X's rows instead of its columns. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -404,8 +413,123 @@ static void one3(const char *what, int form, bool want_fused) {
   keel_session_destroy(s0);
 }
 
+/* ------------------------------------------- attention-qkv (one projection) */
+
+enum { Q_SPLIT, Q_SPLIT_EQUAL_ZERO, Q_SLICES, Q_SPLIT_READ, Q_SPLIT_ROWS };
+
+static float g_x[B * S * E], g_w[E * 3 * E];
+
+/* X = MatMul(x, Wqkv) [B, S, 3E] (rows: [3B, S, E] by a Transpose), cut
+ * into q, k, v by `form`. */
+static mb_graph *qkv_model(int form) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "xin", KEEL_FLOAT, 3, (int64_t[]){-1, -1, E});
+  float c = 0.5f;
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "wqkv", KEEL_FLOAT, 2, (int64_t[]){E, 3 * E}, g_w);
+  if (form == Q_SPLIT_ROWS) { /* [B, S, 3E] -> [B, 3, S, E] -> [3B, S, E] */
+    int64_t r4[4] = {-1, S, 3, E}, r3[3] = {3 * B, S, E};
+    mb_init(g, "r4", KEEL_INT64, 1, (int64_t[]){4}, r4);
+    mb_init(g, "r3", KEEL_INT64, 1, (int64_t[]){3}, r3);
+    mb_add(g, "MatMul", "xin,wqkv", "x0");
+    mb_add(g, "Reshape", "x0,r4", "x1");
+    mb_attr_ints(mb_add(g, "Transpose", "x1", "xt"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+    mb_add(g, "Reshape", "xt,r3", "x");
+  } else {
+    mb_add(g, "MatMul", "xin,wqkv", "x");
+  }
+  int64_t sizes[3] = {E, E, E}, shp[4] = {B, S, H, D}, zshp[4] = {0, 0, H, D};
+  bool zero = form == Q_SPLIT_EQUAL_ZERO || form == Q_SLICES;
+  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){4}, zero ? zshp : shp);
+  if (form == Q_SLICES) {
+    int64_t st[3] = {0, E, 2 * E}, en[3] = {E, 2 * E, 3 * E}, ax = -1;
+    mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){1}, &ax);
+    for (int i = 0; i < 3; i++) {
+      char n1[8], n2[8], in[40], out[4] = {"qkv"[i], 0};
+      snprintf(n1, sizeof n1, "st%d", i), snprintf(n2, sizeof n2, "en%d", i);
+      mb_init(g, n1, KEEL_INT64, 1, (int64_t[]){1}, &st[i]);
+      mb_init(g, n2, KEEL_INT64, 1, (int64_t[]){1}, &en[i]);
+      snprintf(in, sizeof in, "x,%s,%s,ax", n1, n2);
+      mb_add(g, "Slice", in, out);
+    }
+  } else if (form == Q_SPLIT_ROWS) { /* X [3B, S, E] cut by rows, then heads */
+    mb_attr_i(mb_add(g, "Split", "x", "q,k,v"), "axis", 0);
+  } else {
+    mb_init(g, "sizes", KEEL_INT64, 1, (int64_t[]){3}, sizes);
+    mb_attr_i(mb_add(g, "Split", form == Q_SPLIT_EQUAL_ZERO ? "x" : "x,sizes", "q,k,v"), "axis", 2);
+  }
+  mb_add(g, "Reshape", "q,shp", "q3");
+  mb_add(g, "Reshape", "k,shp", "k3");
+  mb_add(g, "Reshape", "v,shp", "v3");
+  mb_attr_ints(mb_add(g, "Transpose", "q3", "Q4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_attr_ints(mb_add(g, "Transpose", "k3", "Kt"), "perm", 4, (int64_t[]){0, 2, 3, 1});
+  mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_add(g, "MatMul", "Q4,Kt", "s");
+  mb_add(g, "Mul", "s,c", "x2");
+  mb_attr_i(mb_add(g, "Softmax", "x2", "p"), "axis", -1);
+  mb_add(g, "MatMul", "p,V4", "y4");
+  mb_attr_ints(mb_add(g, "Transpose", "y4", "y"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  if (form == Q_SPLIT_READ) mb_output(g, "k", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+/* Runs x of dims xd; y (B H S D floats) from the first output. */
+static void qkv_run(keel_session_t *s, const int64_t xd[3], float *y) {
+  keel_value_t *in[1] = {mb_tensor(s, KEEL_FLOAT, 3, xd, g_x)}, *out[2] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"xin"}, in, 1, out));
+  if (out[0]) {
+    CHECK(keel_value_numel(out[0]) == B * H * S * D);
+    memcpy(y, keel_value_data(out[0]), sizeof(float) * B * H * S * D);
+  }
+  keel_value_release(in[0]), keel_value_release(out[0]), keel_value_release(out[1]);
+}
+
+static void qkv_one(const char *what, int form, bool want_packed) {
+  static float y0[B * H * S * D], y1[B * H * S * D];
+  memcpy(g_x, g_q, sizeof g_x);
+  for (int i = 0; i < E * 3 * E; i++) g_w[i] = g_k[i] * 0.5f;
+  /* x as [B, S, E], and (constant Reshape shapes) as one batch of 2S rows
+   * that the Reshapes make B x S */
+  int64_t xd[2][3] = {{B, S, E}, {1, B * S, E}};
+  int nx = form == Q_SPLIT ? 2 : 1;
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *s0 = mb_session_opts(qkv_model(form), 13, &plain);
+  CHECK(s0 != NULL);
+  for (int threads = 1; s0 && threads <= 8; threads *= 2) {
+    if (threads == 4) continue;
+    keel_options o = {.size = sizeof o, .threads = threads};
+    keel_session_t *s1 = mb_session_opts(qkv_model(form), 13, &o);
+    CHECK(s1 != NULL);
+    if (!s1) break;
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s1, 0, &d));
+    bool packed = d && strstr(d, "FusedAttention") && !strstr(d, "Split") && !strstr(d, "Slice");
+    if (packed != want_packed) fprintf(stderr, "%s: packed %d\n%s\n", what, packed, d ? d : "");
+    CHECK(packed == want_packed);
+    keel_free(d);
+    for (int k = 0; k < nx; k++) {
+      qkv_run(s0, xd[k], y0);
+      memset(y1, 0, sizeof y1);
+      qkv_run(s1, xd[k], y1);
+      double worst = 0;
+      for (int i = 0; i < B * H * S * D; i++)
+        worst = fmax(worst, fabs((double)y0[i] - y1[i]) / (1.0 + fabs((double)y0[i])));
+      if (!(worst <= 1e-5)) fprintf(stderr, "%s (%d threads, x %d): worst %g\n", what, threads, k, worst);
+      CHECK(worst <= 1e-5);
+    }
+    keel_session_destroy(s1);
+  }
+  keel_session_destroy(s0);
+}
+
 int main(void) {
   fill();
+  qkv_one("attention-qkv: Split with sizes, Reshape to constant [B, S, H, D]", Q_SPLIT, true);
+  qkv_one("attention-qkv: Split in equal parts, Reshape [0, 0, H, D]", Q_SPLIT_EQUAL_ZERO, true);
+  qkv_one("attention-qkv: three Slices of the last axis", Q_SLICES, true);
+  qkv_one("attention-qkv near miss: a part also a graph output", Q_SPLIT_READ, false);
+  qkv_one("attention-qkv near miss: a Split of the rows", Q_SPLIT_ROWS, false);
   one3("rank 3: Div on Q, Y transposed back", M3_DIV_Q, true);
   one3("rank 3: Mul(c, Q), Y as [N, S, D]", M3_MUL_Q_NO_YT, true);
   one3("rank 3: constant 2-D mask", M3_MASK, true);

@@ -377,11 +377,24 @@ static keel_sshape lift4(const keel_sshape *s) {
 
 /* FusedAttention (ops/nn/attention/attention_fused.c): Q, Kt, V (each
  * [B, H, S, D], or [B, S, H, D] where its layout bit says; or all three
- * of rank 3, B = 1 left out, and so Y), a mask. */
+ * of rank 3, B = 1 left out, and so Y; or, with attribute packed, column
+ * ranges of one [B, S, W]), a mask. */
 static void r_fused_attention(keel_shape_ctx *c) {
   const keel_sshape *q = in_at(c, 0), *k = in_at(c, 1), *v = in_at(c, 2), *mk = in_at(c, 3);
   int64_t lay = attr_i(c, "layout", 0);
-  keel_sshape l4[3];
+  const int64_t *pk;
+  keel_sshape l4[3] = {{0}};
+  if (attr_ints(c, "packed", &pk) == 11) { /* q = k = v = X [B, S, W]: as [b, s, h, d] each */
+    if (!q || q->rank != 3) return;
+    for (int i = 0; i < 3; i++) {
+      keel_ss_rank(&l4[i], 4);
+      l4[i].d[0] = pk[9] < 0 ? q->d[0] : keel_sd_known(pk[9]);
+      l4[i].d[1] = pk[10] < 0 ? q->d[1] : keel_sd_known(pk[10]);
+      l4[i].d[2] = keel_sd_known(pk[3 * i + 1]), l4[i].d[3] = keel_sd_known(pk[3 * i + 2]);
+    }
+    q = &l4[0], k = &l4[1], v = &l4[2];
+    lay |= 7; /* each [B, S, H, D], K as rows */
+  }
   bool r3 = q && k && v && q->rank == 3 && k->rank == 3 && v->rank == 3;
   if (r3) l4[0] = lift4(q), l4[1] = lift4(k), l4[2] = lift4(v), q = &l4[0], k = &l4[1], v = &l4[2];
   if (!q || !k || !v || q->rank != 4 || k->rank != 4 || v->rank != 4) return;

@@ -26,6 +26,7 @@ static const keel_pass g_passes[] = {
     {"fuse-gelu", keel_pass_fuse_gelu, true},
     {"fuse-attention", keel_pass_fuse_attention, true},
     {"causal-mask", keel_pass_causal_mask, true},
+    {"attention-qkv", keel_pass_attention_qkv, true},
     {"fuse-matmul", keel_pass_fuse_matmul, true},
     {"sink-concat", keel_pass_sink_concat, true},
     {"lift-conv1d", keel_pass_lift_conv1d, true},

@@ -102,6 +102,9 @@ KEEL_INTERNAL keel_status keel_pass_fuse_gelu(keel_model *m);
 /* pass_causal.c: a FusedAttention whose additive mask is a causal -inf
  * Trilu built from the input length -> the attention's causal flag. */
 KEEL_INTERNAL keel_status keel_pass_causal_mask(keel_model *m);
+/* pass_qkv.c: a FusedAttention whose q, k, v are Reshapes of one Split (or
+ * Slices) of a projection's output -> reading that output by columns. */
+KEEL_INTERNAL keel_status keel_pass_attention_qkv(keel_model *m);
 /* Products by a constant matrix with their bias, residual and activation
  * (pass_matmul.c). */
 KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);

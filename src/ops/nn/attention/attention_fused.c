@@ -105,6 +105,44 @@ static keel_status fa_operands(const keel_tensor *t[3], int64_t layout, keel_sdp
   return KEEL_OK;
 }
 
+/* Attribute packed (the attention-qkv pass's, passes/pass_qkv.c): Q, K
+ * and V are column ranges of one [B, S, W] tensor X (a fused projection's
+ * output, every input slot X): packed = {oq, hq, dq, ok, hk, dk, ov, hv,
+ * dv, b, s}, operand i read as [b, s, h, d] from column o on, its rows W
+ * floats apart, K as rows; b, s < 0: X's B and S, else X's B * S rows
+ * taken as b * s (as a Reshape to [b, s, h, d] of the columns would). */
+static keel_status fa_packed(const keel_tensor *t[3], const int64_t *pk, keel_sdpa *s) {
+  const keel_tensor *x = t[0];
+  char s1[96];
+  if (t[1] != x || t[2] != x || x->dtype != KEEL_FLOAT || x->rank != 3)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "FusedAttention (ai.keel.internal, opset 1): packed "
+                    "q, k, v must be one float32 tensor of rank 3, not %s",
+                    keel_shape_str(x->rank, x->shape, s1, sizeof s1));
+  int64_t B = pk[9] < 0 ? x->shape[0] : pk[9], S = pk[10] < 0 ? x->shape[1] : pk[10];
+  int64_t W = x->shape[2];
+  if (B * S != x->shape[0] * x->shape[1])
+    return keel_err(KEEL_ERR_SHAPE, "FusedAttention (ai.keel.internal, opset 1): packed X %s "
+                    "does not have the %lld x %lld rows its q, k, v were reshaped to",
+                    keel_shape_str(3, x->shape, s1, sizeof s1), (long long)B, (long long)S);
+  keel_sdpa_t *op[3] = {&s->q, &s->k, &s->v};
+  for (int i = 0; i < 3; i++) {
+    int64_t o = pk[3 * i], h = pk[3 * i + 1], d = pk[3 * i + 2];
+    if (o < 0 || h < 1 || d < 1 || h > (W - o) / d)
+      return keel_err(KEEL_ERR_SHAPE, "FusedAttention (ai.keel.internal, opset 1): packed "
+                      "operand %d (columns %lld on, %lld heads of %lld) outside X %s", i,
+                      (long long)o, (long long)h, (long long)d,
+                      keel_shape_str(3, x->shape, s1, sizeof s1));
+    *op[i] = (keel_sdpa_t){(const float *)x->data + o, B == 1 ? 0 : S * W, h == 1 ? 0 : d, W};
+  }
+  if (pk[1] != pk[4] || pk[4] != pk[7] || pk[2] != pk[5])
+    return keel_err(KEEL_ERR_SHAPE, "FusedAttention (ai.keel.internal, opset 1): packed heads "
+                    "%lld, %lld, %lld of sizes %lld, %lld do not agree", (long long)pk[1],
+                    (long long)pk[4], (long long)pk[7], (long long)pk[2], (long long)pk[5]);
+  s->B = B, s->Sq = s->Skv = S, s->Hq = s->Hkv = pk[1], s->Dk = pk[2], s->Dv = pk[8];
+  s->k_t = false;
+  return KEEL_OK;
+}
+
 /* The mask: type, broadcast over [B, H, Sq, Skv] (B and H may grow), as
  * the core's additive mask or bool mask of fill and polarity. */
 static keel_status fa_mask(const keel_tensor *m, int kind, keel_sdpa *s) {
@@ -148,17 +186,21 @@ keel_status keel_fa_plan(keel_kctx *k, keel_sdpa *sp, keel_tensor **yp, int *kin
   s.left = s.right = -1;
   s.nan_rows = true; /* as the unfused Softmax */
   int64_t layout = keel_k_attr_i(k, "layout", 0);
+  int npk = 0;
+  const int64_t *pk = keel_k_attr_ints(k, "packed", &npk);
+  if (pk && npk != 11)
+    return keel_err(KEEL_ERR_INVALID_MODEL, "FusedAttention: packed has %d values, 11 wanted", npk);
   /* all three of rank 3 ([N, S, D], nn.MultiheadAttention's heads joined
    * with the batch): read as [1, N, S, D], Y of rank 3 too */
   keel_tensor t4[3];
-  bool r3 = t[0]->rank == 3 && t[1]->rank == 3 && t[2]->rank == 3;
+  bool r3 = !pk && t[0]->rank == 3 && t[1]->rank == 3 && t[2]->rank == 3;
   for (int i = 0; r3 && i < 3; i++) {
     t4[i] = *t[i];
     t4[i].rank = 4, t4[i].shape[0] = 1;
     for (int d = 0; d < 3; d++) t4[i].shape[d + 1] = t[i]->shape[d];
     t[i] = &t4[i];
   }
-  KEEL_TRY(fa_operands(t, layout, &s));
+  KEEL_TRY(pk ? fa_packed(t, pk, &s) : fa_operands(t, layout, &s));
   if (mask) KEEL_TRY(fa_mask(mask, kind, &s));
   if (r3 && s.B != 1)
     return keel_err(KEEL_ERR_SHAPE, "attention of rank-3 operands with a mask of %lld batches",
