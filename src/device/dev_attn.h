@@ -11,8 +11,6 @@
  *     x[j] = cond[j] ? s[j] : fill          (where_not; cond bool bytes)
  *     x[j] = -inf for j > i                 (causal, with any of the above;
  *                                            i the row's query index)
- *     x[j] = -inf for j > i                 (causal, with any of the above;
- *                                            i the row's query index)
  *     p    = softmax(x)
  * and a row whose every x is -inf (fully masked; NaN scores are skipped
  * by the max as on the CPU) becomes NaN, which the value product carries

@@ -20,6 +20,9 @@
  * 1, 2, 4, 8 for Q, K, V, Y) marks an operand the pass took from before
  * its Transpose: Q or V given as [B, S, H, D], K as [B, S, H, D] rows
  * (not Kt), Y written as [B, S, H, D]; they are read by strides.
+ * Attribute packed (11 ints, the attention-qkv pass's: fa_packed below):
+ * q, k and v are column ranges of one projection output given in all
+ * three slots.
  *
  * The op reads its operands and attributes into the attention core
  * (attention.h), which runs it: broadcast dims as 0 strides, Kt as K
@@ -189,7 +192,8 @@ keel_status keel_fa_plan(keel_kctx *k, keel_sdpa *sp, keel_tensor **yp, int *kin
   int npk = 0;
   const int64_t *pk = keel_k_attr_ints(k, "packed", &npk);
   if (pk && npk != 11)
-    return keel_err(KEEL_ERR_INVALID_MODEL, "FusedAttention: packed has %d values, 11 wanted", npk);
+    return keel_err(KEEL_ERR_INVALID_MODEL, "FusedAttention (ai.keel.internal, opset 1): "
+                    "attribute packed has %d values, 11 wanted", npk);
   /* all three of rank 3 ([N, S, D], nn.MultiheadAttention's heads joined
    * with the batch): read as [1, N, S, D], Y of rank 3 too */
   keel_tensor t4[3];

@@ -12,7 +12,9 @@
  *
  * which is keel_sdpa's computation (attention.h) for what FusedAttention
  * asks of it: Hq = Hkv, the causal flag (keys past the row's own index
- * masked), no window, offsets or softcap, and nan_rows. S is the scores of one batch's heads, [h, Sq, Skv] in device
+ * masked), no window, offsets or softcap, and nan_rows; q, k and v by
+ * their strides, packed columns of one tensor included. S is the scores
+ * of one batch's heads, [h, Sq, Skv] in device
  * scratch (keel_k_scratch: the device heap for a GPU node), as many heads
  * at a time as fit SCORES_MAX floats (at least one), reused chunk after
  * chunk: scratch does not grow with B, nor with H past the cap.
