@@ -460,6 +460,22 @@ static void lowered(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
 }
 
+/* 1x1 convs of 128+ channels both ways and W of 0.5-1 MiB on at most 256
+ * pixels: on AVX-512 at one thread (one()'s variant 1) the same path, the
+ * pixels as the rows without a copy (keel_conv_pointwise_mm_fits): Relu,
+ * a residual Z read and in Y's buffer, SiLU, HardSwish, batch 2. */
+static void pointwise_mm(void) {
+  static const cv_case cases[] = {
+      {1, 192, 1152, 7, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "Relu", NULL, 4},
+      {1, 1024, 256, 14, 14, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, NULL, NULL, 5},
+      {2, 960, 160, 9, 9, 1, 1, 1, 1, 1, {0, 0, 0, 0}, false, "SiLUGated", NULL, 4},
+      {1, 384, 384, 7, 7, 1, 1, 1, 1, 1, {0, 0, 0, 0}, true, "HSwishGated", NULL, 6},
+  };
+  g_tol_scale = 4; /* sums of up to 1152 products, chained: the references differ more */
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
+  g_tol_scale = 1;
+}
+
 /* Without oneDNN (KEEL_OPT_NO_ONEDNN) the layout pass makes a Conv
  * channels-last only where keel's Winograd kernel takes it (3x3, stride
  * 1, 128+ channels by 16s, outputs by 64s, an output of 14x14 or more:
@@ -762,6 +778,7 @@ int main(void) {
   /* last: their random draws leave the other cases' data as it was */
   subsampled();
   lowered();
+  pointwise_mm();
   without_library();
   return check_report();
 }

@@ -120,6 +120,32 @@ static void check_paths(void) {
   f.group = 2;
   CHECK(!keel_conv_lowered_fits(&f));
 
+  /* on AVX-512 at one thread, 1x1 convs on at most 256 pixels with 128+
+   * channels both ways and W of at most 1 MiB: EfficientNet's 7x7 192 ->
+   * 1152; not at 2 threads, not SqueezeNet's 13x13 64 -> 256 (few input
+   * channels) or its 512 -> 1000 classifier (W 2 MB), not 28x28 */
+  g = geom(1, 192, 1152, 7, 7, 1, 1);
+  f = facts(&g, false, 1);
+  CHECK(keel_conv_pointwise_mm_fits(&f) == fast);
+  CHECK(keel_conv_select_path(KEEL_CONV_UNDECIDED, &f) == (fast ? KEEL_CONV_LOWERED : KEEL_CONV_BANDS));
+  f.splits = 2;
+  CHECK(!keel_conv_pointwise_mm_fits(&f));
+  g = geom(1, 64, 256, 13, 13, 1, 1);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_pointwise_mm_fits(&f));
+  g = geom(1, 512, 1000, 13, 13, 1, 1);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_pointwise_mm_fits(&f));
+  g = geom(1, 256, 256, 28, 28, 1, 1);
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_pointwise_mm_fits(&f));
+  g = geom(1, 208, 208, 14, 14, 1, 1); /* W 173 KB: under 512 KiB */
+  f = facts(&g, false, 1);
+  CHECK(!keel_conv_pointwise_mm_fits(&f));
+  g = geom(1, 1024, 256, 14, 14, 1, 1); /* ResNet-50's, W exactly 1 MiB */
+  f = facts(&g, false, 1);
+  CHECK(keel_conv_pointwise_mm_fits(&f) == fast);
+
   /* a squeeze-excite block's 1x1 on a pooled 1x1 map: the product by W
    * where keel_gemv has its vector kernel; a later larger shape of that
    * node goes to oneDNN's bands */

@@ -37,7 +37,10 @@
  * 7x7, takes path 7 for good (select.c, keel_conv_lowered_fits): in bands
  * as path 1, each band's output pixels' windows copied as rows of
  * kh*kw*C inputs into the worker's scratch (lower_rows) and multiplied by
- * W packed once as a [kh*kw*C, M] matrix on oneDNN's matmul.
+ * W packed once as a [kh*kw*C, M] matrix on oneDNN's matmul. So does, on
+ * AVX-512, a 1x1 conv of few pixels and many channels
+ * (keel_conv_pointwise_mm_fits), whose band of pixels is its rows as it
+ * lies (no copy), W's rows padded.
  *
  * Shapes: a node keeps the primitives of up to SHAPES input shapes; a new
  * one evicts the least recently used shape no run is using (when every
@@ -230,6 +233,9 @@ static keel_status make_prim_of(cd_state *s, cd_entry *e, int p, const keel_win 
  * file's pages under W go back when no other node reads them. */
 static keel_status pack_lowered(cd_state *s) {
   int64_t T = s->kh * s->kw, K = T * s->c, M = s->m, ld = keel_matmul_ld(M);
+  /* a 1x1's B padded as well: oneDNN then runs gemm:jit (select.c,
+   * keel_conv_pointwise_mm_fits) */
+  if (T == 1 && ld == M) ld = (M + 15) / 16 * 16 + 16;
   size_t bytes = sizeof(float) * (size_t)(K * ld);
   void *p;
   KEEL_TRY(keel_prep_alloc_counted(s->store.heap, s->store.owner, s->store.bytes, bytes, &p));
@@ -565,7 +571,9 @@ static keel_status cd_band(void *ctx, int64_t t0, int64_t t1, int worker) {
       continue;
     }
     const float *x = j->x + (n * H + e->ih0[b]) * W * g->c;
-    if (e->lowered) { /* path 7: the band's windows as rows */
+    if (e->lowered && keel_win_is_pointwise(&g->w)) {
+      /* path 7 on a 1x1 window: the band's pixels are its rows already */
+    } else if (e->lowered) { /* path 7: the band's windows as rows */
       float *win = (float *)(void *)(ws + j->windows);
       lower_rows(g, j->x + n * H * W * g->c, e->oh0[b], e->oh0[b + 1], win);
       x = win;
@@ -619,7 +627,7 @@ static keel_status run_bands(keel_kctx *k, const cd_state *s, const cd_entry *e,
                                                   align));
   j.pad = keel_align_up(e->scratch, align);
   j.windows = j.pad + j.stage_in + stage_out;
-  size_t windows = e->lowered ? (size_t)(rows * g->w.out[1] * g->w.k[0] * g->w.k[1] * g->c) * 4 : 0;
+  size_t windows = e->lowered && !keel_win_is_pointwise(&g->w) ? (size_t)(rows * g->w.out[1] * g->w.k[0] * g->w.k[1] * g->c) * 4 : 0;
   j.per_worker = j.windows + windows;
   void *sp = NULL;
   keel_status st = j.per_worker ? keel_k_scratch_n(k, threads, j.per_worker, &sp) : KEEL_OK;

@@ -154,6 +154,35 @@ bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z) {
          g->m >= 64 && w->out[0] * w->out[1] >= 14 * 14;
 }
 
+/* A 1x1 conv (stride 1, no pads) on few pixels and many channels both
+ * ways is the product [P, C] x [C, M] of its pixels by W: on AVX-512 oneDNN
+ * 2.6's matmul (gemm:jit, which it picks for a B whose rows are padded:
+ * pack_lowered) made these faster than its brgconv_1x1: x_efficientnet_o13's
+ * 7x7 expansions (192 -> 1152) 0.85, ResNet-50's 14x14 layers (1024 <-> 256)
+ * 0.93-0.95, MobileNetV3's 7x7 960 <-> 160 0.89-0.94 of their time (one
+ * thread, min of 30-60 runs of each node in alternating rounds, `keel run
+ * --trace`): W of 0.5 to 1 MiB. With a smaller W (x_regnet_o17's 14x14
+ * 208 -> 208, 1.05-1.14; MobileNetV2's 7x7 576 -> 160 and 14x14 64 -> 384,
+ * SqueezeNet's 13x13 64 -> 256) or one past 1 MiB (SqueezeNet's
+ * classifier, 512 -> 1000, which waits on W from memory) it was as fast
+ * or slower. Work in one part only: cut into bands of rows for 2 threads
+ * its products were 6-20% slower than oneDNN's convolution in bands
+ * (x_regnet_o17's 14x14 and 7x7 layers). Intel Xeon (Emerald Rapids). */
+#define PW_MM_MAX_PX 256
+#define PW_MM_MIN_CH 128
+#define PW_MM_MIN_W ((int64_t)1 << 19)
+#define PW_MM_MAX_W ((int64_t)1 << 20)
+
+bool keel_conv_pointwise_mm_fits(const keel_conv_facts *f) {
+  const keel_nhwc_geom *g = f->g;
+  const keel_win *w = &g->w;
+  return f->splits == 1 && KEEL_CPU_AVX512() && f->group == 1 && keel_win_is_pointwise(w) &&
+         !g->in_nchw &&
+         !g->out_nchw && g->n * w->out[0] * w->out[1] <= PW_MM_MAX_PX && g->c >= PW_MM_MIN_CH &&
+         f->m >= PW_MM_MIN_CH && f->m * g->c * (int64_t)sizeof(float) >= PW_MM_MIN_W &&
+         f->m * g->c * (int64_t)sizeof(float) <= PW_MM_MAX_W;
+}
+
 /* oneDNN 2.6's AVX2 direct kernel (jit:avx2) made ResNet-50's strided 3x3
  * convs (128 and 256 channels) and its 512-channel 3x3 convs on 7x7 maps at
  * 57-63 GFLOP/s (3.7-4.1 ms each of a 85 ms run, `keel run --trace`); the
@@ -165,6 +194,7 @@ bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z) {
 bool keel_conv_lowered_fits(const keel_conv_facts *f) {
   const keel_nhwc_geom *g = f->g;
   const keel_win *w = &g->w;
+  if (keel_conv_pointwise_mm_fits(f)) return true;
   if (KEEL_CPU_AVX512() || f->group != 1 || f->kh * f->kw < 2 || g->c < 128 ||
       g->in_nchw || g->out_nchw)
     return false;

@@ -127,5 +127,7 @@ KEEL_INTERNAL bool keel_conv_dnnl_wino_fits(const keel_nhwc_geom *g, bool has_z)
  * direct kernel is slow; 3x3 stride-1 convs on larger maps go to the
  * Winograd kernel first). */
 KEEL_INTERNAL bool keel_conv_lowered_fits(const keel_conv_facts *f);
+/* The part of it for 1x1 convs on AVX-512 (few pixels, many channels). */
+KEEL_INTERNAL bool keel_conv_pointwise_mm_fits(const keel_conv_facts *f);
 
 #endif /* KEEL_CONV_SELECT_H */
