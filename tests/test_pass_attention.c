@@ -36,7 +36,10 @@
  * [B, S, H, D] (and X given as [1, 2S, 3E]: the Reshapes make 2 x S rows
  * of its 2S, as the packed reading must too) or [0, 0, H, D]; near
  * misses keep their Split: a part also read as a graph output, and a
- * Split of X's rows instead of its columns. */
+ * Split of X's rows instead of its columns. nn.MultiheadAttention's
+ * rank-3 form of one batch (torchvision's ViT: Slices of [S, 1, 3E], each
+ * Reshaped to [S, H, D]) is packed too, Y of rank 3; with a mask it is
+ * left alone. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -523,8 +526,92 @@ static void qkv_one(const char *what, int form, bool want_packed) {
   keel_session_destroy(s0);
 }
 
+/* nn.MultiheadAttention's rank-3 form of one batch, as torchvision's ViT
+ * exports it: X = MatMul(x [S, 1, E], Wqkv) [S, 1, 3E], three Slices,
+ * each Reshaped to [S, H, D] (the heads joined with the batch of one),
+ * Transposes 1,0,2 / 1,2,0, Div by sqrt(D), Softmax, MatMul, Transpose
+ * back: packed (no Slice left) with Y of rank 3, within 1e-5 of the
+ * unfused graph at 1 and 2 threads; with an additive mask it is left
+ * alone (a mask may bring batches to a rank-3 attention). */
+static mb_graph *mha3_qkv_graph(bool masked) {
+  static float mask[S * S];
+  for (int i = 0; i < S * S; i++) mask[i] = (i % 11 == 4) ? -10000.0f : 0.0f;
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "xin", KEEL_FLOAT, 3, (int64_t[]){S, 1, E});
+  float c = sqrtf((float)D);
+  int64_t st[3] = {0, E, 2 * E}, en[3] = {E, 2 * E, 3 * E}, ax = 2, shp[3] = {S, H, D};
+  mb_init(g, "c", KEEL_FLOAT, 0, NULL, &c);
+  mb_init(g, "wqkv", KEEL_FLOAT, 2, (int64_t[]){E, 3 * E}, g_w);
+  mb_init(g, "ax", KEEL_INT64, 1, (int64_t[]){1}, &ax);
+  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){3}, shp);
+  if (masked) mb_init(g, "m", KEEL_FLOAT, 2, (int64_t[]){S, S}, mask);
+  mb_add(g, "MatMul", "xin,wqkv", "x");
+  for (int i = 0; i < 3; i++) {
+    char n1[8], n2[8], in[40], out[4] = {"qkv"[i], 0}, r[8];
+    snprintf(n1, sizeof n1, "st%d", i), snprintf(n2, sizeof n2, "en%d", i);
+    mb_init(g, n1, KEEL_INT64, 1, (int64_t[]){1}, &st[i]);
+    mb_init(g, n2, KEEL_INT64, 1, (int64_t[]){1}, &en[i]);
+    snprintf(in, sizeof in, "x,%s,%s,ax", n1, n2);
+    mb_add(g, "Slice", in, out);
+    snprintf(in, sizeof in, "%s,shp", out), snprintf(r, sizeof r, "%s3", out);
+    mb_add(g, "Reshape", in, r);
+  }
+  mb_attr_ints(mb_add(g, "Transpose", "q3", "qt"), "perm", 3, (int64_t[]){1, 0, 2});
+  mb_attr_ints(mb_add(g, "Transpose", "k3", "kt"), "perm", 3, (int64_t[]){1, 2, 0});
+  mb_attr_ints(mb_add(g, "Transpose", "v3", "vt"), "perm", 3, (int64_t[]){1, 0, 2});
+  mb_add(g, "Div", "qt,c", "qs");
+  mb_add(g, "MatMul", "qs,kt", "s");
+  if (masked) mb_add(g, "Add", "s,m", "sm");
+  mb_attr_i(mb_add(g, "Softmax", masked ? "sm" : "s", "p"), "axis", -1);
+  mb_add(g, "MatMul", "p,vt", "o");
+  mb_attr_ints(mb_add(g, "Transpose", "o", "y"), "perm", 3, (int64_t[]){1, 0, 2});
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  return g;
+}
+
+static void qkv_mha3(bool masked) {
+  const int64_t xd[3] = {S, 1, E};
+  static float y0[S * E], y1[S * E];
+  keel_options plain = {.size = sizeof plain, .flags = KEEL_OPT_NO_GRAPH_PASSES};
+  keel_session_t *s0 = mb_session_opts(mha3_qkv_graph(masked), 14, &plain);
+  CHECK(s0 != NULL);
+  for (int threads = 1; s0 && threads <= 2; threads++) {
+    keel_options o = {.size = sizeof o, .threads = threads};
+    keel_session_t *s1 = mb_session_opts(mha3_qkv_graph(masked), 14, &o);
+    CHECK(s1 != NULL);
+    if (!s1) break;
+    char *d = NULL;
+    CHECK_OK(keel_session_describe(s1, 0, &d));
+    bool packed = d && strstr(d, "FusedAttention") && !strstr(d, "Slice");
+    if (packed == masked)
+      fprintf(stderr, "attention-qkv rank 3%s: packed %d\n%s\n", masked ? " masked" : "", packed, d ? d : "");
+    CHECK(packed == !masked);
+    keel_free(d);
+    float *ys[2] = {y0, y1};
+    keel_session_t *ss[2] = {s0, s1};
+    for (int k = 0; k < 2; k++) {
+      keel_value_t *in[1] = {mb_tensor(ss[k], KEEL_FLOAT, 3, xd, g_x)}, *out[1] = {0};
+      CHECK_OK(keel_run(ss[k], (const char *[]){"xin"}, in, 1, out));
+      CHECK(out[0] && keel_value_rank(out[0]) == 3 && keel_value_numel(out[0]) == S * E);
+      if (out[0]) memcpy(ys[k], keel_value_data(out[0]), sizeof(float) * S * E);
+      keel_value_release(in[0]), keel_value_release(out[0]);
+    }
+    double worst = 0;
+    for (int i = 0; i < S * E; i++)
+      worst = fmax(worst, fabs((double)y0[i] - y1[i]) / (1.0 + fabs((double)y0[i])));
+    if (!(worst <= 1e-5)) fprintf(stderr, "attention-qkv rank 3: worst %g\n", worst);
+    CHECK(worst <= 1e-5);
+    keel_session_destroy(s1);
+  }
+  keel_session_destroy(s0);
+}
+
 int main(void) {
   fill();
+  memcpy(g_x, g_q, sizeof g_x);
+  for (int i = 0; i < E * 3 * E; i++) g_w[i] = g_k[i] * 0.5f;
+  qkv_mha3(false);
+  qkv_mha3(true);
   qkv_one("attention-qkv: Split with sizes, Reshape to constant [B, S, H, D]", Q_SPLIT, true);
   qkv_one("attention-qkv: Split in equal parts, Reshape [0, 0, H, D]", Q_SPLIT_EQUAL_ZERO, true);
   qkv_one("attention-qkv: three Slices of the last axis", Q_SLICES, true);

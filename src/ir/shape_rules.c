@@ -394,6 +394,14 @@ static void r_fused_attention(keel_shape_ctx *c) {
     }
     q = &l4[0], k = &l4[1], v = &l4[2];
     lay |= 7; /* each [B, S, H, D], K as rows */
+    if (attr_i(c, "y_rank", 4) == 3 && pk[9] == 1) { /* one batch, Y of rank 3 */
+      keel_sshape *o = &c->out[0];
+      keel_ss_rank(o, 3);
+      o->d[0] = (lay & 8) ? l4[0].d[1] : l4[0].d[2];
+      o->d[1] = (lay & 8) ? l4[0].d[2] : l4[0].d[1];
+      o->d[2] = l4[2].d[3];
+      return;
+    }
   }
   bool r3 = q && k && v && q->rank == 3 && k->rank == 3 && v->rank == 3;
   if (r3) l4[0] = lift4(q), l4[1] = lift4(k), l4[2] = lift4(v), q = &l4[0], k = &l4[1], v = &l4[2];

@@ -28,7 +28,10 @@
  * order, read as b * s rows, which is what the Reshape does for any X of
  * B * S = b * s rows; the kernel checks that, as the Reshape would), with
  * h * d the part's width, the three alike, and the heads agree (the
- * kernel's Hq = Hkv). Each attention keeps its name and lists
+ * kernel's Hq = Hkv). nn.MultiheadAttention's rank-3 form, one batch
+ * ([S, 1, W] cut, each part Reshaped to [S, N, D] with S an integer, the
+ * attention's Transposes folded), is the case b = 1, s = S, with attribute
+ * y_rank = 3 keeping Y [S, N, D] (or [N, S, D]). Each attention keeps its name and lists
  * the nodes it took in `fused`.
  */
 #include "base/status.h"
@@ -131,7 +134,7 @@ static keel_status pack_at(keel_model *m, const keel_shapes *S, keel_graph *g, i
   const char *x = NULL;
   int32_t taken[6];
   int64_t pk[11] = {0};
-  int nt = 0;
+  int nt = 0, rank = 0;
   for (int op = 0; op < 3; op++) {
     const char *in = a->in_names[op];
     int32_t r = in[0] ? keel_ir_producer(g, in) : -1;
@@ -152,16 +155,22 @@ static keel_status pack_at(keel_model *m, const keel_shapes *S, keel_graph *g, i
     x = xi;
     /* the Reshape: [X0, X1, h, d] with h d the part's width */
     const keel_sshape *rs = keel_shapes_find(S, g, in);
-    if (!rs || rs->rank != 4 || !known(rs->d[2]) || !known(rs->d[3]) ||
-        rs->d[2].add * rs->d[3].add != width)
-      return KEEL_OK;
-    bool own = (keel_sdim_eq(rs->d[0], xs->d[0]) && keel_sdim_eq(rs->d[1], xs->d[1])) ||
-               copies_two(m, g, &g->nodes[r]);
-    bool fixed = known(rs->d[0]) && known(rs->d[1]);
-    int64_t b = own ? -1 : rs->d[0].add, s = own ? -1 : rs->d[1].add;
+    bool masked = a->n_in > 3 && a->in_names[3][0];
+    if (!rs || (rs->rank != 4 && (rs->rank != 3 || masked)) || (op > 0 && rs->rank != rank))
+      return KEEL_OK; /* rank 3 without a mask only: a mask may bring batches */
+    rank = rs->rank;
+    const keel_sdim *hd = rs->d + rank - 2; /* the heads and their size */
+    if (!known(hd[0]) || !known(hd[1]) || hd[0].add * hd[1].add != width) return KEEL_OK;
+    /* rank 4: [B, S] of X's, or integers; rank 3 (nn.MultiheadAttention's
+     * [S, N, D], one batch): S an integer */
+    bool own = rank == 4 && ((keel_sdim_eq(rs->d[0], xs->d[0]) && keel_sdim_eq(rs->d[1], xs->d[1])) ||
+                             copies_two(m, g, &g->nodes[r]));
+    bool fixed = rank == 4 ? known(rs->d[0]) && known(rs->d[1]) : known(rs->d[0]);
+    int64_t b = own ? -1 : rank == 4 ? rs->d[0].add : 1;
+    int64_t s = own ? -1 : rs->d[rank - 3].add;
     if ((!own && !fixed) || (op > 0 && (pk[9] != b || pk[10] != s))) return KEEL_OK;
     pk[9] = b, pk[10] = s;
-    pk[3 * op] = off, pk[3 * op + 1] = rs->d[2].add, pk[3 * op + 2] = rs->d[3].add;
+    pk[3 * op] = off, pk[3 * op + 1] = hd[0].add, pk[3 * op + 2] = hd[1].add;
     taken[nt++] = r;
     bool seen = false; /* one Split serves all three; Slices are one each */
     for (int k = 0; k < nt - 1; k++) seen |= taken[k] == p;
@@ -170,17 +179,19 @@ static keel_status pack_at(keel_model *m, const keel_shapes *S, keel_graph *g, i
   if (pk[1] != pk[4] || pk[4] != pk[7] || pk[2] != pk[5]) return KEEL_OK; /* Hq = Hkv, Dq = Dk */
   keel_arena *ar = m->arena;
   const char **ins = keel_arena_array(ar, (size_t)a->n_in, sizeof(char *));
-  keel_attr *attrs = keel_arena_array(ar, (size_t)a->n_attr + 1, sizeof(keel_attr));
+  keel_attr *attrs = keel_arena_array(ar, (size_t)a->n_attr + 2, sizeof(keel_attr));
   int64_t *vals = keel_arena_array(ar, 11, sizeof(int64_t));
   if (!ins || !attrs || !vals) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "attention-qkv");
   for (int32_t k = 0; k < a->n_in; k++) ins[k] = k < 3 ? x : a->in_names[k];
   memcpy(vals, pk, sizeof pk);
   memcpy(attrs, a->attrs, sizeof(keel_attr) * (size_t)a->n_attr);
   attrs[a->n_attr] = (keel_attr){.name = "packed", .type = KEEL_ATTR_INTS, .n = 11, .ints = vals};
+  if (rank == 3) /* Y stays of rank 3 as the operands were */
+    attrs[a->n_attr + 1] = (keel_attr){.name = "y_rank", .type = KEEL_ATTR_INT, .i = 3};
   /* the labels first: keel_ir_fuse_label reads the taken nodes */
   for (int k = 0; k < nt; k++) KEEL_TRY(keel_ir_fuse_label(ar, a, &g->nodes[taken[k]]));
   a->in_names = ins, a->in = NULL;
-  a->attrs = attrs, a->n_attr++;
+  a->attrs = attrs, a->n_attr += rank == 3 ? 2 : 1;
   *any = true;
   return KEEL_OK;
 }

@@ -22,7 +22,8 @@
  * (not Kt), Y written as [B, S, H, D]; they are read by strides.
  * Attribute packed (11 ints, the attention-qkv pass's: fa_packed below):
  * q, k and v are column ranges of one projection output given in all
- * three slots.
+ * three slots; with y_rank = 3 (the rank-3 form's, one batch) Y is of
+ * rank 3.
  *
  * The op reads its operands and attributes into the attention core
  * (attention.h), which runs it: broadcast dims as 0 strides, Kt as K
@@ -212,7 +213,8 @@ keel_status keel_fa_plan(keel_kctx *k, keel_sdpa *sp, keel_tensor **yp, int *kin
   keel_tensor *y;
   bool ybshd = (layout & FA_L_Y) != 0;
   int64_t ys[4] = {s.B, ybshd ? s.Sq : s.Hq, ybshd ? s.Hq : s.Sq, s.Dv};
-  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, r3 ? 3 : 4, r3 ? ys + 1 : ys, &y));
+  bool y3 = r3 || (pk && keel_k_attr_i(k, "y_rank", 4) == 3 && s.B == 1);
+  KEEL_TRY(keel_k_out(k, 0, KEEL_FLOAT, y3 ? 3 : 4, y3 ? ys + 1 : ys, &y));
   s.y = y->data;
   s.y_sb = s.Sq * s.Hq * s.Dv, s.y_sh = ybshd ? s.Dv : s.Sq * s.Dv, s.y_ss = dims_of(ys, ybshd).ss;
   *sp = s, *yp = y, *kind_out = kind;
