@@ -11,33 +11,14 @@
  *     keys, fills -inf and finite, fully masked rows (NaN), NaN scores.
  * Whole FusedAttention sessions on the GPU are test_device_attn's (run
  * with KEEL_TEST_DEVICE=cuda:0 by tools/gpu_check.sh). ctest label `gpu`;
- * without a GPU it says so and exits 77 (skipped). */
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "check.h"
-#include "device/cuda.h"
+ * without a GPU it says so and exits 77 (skipped). The pair of devices and
+ * heaps are tests/gpupair.h's; the comparison here is its own (absolute
+ * and relative bounds, infinities, the worst error printed). */
 #include "device/dev_attn.h"
-#include "device/device.h"
-#include "mem/alloc.h"
+#include "gpupair.h"
 
-static keel_device *g_d[2]; /* 0: the GPU, 1: the emulated device */
-static keel_heap *g_h[2];
-
-static unsigned g_seed = 2024;
-static float frand(float lo, float hi) {
-  g_seed = g_seed * 1103515245u + 12345u;
-  return lo + (hi - lo) * (float)((g_seed >> 8) & 0xffff) / 65536.0f;
-}
-
-static keel_block *put(int s, const void *src, size_t n) {
-  keel_block *b = keel_heap_alloc(g_h[s], n ? n : 4, (keel_owner){0, 0});
-  CHECK(b != NULL);
-  if (b && src && n) CHECK_OK(keel_device_to_device(g_d[s], b->ptr, src, n));
-  return b;
-}
+/* gpupair.h's source, in [lo, hi) */
+static float urand(float lo, float hi) { return lo + (hi - lo) * (frand() + 1.0f) * 0.5f; }
 
 /* The two sides' n floats agree: |a - b| <= atol + rtol |b|, NaN where
  * the other is NaN, infinities equal. Returns the worst relative error
@@ -82,7 +63,7 @@ static void unary_ops(void) {
   float *x = malloc(sizeof(float) * N);
   for (int op = 0; op < KEEL_DEV_UNOP_COUNT; op++) {
     bool positive = op == KEEL_DEV_SQRT || op == KEEL_DEV_LOG;
-    for (int i = 0; i < N; i++) x[i] = positive ? frand(1e-3f, 50.0f) : frand(-20.0f, 20.0f);
+    for (int i = 0; i < N; i++) x[i] = positive ? urand(1e-3f, 50.0f) : urand(-20.0f, 20.0f);
     for (size_t i = 0; i < sizeof edges / sizeof *edges; i++) x[i] = positive ? fabsf(edges[i]) : edges[i];
     float a = 0, b = 0;
     if (op == KEEL_DEV_LEAKY || op == KEEL_DEV_ELU) a = 0.3f;
@@ -112,10 +93,10 @@ static void masked_softmax(void) {
     float *s = malloc(sizeof(float) * (size_t)n), *madd = malloc(sizeof(float) * (size_t)n);
     uint8_t *mc = malloc((size_t)n);
     for (int64_t i = 0; i < n; i++) {
-      s[i] = frand(-8.0f, 8.0f);
+      s[i] = urand(-8.0f, 8.0f);
       int64_t row = i / Skv % Sq, j = i % Skv;
-      madd[i] = row == 2 ? -INFINITY : j % 4 == 1 ? -INFINITY : frand(-2.0f, 2.0f);
-      mc[i] = row == 3 ? 1 : (uint8_t)(frand(0, 1) < 0.3f);
+      madd[i] = row == 2 ? -INFINITY : j % 4 == 1 ? -INFINITY : urand(-2.0f, 2.0f);
+      mc[i] = row == 3 ? 1 : (uint8_t)(urand(0, 1) < 0.3f);
     }
     if (Skv > 3) s[Skv + 2] = NAN; /* row 1 of head 0: NaN */
     for (int kind = 0; kind < 4; kind++)
@@ -144,26 +125,11 @@ static void masked_softmax(void) {
 }
 
 int main(void) {
-  if (!keel_cuda_count()) {
-    fprintf(stderr, "no GPU here (%s): skipped\n", keel_last_error());
-    if (check_report()) return 1;
-    return 77;
-  }
-  CHECK_OK(keel_device_open(KEEL_DEVICE_CUDA, 0, &g_d[0]));
-  CHECK_OK(keel_device_open(KEEL_DEVICE_EMU, 0, &g_d[1]));
-  if (!g_d[0] || !g_d[1]) return check_report();
-  for (int s = 0; s < 2; s++) {
-    g_h[s] = keel_heap_create_on(0, keel_device_provider(g_d[s]));
-    CHECK(g_h[s] && g_d[s]->attn);
-  }
+  g_seed = 2024;
+  int rc = gpupair_open();
+  if (rc) return rc;
+  for (int s = 0; s < 2; s++) CHECK(g_d[s]->attn != NULL);
   unary_ops();
   masked_softmax();
-  for (int s = 0; s < 2; s++) {
-    CHECK_OK(keel_device_sync(g_d[s]));
-    CHECK(keel_heap_allocated(g_h[s]) == 0);
-    keel_heap_release(g_h[s]);
-    keel_device_close(g_d[s]);
-  }
-  CHECK(keel_process_device_bytes() == 0);
-  return check_report();
+  return gpupair_close();
 }

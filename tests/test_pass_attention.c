@@ -71,16 +71,22 @@ static void fill(void) {
     for (int j = 0; j < S; j++) g_mask[b * S + j] = j >= S - 5 - 3 * b ? -10000.0f : 0.0f;
 }
 
-/* q, k, v [B, S, E] -> [B, H, S, D] (k as [B, H, D, S]). */
-static void heads(mb_graph *g) {
-  int64_t shp[4] = {B, S, H, D};
-  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){4}, shp);
+/* q, k, v -> [B, H, S, D] (k as [B, H, D, S]) by Reshape to the shape
+ * "shp" the caller made, then Transposes. */
+static void heads_by(mb_graph *g) {
   mb_add(g, "Reshape", "q,shp", "q3");
   mb_add(g, "Reshape", "k,shp", "k3");
   mb_add(g, "Reshape", "v,shp", "v3");
   mb_attr_ints(mb_add(g, "Transpose", "q3", "Q4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
   mb_attr_ints(mb_add(g, "Transpose", "k3", "Kt"), "perm", 4, (int64_t[]){0, 2, 3, 1});
   mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+}
+
+/* q, k, v [B, S, E] -> [B, H, S, D] (k as [B, H, D, S]). */
+static void heads(mb_graph *g) {
+  int64_t shp[4] = {B, S, H, D};
+  mb_init(g, "shp", KEEL_INT64, 1, (int64_t[]){4}, shp);
+  heads_by(g);
 }
 
 /* PyTorch's dynamo exporter (torchlib's scaled_dot_product_attention,
@@ -461,12 +467,7 @@ static mb_graph *qkv_model(int form) {
     mb_init(g, "sizes", KEEL_INT64, 1, (int64_t[]){3}, sizes);
     mb_attr_i(mb_add(g, "Split", form == Q_SPLIT_EQUAL_ZERO ? "x" : "x,sizes", "q,k,v"), "axis", 2);
   }
-  mb_add(g, "Reshape", "q,shp", "q3");
-  mb_add(g, "Reshape", "k,shp", "k3");
-  mb_add(g, "Reshape", "v,shp", "v3");
-  mb_attr_ints(mb_add(g, "Transpose", "q3", "Q4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
-  mb_attr_ints(mb_add(g, "Transpose", "k3", "Kt"), "perm", 4, (int64_t[]){0, 2, 3, 1});
-  mb_attr_ints(mb_add(g, "Transpose", "v3", "V4"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+  heads_by(g);
   mb_add(g, "MatMul", "Q4,Kt", "s");
   mb_add(g, "Mul", "s,c", "x2");
   mb_attr_i(mb_add(g, "Softmax", "x2", "p"), "axis", -1);

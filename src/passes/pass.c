@@ -88,6 +88,13 @@ int32_t keel_pass_direct_reads(const keel_graph *g, const char *name) {
   return n;
 }
 
+bool keel_pass_any_node(const keel_model *m, keel_node_pred pred) {
+  for (int32_t i = 0; i < m->n_graphs; i++)
+    for (int32_t j = 0; j < m->graphs[i]->n_nodes; j++)
+      if (pred(m, m->graphs[i], &m->graphs[i]->nodes[j])) return true;
+  return false;
+}
+
 bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, int n) {
   for (int k = 0; k < n; k++)
     if (drop[nodes[k]]) return true;

@@ -65,6 +65,11 @@ KEEL_INTERNAL bool keel_pass_op_in(const keel_node *n, const char *const *list);
  * also counts sub-graphs and graph outputs). */
 KEEL_INTERNAL int32_t keel_pass_direct_reads(const keel_graph *g, const char *name);
 
+/* Whether some node of some graph of m satisfies `pred`: a pass's quick
+ * test before it pays for shape inference. */
+typedef bool (*keel_node_pred)(const keel_model *m, const keel_graph *g, const keel_node *n);
+KEEL_INTERNAL bool keel_pass_any_node(const keel_model *m, keel_node_pred pred);
+
 /* Passes (one file each). */
 /* The training graph (pass_train.c): a no-op unless m->train is set. */
 KEEL_INTERNAL keel_status keel_pass_train(keel_model *m);

@@ -147,23 +147,17 @@ static keel_status graph_pass(keel_model *m, const keel_shapes *S, keel_graph *g
   return KEEL_OK;
 }
 
-/* Whether some graph has a FusedAttention whose additive mask comes from a
- * Trilu: the inference runs only then. */
-static bool worth_it(const keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++) {
-    const keel_graph *g = m->graphs[i];
-    for (int32_t j = 0; j < g->n_nodes; j++) {
-      const keel_node *n = &g->nodes[j];
-      if (!is_add_attention(n)) continue;
-      int32_t t = keel_ir_producer(g, n->in_names[3]);
-      if (t >= 0 && is_onnx(&g->nodes[t], "Trilu")) return true;
-    }
-  }
-  return false;
+/* A FusedAttention whose additive mask comes from a Trilu: the inference
+ * runs only where some node is one. */
+static bool worth_it(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  (void)m;
+  if (!is_add_attention(n)) return false;
+  int32_t t = keel_ir_producer(g, n->in_names[3]);
+  return t >= 0 && is_onnx(&g->nodes[t], "Trilu");
 }
 
 keel_status keel_pass_causal_mask(keel_model *m) {
-  if (!worth_it(m)) return KEEL_OK;
+  if (!keel_pass_any_node(m, worth_it)) return KEEL_OK;
   keel_shapes *S;
   KEEL_TRY(keel_shapes_infer_general(m, &S));
   keel_status st = KEEL_OK;

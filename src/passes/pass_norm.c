@@ -79,19 +79,15 @@ static keel_status fold_identity_graph(keel_model *m, const keel_shapes *S, keel
   return st;
 }
 
-/* Whether some node is a Cast: the type inference runs only then. */
-static bool has_cast(const keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++)
-    for (int32_t j = 0; j < m->graphs[i]->n_nodes; j++) {
-      const keel_node *n = &m->graphs[i]->nodes[j];
-      if (!n->domain[0] && !strcmp(n->op_type, "Cast")) return true;
-    }
-  return false;
+/* A Cast: the type inference runs only where some node is one. */
+static bool is_cast(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  (void)m, (void)g;
+  return !n->domain[0] && !strcmp(n->op_type, "Cast");
 }
 
 keel_status keel_pass_fold_identity(keel_model *m) {
   keel_shapes *S = NULL;
-  if (has_cast(m)) KEEL_TRY(keel_shapes_infer_general(m, &S));
+  if (keel_pass_any_node(m, is_cast)) KEEL_TRY(keel_shapes_infer_general(m, &S));
   keel_status st = KEEL_OK;
   for (int32_t i = 0; i < m->n_graphs && !st; i++) st = fold_identity_graph(m, S, m->graphs[i]);
   if (S) keel_shapes_free(S);

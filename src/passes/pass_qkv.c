@@ -196,15 +196,13 @@ static keel_status pack_at(keel_model *m, const keel_shapes *S, keel_graph *g, i
   return KEEL_OK;
 }
 
-static bool worth_it(const keel_model *m) {
-  for (int32_t i = 0; i < m->n_graphs; i++)
-    for (int32_t j = 0; j < m->graphs[i]->n_nodes; j++)
-      if (is_candidate(&m->graphs[i]->nodes[j])) return true;
-  return false;
+static bool worth_it(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  (void)m, (void)g;
+  return is_candidate(n);
 }
 
 keel_status keel_pass_attention_qkv(keel_model *m) {
-  if (!worth_it(m)) return KEEL_OK;
+  if (!keel_pass_any_node(m, worth_it)) return KEEL_OK;
   keel_shapes *S;
   KEEL_TRY(keel_shapes_infer_general(m, &S));
   keel_status st = KEEL_OK;

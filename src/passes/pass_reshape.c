@@ -170,22 +170,15 @@ static keel_status fold_known(keel_model *m, const keel_shapes *S, keel_graph *g
 
 /* Quick test before paying for the inference: a Reshape whose shape is
  * not a constant, or a Shape node. */
-static bool worth_it(const keel_model *m) {
-  for (int32_t gi = 0; gi < m->n_graphs; gi++) {
-    const keel_graph *g = m->graphs[gi];
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-      const keel_node *n = &g->nodes[i];
-      if (!n->domain[0] && !strcmp(n->op_type, "Reshape") && n->n_in == 2 &&
-          n->in_names[1][0] && keel_ir_const_of(m, g, n->in_names[1]) < 0)
-        return true;
-      if (!n->domain[0] && !strcmp(n->op_type, "Shape")) return true;
-    }
-  }
-  return false;
+static bool worth_it(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  if (!n->domain[0] && !strcmp(n->op_type, "Reshape") && n->n_in == 2 && n->in_names[1][0] &&
+      keel_ir_const_of(m, g, n->in_names[1]) < 0)
+    return true;
+  return !n->domain[0] && !strcmp(n->op_type, "Shape");
 }
 
 keel_status keel_pass_canon_reshape(keel_model *m) {
-  if (!worth_it(m)) return KEEL_OK;
+  if (!keel_pass_any_node(m, worth_it)) return KEEL_OK;
   keel_shapes *S;
   KEEL_TRY(keel_shapes_infer_general(m, &S));
   keel_status st = KEEL_OK;

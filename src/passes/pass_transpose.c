@@ -176,21 +176,15 @@ static keel_status graph_pass(tp *P) {
 
 /* Quick test before paying for the inference: a Transpose read by a
  * Transpose or a Reshape somewhere. */
-static bool worth_it(const keel_model *m) {
-  for (int32_t gi = 0; gi < m->n_graphs; gi++) {
-    const keel_graph *g = m->graphs[gi];
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-      const keel_node *n = &g->nodes[i];
-      if (n->n_in < 1 || n->domain[0] || (strcmp(n->op_type, "Transpose") && strcmp(n->op_type, "Reshape")))
-        continue;
-      if (prod_op(g, n->in_names[0], "Transpose", 1) >= 0) return true;
-    }
-  }
-  return false;
+static bool worth_it(const keel_model *m, const keel_graph *g, const keel_node *n) {
+  (void)m;
+  if (n->n_in < 1 || n->domain[0] || (strcmp(n->op_type, "Transpose") && strcmp(n->op_type, "Reshape")))
+    return false;
+  return prod_op(g, n->in_names[0], "Transpose", 1) >= 0;
 }
 
 keel_status keel_pass_canon_transpose(keel_model *m) {
-  if (!worth_it(m)) return KEEL_OK;
+  if (!keel_pass_any_node(m, worth_it)) return KEEL_OK;
   keel_shapes *S;
   KEEL_TRY(keel_shapes_infer(m, &S));
   tp P = {m, NULL, S, NULL, 0};
