@@ -10,7 +10,7 @@
  * NaNs (with payloads), signed zeros and infinities included; averages
  * within 1e-6 relative. Cases: kernels 1..7, strides 1..3, dilations 1..2,
  * symmetric and asymmetric pads, ceil_mode, count_include_pad,
- * SAME_UPPER / SAME_LOWER / VALID, channel counts 1, 3, 16, 17, 64, 100
+ * SAME_UPPER / SAME_LOWER / VALID, channel counts 1, 3, 16, 17, 24, 32, 48, 64, 100
  * (and past one global-pool chunk), batches 1 and 3, ResNet's 3x3/s2/p1
  * max pool on 112x112x64, odd H != W, then a seeded random sweep. Errors:
  * rank 3, float64 (UNSUPPORTED naming the op), a second output, a wrong
@@ -250,7 +250,7 @@ static void kernels_strides(void) {
 }
 
 static void channels(void) {
-  static const int64_t cs[] = {1, 3, 16, 17, 64, 100};
+  static const int64_t cs[] = {1, 3, 16, 17, 24, 32, 48, 64, 100};
   for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
     for (int kind = P_MAX; kind <= P_GAVG; kind++) {
       pcase t = window(kind, i % 2 ? 3 : 1, cs[i], 15, 9, 3, 2, 1);
@@ -307,7 +307,7 @@ static void networks(void) {
 
 static void sweep(int count) {
   static const char *const modes[] = {NULL, NULL, NULL, "SAME_UPPER", "SAME_LOWER", "VALID"};
-  static const int64_t cs[] = {1, 3, 16, 17, 64, 100, 5, 40};
+  static const int64_t cs[] = {1, 3, 16, 17, 64, 100, 5, 40, 24, 32, 96};
   int done = 0;
   while (done < count) {
     pcase t = {0};

@@ -16,10 +16,11 @@
  * the inner loops are plain loops over c, which the compiler vectorizes.
  * Per output position the valid kernel rows and columns are worked out
  * once (the columns once per call, in a table), so no tap is
- * bounds-checked; then blocks of 64, 16, 8 and 4 channels run the whole
- * window with their sums in registers (nh_block: max as one vmaxps per
- * tap, with a fallback to the exact NaN rule for lanes that need it), and
- * the last C % 4 channels go tap by tap. Rows (image, output row) are spread over
+ * bounds-checked; then blocks of 64, 32, 16, 8 and 4 channels run the whole
+ * window in vector registers (nh_block64 .. nh_block4, GCC vector types:
+ * max as a compare and blend per tap; a row where some lane never rose
+ * above -inf is done again with the exact NaN rule), and the last C % 4
+ * channels go tap by tap. Rows (image, output row) are spread over
  * the session's pool; the global pools split (image, run of positions),
  * each run's partials combined after (nh_global_body). The bodies are compiled for AVX-512, AVX2 and baseline
  * x86-64 and picked at run time, as conv_fast.c does.
@@ -108,51 +109,102 @@ NH_INLINE void nh_div(float *restrict y, float d, int64_t C) {
   for (int64_t c = 0; c < C; c++) y[c] = y[c] / d;
 }
 
-/* The window of one output position over cb channels (a constant after
- * inlining: 64 or 16) with the sums in registers: the same taps in the
- * same order as the loops over C below, each read once, y written once.
+/* The window of one output position over a block of channels held in
+ * vector registers (GCC vector types, so each build below gets zmm, ymm
+ * or xmm code from the same source; plain float arrays of 16 were
+ * compiled to scalar code): the same taps in the same order as the exact
+ * loops, each read once, y written once. Blocks are 64, 32 or 16 channels
+ * (one to four 16-lane vectors), then 8 and 4.
  *
- * Max runs as one vmaxps per tap: acc = v > acc ? v : acc from -inf gives
- * pool.c's answer (the first of the largest non-NaN taps) wherever a tap
- * is above -inf. A lane left at -inf had only NaNs and -infs; there the
- * block is done again with the exact rule (NaN only when every tap is
- * NaN, then the last one), which real data never asks for. */
-#define NH_CB 64
-NH_INLINE void nh_block(int kind, int cb, float *restrict y, const float *restrict x0,
-                        int64_t nrow, int64_t ncol, int64_t rstep, int64_t cstep, float div) {
-  float acc[NH_CB];
+ * Max keeps acc = v > acc ? v : acc from -inf (a compare and a blend, or
+ * one vmaxps): pool.c's answer, the first of the largest non-NaN taps,
+ * wherever some tap is above -inf. A lane left at -inf had only NaNs and
+ * -infs; the row's low mask says so and the row is done again with the
+ * exact rule (NaN only when every tap is NaN, then the last one), which
+ * real data never asks for. */
+typedef float nh_f16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t nh_m16 __attribute__((vector_size(64)));
+typedef float nh_f8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef int32_t nh_m8 __attribute__((vector_size(32)));
+typedef float nh_f4 __attribute__((vector_size(16), aligned(4), may_alias));
+typedef int32_t nh_m4 __attribute__((vector_size(16)));
+
+/* The least of the row's maxima, by vector width: a lane at -inf means a
+ * window of NaNs and -infs (kept as a minimum, the same compare and blend
+ * as the max: a compare for -inf itself was compiled to scalar code). */
+typedef struct nh_low {
+  nh_f16 w16;
+  nh_f8 w8;
+  nh_f4 w4;
+} nh_low;
+
+#define NH_VBLOCK(NAME, VF, VM, LOW, NV, L)                                                   \
+  NH_INLINE void NAME(int kind, float *restrict y, const float *restrict x0, int64_t nrow,    \
+                      int64_t ncol, int64_t rstep, int64_t cstep, float div, nh_low *low) {   \
+    VF acc[NV];                                                                               \
+    if (kind == NH_MAX) {                                                                     \
+      for (int v = 0; v < NV; v++) acc[v] = (VF){0} - INFINITY;                               \
+      for (int64_t a = 0; a < nrow; a++)                                                      \
+        for (int64_t b = 0; b < ncol; b++) {                                                  \
+          const float *x = x0 + a * rstep + b * cstep;                                        \
+          for (int v = 0; v < NV; v++) {                                                      \
+            VF t = *(const VF *)(x + v * L);                                                  \
+            VM m = t > acc[v];                                                                \
+            acc[v] = (VF)(((VM)t & m) | ((VM)acc[v] & ~m));                                   \
+          }                                                                                   \
+        }                                                                                     \
+      for (int v = 0; v < NV; v++) {                                                          \
+        VM m = acc[v] < low->LOW;                                                             \
+        low->LOW = (VF)(((VM)acc[v] & m) | ((VM)low->LOW & ~m));                              \
+        *(VF *)(y + v * L) = acc[v];                                                          \
+      }                                                                                       \
+      return;                                                                                 \
+    }                                                                                         \
+    for (int v = 0; v < NV; v++) acc[v] = 0.0f + *(const VF *)(x0 + v * L);                  \
+    for (int64_t a = 0; a < nrow; a++)                                                        \
+      for (int64_t b = a == 0; b < ncol; b++) {                                               \
+        const float *x = x0 + a * rstep + b * cstep;                                          \
+        for (int v = 0; v < NV; v++) acc[v] += *(const VF *)(x + v * L);                      \
+      }                                                                                       \
+    for (int v = 0; v < NV; v++) *(VF *)(y + v * L) = acc[v] / div;                           \
+  }
+
+NH_VBLOCK(nh_block64, nh_f16, nh_m16, w16, 4, 16)
+NH_VBLOCK(nh_block32, nh_f16, nh_m16, w16, 2, 16)
+NH_VBLOCK(nh_block16, nh_f16, nh_m16, w16, 1, 16)
+NH_VBLOCK(nh_block8, nh_f8, nh_m8, w8, 1, 8)
+NH_VBLOCK(nh_block4, nh_f4, nh_m4, w4, 1, 4)
+
+NH_INLINE bool nh_any_low(const nh_low *l) {
+  bool any = false;
+  for (int i = 0; i < 16; i++) any |= l->w16[i] == -INFINITY;
+  for (int i = 0; i < 8; i++) any |= l->w8[i] == -INFINITY;
+  for (int i = 0; i < 4; i++) any |= l->w4[i] == -INFINITY;
+  return any;
+}
+
+/* Channels [c0, C) of one window, tap by tap with the exact rules: the
+ * last C % 4 channels, and whole rows the vector blocks left low. */
+NH_INLINE void nh_taps(int kind, float *restrict yt, const float *xt, int64_t ct, int64_t nrow,
+                       int64_t ncol, int64_t rstep, int64_t cstep, float div) {
   if (kind == NH_MAX) {
-    for (int c = 0; c < cb; c++) acc[c] = -INFINITY;
-    for (int64_t a = 0; a < nrow; a++)
-      for (int64_t b = 0; b < ncol; b++) {
-        const float *restrict x = x0 + a * rstep + b * cstep;
-        for (int c = 0; c < cb; c++) {
-          float v = x[c], m = acc[c];
-          acc[c] = v > m ? v : m;
-        }
-      }
-    int low = 0;
-    for (int c = 0; c < cb; c++) low |= acc[c] == -INFINITY;
-    if (low) {
-      for (int c = 0; c < cb; c++) acc[c] = x0[c];
-      for (int64_t a = 0; a < nrow; a++)
-        for (int64_t b = a == 0; b < ncol; b++) nh_max(acc, x0 + a * rstep + b * cstep, cb);
-    }
-    for (int c = 0; c < cb; c++) y[c] = acc[c];
+    nh_copy(yt, xt, ct);
+    for (int64_t b = 1; b < ncol; b++) nh_max(yt, xt + b * cstep, ct);
+    for (int64_t a = 1; a < nrow; a++)
+      for (int64_t b = 0; b < ncol; b++) nh_max(yt, xt + a * rstep + b * cstep, ct);
     return;
   }
-  for (int c = 0; c < cb; c++) acc[c] = 0.0f + x0[c];
-  for (int64_t a = 0; a < nrow; a++)
-    for (int64_t b = a == 0; b < ncol; b++) {
-      const float *restrict x = x0 + a * rstep + b * cstep;
-      for (int c = 0; c < cb; c++) acc[c] += x[c];
-    }
-  for (int c = 0; c < cb; c++) y[c] = acc[c] / div;
+  nh_first(yt, xt, ct);
+  for (int64_t b = 1; b < ncol; b++) nh_add(yt, xt + b * cstep, ct);
+  for (int64_t a = 1; a < nrow; a++)
+    for (int64_t b = 0; b < ncol; b++) nh_add(yt, xt + a * rstep + b * cstep, ct);
+  nh_div(yt, div, ct);
 }
 
 /* Output row oy of image n: every position reduces its window's taps in
- * pool.c's order (kernel rows, then columns). */
-NH_INLINE void nh_row_body(const nh_job *j, int64_t n, int64_t oy) {
+ * pool.c's order (kernel rows, then columns). exact: tap by tap for all
+ * channels (the max row again when a vector lane stayed at -inf). */
+NH_INLINE void nh_row_pass(const nh_job *j, int64_t n, int64_t oy, bool exact, nh_low *low) {
   const keel_win *w = &j->w;
   int64_t H = w->in[0], W = w->in[1], OW = w->out[1], C = j->C;
   int64_t rstep = w->d[0] * W * C, cstep = w->d[1] * C;
@@ -160,54 +212,46 @@ NH_INLINE void nh_row_body(const nh_job *j, int64_t n, int64_t oy) {
   int64_t nrow = r.k1 - r.k0;
   const float *xn = j->x + n * H * W * C;
   float *yr = j->y + (n * w->out[0] + oy) * OW * C;
+  int kind = j->kind;
   for (int64_t ox = 0; ox < OW; ox++) {
     const nh_span *cs = &j->cols[ox];
     float *restrict yo = yr + ox * C;
     int64_t ncol = cs->k1 - cs->k0;
     if (nrow == 0 || ncol == 0) { /* a window of padding only */
-      nh_fill(yo, j->kind == NH_MAX ? -INFINITY : 0.0f, C);
+      nh_fill(yo, kind == NH_MAX ? -INFINITY : 0.0f, C);
       continue;
     }
     const float *x0 = xn + ((r.i0 + r.k0 * w->d[0]) * W + cs->i0 + cs->k0 * w->d[1]) * C;
     float div = (float)(j->include_pad ? r.inside * cs->inside : nrow * ncol);
     int64_t c0 = 0;
-    if (j->kind == NH_MAX) {
-      for (; c0 + NH_CB <= C; c0 += NH_CB)
-        nh_block(NH_MAX, NH_CB, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 16 <= C; c0 += 16)
-        nh_block(NH_MAX, 16, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 8 <= C; c0 += 8) /* 24, 40, 56, 88, 120 channels... */
-        nh_block(NH_MAX, 8, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 4 <= C; c0 += 4) /* 116, 232, 464 (ShuffleNet) */
-        nh_block(NH_MAX, 4, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-    } else {
-      for (; c0 + NH_CB <= C; c0 += NH_CB)
-        nh_block(NH_AVG, NH_CB, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 16 <= C; c0 += 16)
-        nh_block(NH_AVG, 16, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 8 <= C; c0 += 8) /* 24, 40, 56, 88, 120 channels... */
-        nh_block(NH_AVG, 8, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
-      for (; c0 + 4 <= C; c0 += 4) /* 116, 232, 464 (ShuffleNet) */
-        nh_block(NH_AVG, 4, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div);
+    if (!exact) {
+      for (; c0 + 64 <= C; c0 += 64)
+        nh_block64(kind, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div, low);
+      if (c0 + 32 <= C) {
+        nh_block32(kind, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div, low);
+        c0 += 32;
+      }
+      if (c0 + 16 <= C) {
+        nh_block16(kind, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div, low);
+        c0 += 16;
+      }
+      if (c0 + 8 <= C) { /* 24, 40, 56, 88, 120 channels... */
+        nh_block8(kind, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div, low);
+        c0 += 8;
+      }
+      if (c0 + 4 <= C) { /* 116, 232, 464 (ShuffleNet) */
+        nh_block4(kind, yo + c0, x0 + c0, nrow, ncol, rstep, cstep, div, low);
+        c0 += 4;
+      }
     }
-    if (c0 == C) continue;
-    /* the last C % 4 channels (all of them when C < 4), tap by tap */
-    float *restrict yt = yo + c0;
-    const float *xt = x0 + c0;
-    int64_t ct = C - c0;
-    if (j->kind == NH_MAX) {
-      nh_copy(yt, xt, ct);
-      for (int64_t b = 1; b < ncol; b++) nh_max(yt, xt + b * cstep, ct);
-      for (int64_t a = 1; a < nrow; a++)
-        for (int64_t b = 0; b < ncol; b++) nh_max(yt, xt + a * rstep + b * cstep, ct);
-    } else {
-      nh_first(yt, xt, ct);
-      for (int64_t b = 1; b < ncol; b++) nh_add(yt, xt + b * cstep, ct);
-      for (int64_t a = 1; a < nrow; a++)
-        for (int64_t b = 0; b < ncol; b++) nh_add(yt, xt + a * rstep + b * cstep, ct);
-      nh_div(yt, div, ct);
-    }
+    if (c0 < C) nh_taps(kind, yo + c0, x0 + c0, C - c0, nrow, ncol, rstep, cstep, div);
   }
+}
+
+NH_INLINE void nh_row_body(const nh_job *j, int64_t n, int64_t oy) {
+  nh_low low = {(nh_f16){0} + INFINITY, (nh_f8){0} + INFINITY, (nh_f4){0} + INFINITY};
+  nh_row_pass(j, n, oy, false, &low);
+  if (j->kind == NH_MAX && nh_any_low(&low)) nh_row_pass(j, n, oy, true, &low);
 }
 
 /* Rows [b, e) of N * OH. */
