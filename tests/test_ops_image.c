@@ -300,6 +300,38 @@ static void check_resize_random(void) {
   }
 }
 
+/* Nearest with the trailing axes unresized (an NHWC image's channels;
+ * the kernel copies one run per index of the last resized axis), with and
+ * without an identity roi on them (tf_crop_and_resize: extrapolated runs),
+ * in several element sizes, at 1-3 threads. */
+static void check_resize_channels_last(void) {
+  static const int types[] = {KEEL_FLOAT, KEEL_UINT8, KEEL_INT64, KEEL_FLOAT16};
+  for (int i = 0; i < 160; i++) {
+    rcase c;
+    random_rcase(&c);
+    c.mode = NEAREST, c.antialias = 0, c.exclude = 0, c.opset = 13;
+    if (c.ctm == SYMM) c.ctm = HALF;
+    c.rank = (int)rnd(2, 4);
+    int keep = (int)rnd(1, c.rank - 1); /* unresized trailing axes */
+    for (int d = 0; d < c.rank; d++) {
+      c.in[d] = rnd(1, d >= c.rank - keep ? 5 : 4);
+      if (d >= c.rank - keep) {
+        c.out[d] = c.in[d], c.scale[d] = 1.0;
+      } else {
+        do {
+          c.scale[d] = d == 0 && rnd(0, 1) ? 1.0 : SCALES[rnd(0, 9)];
+          c.out[d] = (int64_t)floor(c.scale[d] * (double)c.in[d]);
+        } while (c.out[d] == 0);
+      }
+      c.roi[d] = (double)(float)rndf(-0.3, 0.6);
+      c.roi[c.rank + d] = (double)(float)rndf(0.4, 1.3);
+      if (d >= c.rank - keep && rnd(0, 2)) c.roi[d] = 0, c.roi[c.rank + d] = 1;
+    }
+    c.sizes = 0;
+    check_resize(&c, types[i % 4], 0, 0);
+  }
+}
+
 /* Types: nearest moves any element; linear and cubic stage halves and
  * integers (rounded, saturated). */
 static void check_resize_types(void) {
@@ -1244,6 +1276,7 @@ static void check_resize_nearest_repeats(void) {
 
 int main(void) {
   check_resize_random();
+  check_resize_channels_last();
   check_resize_types();
   check_resize_fixed();
   check_resize_strings();

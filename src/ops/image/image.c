@@ -513,7 +513,31 @@ typedef struct rs_gctx {
   keel_tensor *y;
   int64_t blk[KEEL_MAX_RANK];  /* output elements per index of axis d  */
   uint8_t fill[16];            /* extrapolation_value as one element of y */
+  int run_axis;                /* the last resized axis when the axes after
+                                  it are all unresized (NHWC's C): one
+                                  contiguous run per index there; else -1 */
+  size_t es;                   /* bytes per element (run mode)            */
 } rs_gctx;
+
+/* Axis run_axis: each output index copies one contiguous run of blk
+ * elements (every axis after it unresized), or repeats the run just
+ * written, or fills it with extrapolation_value. */
+static void rs_runs(const rs_gctx *g, int64_t base, bool oob, int64_t yoff) {
+  int d = g->run_axis;
+  const rs_tab *t = &g->tabs[d];
+  size_t es = g->es, run = (size_t)g->blk[d] * es;
+  const uint8_t *x = g->x->data;
+  uint8_t *y = (uint8_t *)g->y->data + (size_t)yoff * es;
+  for (int64_t j = 0; j < g->p->out[d]; j++, y += run) {
+    if (j > 0 && t->idx[j] == t->idx[j - 1] && t->oob[j] == t->oob[j - 1]) {
+      memcpy(y, y - run, run);
+    } else if (oob || t->oob[j]) {
+      for (size_t b = 0; b < run; b += es) memcpy(y + b, g->fill, es);
+    } else {
+      memcpy(y, x + (size_t)(base + t->idx[j]) * es, run);
+    }
+  }
+}
 
 /* The output block at yoff for axis d onwards. An index that repeats the
  * previous one on its axis (upsampling) repeats the block just written:
@@ -522,6 +546,10 @@ typedef struct rs_gctx {
 static keel_status rs_gather_at(const rs_gctx *g, int d, int64_t base, bool oob, int64_t yoff) {
   const rs_tab *t = &g->tabs[d];
   int64_t row = g->p->out[g->p->rank - 1];
+  if (d == g->run_axis) {
+    rs_runs(g, base, oob, yoff);
+    return KEEL_OK;
+  }
   if (d == g->p->rank - 1) return rs_copy_row(g->x, g->y, t, yoff / row, row, base, oob, g->fill);
   for (int64_t j = 0; j < g->p->out[d]; j++, yoff += g->blk[d]) {
     if (j > 0 && t->idx[j] == t->idx[j - 1] && t->oob[j] == t->oob[j - 1])
@@ -559,9 +587,22 @@ static keel_status rs_gather(keel_kctx *k, const rs_plan *p, rs_tab *tabs, const
     ob *= p->out[d];
   }
   keel_elem_set_f64(y->dtype, g.fill, 0, p->extrap);
+  /* Unresized trailing axes (channels of an NHWC image) make every index
+   * of the last resized axis one contiguous run: copied whole instead of
+   * element by element. */
+  int lead = r;
+  while (lead > 0 && tabs[lead - 1].identity) lead--;
+  g.run_axis = lead < r && y->dtype != KEEL_STRING ? lead - 1 : -1;
+  g.es = keel_dtype_size((keel_dtype)y->dtype);
+  if (g.run_axis < 0 && lead == 0 && y->dtype != KEEL_STRING) { /* nothing resized */
+    int64_t n = keel_tensor_numel(y);
+    if (n) memcpy(y->data, x->data, (size_t)n * g.es);
+    return KEEL_OK;
+  }
   /* rank 3 or more: the blocks of the first two axes on the pool (tasks of
    * at least ~16K elements), strings excepted (their copies allocate) */
-  if (r < 3 || y->dtype == KEEL_STRING) return rs_gather_at(&g, 0, 0, false, 0);
+  if (r < 3 || y->dtype == KEEL_STRING || (g.run_axis >= 0 && g.run_axis < 2))
+    return rs_gather_at(&g, 0, 0, false, 0);
   int64_t tasks = p->out[0] * p->out[1];
   return keel_pool_for(k->pool, tasks, KEEL_MAX(1, 16384 / KEEL_MAX(g.blk[1], 1)), rs_gather_planes,
                        &g);
