@@ -684,6 +684,93 @@ static void sweep(int count) {
   }
 }
 
+/* Reduce* after a conv chain: the layout pass moves it onto the NHWC
+ * tensor (its axes permuted: attribute or constant input), with the
+ * to_nchw Transpose after it for keepdims, none without (when C is
+ * reduced, or H and W both); keepdims 0 over H alone (the kept axes
+ * would change order) and axes that are not constant stay on NCHW. Each
+ * against the model run without passes on the reference kernels, at 1
+ * and 2 threads; "moved": no NCHW copy of the conv's output is left. */
+typedef struct red_case {
+  const char *op;
+  int opset, n_axes;
+  int64_t axes[4];
+  bool as_input, keep, moves;
+} red_case;
+
+static keel_value_t *red_run(const red_case *t, const float *x, const float *w, unsigned flags,
+                             int threads, bool *nchw_left) {
+  mb_graph *g = mb_graph_new("main");
+  mb_input(g, "x", KEEL_FLOAT, 4, (int64_t[]){2, 5, 9, 7});
+  mb_init(g, "w", KEEL_FLOAT, 4, (int64_t[]){24, 5, 3, 3}, w);
+  mb_attr_ints(mb_add(g, "Conv", "x,w", "c"), "pads", 4, (int64_t[]){1, 1, 1, 1});
+  mb_add(g, "Relu", "c", "relu_out");
+  mb_node *r;
+  if (t->as_input) {
+    if (t->n_axes >= 0) mb_init(g, "axes", KEEL_INT64, 1, (int64_t[]){t->n_axes}, t->axes);
+    else mb_input(g, "axes", KEEL_INT64, 1, (int64_t[]){2}); /* not a constant */
+    r = mb_add(g, t->op, "relu_out,axes", "y");
+  } else {
+    r = mb_add(g, t->op, "relu_out", "y");
+    if (t->n_axes > 0) mb_attr_ints(r, "axes", t->n_axes, t->axes);
+  }
+  mb_attr_i(r, "keepdims", t->keep);
+  mb_output(g, "y", KEEL_FLOAT, -1, NULL);
+  keel_options o = {.size = sizeof o, .flags = flags, .threads = threads};
+  keel_session_t *s = mb_session_opts(g, t->opset, &o);
+  if (!s) return NULL;
+  char *d = NULL;
+  CHECK_OK(keel_session_describe(s, KEEL_DESCRIBE_SHAPES, &d));
+  *nchw_left = d && strstr(d, " relu_out ") != NULL;
+  keel_free(d);
+  keel_value_t *in[2] = {mb_tensor(s, KEEL_FLOAT, 4, (int64_t[]){2, 5, 9, 7}, x), NULL};
+  if (t->n_axes < 0) in[1] = mb_tensor(s, KEEL_INT64, 1, (int64_t[]){2}, (int64_t[]){2, 3});
+  keel_value_t *out[1] = {0};
+  CHECK_OK(keel_run(s, (const char *[]){"x", "axes"}, in, t->n_axes < 0 ? 2 : 1, out));
+  keel_value_release(in[0]);
+  keel_value_release(in[1]);
+  keel_session_destroy(s);
+  return out[0];
+}
+
+static void reductions(void) {
+  static const red_case cases[] = {
+      {"ReduceMean", 13, 2, {2, 3}, false, false, true},  /* a global mean (tf2onnx, PyTorch) */
+      {"ReduceMean", 13, 2, {-1, -2}, false, true, true}, /* keepdims: a Transpose after      */
+      {"ReduceMean", 18, 2, {2, 3}, true, false, true},   /* axes as an input                 */
+      {"ReduceSum", 13, 1, {1}, true, false, true},       /* C: (N, H, W) either way          */
+      {"ReduceMax", 13, 3, {1, 2, 3}, false, false, true},
+      {"ReduceL2", 13, 1, {3}, false, true, true},
+      {"ReduceLogSumExp", 13, 0, {0}, false, false, true}, /* every axis                      */
+      {"ReduceMin", 13, 1, {2}, false, false, false},     /* (N, C, W) != (N, W, C): stays    */
+      {"ReduceSum", 13, 1, {0}, true, false, false},      /* N: (C, H, W) != (H, W, C)        */
+      {"ReduceMean", 18, -1, {0}, true, false, false},    /* axes not constant                */
+  };
+  float *x = malloc(sizeof(float) * 2 * 5 * 9 * 7), *w = malloc(sizeof(float) * 24 * 5 * 9);
+  for (int i = 0; i < 2 * 5 * 9 * 7; i++) x[i] = rnd();
+  for (int i = 0; i < 24 * 5 * 9; i++) w[i] = rnd();
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const red_case *t = &cases[i];
+    bool left;
+    keel_value_t *ref = red_run(t, x, w, KEEL_OPT_NO_GRAPH_PASSES | KEEL_OPT_REFERENCE_KERNELS, 1, &left);
+    CHECK(ref != NULL);
+    for (int threads = 1; threads <= 2 && ref; threads++) {
+      keel_value_t *got = red_run(t, x, w, 0, threads, &left);
+      double worst = got ? worst_of(ref, got, 1e-5) : INFINITY;
+      /* without oneDNN the pass leaves these convs NCHW: nothing moves */
+      bool want_left = !g_dnnl || !t->moves;
+      if (!(worst <= 1) || left != want_left)
+        fprintf(stderr, "%s case %zu (%d threads): worst %g of the tolerance, NCHW copy %s\n", t->op,
+                i, threads, worst, left ? "left" : "gone");
+      CHECK(worst <= 1);
+      CHECK(left == want_left);
+      keel_value_release(got);
+    }
+    keel_value_release(ref);
+  }
+  free(x), free(w);
+}
+
 int main(void) {
   g_dnnl = have_dnnl();
   fprintf(stderr, "oneDNN NhwcConv: %s\n", g_dnnl ? "bound" : "not available (plain graph both sides)");
@@ -773,6 +860,7 @@ int main(void) {
   gemv_then_shapes();
   residual_order();
   shared_primitives();
+  reductions();
   sweep(150);
   fprintf(stderr, "%d conv cases\n", g_cases);
   /* last: their random draws leave the other cases' data as it was */

@@ -14,7 +14,9 @@
  *      other operands being NHWC too, or constants, which get an NHWC
  *      copy), Concat (its axis moves), Resize (its scales, sizes and roi
  *      move), MaxPool / AveragePool / the global pools (their NHWC kernels,
- *      ops/nn/pool/pool_nhwc.c). A sunk Transpose that meets its inverse vanishes
+ *      ops/nn/pool/pool_nhwc.c), Reduce* with constant axes (the axes
+ *      move; without keepdims the output is the same tensor when C is
+ *      reduced or H and W both are: no Transpose after). A sunk Transpose that meets its inverse vanishes
  *      with it, so between two convs nothing is transposed; what remains
  *      is one Transpose into a chain and one out of it (a Transpose that
  *      only moves size-1 dims, after a global pool, is a view at run time);
@@ -268,6 +270,64 @@ static const char *permuted_const(lay *L, const char *name) {
 
 static int64_t norm_axis(int64_t a) { return a < 0 ? a + 4 : a; }
 
+static const char *const REDUCE_OPS[] = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                                         "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                                         "ReduceLogSumExp", "ReduceSumSquare", NULL};
+
+/* A Reduce* node r reading y = to_nchw(x) as its data: the same reduction
+ * of x over the NHWC positions of its axes (a constant input or the
+ * attribute), which fills ins (axes input) or *attrs (attribute). *back:
+ * the output needs the to_nchw Transpose (keepdims); without keepdims the
+ * output is the same tensor when the kept axes keep their order (C
+ * reduced, or H and W both): otherwise, and for axes that are not
+ * constant, *ok stays false. */
+static keel_status reduce_nhwc(lay *L, const keel_node *r, const char **ins, keel_attr **attrs,
+                               bool *back, bool *ok) {
+  *ok = false;
+  bool from_input = r->n_in > 1 && r->in_names[1][0];
+  const keel_attr *ax = keel_node_attr(r, "axes");
+  const int64_t *axes = NULL;
+  int64_t n = 0;
+  if (from_input) {
+    int32_t c = keel_ir_const_of(L->m, L->g, r->in_names[1]);
+    if (c < 0) return KEEL_OK;
+    const keel_tensor *t = &L->m->consts[c];
+    if (t->dtype != KEEL_INT64 || t->rank != 1 || !t->data) return KEEL_OK;
+    axes = t->data, n = t->shape[0];
+  } else if (ax) {
+    if (ax->type != KEEL_ATTR_INTS) return KEEL_OK;
+    axes = ax->ints, n = ax->n;
+  }
+  const keel_attr *noop = keel_node_attr(r, "noop_with_empty_axes");
+  if (n == 0 && noop && noop->i) return KEEL_OK;
+  bool mask[4] = {n == 0, n == 0, n == 0, n == 0};
+  for (int64_t i = 0; i < n; i++) {
+    int64_t a = norm_axis(axes[i]);
+    if (a < 0 || a > 3 || mask[a]) return KEEL_OK;
+    mask[a] = true;
+  }
+  const keel_attr *kd = keel_node_attr(r, "keepdims");
+  *back = !kd || kd->i;
+  if (!*back && !mask[1] && !(mask[2] && mask[3])) return KEEL_OK;
+  int64_t *nv = keel_arena_array(L->m->arena, 4, sizeof(int64_t));
+  if (!nv) return oom(L);
+  int64_t k = 0;
+  for (int a = 0; a < 4; a++) /* NHWC axis a holds NCHW axis TO_NHWC[a] */
+    if (mask[TO_NHWC[a]] && n) nv[k++] = a;
+  if (from_input) {
+    keel_tensor t = {.dtype = KEEL_INT64, .rank = 1, .shape = {k}, .data = nv};
+    const char *nm = fresh_name(L, r->in_names[1], "nhwc");
+    if (!nm) return oom(L);
+    KEEL_TRY(keel_ir_add_const(L->m, L->g, nm, &t, NULL));
+    ins[1] = nm;
+  } else if (ax) {
+    if (!(*attrs = attrs_plus(L, r, 0))) return oom(L);
+    (*attrs)[ax - r->attrs].ints = nv;
+  }
+  *ok = true;
+  return KEEL_OK;
+}
+
 /* Moves transpose t (x -> y) below reader r: r then reads NHWC and a new
  * to_nchw transpose writes r's old output. False when r cannot move. */
 static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
@@ -281,6 +341,7 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
   const char *op = r->op_type, *domain = r->domain;
   keel_attr *attrs = NULL;
   int n_attr = r->n_attr;
+  bool back = true; /* r's output goes back to NCHW through a Transpose */
   if (keel_pass_op_in(r, keel_pass_unary_ops)) {
     if (strcmp(r->in_names[0], y)) return KEEL_OK;
     ins[0] = x;
@@ -304,6 +365,12 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
     ins[0] = x;
     for (int32_t k = 1; k < r->n_in; k++)
       if (!(ins[k] = permuted_const(L, r->in_names[k]))) return KEEL_OK;
+  } else if (keel_pass_op_in(r, REDUCE_OPS) && !strcmp(r->in_names[0], y)) {
+    bool ok;
+    for (int32_t k = 0; k < r->n_in; k++) ins[k] = r->in_names[k];
+    ins[0] = x;
+    KEEL_TRY(reduce_nhwc(L, r, ins, &attrs, &back, &ok));
+    if (!ok) return KEEL_OK;
   } else if (!domain[0] && !strcmp(r->in_names[0], y) && r->n_in == 1 &&
              (!strcmp(op, "MaxPool") || !strcmp(op, "AveragePool") ||
               !strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool"))) {
@@ -318,6 +385,12 @@ static keel_status sink_into(lay *L, int32_t ti, int32_t ri, bool *moved) {
                                           : "NhwcGlobalAveragePool";
     domain = KEEL_NHWC_DOMAIN;
   } else {
+    return KEEL_OK;
+  }
+  if (!back) { /* the same tensor: r keeps its output */
+    r->in_names = ins;
+    if (attrs) r->attrs = attrs;
+    *moved = true;
     return KEEL_OK;
   }
   const char *old_out = r->out_names[0];

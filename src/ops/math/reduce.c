@@ -266,8 +266,36 @@ typedef struct redop {
   int axes_input_since; /* opset from which axes is an input, not an attr */
 } redop;
 
-static const redop OP_SUM = {"ReduceSum", ALL_TAB(sum), 13};
-static const redop OP_MEAN = {"ReduceMean", ALL_TAB(mean), 18};
+/* float32 Sum and Mean folding whole rows (inner > 1: the mean over H and
+ * W of an NHWC tensor): sum_f32_vec's double adds in the same order, in
+ * AVX-512 or AVX2 code where the CPU has it (the baseline build converts
+ * two floats at a time). */
+#define SUMF_BODY                                                    \
+  {                                                                  \
+    double *restrict ac = acc;                                       \
+    const float *restrict s = src;                                   \
+    (void)sh;                                                        \
+    for (int64_t i = 0; i < n; i++) ac[i] += (double)s[i];           \
+  }
+__attribute__((target("avx512f"))) static void sumf_vec_avx512(void *acc, const void *src,
+                                                               int64_t n, const double *sh)
+    SUMF_BODY
+__attribute__((target("avx2"))) static void sumf_vec_avx2(void *acc, const void *src, int64_t n,
+                                                          const double *sh) SUMF_BODY
+#define SUMF_VEC(op)                                                                     \
+  static void op##_f32_fast(void *acc, const void *src, int64_t n, const double *sh) {    \
+    if (__builtin_cpu_supports("avx512f")) sumf_vec_avx512(acc, src, n, sh);              \
+    else if (__builtin_cpu_supports("avx2")) sumf_vec_avx2(acc, src, n, sh);              \
+    else op##_f32_vec(acc, src, n, sh);                                                   \
+  }
+SUMF_VEC(sum)
+SUMF_VEC(mean)
+#define SUMF_FNS(op) {op##_f32_init, op##_f32_fast, op##_f32_run, op##_f32_fin}
+
+static const redop OP_SUM = {
+    "ReduceSum", {[KEEL_FLOAT] = SUMF_FNS(sum), [KEEL_DOUBLE] = FNS(sum_f64), S_TAB(sum) U_TAB(sum)}, 13};
+static const redop OP_MEAN = {
+    "ReduceMean", {[KEEL_FLOAT] = SUMF_FNS(mean), [KEEL_DOUBLE] = FNS(mean_f64), S_TAB(mean) U_TAB(mean)}, 18};
 /* bool (opset 20) is max / min over uint8 0 / 1 */
 static const redop OP_MAX = {"ReduceMax", {F_TAB(max) S_TAB(max) U_TAB(max)[KEEL_BOOL] = FNS(max_u8)}, 18};
 static const redop OP_MIN = {"ReduceMin", {F_TAB(min) S_TAB(min) U_TAB(min)[KEEL_BOOL] = FNS(min_u8)}, 18};
