@@ -7,6 +7,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define VM_X86 1
+#include "ops/common/cpu/act512.h"
 #endif
 
 /* ================================================================ erf */
@@ -235,34 +236,10 @@ void keel_vm_sigmoid(const float *x, float *y, int64_t n) {
   })
 
 #ifdef VM_X86
-/* The Cephes polynomial of exp(r) for |r| <= ln2 / 2, 1 + r + r^2 P(r)
- * (SILU_SCALAR's and EXP_NEG_LOOP's), 16 lanes. */
-__attribute__((target("avx512f"))) static inline __m512 exp_poly512(__m512 r) {
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  return _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-}
-
 __attribute__((target("avx512f"))) static void silu_avx512(float *y, int64_t n) {
-  const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.0f);
-  const __m512 l2e = _mm512_set1_ps(1.44269504088896341f), c1 = _mm512_set1_ps(0.693359375f);
-  const __m512 c2 = _mm512_set1_ps(-2.12194440e-4f), one = _mm512_set1_ps(1.0f);
-  const __m512 two = _mm512_set1_ps(2.0f);
-  int64_t i = 0;
-  for (; i < n; i += 16) {
+  for (int64_t i = 0; i < n; i += 16) {
     __mmask16 k = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-    __m512 v = _mm512_maskz_loadu_ps(k, y + i);
-    __m512 c = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_sub_ps(_mm512_setzero_ps(), v)));
-    __m512 m = _mm512_roundscale_ps(_mm512_mul_ps(c, l2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(m, c2, _mm512_fnmadd_ps(m, c1, c));
-    __m512 e = _mm512_scalef_ps(exp_poly512(r), m);
-    __m512 d = _mm512_add_ps(one, e), rc = _mm512_rcp14_ps(d);
-    rc = _mm512_mul_ps(rc, _mm512_fnmadd_ps(d, rc, two));
-    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(v, rc));
+    _mm512_mask_storeu_ps(y + i, k, keel_silu512(_mm512_maskz_loadu_ps(k, y + i)));
   }
 }
 
@@ -569,7 +546,7 @@ V512 static inline __m512 exp_neg512(__m512 v) {
   __m512 m = _mm512_sub_ps(tt, magic);
   __m512 r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693359375f), c);
   r = _mm512_fnmadd_ps(m, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = exp_poly512(r);
+  __m512 p = keel_exp_poly512(r);
   __m512i e = _mm512_add_epi32(_mm512_cvttps_epi32(m), _mm512_set1_epi32(127));
   e = _mm512_slli_epi32(e, 23);
   __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
