@@ -69,7 +69,7 @@ typedef struct pw_job {
 
 /* PT pixels from p0 by block b (NV vectors; the last one's lanes past the
  * block's channels masked by `last`). CC: the input channels as a
- * constant (16, 32), or 0 for any count. With C a constant each pixel's
+ * constant (8, 16, 24, 32), or 0 for any count. With C a constant each pixel's
  * input is an immediate displacement from one pointer; with C in a
  * register the 16 pixels' offsets took 16 registers, and GCC kept some in
  * vector registers and on the stack, moved back for every channel (the
@@ -117,7 +117,9 @@ typedef struct pw_job {
   DEF_PW_TILE(12, 2, CC)  \
   DEF_PW_TILE(16, 1, CC)
 DEF_PW_TILES(0)
+DEF_PW_TILES(8)
 DEF_PW_TILES(16)
+DEF_PW_TILES(24)
 DEF_PW_TILES(32)
 DEF_PW_TILE(1, 4, 0)
 DEF_PW_TILE(1, 3, 0)
@@ -128,15 +130,15 @@ DEF_PW_TILE(1, 1, 0)
 
 typedef void (*pw_tile_fn)(const pw_job *, int, int64_t, __mmask16);
 
-/* The full tiles by vectors per block (1-4), for C = 16, 32 or any. */
+/* The full tiles by vectors per block (1-4), for C = 8, 16, 24, 32 (the
+ * counts mobile nets use most) or any. */
+#define PW_FULL(CC) {pw_tile_16_1_c##CC, pw_tile_12_2_c##CC, pw_tile_8_3_c##CC, pw_tile_6_4_c##CC}
 static const pw_tile_fn *pw_full(int64_t c) {
-  static const pw_tile_fn any[4] = {pw_tile_16_1_c0, pw_tile_12_2_c0, pw_tile_8_3_c0, pw_tile_6_4_c0};
-  static const pw_tile_fn c16[4] = {pw_tile_16_1_c16, pw_tile_12_2_c16, pw_tile_8_3_c16,
-                                    pw_tile_6_4_c16};
-  static const pw_tile_fn c32[4] = {pw_tile_16_1_c32, pw_tile_12_2_c32, pw_tile_8_3_c32,
-                                    pw_tile_6_4_c32};
-  return c == 16 ? c16 : c == 32 ? c32 : any;
+  static const pw_tile_fn tiles[5][4] = {PW_FULL(0), PW_FULL(8), PW_FULL(16), PW_FULL(24),
+                                         PW_FULL(32)};
+  return tiles[c % 8 == 0 && c <= 32 ? c / 8 : 0];
 }
+#undef PW_FULL
 
 /* Asks for Z's rows [r0, r1) of block b: the ones the same tile of the
  * next 48 pixels adds. Z comes from memory (ResNet-50's conv3 + Add on
