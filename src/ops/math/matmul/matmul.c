@@ -147,10 +147,20 @@ void keel_gemm_f64(keel_pool *pool, bool ta, bool tb, int64_t M, int64_t N, int6
 }
 
 void openblas_set_num_threads(int n);
+/* OpenBLAS's pthread build (Debian's default) starts its server threads
+ * when the library loads, and they spin in sched_yield for about 0.2 s
+ * before they sleep, although with one thread set they never get work
+ * (perf: a tenth of a 1-thread `keel bench` run's samples, all in its first
+ * 0.2 s, on a core keel's own workers want). Its exported shutdown joins
+ * them; the serial and OpenMP builds, and other BLASes, lack the symbol
+ * (weak: NULL then). */
+void blas_thread_shutdown_(void) __attribute__((weak));
 
 void keel_blas_init(void) {
   static atomic_flag done = ATOMIC_FLAG_INIT;
-  if (!atomic_flag_test_and_set(&done)) openblas_set_num_threads(1);
+  if (atomic_flag_test_and_set(&done)) return;
+  openblas_set_num_threads(1);
+  if (blas_thread_shutdown_) blas_thread_shutdown_();
 }
 
 /* i-k-j order so the inner loop streams a row of B into a row of C (it
