@@ -152,8 +152,9 @@ void openblas_set_num_threads(int n);
  * before they sleep, although with one thread set they never get work
  * (perf: a tenth of a 1-thread `keel bench` run's samples, all in its first
  * 0.2 s, on a core keel's own workers want). Its exported shutdown joins
- * them; the serial and OpenMP builds, and other BLASes, lack the symbol
- * (weak: NULL then). */
+ * them (the OpenMP build's frees its per-thread buffers, made again if
+ * ever needed); the serial build and other BLASes lack the symbol (weak:
+ * NULL then). */
 void blas_thread_shutdown_(void) __attribute__((weak));
 
 void keel_blas_init(void) {
