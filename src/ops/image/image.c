@@ -590,15 +590,10 @@ static keel_status rs_gather(keel_kctx *k, const rs_plan *p, rs_tab *tabs, const
   /* Unresized trailing axes (channels of an NHWC image) make every index
    * of the last resized axis one contiguous run: copied whole instead of
    * element by element. */
-  int lead = r;
+  int lead = r; /* rs_run copied a tensor with no axis resized: lead >= 1 */
   while (lead > 0 && tabs[lead - 1].identity) lead--;
   g.run_axis = lead < r && y->dtype != KEEL_STRING ? lead - 1 : -1;
   g.es = keel_dtype_size((keel_dtype)y->dtype);
-  if (g.run_axis < 0 && lead == 0 && y->dtype != KEEL_STRING) { /* nothing resized */
-    int64_t n = keel_tensor_numel(y);
-    if (n) memcpy(y->data, x->data, (size_t)n * g.es);
-    return KEEL_OK;
-  }
   /* rank 3 or more: the blocks of the first two axes on the pool (tasks of
    * at least ~16K elements), strings excepted (their copies allocate) */
   if (r < 3 || y->dtype == KEEL_STRING || (g.run_axis >= 0 && g.run_axis < 2))
