@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define KEEL_STATS_VERSION 4
+#define KEEL_STATS_VERSION 5
 
 typedef struct keel_stats {
   size_t size;              /* set to sizeof(keel_stats) before the call   */
@@ -81,6 +81,10 @@ typedef struct keel_stats {
   /* ... and those whose first run chose keel's Winograd F(2x2, 3x3) kernel
    * (3x3 stride-1 convs of 64+ channels on 14x14 maps and larger) */
   uint64_t winograd_convs;
+  /* version 5: ... and those whose first run chose oneDNN's Winograd
+   * kernels (3x3 stride-1 convs of 64+ channels, by 16s, on 14x14 maps and
+   * larger that keel's kernel leaves; AVX-512 CPUs) */
+  uint64_t onednn_winograd_convs;
 } keel_stats;
 
 /* Fill `st` (st->size must be set). */

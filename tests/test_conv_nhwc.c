@@ -157,6 +157,7 @@ static mb_graph *model(const cv_case *t, const float *wt, const float *b, const 
 
 static uint64_t g_streamed; /* the last run's convs on the streamed kernel */
 static uint64_t g_wg;       /* ... on keel's Winograd kernel */
+static uint64_t g_owg;      /* ... on oneDNN's Winograd kernel */
 
 static keel_value_t *run(const cv_case *t, const float *x, const float *wt, const float *b,
                          const float *w2, const float *zc, unsigned flags, int threads,
@@ -174,6 +175,7 @@ static keel_value_t *run(const cv_case *t, const float *x, const float *wt, cons
   CHECK_OK(keel_stats_get(s, &stats));
   g_streamed = stats.streamed_convs;
   g_wg = stats.winograd_convs;
+  g_owg = stats.onednn_winograd_convs;
   keel_session_destroy(s);
   return out[0];
 }
@@ -196,6 +198,7 @@ static bool g_dnnl;
 static int g_cases;
 static uint64_t g_streamed_fast; /* one(): the most convs any fast variant streamed */
 static uint64_t g_wg_fast;       /* ... put on keel's Winograd kernel */
+static uint64_t g_owg_every;     /* the fewest any fast variant put on oneDNN's */
 static double g_tol_scale = 1;   /* the tolerance's factor (streamed())          */
 
 /* A case's random input, weights (W, a second W for the extra convs, B)
@@ -237,6 +240,7 @@ static void one(const cv_case *t) {
     if (v == 1) g_streamed_fast = g_wg_fast = 0;
     if (v) g_streamed_fast = KEEL_MAX(g_streamed_fast, g_streamed);
     if (v) g_wg_fast = KEEL_MAX(g_wg_fast, g_wg);
+    if (v) g_owg_every = v == 1 ? g_owg : (g_owg < g_owg_every ? g_owg : g_owg_every);
     if (g_dnnl && desc) {
       /* bound to an implementation (oneDNN's, or keel's stem kernel), or,
        * with KEEL_OPT_REFERENCE_KERNELS, to none */
@@ -378,6 +382,37 @@ static void winograd(void) {
   static const int64_t shapes[][3] = {{1, 28, 28}, {1, 7, 7}, {3, 9, 30}, {1, 1, 1}, {2, 16, 15},
                                       {2, 40, 30}};
   shapes_after(t, shapes, 6, "Winograd then shapes");
+  g_tol_scale = 1;
+}
+
+/* 3x3 stride-1 convs of 64-127 channels (by 16s) on 14x14 maps and more:
+ * oneDNN's Winograd kernel on AVX-512 (ops/dnnl/conv_wino.c), at every
+ * thread count (1-3): in bands of rows where the map has 8+ rows per
+ * thread (28 rows: 2 and 3 bands; 35 rows without pads; 19 rows, batch
+ * 2), in parts of the output channels where it has fewer (14 rows), each
+ * band's pads as rows of zeros; pads above and below that differ (bands
+ * only: one thread's whole map goes direct) against the reference; pads
+ * left and right that differ: oneDNN has no such kernel, the conv runs
+ * direct. Then a node that ran in bands meets other shapes, down to a
+ * 2x2 map, batch 3 and a 60-row one. */
+static void onednn_winograd(void) {
+  static const cv_case cases[] = {
+      {1, 64, 64, 28, 28, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Relu", NULL, 4},
+      {1, 64, 80, 37, 23, 3, 3, 1, 1, 1, {0, 0, 0, 0}, false, "SiLUGated", NULL, 4},
+      {2, 96, 64, 19, 30, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "HSwishGated", NULL, 4},
+      {1, 64, 64, 14, 14, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Clip", NULL, 4},
+      {1, 80, 112, 26, 21, 3, 3, 1, 1, 1, {1, 1, 1, 1}, true, "Tanh", NULL, 4},
+      {1, 64, 64, 20, 20, 3, 3, 1, 1, 1, {1, 1, 1, 0}, true, "Relu", NULL, 4}, /* direct */
+  };
+  g_tol_scale = 2; /* Winograd's transforms: a few ulps more */
+  __builtin_cpu_init();
+  taken_by(cases, sizeof cases / sizeof *cases, &g_owg_every, "oneDNN's Winograd",
+           g_dnnl && __builtin_cpu_supports("avx512f"));
+  one(&(cv_case){1, 64, 64, 33, 20, 3, 3, 1, 1, 1, {1, 1, 0, 1}, true, "Relu", NULL, 4});
+  cv_case t = cases[0];
+  static const int64_t shapes[][3] = {{1, 28, 28}, {1, 7, 7},   {2, 16, 15},
+                                      {1, 60, 44}, {3, 9, 30}, {1, 2, 2}};
+  shapes_after(t, shapes, 6, "oneDNN's Winograd then shapes");
   g_tol_scale = 1;
 }
 
@@ -856,6 +891,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) one(&cases[i]);
   streamed();
   winograd();
+  onednn_winograd();
   parts_then_shapes();
   gemv_then_shapes();
   residual_order();

@@ -710,6 +710,7 @@ keel_status keel_stats_get(const keel_session_t *s, keel_stats *st) {
   full.shape_cache_evictions = atomic_load(&s->lib.shape_evictions);
   full.streamed_convs = atomic_load(&s->lib.streamed);
   full.winograd_convs = atomic_load(&s->lib.winograd);
+  full.onednn_winograd_convs = atomic_load(&s->lib.dnnl_wino);
   keel_mutex_lock((keel_mutex *)&s->pool_lock);
   full.run_ctx_pooled = s->n_pooled;
   full.run_ctx_in_use = s->n_in_use;
@@ -829,11 +830,11 @@ void keel_stats_print(const keel_session_t *s, void (*out)(void *arg, const char
     snprintf(line, sizeof line,
              "oneDNN     %llu primitive(s), %s outside keel's allocator (measured); prepared "
              "state %s; shape caches %llu hit(s), %llu miss(es), %llu eviction(s); %llu conv(s) "
-             "on keel's streamed kernel, %llu on its Winograd kernel",
+             "on keel's streamed kernel, %llu on its Winograd kernel, %llu on oneDNN's",
              (unsigned long long)st.library_objects, a, b,
              (unsigned long long)st.shape_cache_hits, (unsigned long long)st.shape_cache_misses,
              (unsigned long long)st.shape_cache_evictions, (unsigned long long)st.streamed_convs,
-             (unsigned long long)st.winograd_convs);
+             (unsigned long long)st.winograd_convs, (unsigned long long)st.onednn_winograd_convs);
     out(arg, line);
   }
 }

@@ -409,20 +409,29 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
   }
   if (path == KEEL_CONV_DNNL_WINO) {
     keel_status ws = keel_wino_plan_make(s->wino, g, &e->wino);
-    if (!ws && s->path == 0) {
-      s->path = 2;
-      if (s->drop_orig) keel_model_drop_const(s->model, s->orig, NULL, NULL);
-      s->drop_orig = false;
+    if (!ws) {
+      if (s->path == 0) {
+        /* W stays as well: a later shape whose Winograd kernel cannot read
+         * this transform (oneDNN's F(2,3) kernel lays W out by the map's
+         * size: 7x7 maps want another layout than 28x28) runs direct */
+        s->path = 2, s->drop_orig = false;
+        atomic_fetch_add(&s->fig->dnnl_wino, 1);
+      }
+      *out = &e->base;
+      return KEEL_OK;
     }
-    if (!ws || s->path == 2) {
-      if (ws) entry_free(s, e);
-      else *out = &e->base;
+    if (ws != KEEL_ERR_UNSUPPORTED) {
+      entry_free(s, e);
       return ws;
     }
-    keel_err_clear(); /* no Winograd kernel here: direct, for good */
-    drop_wino(s);
-    f.dnnl_wino = false;
-    path = keel_conv_select_path((keel_conv_path)s->path, &f);
+    keel_err_clear();
+    if (s->path == 2) { /* this shape alone, direct, from W */
+      path = KEEL_CONV_BANDS;
+    } else { /* no Winograd kernel here: direct, for good */
+      drop_wino(s);
+      f.dnnl_wino = false;
+      path = keel_conv_select_path((keel_conv_path)s->path, &f);
+    }
   }
   if (path == KEEL_CONV_OC_PARTS) {
     keel_status st = KEEL_OK;
@@ -447,7 +456,7 @@ static keel_status entry_make(void *ctx, const int64_t *key, const void *argp,
     drop_wino(s);
   }
   e->lowered = path == KEEL_CONV_LOWERED;
-  s->path = e->lowered ? 7 : 1;
+  if (s->path != 2) s->path = e->lowered ? 7 : 1;
   /* bands: one per thread while the batch leaves threads idle; a small
    * conv (a squeeze-excite block's, on a 1x1 map) stays whole: waking a
    * worker costs more than it would save */
@@ -711,6 +720,7 @@ static void cd_release(void *state, keel_heap *heap) {
   keel_wg_free(&s->wg, heap, s->store.bytes);
   keel_prep_free_counted(s->lw, heap, s->store.bytes);
   if (s->path == 6) atomic_fetch_sub(&s->fig->winograd, 1);
+  if (s->path == 2) atomic_fetch_sub(&s->fig->dnnl_wino, 1);
   for (int q = 0; q < PRIMS; q++) keel_prep_free_counted(s->pk_oc[q].w, heap, s->store.bytes);
   keel_sys_free(s, sizeof *s);
 }

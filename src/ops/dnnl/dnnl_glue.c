@@ -356,6 +356,31 @@ dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd, const_dnnl_o
   return alt;
 }
 
+dnnl_primitive_desc_t keel_dnnl_pd_pick(const_dnnl_op_desc_t op, const_dnnl_primitive_attr_t attr,
+                                        bool (*ok)(const dnnl_memory_desc_t *w, void *ctx),
+                                        void *ctx) {
+  dnnl_engine_t e;
+  if (keel_dnnl_engine(&e)) {
+    keel_err_clear();
+    return NULL;
+  }
+  dnnl_primitive_desc_iterator_t it;
+  dnnl_primitive_desc_t pick = NULL;
+  int prev = one_thread();
+  if (dnnl_primitive_desc_iterator_create(&it, op, attr, e, NULL) == dnnl_success) {
+    do {
+      dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+      if (!pd) break;
+      const dnnl_memory_desc_t *w = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+      if (w && ok(w, ctx)) pick = pd;
+      else dnnl_primitive_desc_destroy(pd);
+    } while (!pick && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+  }
+  restore_threads(prev);
+  return pick;
+}
+
 dnnl_primitive_desc_t keel_dnnl_pd_fast(const_dnnl_op_desc_t op,
                                         const_dnnl_primitive_attr_t attr) {
   dnnl_primitive_desc_t pd = pd_try(op, attr);

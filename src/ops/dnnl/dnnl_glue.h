@@ -56,6 +56,7 @@ typedef struct keel_dnnl_figures {
   _Atomic uint64_t shape_hits, shape_misses, shape_evictions; /* per-shape caches */
   _Atomic uint64_t streamed;   /* live conv nodes on keel's streamed kernel */
   _Atomic uint64_t winograd;   /* ... on keel's Winograd kernel            */
+  _Atomic uint64_t dnnl_wino;  /* ... on oneDNN's Winograd kernel          */
   struct keel_dnnl_shared *shared; /* under the glue's lock                */
   struct keel_heap *heap;      /* the session's: its run clock and trim
                                   window age the per-shape caches (NULL:
@@ -170,6 +171,18 @@ KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_prefer(dnnl_primitive_desc_t pd
  * reference one takes it; NULL (no error left) otherwise. */
 KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_fast(const_dnnl_op_desc_t op,
                                                       const_dnnl_primitive_attr_t attr);
+
+/* The first of oneDNN's implementations of `op` (in its order of
+ * preference) whose weights layout ok(w, ctx) accepts; NULL (no error
+ * left) when none does. For a kernel family whose members want different
+ * weights (oneDNN's Winograd kernels: F(2,3) and F(4,3) transforms of
+ * 1.8x and 4x W, chosen by the problem's size), so that every shape of a
+ * node reads the one copy made on its first run. */
+KEEL_INTERNAL dnnl_primitive_desc_t keel_dnnl_pd_pick(const_dnnl_op_desc_t op,
+                                                     const_dnnl_primitive_attr_t attr,
+                                                     bool (*ok)(const dnnl_memory_desc_t *w,
+                                                                void *ctx),
+                                                     void *ctx);
 
 /* One argument of an execution: a memory descriptor and the bytes. */
 typedef struct keel_dnnl_arg {
