@@ -29,6 +29,7 @@ static const keel_pass g_passes[] = {
     {"attention-qkv", keel_pass_attention_qkv, true},
     {"fuse-matmul", keel_pass_fuse_matmul, true},
     {"sink-concat", keel_pass_sink_concat, true},
+    {"split-concat-conv", keel_pass_split_concat_conv, true},
     {"lift-conv1d", keel_pass_lift_conv1d, true},
     {"layout", keel_pass_layout, true},
     {"fuse-activation", keel_pass_fuse_activation, true},

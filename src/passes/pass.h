@@ -116,6 +116,9 @@ KEEL_INTERNAL keel_status keel_pass_fuse_matmul(keel_model *m);
 /* pass_concat.c: a MaxPool / AveragePool of a channel Concat -> the
  * pooled parts concatenated. */
 KEEL_INTERNAL keel_status keel_pass_sink_concat(keel_model *m);
+/* pass_catconv.c: a Conv of a channel Concat -> the sum of the convs of
+ * its parts (W split by input channels), where oneDNN runs convs. */
+KEEL_INTERNAL keel_status keel_pass_split_concat_conv(keel_model *m);
 /* pass_conv1d.c: 1-D convolution regions rewritten at rank 4 (height 1),
  * for the layout pass. */
 KEEL_INTERNAL keel_status keel_pass_lift_conv1d(keel_model *m);

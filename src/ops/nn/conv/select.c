@@ -102,6 +102,13 @@ bool keel_conv_takes_edges(bool no_library) { return library_runs(no_library); }
  * slower than either on those shapes. */
 bool keel_conv_lift_1d(bool no_library) { return library_runs(no_library); }
 
+/* SqueezeNet's fire modules (x_squeezenet_o9): each squeeze conv of the
+ * Concat of the previous module's expand convs; YOLO C2f blocks (the
+ * detector): a 1x1 conv of the Concat of its branches. Measured in
+ * passes/pass_catconv.c's commit (README, "Threads, passes and faster
+ * kernels"). */
+bool keel_conv_split_concat(bool no_library) { return library_runs(no_library); }
+
 /* oneDNN 2.6 has no channels-last AVX2 kernel for a strided 1x1 conv: its
  * generic direct kernel made ResNet-50's downsample convs at 21-33
  * GFLOP/s (1024 -> 2048 channels, 14x14 -> 7x7: 9.8 ms of a 105 ms run),

@@ -53,6 +53,11 @@ KEEL_INTERNAL bool keel_conv_takes_edges(bool no_library);
  * pass, passes/pass_conv1d.c): only where oneDNN's channels-last kernels
  * run them; keel's own 1-D path is im2col + GEMM. */
 KEEL_INTERNAL bool keel_conv_lift_1d(bool no_library);
+/* Whether a Conv of a channel Concat runs as the sum of its parts' convs
+ * (the split-concat-conv pass, passes/pass_catconv.c): only where oneDNN's
+ * channels-last kernels run them (each sum then a post-op); keel's NCHW
+ * convs would add an Add pass per part. */
+KEEL_INTERNAL bool keel_conv_split_concat(bool no_library);
 /* supports() of keel_conv_nhwc_wg: no oneDNN runs, and the Winograd
  * kernel takes the node (keel_wg_takes). */
 KEEL_INTERNAL bool keel_conv_wg_at_binding(const keel_prep_ctx *p);
