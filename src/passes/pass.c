@@ -82,6 +82,23 @@ bool keel_pass_op_in(const keel_node *n, const char *const *list) {
   return false;
 }
 
+keel_status keel_node_list_push(keel_node_list *l, const keel_node *n) {
+  if (l->n == l->cap) {
+    int32_t cap = KEEL_MAX(2 * l->cap, 64);
+    keel_node *v = keel_sys_realloc(l->v, sizeof(keel_node) * (size_t)l->cap,
+                                    sizeof(keel_node) * (size_t)cap);
+    if (!v) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "%s in graph '%s'", l->pass, l->g->path);
+    l->v = v, l->cap = cap;
+  }
+  l->v[l->n++] = *n;
+  return KEEL_OK;
+}
+
+void keel_node_list_free(keel_node_list *l) {
+  keel_sys_free(l->v, sizeof(keel_node) * (size_t)l->cap);
+  l->v = NULL, l->n = l->cap = 0;
+}
+
 int32_t keel_pass_direct_reads(const keel_graph *g, const char *name) {
   int32_t n = 0;
   for (int32_t i = 0; i < g->n_nodes; i++)

@@ -52,6 +52,20 @@ KEEL_INTERNAL bool keel_pass_overlaps(const bool *drop, const int32_t *nodes, in
 KEEL_INTERNAL const char *keel_pass_fresh(keel_model *m, const keel_graph *g, const char *base,
                                           const char *tag);
 
+/* A graph's nodes rebuilt in order, for a pass that rewrites many of them
+ * (lift-conv1d, split-concat-conv): every node kept or made is pushed
+ * (keel_sys memory, grown by doubling), then the pass installs v[0..n)
+ * with keel_graph_set_nodes (one arena copy) and frees the list, on
+ * success or error. `pass` and `g` name the pass and the graph in the
+ * out-of-memory message. */
+typedef struct keel_node_list {
+  const char *pass;
+  const keel_graph *g;
+  keel_node *v;
+  int32_t n, cap;
+} keel_node_list;
+KEEL_INTERNAL keel_status keel_node_list_push(keel_node_list *l, const keel_node *n);
+KEEL_INTERNAL void keel_node_list_free(keel_node_list *l);
 /* Elementwise ops of ai.onnx that act on each element alone, so they
  * commute with a transpose or a reshape that keeps the elements (the
  * layout pass, lift-conv1d): of one data input whose other inputs, if

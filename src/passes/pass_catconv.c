@@ -38,24 +38,11 @@ typedef struct cc {
   keel_model *m;
   keel_graph *g;
   const keel_shapes *S;
-  keel_node *v;                 /* the new node array, built in order      */
-  int32_t n, cap;
+  keel_node_list out;           /* the new node array, built in order      */
 } cc;
 
 static keel_status oom(const cc *C) {
   return keel_err(KEEL_ERR_OUT_OF_MEMORY, "split-concat-conv in graph '%s'", C->g->path);
-}
-
-static keel_status push(cc *C, const keel_node *n) {
-  if (C->n == C->cap) {
-    int32_t cap = C->cap ? 2 * C->cap : 64;
-    keel_node *v = keel_sys_realloc(C->v, sizeof(keel_node) * (size_t)C->cap,
-                                    sizeof(keel_node) * (size_t)cap);
-    if (!v) return oom(C);
-    C->v = v, C->cap = cap;
-  }
-  C->v[C->n++] = *n;
-  return KEEL_OK;
 }
 
 /* The channel counts of Concat node c's parts, when it qualifies. */
@@ -106,11 +93,21 @@ static bool all_convs(const cc *C, const keel_node *c, int64_t total) {
   return reads > 0 && keel_ir_uses(C->g, x) == reads;
 }
 
+/* "<conv>/<tag><k>" in the arena, or NULL. */
+static const char *child_name(keel_arena *a, const char *conv, const char *tag, int32_t k) {
+  size_t len = strlen(conv) + strlen(tag) + 16;
+  char *name = keel_arena_alloc(a, len, 1);
+  if (name) snprintf(name, len, "%s/%s%d", conv, tag, (int)k);
+  return name;
+}
+
 /* Conv node r of the Concat c (parts of ch[] channels) as its chain. */
 static keel_status split(cc *C, const keel_node *r, const keel_node *c, const int64_t *ch) {
   keel_model *m = C->m;
   keel_arena *a = m->arena;
-  const keel_tensor *w = &m->consts[keel_ir_const_of(m, C->g, r->in_names[1])]; /* split_w's */
+  int64_t total = 0;
+  for (int32_t k = 0; k < c->n_in; k++) total += ch[k];
+  const keel_tensor *w = split_w(C, r, c->out_names[0], total); /* all_convs took r */
   int64_t M = w->shape[0], C_all = w->shape[1], khw = w->shape[2] * w->shape[3];
   const char *sum = NULL; /* the chain's running sum */
   int64_t c0 = 0;
@@ -135,40 +132,29 @@ static keel_status split(cc *C, const keel_node *r, const keel_node *c, const in
     conv.n_in = k == 0 && r->n_in == 3 ? 3 : 2;
     if (conv.n_in == 3) ins[2] = r->in_names[2];
     bool last = k + 1 == c->n_in;
-    outs[0] = last && k == 0 ? r->out_names[0] : keel_pass_fresh(m, C->g, r->out_names[0], tag);
+    outs[0] = keel_pass_fresh(m, C->g, r->out_names[0], tag); /* an Add writes the last sum */
     if (!outs[0]) return oom(C);
     conv.out_names = outs;
     if (k == 0) {
       KEEL_TRY(keel_ir_fuse_label(a, &conv, c));
     } else {
-      char nm[24];
-      snprintf(nm, sizeof nm, "/part%d", (int)k);
-      size_t len = strlen(r->name) + strlen(nm) + 1;
-      char *name = keel_arena_alloc(a, len, 1);
-      if (!name) return oom(C);
-      snprintf(name, len, "%s%s", r->name, nm);
-      conv.name = name;
+      if (!(conv.name = child_name(a, r->name, "part", k))) return oom(C);
       conv.n_fused = 0, conv.fused = NULL;
     }
-    KEEL_TRY(push(C, &conv));
+    KEEL_TRY(keel_node_list_push(&C->out, &conv));
     if (k == 0) {
       sum = outs[0];
     } else { /* Add(this part's conv, the sum so far) */
-      keel_node add = {0};
       const char **ai = keel_arena_array(a, 2, sizeof(char *));
       const char **ao = keel_arena_array(a, 1, sizeof(char *));
-      char nm[24];
-      snprintf(nm, sizeof nm, "/sum%d", (int)k);
-      size_t len = strlen(r->name) + strlen(nm) + 1;
-      char *name = keel_arena_alloc(a, len, 1);
+      const char *name = child_name(a, r->name, "sum", k);
       if (!ai || !ao || !name) return oom(C);
-      snprintf(name, len, "%s%s", r->name, nm);
       ai[0] = outs[0], ai[1] = sum;
       ao[0] = last ? r->out_names[0] : keel_pass_fresh(m, C->g, r->out_names[0], "sum");
       if (!ao[0]) return oom(C);
-      add = (keel_node){.name = name, .op_type = "Add", .domain = "", .opset = 14,
-                        .graph = C->g, .n_in = 2, .n_out = 1, .in_names = ai, .out_names = ao};
-      KEEL_TRY(push(C, &add));
+      keel_node add = {.name = name, .op_type = "Add", .domain = "", .opset = 14, .graph = C->g,
+                       .n_in = 2, .n_out = 1, .in_names = ai, .out_names = ao};
+      KEEL_TRY(keel_node_list_push(&C->out, &add));
       sum = ao[0];
     }
     c0 += ch[k];
@@ -178,7 +164,7 @@ static keel_status split(cc *C, const keel_node *r, const keel_node *c, const in
 
 static keel_status graph_pass(keel_model *m, keel_graph *g, const keel_shapes *S) {
   int32_t nn = g->n_nodes;
-  cc C = {.m = m, .g = g, .S = S};
+  cc C = {.m = m, .g = g, .S = S, .out = {.pass = "split-concat-conv", .g = g}};
   /* which Concats go: cat[i] for each, their part channels in ch */
   bool *cat = keel_sys_calloc((size_t)nn + 1, sizeof(bool));
   int64_t(*ch)[MAX_PARTS] = keel_sys_calloc((size_t)nn + 1, sizeof *ch);
@@ -198,10 +184,10 @@ static keel_status graph_pass(keel_model *m, keel_graph *g, const keel_shapes *S
     if (p >= 0 && cat[p] && !strcmp(n->op_type, "Conv") && !n->domain[0])
       st = split(&C, n, &g->nodes[p], ch[p]);
     else
-      st = push(&C, n);
+      st = keel_node_list_push(&C.out, n);
   }
-  if (!st && found) st = keel_graph_set_nodes(m->arena, g, C.v, C.n);
-  keel_sys_free(C.v, sizeof(keel_node) * (size_t)C.cap);
+  if (!st && found) st = keel_graph_set_nodes(m->arena, g, C.out.v, C.out.n);
+  keel_node_list_free(&C.out);
   keel_sys_free(cat, (size_t)nn + 1);
   keel_sys_free(ch, ((size_t)nn + 1) * sizeof *ch);
   return st;

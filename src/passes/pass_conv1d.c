@@ -53,8 +53,7 @@ typedef struct lift {
   keel_graph *g;
   const char **to4;            /* per node: its output's lifted name      */
   bool *lifted;                /* per node                                */
-  keel_node *v;                /* the new node array (keel_sys memory)    */
-  int32_t n, cap;
+  keel_node_list out;          /* the new node array                      */
   /* values that enter the region, each unsqueezed once */
   const char **entry_from, **entry_to;
   int32_t n_entry, cap_entry;
@@ -180,17 +179,7 @@ static keel_status widen(lift *L, keel_attr *a) {
   return KEEL_OK;
 }
 
-static keel_status push(lift *L, const keel_node *n) {
-  if (L->n == L->cap) {
-    int32_t cap = KEEL_MAX(2 * L->cap, 64);
-    keel_node *v = keel_sys_realloc(L->v, sizeof(keel_node) * (size_t)L->cap,
-                                    sizeof(keel_node) * (size_t)cap);
-    if (!v) return oom(L);
-    L->v = v, L->cap = cap;
-  }
-  L->v[L->n++] = *n;
-  return KEEL_OK;
-}
+static keel_status push(lift *L, const keel_node *n) { return keel_node_list_push(&L->out, n); }
 
 /* Unsqueeze or Squeeze of axis 2, in the form of the node's opset (axes
  * an input from opset 13, an attribute before). */
@@ -331,7 +320,7 @@ static keel_status rewrite(lift *L, int32_t i) {
 
 static keel_status lift_graph(keel_model *m, keel_graph *g) {
   bool any = false;
-  lift L = {.m = m, .g = g};
+  lift L = {.m = m, .g = g, .out = {.pass = "lift-conv1d", .g = g}};
   for (int32_t i = 0; i < g->n_nodes && !any; i++) any = conv1d(&L, &g->nodes[i]);
   if (!any) return KEEL_OK;
   int32_t nn = g->n_nodes;
@@ -345,8 +334,8 @@ static keel_status lift_graph(keel_model *m, keel_graph *g) {
   }
   for (int32_t i = 0; i < nn && !st; i++)
     st = L.lifted[i] ? rewrite(&L, i) : push(&L, &g->nodes[i]);
-  if (!st) st = keel_graph_set_nodes(m->arena, g, L.v, L.n);
-  keel_sys_free(L.v, sizeof(keel_node) * (size_t)L.cap);
+  if (!st) st = keel_graph_set_nodes(m->arena, g, L.out.v, L.out.n);
+  keel_node_list_free(&L.out);
   keel_sys_free(L.lifted, (size_t)nn * sizeof(bool));
   keel_sys_free(L.to4, (size_t)nn * sizeof(char *));
   return st;

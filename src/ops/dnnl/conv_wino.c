@@ -16,9 +16,8 @@
 
 struct keel_wino_plan {
   int64_t n, h, w, oh, ow;
-  bool bands;                   /* tasks are bands of output rows, else parts
-                                   of the output channels                  */
-  int nparts;                   /* tasks                                    */
+  int nparts;                   /* tasks: bands of output rows, or parts of
+                                   the output channels (the node's bands)  */
   int64_t c0[KEEL_WINO_PARTS + 1]; /* parts: input channel parts (by 16s)   */
   int64_t r0[KEEL_WINO_PARTS + 1]; /* bands: output rows                    */
   int64_t i0[KEEL_WINO_PARTS], i1[KEEL_WINO_PARTS]; /* bands: input rows read */
@@ -233,14 +232,13 @@ static keel_status plan_new(keel_wino_node *n, const keel_nhwc_geom *g, keel_win
   keel_wino_plan *p = keel_sys_calloc(1, sizeof *p);
   if (!p) return keel_err(KEEL_ERR_OUT_OF_MEMORY, "a Winograd convolution's primitives");
   p->n = g->n, p->h = w->in[0], p->w = w->in[1], p->oh = w->out[0], p->ow = w->out[1];
-  p->bands = n->bands;
   keel_status st = KEEL_OK;
   /* oneDNN's pads: at most 1 on each side here (ResNet's, and the
    * exporters' "same" for 3x3) */
   int64_t pbot = p->oh - p->h + 2 - w->pb[0], pright = p->ow - p->w + 2 - w->pb[1];
   if (w->pb[0] > 1 || w->pb[1] > 1 || pbot < 0 || pbot > 1 || pright < 0 || pright > 1)
     st = keel_err(KEEL_ERR_UNSUPPORTED, "Winograd path: pads other than 0 or 1");
-  if (!st) st = p->bands ? plan_bands(n, p, w) : plan_parts(n, p, w);
+  if (!st) st = n->bands ? plan_bands(n, p, w) : plan_parts(n, p, w);
   if (st) {
     keel_wino_plan_free(n, p);
     return st;
@@ -351,7 +349,7 @@ keel_status keel_wino_run(keel_kctx *k, const keel_wino_node *n, const keel_wino
   if (p->scratch) KEEL_TRY(keel_k_scratch_n(k, threads, p->scratch, &sp));
   for (int64_t i = 0; i < g->n; i++) { /* image by image */
     wino_job j = {n, p, x + i * p->h * p->w * n->c, b, y + i * p->oh * p->ow * n->m, xb, yb, sp};
-    if (p->bands) {
+    if (n->bands) {
       KEEL_TRY(keel_pool_for(k->pool, p->nparts, 1, band_tasks, &j));
     } else {
       KEEL_TRY(keel_pool_for(k->pool, p->nparts, 1, to_blocked, &j));
